@@ -1,0 +1,43 @@
+# Two commands do all the set-up: `make audit` and `make test`.
+# Where python3 already imports torch, triton, numpy, hypothesis, mpmath and pytest (the GPU
+# machine), that interpreter is used as is; otherwise a virtualenv is built in .venv with the
+# local CPU build of torch (torch==2.13.0) and triton from the registry.
+SHELL := /bin/bash
+VENV := .venv
+SYS_PY ?= python3
+HAVE_SYS := $(shell $(SYS_PY) -c "import torch, triton, numpy, hypothesis, mpmath, pytest, sympy" >/dev/null 2>&1 && echo yes)
+ifeq ($(HAVE_SYS),yes)
+PY ?= $(SYS_PY)
+SETUP :=
+else
+PY ?= $(VENV)/bin/python
+SETUP := $(VENV)/.installed
+endif
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+
+.PHONY: test audit setup clean test-gpu bench
+
+setup: $(SETUP)
+
+$(VENV)/.installed: pyproject.toml
+	$(SYS_PY) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q "torch==2.13.0"
+	$(VENV)/bin/python -m pip install -q triton numpy hypothesis mpmath pytest pytest-xdist sympy matplotlib
+	$(VENV)/bin/python -m pip install -q --no-deps -e .
+	touch $@
+
+# The CPU suite: references, proofs, and the Triton kernel through the interpreter (fp32/fp16).
+test: $(SETUP)
+	TRITON_INTERPRET=$${TRITON_INTERPRET-$$($(PY) -c "import torch;print(0 if torch.cuda.is_available() else 1)")} \
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+audit: $(SETUP)
+	TRITON_INTERPRET=$${TRITON_INTERPRET-$$($(PY) -c "import torch;print(0 if torch.cuda.is_available() else 1)")} \
+	$(PY) -m flashcheck audit $(AUDIT_ARGS)
+
+bench: $(SETUP)
+	$(PY) bench/run.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .hypothesis .pytest_cache audit-report
