@@ -4,21 +4,40 @@ No torch or triton here. `reference.exact` (mpmath) is imported on demand, not f
 """
 from reference import masks, shapes
 from reference.attention import attention
+from reference.backward import attention_backward, standard_attention_backward
+from reference.block_sparse import block_sparse_attention, causal_block_mask, local_block_mask
+from reference.flash_attention_1 import IOStats, algorithm1_hbm_accesses, flash_attention_1
+from reference.flash_attention_2 import flash_attention_2_forward
 from reference.masks import causal_offset, visibility
+from reference.merge import merge_states
+from reference.row_recurrence import RowState, row_recurrence, tiled_row_recurrence
 from reference.shapes import Problem, check_attention_args
 from reference.softmax import logsumexp, naive_softmax, online_softmax, safe_softmax, tiled_online_softmax
 
 __all__ = [
+    "IOStats",
     "Problem",
+    "RowState",
+    "algorithm1_hbm_accesses",
     "attention",
+    "attention_backward",
+    "block_sparse_attention",
+    "causal_block_mask",
     "causal_offset",
     "check_attention_args",
+    "flash_attention_1",
+    "flash_attention_2_forward",
+    "local_block_mask",
     "logsumexp",
     "masks",
+    "merge_states",
     "naive_softmax",
     "online_softmax",
+    "row_recurrence",
     "safe_softmax",
     "shapes",
+    "standard_attention_backward",
     "tiled_online_softmax",
+    "tiled_row_recurrence",
     "visibility",
 ]
