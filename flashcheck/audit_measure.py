@@ -1,0 +1,206 @@
+"""One measurement of the audit: run a kernel on one input, compare with the float64 reference
+computed from the exact values the kernel received, and set the error next to the derived bound.
+
+Other parts are imported lazily (kernels.adapters, reference, proofs.bounds) so that the audit
+still reports what it can, with the reason, when one of them is missing or broken.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from flashcheck.audit_inputs import Shape, make_inputs
+
+BOUND_KINDS = ("probabilistic", "worst_case")
+FORWARD_QUANTITIES = ("o", "lse")
+BACKWARD_QUANTITIES = ("dq", "dk", "dv")
+
+
+@dataclass(frozen=True)
+class Case:
+    kernel: str
+    dtype: str
+    distribution: str
+    sweep: str  # "N" | "logit_scale" | "published"
+    B: int
+    H: int
+    N: int
+    d: int
+    logit_scale: float = 1.0
+    seed: int = 0
+
+    @property
+    def shape(self) -> Shape:
+        return Shape(self.B, self.H, self.N, self.d)
+
+    def label(self) -> str:
+        return (f"{self.kernel} {self.dtype} {self.distribution} N={self.N} d={self.d} "
+                f"c={self.logit_scale:g}")
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+            "float64": torch.float64}[name]
+
+
+def _import(module: str):
+    """(module, None) or (None, reason)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module), None
+    except Exception as exc:  # a half-written module can raise anything at import time
+        return None, f"{module} not importable ({type(exc).__name__}: {exc})"
+
+
+def components() -> dict:
+    """Which implementation the audit uses for each contracted part: {part: (callable, note)}.
+
+    The note is "" for the real module and the reason otherwise (a TEMPORARY fallback from
+    flashcheck.audit_fallback is used then, and the report header says so).
+    """
+    from flashcheck import audit_fallback as fb
+
+    found = {}
+    adapters, why = _import("kernels.adapters")
+    found["kernels.adapters"] = (adapters.resolve if adapters else None, why or "")
+    reference, why = _import("reference")
+    if reference is not None and hasattr(reference, "attention_backward"):
+        def ref(q, k, v, do, *, backward):
+            o, lse = reference.attention(q, k, v)
+            grads = reference.attention_backward(q, k, v, o, lse, do) if backward else (None,) * 3
+            return (np.asarray(o), np.asarray(lse), *grads)
+        found["reference"] = (ref, "")
+    else:
+        why = why or "reference.attention_backward not there yet"
+        found["reference"] = (fb.fallback_reference, why)
+    bounds, why = _import("proofs.bounds")
+    if bounds is not None:
+        found["proofs.bounds"] = ((bounds.forward_bound, bounds.backward_bound), "")
+    else:
+        found["proofs.bounds"] = ((fb.fallback_forward_bound, fb.fallback_backward_bound), why)
+    return found
+
+
+def bounds_for(bound_fns, q, k, v, do, precision, *, backward: bool, kinds=BOUND_KINDS):
+    """({kind: {quantity: elementwise bound}}, None) or (None, reason)."""
+    forward_bound, backward_bound = bound_fns
+    out = {}
+    try:
+        for kind in kinds:
+            fb = forward_bound(q, k, v, precision=precision, kind=kind)
+            out[kind] = {"o": np.asarray(fb.o), "lse": np.asarray(fb.lse)}
+            if backward:
+                bb = backward_bound(q, k, v, do, precision=precision, kind=kind)
+                out[kind].update(dq=np.asarray(bb.dq), dk=np.asarray(bb.dk), dv=np.asarray(bb.dv))
+    except Exception as exc:
+        return None, f"bound computation failed ({type(exc).__name__}: {exc})"
+    return out, None
+
+
+def error_stats(got, ref, bounds_by_kind: dict | None) -> dict:
+    """Relative error ||err|| / ||ref||, max-abs error, and max elementwise error / bound per kind.
+
+    NaN/Inf in the kernel's output are counted and make the ratio infinite. Entries where the
+    reference is infinite (LSE of a fully masked row) must match exactly.
+    """
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    finite_ref = np.isfinite(ref)
+    nonfinite = int(np.count_nonzero(~np.isfinite(got) & finite_ref))
+    mismatched_inf = int(np.count_nonzero(~finite_ref & (got != ref)))
+    ok = finite_ref & np.isfinite(got)
+    err = np.where(ok, np.abs(got - np.where(ok, ref, 0.0)), 0.0)
+    ref_norm = float(np.linalg.norm(np.where(finite_ref, ref, 0.0)))
+    err_norm = float(np.linalg.norm(err))
+    stats = {
+        "rel_err": err_norm / ref_norm if ref_norm > 0 else err_norm,
+        "max_abs": float(err.max(initial=0.0)),
+        "ref_norm": ref_norm,
+        "nonfinite": nonfinite,
+        "mismatched_inf": mismatched_inf,
+        "ratio": {},
+        "bound_rel": {},
+    }
+    for kind, bound in (bounds_by_kind or {}).items():
+        bound = np.broadcast_to(np.asarray(bound, dtype=np.float64), err.shape)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.where(err == 0, 0.0, err / bound)
+        worst = float(np.nanmax(np.where(ok, r, 0.0), initial=0.0))
+        if nonfinite or mismatched_inf:
+            worst = float("inf")
+        stats["ratio"][kind] = worst
+        # The bound expressed like the error: ||bound|| / ||ref||, to draw next to rel_err.
+        b = np.where(finite_ref, bound, 0.0)
+        stats["bound_rel"][kind] = float(np.linalg.norm(b)) / ref_norm if ref_norm > 0 else None
+    return stats
+
+
+def _run_kernel(kut, tensors, do_t, backward: bool):
+    """Call the kernel; return float64 numpy (o, lse|None, dq, dk, dv) and the seconds it took."""
+    t0 = time.perf_counter()
+    o, lse = kut(*tensors)
+    grads = (None, None, None)
+    if backward:
+        o.backward(do_t)
+        grads = tuple(t.grad for t in tensors)
+    seconds = time.perf_counter() - t0
+    as_np = lambda t: None if t is None else t.detach().to("cpu").double().numpy()  # noqa: E731
+    return (as_np(o), as_np(lse), *map(as_np, grads)), seconds
+
+
+def measure(kut, case: Case, device: str, parts: dict, kinds=BOUND_KINDS) -> dict:
+    """The audit record of one (kernel, dtype, distribution, N, logit scale) point."""
+    import torch
+
+    record = {"case": asdict(case), "quantities": {}, "flags": [], "error": None}
+    backward = "backward" in kut.supports
+    q, k, v, do = make_inputs(case.shape, case.distribution, case.seed, case.logit_scale)
+    dtype = torch_dtype(case.dtype)
+    tensors = [torch.tensor(x, dtype=dtype, device=device).requires_grad_(backward)
+               for x in (q, k, v)]
+    do_t = torch.tensor(do, dtype=dtype, device=device)
+    # The exact values the kernel received (rounded to its dtype): the reference's inputs.
+    qe, ke, ve, doe = (t.detach().to("cpu").double().numpy() for t in (*tensors, do_t))
+    for name, x in zip("qkv", (qe, ke, ve)):
+        if not np.all(np.isfinite(x)):
+            record["flags"].append(f"input {name} not finite in {case.dtype} at this logit scale")
+    try:
+        got, record["kernel_seconds"] = _run_kernel(kut, tensors, do_t, backward)
+    except Exception as exc:
+        record["error"] = f"kernel raised {type(exc).__name__}: {exc}"
+        return record
+    reference, _ = parts["reference"]
+    ref = reference(qe, ke, ve, doe, backward=backward)
+    bound_fns, _ = parts["proofs.bounds"]
+    try:
+        precision = kut.precision(dtype)
+    except Exception as exc:
+        if not parts["proofs.bounds"][1]:
+            raise
+        from flashcheck.audit_fallback import guess_precision
+
+        precision = guess_precision(dtype)
+        record["precision_note"] = f"precision model unavailable ({exc}); guessed"
+    record["precision"] = repr(precision)
+    bounds, why = bounds_for(bound_fns, qe, ke, ve, doe, precision, backward=backward,
+                             kinds=kinds)
+    if why:
+        record["bounds_missing"] = why
+    names = FORWARD_QUANTITIES + (BACKWARD_QUANTITIES if backward else ())
+    for i, name in enumerate(names):
+        if got[i] is None:  # LSE not returned by this kernel
+            continue
+        per_kind = {kind: b[name] for kind, b in bounds.items()} if bounds else None
+        s = error_stats(got[i], ref[i], per_kind)
+        record["quantities"][name] = s
+        if s["nonfinite"]:
+            record["flags"].append(f"{name}: {s['nonfinite']} NaN/Inf entries from finite inputs")
+        if s["mismatched_inf"]:
+            record["flags"].append(f"{name}: {s['mismatched_inf']} entries differ where the "
+                                   "reference is infinite")
+    return record

@@ -1,0 +1,63 @@
+"""PNG plots of the audit (matplotlib, Agg backend): error vs N and error vs logit scale, one figure
+per kernel and dtype, one panel per quantity, the derived bound drawn next to the measured error.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+QUANTITY_TITLES = {"o": "O", "lse": "LSE", "dq": "dQ", "dk": "dK", "dv": "dV"}
+_COLORS = {"normal": "tab:blue", "outliers": "tab:orange", "large_logits": "tab:green"}
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")
+
+
+def _series(records, x_key, quantity, distribution):
+    pts = sorted((r["case"][x_key], r["quantities"][quantity]) for r in records
+                 if r["case"]["distribution"] == distribution and quantity in r["quantities"])
+    return pts
+
+
+def plot_sweep(records: list[dict], x_key: str, title: str, path: Path) -> Path | None:
+    """One figure: per quantity, relative error (solid) and ||bound|| / ||ref|| (dashed:
+    probabilistic, dotted: worst case) against `x_key` ("N" or "logit_scale"), log-log."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    quantities = [q for q in QUANTITY_TITLES if any(q in r["quantities"] for r in records)]
+    if not quantities:
+        return None
+    fig, axes = plt.subplots(1, len(quantities), figsize=(3.6 * len(quantities), 3.4),
+                             squeeze=False)
+    distributions = sorted({r["case"]["distribution"] for r in records})
+    for ax, quantity in zip(axes[0], quantities):
+        for dist in distributions:
+            pts = _series(records, x_key, quantity, dist)
+            if not pts:
+                continue
+            xs = [x for x, _ in pts]
+            color = _COLORS.get(dist)
+            ax.plot(xs, [max(s["rel_err"], 1e-18) for _, s in pts], "o-", color=color,
+                    label=f"{dist} error")
+            for kind, style in (("probabilistic", "--"), ("worst_case", ":")):
+                ys = [s["bound_rel"].get(kind) for _, s in pts]
+                if all(y is not None for y in ys) and ys:
+                    ax.plot(xs, ys, style, color=color, label=f"{dist} bound ({kind})")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(QUANTITY_TITLES[quantity])
+        ax.set_xlabel("N" if x_key == "N" else "logit scale (std of logits)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("‖err‖ / ‖ref‖")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.1, 1, 0.95))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

@@ -1,0 +1,179 @@
+"""report.md and report.json of the audit (the JSON holds every number; the Markdown summarises)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from flashcheck.audit_plots import QUANTITY_TITLES, plot_sweep, slug
+
+# Published figures (bf16, N=2048, d=128, relative error vs float64), for the comparison table.
+PUBLISHED = {
+    "FA2 / cuDNN (fused)": {"normal": {"o": 2.25e-3, "dq": 2.4e-3}, "large_logits": {"dq": 7.1e-3}},
+    "unfused math path": {"large_logits": {"dq": 1.65e-3}},
+}
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, float) and (math.isinf(x) or math.isnan(x)):
+        return "**inf**" if math.isinf(x) else "**NaN**"
+    return f"{x:.3g}"
+
+
+def _ratio_cell(x) -> str:
+    cell = _fmt(x)
+    return f"**{cell}**" if x is not None and not math.isinf(x) and x > 1 else cell
+
+
+def _json_safe(obj):
+    if isinstance(obj, float) and (math.isinf(obj) or math.isnan(obj)):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def worst_ratios(records) -> dict:
+    """{quantity: {kind: worst error/bound}} over the records (None where no bound)."""
+    out = {}
+    for r in records:
+        for q, s in r["quantities"].items():
+            for kind, v in s["ratio"].items():
+                cur = out.setdefault(q, {}).get(kind)
+                out[q][kind] = v if cur is None else max(cur, v)
+    return out
+
+
+def _groups(results):
+    """{(kernel, dtype): [records]} in first-seen order."""
+    groups = {}
+    for r in results:
+        groups.setdefault((r["case"]["kernel"], r["case"]["dtype"]), []).append(r)
+    return groups
+
+
+def _long_table(records, x_key):
+    head = (f"| distribution | {x_key} | quantity | rel. error | max abs | bound rel. (prob.) "
+            "| err/bound prob. | err/bound worst |\n|---|---|---|---|---|---|---|---|")
+    rows = [head]
+    for r in sorted(records, key=lambda r: (r["case"]["distribution"], r["case"][x_key])):
+        c = r["case"]
+        if r["error"]:
+            rows.append(f"| {c['distribution']} | {c[x_key]:g} | — | {r['error']} |||||")
+            continue
+        for q, s in r["quantities"].items():
+            rows.append(
+                f"| {c['distribution']} | {c[x_key]:g} | {QUANTITY_TITLES[q]} | {_fmt(s['rel_err'])} "
+                f"| {_fmt(s['max_abs'])} | {_fmt(s['bound_rel'].get('probabilistic'))} "
+                f"| {_ratio_cell(s['ratio'].get('probabilistic'))} "
+                f"| {_ratio_cell(s['ratio'].get('worst_case'))} |")
+    return "\n".join(rows)
+
+
+def _published_table(results):
+    rows = [r for r in results if r["case"]["sweep"] == "published"]
+    if not rows:
+        return None
+    lines = ["| kernel | output (normal) | dQ (normal) | dQ (large logits) | O err/bound | "
+             "dQ err/bound |", "|---|---|---|---|---|---|"]
+    by_kernel = {}
+    for r in rows:
+        by_kernel.setdefault(r["case"]["kernel"], {})[r["case"]["distribution"]] = r
+    for kernel, per in by_kernel.items():
+        get = lambda dist, q: per.get(dist, {}).get("quantities", {}).get(q, {})  # noqa: E731
+        ratios = [max((get(dist, q).get("ratio", {}).get("probabilistic") or 0.0) for dist in per)
+                  for q in ("o", "dq")]
+        lines.append(f"| {kernel} | {_fmt(get('normal', 'o').get('rel_err'))} "
+                     f"| {_fmt(get('normal', 'dq').get('rel_err'))} "
+                     f"| {_fmt(get('large_logits', 'dq').get('rel_err'))} "
+                     f"| {_ratio_cell(ratios[0])} | {_ratio_cell(ratios[1])} |")
+    for name, figs in PUBLISHED.items():
+        lines.append(f"| *published: {name}* | {_fmt(figs.get('normal', {}).get('o'))} "
+                     f"| {_fmt(figs.get('normal', {}).get('dq'))} "
+                     f"| {_fmt(figs.get('large_logits', {}).get('dq'))} | | |")
+    return "\n".join(lines)
+
+
+def write_report(report: dict, out: Path) -> tuple[Path, Path]:
+    """Write report.json, report.md and plots/*.png under `out`; return the two report paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    results = report["results"]
+    md = ["# flashcheck audit: numerical stability against the float64 reference", ""]
+    md += ["| | |", "|---|---|"]
+    md += [f"| {k} | {v} |" for k, v in report["header"].items() if not isinstance(v, dict)]
+    for part, note in report["header"]["components"].items():
+        md.append(f"| {part} | {note or 'ok'} |")
+    md += ["", "Errors are measured against the float64 reference computed from the exact values "
+           "the kernel received (already rounded to its dtype). *rel. error* = ‖err‖₂ / ‖ref‖₂ "
+           "over the whole tensor; *err/bound* = max over elements of |err| / bound, with the "
+           "bound from `proofs.bounds` for the kernel's declared precision (`prob.`: "
+           "probabilistic, `worst`: worst case). A ratio above 1 (bold) means the kernel is "
+           "outside what its declared precision allows.", ""]
+    sweep = report["header"].get("sweep", {})
+    md += ["Sweep: " + ", ".join(f"{k} = {v}" for k, v in sweep.items()), ""]
+
+    md += ["## Summary (worst err/bound over every point, probabilistic / worst case)", "",
+           "| kernel | dtype | points | " + " | ".join(QUANTITY_TITLES.values()) + " | flags |",
+           "|---|---|---|" + "---|" * len(QUANTITY_TITLES) + "---|"]
+    for (kernel, dtype), recs in _groups(results).items():
+        worst = worst_ratios(recs)
+        cells = []
+        for q in QUANTITY_TITLES:
+            w = worst.get(q, {})
+            cells.append(f"{_ratio_cell(w.get('probabilistic'))} / {_ratio_cell(w.get('worst_case'))}"
+                         if w else "—")
+        nflags = sum(len(r["flags"]) + bool(r["error"]) for r in recs)
+        md.append(f"| {kernel} | {dtype} | {len(recs)} | " + " | ".join(cells) + f" | {nflags} |")
+    for s in report["skipped"]:
+        md.append(f"| {s['kernel']} | {s['dtype']} | skipped: {s['reason']} |"
+                  + " |" * (len(QUANTITY_TITLES) + 1))
+    md.append("")
+
+    published = _published_table(results)
+    if published:
+        md += ["## bf16, N=2048, d=128: relative error vs float64 (published figures below)", "",
+               published, ""]
+
+    md += ["## NaN / Inf and failures", ""]
+    flagged = [(r["case"], f) for r in results for f in r["flags"] + ([r["error"]] if r["error"] else [])]
+    md += [f"- {c['kernel']} {c['dtype']} {c['distribution']} N={c['N']} logit scale "
+           f"{c['logit_scale']:g}: {f}" for c, f in flagged] or ["None."]
+    md.append("")
+
+    md += ["## Fully masked rows (convention: O = 0, LSE = −inf, dQ row = 0, no NaN)", "",
+           "| kernel | dtype | how | result |", "|---|---|---|---|"]
+    for m in report["masked_rows"]:
+        verdict = (f"not checked: {m['skipped']}" if m["skipped"]
+                   else "ok" if m["ok"] else "**" + "; ".join(m["problems"]) + "**")
+        md.append(f"| {m['kernel']} | {m['dtype']} | {m['how'] or '—'} | {verdict} |")
+    md.append("")
+
+    for (kernel, dtype), recs in _groups(results).items():
+        md += [f"## {kernel}, {dtype}", ""]
+        precision = next((r.get("precision") for r in recs if r.get("precision")), None)
+        if precision:
+            note = next((r["precision_note"] for r in recs if r.get("precision_note")), "")
+            md += [f"Precision model: `{precision}`" + (f" ({note})" if note else ""), ""]
+        for x_key, sweep_name, label in (("N", "N", "error vs N"),
+                                         ("logit_scale", "logit_scale", "error vs logit scale")):
+            sub = [r for r in recs if r["case"]["sweep"] == sweep_name]
+            if not sub:
+                continue
+            c0 = sub[0]["case"]
+            detail = (f"B={c0['B']}, H={c0['H']}, d={c0['d']}" +
+                      (f", N={c0['N']}" if x_key == "logit_scale" else ", logit scale 1"))
+            png = plot_sweep(sub, x_key, f"{kernel} {dtype}: {label} ({detail})",
+                             out / "plots" / f"{slug(label)}_{slug(kernel)}_{dtype}.png")
+            md += [f"### {label} ({detail})", ""]
+            if png:
+                md += [f"![{kernel} {dtype} {label}]({png.relative_to(out).as_posix()})", ""]
+            md += [_long_table(sub, x_key), ""]
+
+    md_path, json_path = out / "report.md", out / "report.json"
+    md_path.write_text("\n".join(md) + "\n")
+    json_path.write_text(json.dumps(_json_safe(report), indent=1))
+    return md_path, json_path

@@ -1,0 +1,79 @@
+"""`flashcheck audit`: a tiny sweep produces the report files with the documented JSON fields, and a
+planted bug (O shifted by 1e-3) shows error/bound > 1 while the correct kernel stays below 1."""
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def shifted_output_kernel(q, k, v):
+    """Planted bug: the correct attention plus 1e-3 on every output entry."""
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v) + 1e-3
+
+
+def _quick_audit(tmp_path, targets, **sweep_changes):
+    from dataclasses import replace
+
+    from flashcheck.audit import QUICK_SWEEP, run_audit
+
+    sweep = replace(QUICK_SWEEP, **sweep_changes)
+    report = run_audit(targets, device="cpu", sweep=sweep, out=tmp_path,
+                       progress_stream=open("/dev/null", "w"))
+    return report, json.loads((tmp_path / "report.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def math_report(tmp_path_factory):
+    pytest.importorskip("kernels.adapters", reason="kernels.adapters (the kernel resolver) missing")
+    out = tmp_path_factory.mktemp("audit")
+    return out, *_quick_audit(out, ["torch-sdpa-math"])
+
+
+def test_audit_writes_markdown_json_and_plots(math_report):
+    out, _, data = math_report
+    assert (out / "report.md").read_text().startswith("# flashcheck audit")
+    pngs = sorted(p.name for p in (out / "plots").glob("*.png"))
+    assert any(n.startswith("error_vs_N_") for n in pngs), pngs
+    assert any(n.startswith("error_vs_logit_scale_") for n in pngs), pngs
+    assert {"command", "device", "torch", "triton", "components", "sweep"} <= set(data["header"])
+
+
+def test_audit_json_has_errors_and_bound_ratios_per_quantity(math_report):
+    _, _, data = math_report
+    assert {"results", "masked_rows", "skipped"} <= set(data)
+    sweeps = {r["case"]["sweep"] for r in data["results"]}
+    assert sweeps == {"N", "logit_scale"}
+    assert {r["case"]["distribution"] for r in data["results"]} == {"normal", "outliers",
+                                                                     "large_logits"}
+    for r in data["results"]:
+        assert r["error"] is None, r["error"]
+        assert {"o", "dq", "dk", "dv"} <= set(r["quantities"]), r["case"]
+        for s in r["quantities"].values():
+            assert {"rel_err", "max_abs", "ratio", "bound_rel", "nonfinite"} <= set(s)
+            assert set(s["ratio"]) == {"probabilistic", "worst_case"}
+
+
+def test_audit_checks_fully_masked_rows(math_report):
+    _, _, data = math_report
+    assert data["masked_rows"] and all(m["ok"] is not None or m["skipped"]
+                                       for m in data["masked_rows"])
+
+
+def test_audit_correct_kernel_stays_within_its_bound(math_report):
+    _, report, _ = math_report
+    worst = max(v for r in report["results"] for s in r["quantities"].values()
+                for v in s["ratio"].values())
+    assert worst <= 1, f"torch-sdpa-math exceeds its bound: worst error/bound {worst:.3g}"
+
+
+def test_audit_flags_a_planted_bug_above_its_bound(tmp_path):
+    pytest.importorskip("kernels.adapters", reason="kernels.adapters (the kernel resolver) missing")
+    target = f"{__file__}:shifted_output_kernel"
+    report, data = _quick_audit(tmp_path, [target], dtypes=("float32",), Ns=(16,),
+                                distributions=("normal",), extra_scale_points=0)
+    # At logit scale 1 (the N sweep); near the overflow edge the bound rightly allows far more.
+    ratios = [r["quantities"]["o"]["ratio"]["probabilistic"] for r in report["results"]
+              if r["case"]["logit_scale"] == 1]
+    assert ratios and min(ratios) > 1, f"O error/bound of the planted bug: {ratios}"
+    assert "**" in (tmp_path / "report.md").read_text()  # ratios above 1 are shown in bold
