@@ -1,0 +1,409 @@
+"""Public API of the Triton FlashAttention kernel: `attention(q, k, v, ...)`.
+
+Input checks, tile configuration, the launches of the forward (`triton_fwd`) and backward
+(`triton_bwd`) kernels, their registration as torch custom ops (`flashcheck::attention_fwd`,
+`flashcheck::attention_bwd`, so `torch.compile` traces through without graph breaks) with autograd,
+and `precision(...)`: what the kernel's arithmetic is, for the bounds in `proofs/bounds.py`.
+Conventions (causal alignment, window, masks, GQA, fully masked rows) are ARCHITECTURE.md's.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from kernels.block_mask import BlockSparseMask, build_block_mask, from_flex_block_mask
+from kernels.triton_bwd import (attn_bwd_dkdv_kernel, attn_bwd_dq_kernel,
+                                attn_bwd_preprocess_kernel)
+from kernels.triton_fwd import attn_fwd_kernel
+
+_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+_CAUSAL = (False, True, "top_left", "bottom_right")
+MAX_HEAD_DIM = 256
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Tile shape and pipelining of one kernel: block_m query rows × block_n key rows."""
+    block_m: int
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    fwd: TileConfig
+    dkdv: TileConfig
+    dq: TileConfig
+
+
+# Bench hook: maps (head-dim tile, dtype) to a KernelConfig that replaces the table below.
+CONFIG_OVERRIDE: dict = {}
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None = None) -> KernelConfig:
+    """Tiles per head dim and dtype (H100 tuned; the interpreter uses 16 × 16 tiles so that
+    small test shapes still cross several tile boundaries)."""
+    if interpret is None:
+        interpret = _interpreting()
+    if interpret:
+        t = TileConfig(16, 16, 1, 1)
+        return KernelConfig(t, t, t)
+    bd = max(16, triton.next_power_of_2(head_dim))
+    key = (bd, dtype)
+    if key in CONFIG_OVERRIDE:
+        return CONFIG_OVERRIDE[key]
+    if dtype == torch.float32:  # 4-byte tiles: half the rows for the same shared memory
+        if bd <= 64:
+            return KernelConfig(TileConfig(64, 32, 4, 2), TileConfig(32, 64, 4, 2), TileConfig(64, 32, 4, 2))
+        if bd <= 128:
+            return KernelConfig(TileConfig(64, 32, 4, 2), TileConfig(32, 64, 4, 2), TileConfig(64, 32, 4, 2))
+        return KernelConfig(TileConfig(32, 32, 4, 1), TileConfig(32, 32, 4, 1), TileConfig(32, 32, 4, 1))
+    if bd <= 64:
+        return KernelConfig(TileConfig(128, 64, 4, 3), TileConfig(64, 128, 8, 3), TileConfig(128, 64, 8, 3))
+    if bd <= 128:
+        return KernelConfig(TileConfig(128, 64, 8, 3), TileConfig(64, 128, 8, 2), TileConfig(128, 64, 8, 2))
+    return KernelConfig(TileConfig(64, 32, 4, 2), TileConfig(32, 64, 4, 2), TileConfig(64, 32, 4, 2))
+
+
+def precision(dtype, dot_precision: str | None = None, *, head_dim: int | None = None,
+              interpret: bool | None = None):
+    """What the kernel does, as a `proofs.bounds.Precision`: inputs in `dtype`, tensor-core
+    operands in `dtype` (fp32: "ieee" unless dot_precision="tf32"), fp32 accumulation, outputs
+    in `dtype`, exp2 via ex2.approx on the GPU (libm/numpy in the interpreter), and the tile
+    widths of the forward inner loop (block_k) and the backward dK/dV inner loop (block_q)."""
+    from proofs.bounds import Precision
+
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    if dtype not in _DTYPES:
+        raise TypeError(f"dtype must be float16, bfloat16 or float32, got {dtype}")
+    name = _DTYPES[dtype]
+    dot = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(dtype) or _dot_precision(dot_precision)
+    if interpret is None:
+        interpret = _interpreting()
+    cfg = kernel_config(head_dim or 64, dtype, interpret=interpret)
+    return Precision(input=name, dot=dot, accumulate="float32", output=name,
+                     exp="libm" if interpret else "ex2.approx",
+                     block_k=cfg.fwd.block_n, block_q=cfg.dkdv.block_m)
+
+
+def _dot_precision(dot_precision) -> str:
+    if dot_precision is None:
+        return "ieee"
+    if dot_precision not in ("ieee", "tf32"):
+        raise ValueError(f"dot_precision must be None, 'ieee' or 'tf32', got {dot_precision!r}")
+    return dot_precision
+
+
+# --------------------------------------------------------------------------- input checks
+
+def _check_tensor(name, t):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 4:
+        raise ValueError(f"{name} must have shape (B, H, N, d), got {tuple(t.shape)}")
+    if t.dtype not in _DTYPES:
+        raise TypeError(f"{name} must be float16, bfloat16 or float32, got {t.dtype}")
+
+
+def _band(causal, window, nq: int, nk: int) -> tuple[bool, int, int]:
+    """(BAND, off_lo, off_hi): key j visible from query i iff i + off_lo <= j <= i + off_hi."""
+    if not (causal is False or causal is True or causal in ("top_left", "bottom_right")):
+        raise ValueError(f"causal must be False, True, 'top_left' or 'bottom_right', got {causal!r}")
+    left = right = None
+    if window is not None:
+        if not isinstance(window, (tuple, list)) or len(window) != 2:
+            raise ValueError(f"window must be a (left, right) pair, got {window!r}")
+        left, right = window
+        for side, w in (("left", left), ("right", right)):
+            if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 0):
+                raise ValueError(f"window {side} must be None or an int >= 0, got {w!r}")
+    off = nk - nq if causal == "bottom_right" else 0
+    if causal is not False:
+        right = 0 if right is None else min(right, 0)
+    if left is None and right is None:
+        return False, 0, 0
+    big = nq + nk + 1  # farther than any (i, j) distance: "unbounded" without leaving int32
+    lo = off - (big if left is None else min(left, big))
+    hi = off + (big if right is None else min(right, big))
+    return True, lo, hi
+
+
+def _normalize_mask(mask, B, Hq, nq, nk, causal, window, device, cfg: KernelConfig):
+    """Returns (dense int8 mask (B|1, H|1, Nq|1, Nk|1) or None, BlockSparseMask or None, causal, window)."""
+    if mask is None:
+        return None, None, causal, window
+    if not isinstance(mask, (torch.Tensor, BlockSparseMask)):
+        try:
+            from torch.nn.attention.flex_attention import BlockMask
+        except ImportError:  # pragma: no cover
+            BlockMask = ()
+        if BlockMask and isinstance(mask, BlockMask):
+            mask = from_flex_block_mask(mask)
+        else:
+            raise TypeError("mask must be a bool tensor, a kernels.block_mask.BlockSparseMask or a "
+                            f"flex_attention.BlockMask, got {type(mask).__name__}")
+    if isinstance(mask, BlockSparseMask):
+        if (mask.nq, mask.nk) != (nq, nk):
+            raise ValueError(f"mask was built for (Nq, Nk) = ({mask.nq}, {mask.nk}), got ({nq}, {nk})")
+        mb, mh = mask.kv_num_blocks.shape[:2]
+        if mb not in (1, B) or mh not in (1, Hq):
+            raise ValueError(f"mask batch/head dims ({mb}, {mh}) do not broadcast to ({B}, {Hq})")
+        if (causal is not False and causal != mask.causal) or (window is not None and tuple(window) != mask.window):
+            raise ValueError("causal/window differ from those the block mask was built with "
+                             f"(mask: causal={mask.causal!r}, window={mask.window!r})")
+        if mask.kv_num_blocks.device != device:
+            raise ValueError(f"mask is on {mask.kv_num_blocks.device}, q on {device}")
+        dense = mask.dense.view(torch.int8) if mask.dense is not None else None
+        return dense, mask, mask.causal, mask.window
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor (True = attend), got dtype {mask.dtype}")
+    if mask.device != device:
+        raise ValueError(f"mask is on {mask.device}, q on {device}")
+    if mask.dim() > 4:
+        raise ValueError(f"mask must have at most 4 dims, got shape {tuple(mask.shape)}")
+    m4 = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+    for axis, (got, want) in enumerate(zip(m4.shape, (B, Hq, nq, nk))):
+        if got not in (1, want):
+            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to "
+                             f"(B, Hq, Nq, Nk) = {(B, Hq, nq, nk)} (axis {axis})")
+    return m4.contiguous().view(torch.int8), None, causal, window
+
+
+def attention(q, k, v, *, scale=None, causal=False, window=None, mask=None, return_lse=False,
+              dot_precision=None):
+    """Softmax(scale · Q Kᵀ, masked) V with FlashAttention-2 tiling.
+
+    q (B, Hq, Nq, d), k (B, Hkv, Nk, d), v (B, Hkv, Nk, dv); Hq a multiple of Hkv; d, dv <= 256;
+    float16 / bfloat16 / float32 (dot_precision "ieee" (default) or "tf32" for float32; ignored
+    otherwise). causal: False | True | "top_left" | "bottom_right"; window: (left, right);
+    mask: bool tensor broadcastable to (B, Hq, Nq, Nk), a `BlockSparseMask` or a flex `BlockMask`.
+    Returns O (B, Hq, Nq, dv), and the natural-log LSE (B, Hq, Nq) float32 when return_lse.
+    Differentiable in q, k, v (and through LSE). Tensors whose last dim is strided are copied.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, t)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if q.device.type == "cpu" and not _interpreting():
+        raise ValueError("q, k, v are CPU tensors: the Triton kernel needs CUDA tensors, or "
+                         "TRITON_INTERPRET=1 to run on the CPU")
+    if q.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"q must be a CUDA tensor (or CPU with TRITON_INTERPRET=1), got {q.device}")
+    B, Hq, nq, d = q.shape
+    Bk, Hkv, nk, dk_ = k.shape
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k and v must agree in (B, Hkv, Nk), got {tuple(k.shape)} and {tuple(v.shape)}")
+    if Bk != B:
+        raise ValueError(f"k batch {Bk} differs from q batch {B}")
+    if dk_ != d:
+        raise ValueError(f"k head dim {dk_} differs from q head dim {d}")
+    dv = v.shape[3]
+    if Hkv == 0 or Hq % Hkv:
+        raise ValueError(f"q heads ({Hq}) must be a multiple of k/v heads ({Hkv})")
+    for name, dim in (("q/k head dim d", d), ("v head dim dv", dv)):
+        if not 1 <= dim <= MAX_HEAD_DIM:
+            raise ValueError(f"{name} must be in 1..{MAX_HEAD_DIM}, got {dim}")
+    if max(nq, nk) * max(d, dv) > _INT32_MAX or nq * nk > _INT32_MAX * 4 or nq + nk > 2**29:
+        raise ValueError(f"sequence lengths Nq={nq}, Nk={nk} with d={max(d, dv)} exceed the "
+                         "kernel's int32 per-head offsets")
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise TypeError(f"scale must be a finite float or None, got {scale!r}")
+    if q.dtype == torch.float32:
+        dot = _dot_precision(dot_precision)
+    else:
+        _dot_precision(dot_precision)  # still reject unknown spellings
+        dot = "tf32"  # no effect on fp16/bf16 operands (the backend default spelling)
+    cfg = kernel_config(max(d, dv), q.dtype)
+    dense, sparse, causal, window = _normalize_mask(mask, B, Hq, nq, nk, causal, window, q.device, cfg)
+    band, off_lo, off_hi = _band(causal, window, nq, nk)
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    sparse_list = [] if sparse is None else sparse.tensors()
+    bm = (sparse.block_q, sparse.block_k) if sparse is not None else (0, 0)
+    o, lse = torch.ops.flashcheck.attention_fwd(q, k, v, dense, sparse_list, float(scale), band,
+                                                off_lo, off_hi, bm[0], bm[1], dot)
+    return (o, lse) if return_lse else o
+
+
+# --------------------------------------------------------------------------- launches
+
+def _mask_strides(dense):
+    if dense is None:
+        return (0, 0, 0, 0)
+    return tuple(0 if dense.shape[i] == 1 else dense.stride(i) for i in range(4))
+
+
+def _sparse_strides(num, idx):
+    ns = tuple(0 if num.shape[i] == 1 else num.stride(i) for i in range(2)) + (num.stride(2),)
+    is_ = tuple(0 if idx.shape[i] == 1 else idx.stride(i) for i in range(2)) + (idx.stride(2),)
+    return ns + is_
+
+
+def _tiles(q, v, block_q, block_k):
+    d, dv = q.shape[-1], v.shape[-1]
+    cfg = kernel_config(max(d, dv), q.dtype)
+    if block_q:  # a block-sparse mask fixes the tile grid
+        w = cfg.fwd
+        fixed = TileConfig(block_q, block_k, w.num_warps, w.num_stages)
+        cfg = KernelConfig(fixed, fixed, fixed)
+    return cfg, max(16, triton.next_power_of_2(d)), max(16, triton.next_power_of_2(dv))
+
+
+def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot):
+    B, Hq, nq, d = q.shape
+    Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
+    o = torch.empty((B, Hq, nq, dv), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, Hq, nq), dtype=torch.float32, device=q.device)
+    if o.numel() == 0:
+        return o, lse.fill_(float("-inf"))
+    cfg, bd, bdv = _tiles(q, v, block_q, block_k)
+    t = cfg.fwd
+    mask_t = dense if dense is not None else q
+    if sparse:
+        num, idx, fnum, fidx = sparse[:4]
+        sp = _sparse_strides(num, idx)
+    else:
+        num = idx = fnum = fidx = lse
+        sp = (0,) * 6
+    grid = (triton.cdiv(nq, t.block_m), B * Hq)
+    attn_fwd_kernel[grid](
+        q, k, v, o, lse, mask_t, num, idx, fnum, fidx,
+        scale, nq, nk, Hq, off_lo, off_hi,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        o.stride(0), o.stride(1), o.stride(2),
+        *_mask_strides(dense), *sp,
+        GROUP=Hq // Hkv, HEAD_D=d, HEAD_DV=dv, BLOCK_D=bd, BLOCK_DV=bdv,
+        BLOCK_M=t.block_m, BLOCK_N=t.block_n, BAND=band, HAS_MASK=dense is not None,
+        SPARSE=bool(sparse), DOT_PRECISION=dot, num_warps=t.num_warps, num_stages=t.num_stages)
+    return o, lse
+
+
+def _bwd_impl(q, k, v, o, lse, do, dlse, dense, sparse, scale, band, off_lo, off_hi,
+              block_q, block_k, dot):
+    B, Hq, nq, d = q.shape
+    Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
+    do = do if do.stride(-1) == 1 else do.contiguous()
+    dq = torch.empty_like(q)
+    dk = torch.empty_like(k)
+    dv_ = torch.empty_like(v)
+    if q.numel() == 0 or k.numel() == 0:
+        return dq.zero_(), dk.zero_(), dv_.zero_()
+    cfg, bd, bdv = _tiles(q, v, block_q, block_k)
+    delta = torch.empty((B, Hq, nq), dtype=torch.float32, device=q.device)
+    pre_m = 64 if not _interpreting() else 16
+    attn_bwd_preprocess_kernel[(triton.cdiv(nq, pre_m), B * Hq)](
+        o, do, delta, nq, Hq, o.stride(0), o.stride(1), o.stride(2),
+        do.stride(0), do.stride(1), do.stride(2), HEAD_DV=dv, BLOCK_DV=bdv, BLOCK_M=pre_m)
+    if dlse is not None:
+        # LSE's own gradient: ∂LSE_i/∂S_ij = P_ij, so dS = P ∘ (dP − (Δ − dLSE)).
+        delta = delta - dlse.to(torch.float32)
+    mask_t = dense if dense is not None else q
+    ms = _mask_strides(dense)
+    common = dict(GROUP=Hq // Hkv, HEAD_D=d, HEAD_DV=dv, BLOCK_D=bd, BLOCK_DV=bdv, BAND=band,
+                  HAS_MASK=dense is not None, SPARSE=bool(sparse), DOT_PRECISION=dot)
+    if sparse:
+        num, idx, fnum, fidx, qnum, qidx, fqnum, fqidx = sparse
+        sp_kv, sp_q = _sparse_strides(num, idx), _sparse_strides(qnum, qidx)
+    else:
+        num = idx = fnum = fidx = qnum = qidx = fqnum = fqidx = lse
+        sp_kv = sp_q = (0,) * 6
+    t = cfg.dkdv
+    attn_bwd_dkdv_kernel[(triton.cdiv(nk, t.block_n), B * Hkv)](
+        q, k, v, do, lse, delta, dk, dv_, mask_t, qnum, qidx, fqnum, fqidx,
+        scale, nq, nk, Hkv, off_lo, off_hi,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        do.stride(0), do.stride(1), do.stride(2),
+        dk.stride(0), dk.stride(1), dk.stride(2),
+        dv_.stride(0), dv_.stride(1), dv_.stride(2),
+        *ms, *sp_q, BLOCK_M=t.block_m, BLOCK_N=t.block_n,
+        num_warps=t.num_warps, num_stages=t.num_stages, **common)
+    t = cfg.dq
+    attn_bwd_dq_kernel[(triton.cdiv(nq, t.block_m), B * Hq)](
+        q, k, v, do, lse, delta, dq, mask_t, num, idx, fnum, fidx,
+        scale, nq, nk, Hq, off_lo, off_hi,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        do.stride(0), do.stride(1), do.stride(2),
+        dq.stride(0), dq.stride(1), dq.stride(2),
+        *ms, *sp_kv, BLOCK_M=t.block_m, BLOCK_N=t.block_n,
+        num_warps=t.num_warps, num_stages=t.num_stages, **common)
+    return dq, dk, dv_
+
+
+# --------------------------------------------------------------------------- custom ops
+
+@torch.library.custom_op("flashcheck::attention_fwd", mutates_args=())
+def _attention_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      dense: torch.Tensor | None, sparse: list[torch.Tensor], scale: float,
+                      band: bool, off_lo: int, off_hi: int, block_q: int, block_k: int,
+                      dot: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot)
+
+
+@_attention_fwd_op.register_fake
+def _(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot):
+    B, Hq, nq, _ = q.shape
+    return (q.new_empty((B, Hq, nq, v.shape[3])),
+            q.new_empty((B, Hq, nq), dtype=torch.float32))
+
+
+@torch.library.custom_op("flashcheck::attention_bwd", mutates_args=())
+def _attention_bwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                      lse: torch.Tensor, do: torch.Tensor, dlse: torch.Tensor | None,
+                      dense: torch.Tensor | None, sparse: list[torch.Tensor], scale: float,
+                      band: bool, off_lo: int, off_hi: int, block_q: int, block_k: int,
+                      dot: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _bwd_impl(q, k, v, o, lse, do, dlse, dense, sparse, scale, band, off_lo, off_hi,
+                     block_q, block_k, dot)
+
+
+@_attention_bwd_op.register_fake
+def _(q, k, v, o, lse, do, dlse, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse, *([dense] if dense is not None else []), *sparse)
+    ctx.has_dense = dense is not None
+    ctx.n_sparse = len(sparse)
+    ctx.args = (scale, band, off_lo, off_hi, block_q, block_k, dot)
+
+
+def _backward(ctx, do, dlse):
+    q, k, v, o, lse, *rest = ctx.saved_tensors
+    if do is None:
+        do = torch.zeros_like(o)
+    dense = rest[0] if ctx.has_dense else None
+    sparse = rest[1:] if ctx.has_dense else rest
+    dq, dk, dv = torch.ops.flashcheck.attention_bwd(q, k, v, o, lse, do, dlse, dense, list(sparse),
+                                                    *ctx.args)
+    return dq, dk, dv, None, [None] * ctx.n_sparse, None, None, None, None, None, None, None
+
+
+_attention_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+# `kernels.attention` names both this module and, once the package is imported, the function;
+# `kernels.attention.precision(...)` works either way.
+attention.precision = precision
