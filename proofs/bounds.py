@@ -1,0 +1,458 @@
+"""A-priori floating-point error bounds: the tolerances every kernel test uses (ARCHITECTURE.md,
+"Error-bound API"; derivation in proofs/bounds.md).
+
+Given the float64 values a kernel actually received and a `Precision` describing how it computes,
+`forward_bound` returns elementwise bounds on |O_kernel - O| and |LSE_kernel - LSE|, and
+`backward_bound` on |dQ_kernel - dQ|, |dK_kernel - dK|, |dV_kernel - dV|, where O, LSE, dQ, dK, dV
+are the exact results for those inputs.
+
+Two kinds, named as such:
+- "worst_case": never exceeded, for any rounding errors (Higham's gamma_n = n u / (1 - n u) and
+  rigorous majorants for every second-order term).
+- "probabilistic": the first-order error is a sum of independent, mean-zero rounding errors
+  (Higham & Mary 2019 model); Azuma-Hoeffding bounds it by LAMBDA standard deviations, exceeded with
+  probability <= FAILURE_PROBABILITY per entry. Errors that are not random (tensor-core truncation,
+  the ex2.approx / div.full approximation error, roundings shared by a whole row) stay worst-case,
+  and the nonlinear remainder is bounded rigorously by its majorant series (proofs/bounds.md, sec. 6).
+
+The model of the computation is the FA2 forward/backward of kernels/triton_fwd.py and
+kernels/triton_bwd.py (base-2 logits, running max, deferred normalization, P and dS rounded to the
+operand dtype before the tensor-core products).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+import math
+
+import numpy as np
+
+# ----------------------------------------------------------------------------------------------
+# Precision: what the kernel does
+# ----------------------------------------------------------------------------------------------
+
+INPUTS = ("float16", "bfloat16", "float32", "float64")
+DOTS = ("fp16", "bf16", "tf32", "ieee", "fp64")
+ACCUMULATORS = ("float32", "float64")
+EXPS = ("ex2.approx", "libm")
+KINDS = ("worst_case", "probabilistic")
+
+# unit roundoff u = 2^-p of each format (round to nearest), p = significand bits including the hidden one
+UNIT_ROUNDOFF = {
+    "float16": 2.0**-11,
+    "bfloat16": 2.0**-8,
+    "tf32": 2.0**-11,
+    "float32": 2.0**-24,
+    "float64": 2.0**-53,
+}
+# half the smallest subnormal: the absolute error floor of rounding into the format
+UNDERFLOW_FLOOR = {
+    "float16": 2.0**-25,
+    "bfloat16": 2.0**-134,
+    "tf32": 2.0**-127,  # fp32 exponent range, treated as flush-to-zero at 2^-126 / 2
+    "float32": 2.0**-126,  # ftz: |x| < 2^-126 may be flushed to 0
+    "float64": 2.0**-1022,
+}
+# significand bits / exponent bits, to decide whether an input dtype is exact in an operand format
+_FORMAT_BITS = {
+    "float16": (11, 5),
+    "bfloat16": (8, 8),
+    "tf32": (11, 8),
+    "float32": (24, 8),
+    "float64": (53, 11),
+}
+_DOT_OPERAND = {"fp16": "float16", "bf16": "bfloat16", "tf32": "tf32", "ieee": "float32", "fp64": "float64"}
+TENSOR_CORE_DOTS = ("fp16", "bf16", "tf32")
+
+# Per-entry failure probability of a "probabilistic" bound, and the matching Azuma-Hoeffding
+# multiplier: P(|sum_t c_t delta_t| >= lam * sqrt(sum_t c_t^2 u_t^2)) <= 2 exp(-lam^2 / 2).
+FAILURE_PROBABILITY = 2.0**-30
+
+
+def hoeffding_lambda(events: float = 1.0, eta: float = FAILURE_PROBABILITY) -> float:
+    """lam with `events` * 2 exp(-lam^2/2) = eta (union bound over `events` Azuma events)."""
+    return math.sqrt(2.0 * math.log(2.0 * events / eta))
+
+
+LAMBDA = hoeffding_lambda()
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How a kernel computes (ARCHITECTURE.md): input dtype, tensor-core operand format, accumulator,
+    stored output dtype, the exp implementation and the blocking of the inner loops."""
+
+    input: str
+    dot: str
+    accumulate: str = "float32"
+    output: str | None = None
+    exp: str = "ex2.approx"
+    block_k: int = 64
+    block_q: int = 64
+
+    def __post_init__(self):
+        for name, value, allowed in (
+            ("input", self.input, INPUTS),
+            ("dot", self.dot, DOTS),
+            ("accumulate", self.accumulate, ACCUMULATORS),
+            ("exp", self.exp, EXPS),
+        ):
+            if value not in allowed:
+                raise ValueError(f"Precision.{name} must be one of {allowed}, got {value!r}")
+        if self.output is not None and self.output not in INPUTS:
+            raise ValueError(f"Precision.output must be None or one of {INPUTS}, got {self.output!r}")
+        for name in ("block_k", "block_q"):
+            b = getattr(self, name)
+            if not isinstance(b, int) or isinstance(b, bool) or b < 1:
+                raise ValueError(f"Precision.{name} must be a positive int, got {b!r}")
+
+    @property
+    def out(self) -> str:
+        return self.output or self.input
+
+
+# The float64 NumPy references: fp64 everything, libm exp, any summation order and blocking.
+REFERENCE_PRECISION = Precision(input="float64", dot="fp64", accumulate="float64", output="float64",
+                                exp="libm", block_k=1, block_q=1)
+
+
+def gamma(n, u):
+    """Higham's gamma_n = n u / (1 - n u) (inf when n u >= 1)."""
+    nu = np.asarray(n, dtype=np.float64) * u
+    with np.errstate(divide="ignore"):
+        return np.where(nu < 1.0, nu / np.maximum(1.0 - nu, 0.0), np.inf)
+
+
+def _fits(fmt: str, into: str) -> bool:
+    p1, e1 = _FORMAT_BITS[fmt]
+    p2, e2 = _FORMAT_BITS[into]
+    return p1 <= p2 and e1 <= e2
+
+
+@dataclass(frozen=True)
+class _Model:
+    """The unit roundoffs and operation counts the derivation needs (proofs/bounds.md, sec. 2)."""
+
+    u_w: float  # working (accumulator) format: every fp32 scalar op, exp argument, l sum, rescale
+    u_in: float  # rounding of an input value into the dot operand format (0 when exact)
+    u_p: float  # rounding of P / dS (working format) into the operand format before a product
+    u_dacc: float  # accumulation inside a dot: 2u_w (truncation) on tensor cores, else u_w
+    tensor_core: bool  # tensor-core accumulation is truncation: biased, so never treated as random
+    eps_exp: float  # relative error of exp2
+    eps_div: float  # relative error of the final division
+    u_out: float  # rounding of the stored result
+    floor_p: float  # absolute floor when rounding P/dS to the operand format (subnormals)
+    floor_w: float  # absolute floor of a working-format exp result (ftz)
+    approx: bool  # GPU approximate transcendental instructions (lg2.approx as well)
+
+
+def _model(precision: Precision) -> _Model:
+    if not isinstance(precision, Precision):
+        raise TypeError(f"precision must be a proofs.bounds.Precision, got {type(precision).__name__}")
+    pr = precision
+    u_w = UNIT_ROUNDOFF[pr.accumulate]
+    op = _DOT_OPERAND[pr.dot]
+    u_op = UNIT_ROUNDOFF[op]
+    tc = pr.dot in TENSOR_CORE_DOTS
+    approx = pr.exp == "ex2.approx"
+    return _Model(
+        u_w=u_w,
+        u_in=0.0 if _fits(pr.input, op) else u_op,
+        u_p=0.0 if _fits(pr.accumulate, op) else u_op,
+        u_dacc=2.0 * u_w if tc else u_w,
+        tensor_core=tc,
+        # ex2.approx.f32: <= 2 ulp, i.e. relative 2 * 2^-23; libm: <= 1 ulp = 2 u
+        eps_exp=2.0**-22 if approx else 2.0 * u_w,
+        # Triton's fp32 '/' is div.full.f32 (<= 2 ulp); IEEE division rounds once
+        eps_div=2.0**-22 if approx else u_w,
+        u_out=UNIT_ROUNDOFF[pr.out],
+        floor_p=0.0 if _fits(pr.accumulate, op) else UNDERFLOW_FLOOR[op],
+        floor_w=UNDERFLOW_FLOOR[pr.accumulate],
+        approx=approx,
+    )
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    return kind
+
+
+# ----------------------------------------------------------------------------------------------
+# Results
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ForwardBound:
+    """Elementwise bounds: .o has O's shape (B, Hq, Nq, dv), .lse is (B, Hq, Nq).
+    A fully masked row has bound 0 (O = 0 and LSE = -inf are compared exactly)."""
+
+    o: np.ndarray
+    lse: np.ndarray
+    kind: str
+    precision: Precision
+
+
+@dataclass(frozen=True)
+class BackwardBound:
+    """Elementwise bounds with the shapes of dq (B, Hq, Nq, d), dk (B, Hkv, Nk, d), dv (B, Hkv, Nk, dv)."""
+
+    dq: np.ndarray
+    dk: np.ndarray
+    dv: np.ndarray
+    kind: str
+    precision: Precision
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared pieces
+# ----------------------------------------------------------------------------------------------
+
+
+def _problem(q, k, v, scale, causal, window, mask, bias):
+    """Exact logits S (masked to -inf), visibility, the float64 arrays, scale and sizes."""
+    from reference.attention import expand_kv, masked_logits, resolve_scale
+    from reference.shapes import check_attention_args
+
+    p = check_attention_args(q, k, v, scale=scale, causal=causal, window=window, mask=mask, bias=bias)
+    qf = np.asarray(q, dtype=np.float64)
+    kf = expand_kv(np.asarray(k, dtype=np.float64), p.group)
+    vf = expand_kv(np.asarray(v, dtype=np.float64), p.group)
+    s, vis = masked_logits(q, k, p, scale=scale, causal=causal, window=window, mask=mask, bias=bias)
+    return p, qf, kf, vf, s, vis, abs(resolve_scale(scale, p.d))
+
+
+def _softmax_parts(s, vis):
+    """Row max m (0 for empty rows), A = softmax(S) (0 where invisible), l = sum exp(S - m), LSE."""
+    empty = ~vis.any(axis=-1)
+    m = np.where(empty, 0.0, np.max(np.where(vis, s, -np.inf), axis=-1))
+    e = np.where(vis, np.exp(np.where(vis, s, 0.0) - m[..., None]), 0.0)
+    l = e.sum(axis=-1)
+    l_safe = np.where(empty, 1.0, l)
+    A = e / l_safe[..., None]
+    lse = np.where(empty, -np.inf, m + np.log(l_safe))
+    return m, A, l_safe, lse, empty
+
+
+def _rows_chunks(Nq: int, Nk: int, dv: int, budget: int = 1 << 21):
+    step = max(1, budget // max(1, Nk * dv))
+    for r0 in range(0, Nq, step):
+        yield slice(r0, min(Nq, r0 + step))
+
+
+def _weighted_dev(weights_abs, weights_sq, v, o):
+    """For (..., Nq, Nk) weights W and rows o (..., Nq, dv): sum_j W_ij |v_jc - o_ic| and
+    sum_j W_ij (v_jc - o_ic)^2, computed directly (no cancellation), chunked over query rows."""
+    Nq, Nk = weights_abs[0].shape[-2:] if weights_abs else weights_sq[0].shape[-2:]
+    dv = v.shape[-1]
+    outs_abs = [np.zeros(o.shape) for _ in weights_abs]
+    outs_sq = [np.zeros(o.shape) for _ in weights_sq]
+    for r in _rows_chunks(Nq, Nk, dv):
+        D = v[..., None, :, :] - o[..., r, None, :]  # (..., rows, Nk, dv)
+        Dabs = np.abs(D)
+        for W, out in zip(weights_abs, outs_abs):
+            out[..., r, :] = np.einsum("...ij,...ijc->...ic", W[..., r, :], Dabs)
+        if weights_sq:
+            D2 = D * D
+            for W, out in zip(weights_sq, outs_sq):
+                out[..., r, :] = np.einsum("...ij,...ijc->...ic", W[..., r, :], D2)
+    return outs_abs, outs_sq
+
+
+@dataclass(frozen=True)
+class _Logits:
+    """Per-logit bounds on the error e_ij of the exponent argument (natural-log units), sec. 3."""
+
+    wc: np.ndarray  # worst case |e_ij| (full majorant)
+    lin: np.ndarray  # linear part of that majorant
+    sigma: np.ndarray  # sqrt(sum c_t^2 u_t^2) of the random (round-to-nearest) first-order part
+    det: np.ndarray  # first-order part that is not random (truncation, shared constant rounding)
+
+
+def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias: bool) -> _Logits:
+    """Error of t_ij = fl(fl(q_i.k_j) * c) - shift_i (c = scale*log2 e rounded), in natural units.
+
+    dot: operands rounded into the dot format (u_in each), d products accumulated with u_dacc
+    (products exact on tensor cores, rounded for ieee/fp64, counted within gamma_d);
+    argument: c rounded (u_w |s|, shared by the row: deterministic), product rounded (u_w |s|),
+    subtraction of the running max rounded (u_w |s - m_run| <= u_w |s - m|), bias add (u_w |s|)."""
+    absqk = scale * (np.abs(qf) @ np.swapaxes(np.abs(kf), -1, -2))
+    sqqk = scale * np.sqrt((qf * qf) @ np.swapaxes(kf * kf, -1, -2))
+    s0 = np.where(vis, s, 0.0)
+    a_s = np.abs(s0)
+    a_t = np.abs(s0 - shift[..., None])
+    u, ui = model.u_w, model.u_in
+    n_arg = 3 + (1 if has_bias else 0)
+    coef_arg = (2.0 + (1.0 if has_bias else 0.0)) * a_s + a_t
+    dot_wc = ((1.0 + ui) ** 2 * (1.0 + gamma(d, model.u_dacc)) - 1.0) * absqk
+    arg_wc = gamma(n_arg, u) * coef_arg
+    dot_lin = (2.0 * ui + d * model.u_dacc) * absqk
+    arg_lin = u * coef_arg
+    sig_dot = math.sqrt(2.0) * ui * sqqk + (0.0 if model.tensor_core else math.sqrt(d) * u * absqk)
+    det_dot = d * model.u_dacc * absqk if model.tensor_core else 0.0 * absqk
+    sig_arg = u * np.sqrt(a_s**2 * (1.0 + (1.0 if has_bias else 0.0)) + a_t**2)
+    det_arg = u * a_s  # rounding of the constant c = scale * log2(e): one error for the whole row
+    z = np.zeros_like(s0)
+    return _Logits(
+        wc=np.where(vis, dot_wc + arg_wc, z),
+        lin=np.where(vis, dot_lin + arg_lin, z),
+        sigma=np.where(vis, np.sqrt(sig_dot**2 + sig_arg**2), z),
+        det=np.where(vis, det_dot + det_arg, z),
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Forward
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Forward:
+    """Everything backward_bound reuses from the forward analysis."""
+
+    bound: ForwardBound
+    s: np.ndarray
+    vis: np.ndarray
+    A: np.ndarray
+    o: np.ndarray
+    lse: np.ndarray
+    m: np.ndarray
+    empty: np.ndarray
+    qf: np.ndarray
+    kf: np.ndarray
+    vf: np.ndarray
+    scale: float
+    problem: object
+
+
+def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, kind: str,
+             eta: float = FAILURE_PROBABILITY) -> _Forward:
+    kind = _check_kind(kind)
+    M = _model(precision)
+    p, qf, kf, vf, s, vis, sc = _problem(q, k, v, scale, causal, window, mask, bias)
+    m, A, l, lse, empty = _softmax_parts(s, vis)
+    o = A @ vf
+    d, Nk = p.d, p.Nk
+    u = M.u_w
+    lam = hoeffding_lambda(1.0, eta)
+
+    lg = _logit_errors(qf, kf, s, m, vis, sc, M, d, bias is not None)
+    # b_ij: relative error of p_ij = exp(s_ij - m) as computed: exp(e_ij) (1 + eps_exp) - 1
+    b_wc = np.where(vis, np.exp(lg.wc) * (1.0 + M.eps_exp) - 1.0, 0.0)
+    b_lin = np.where(vis, lg.lin + M.eps_exp, 0.0)
+
+    # blocking (sec. 4): T_k key blocks; PV: block_k products per tile + T_k accumulations into acc
+    # (tensor core), T_k rescales acc*alpha (RN); l: block_k-wide fp32 sum + 2 roundings per block (RN)
+    T = max(1, -(-Nk // precision.block_k))
+    n_pv = min(Nk, precision.block_k) + T
+    n_l = min(Nk, precision.block_k) + 2 * T
+    nu_wc = (1 + M.u_p) * (1 + M.u_in) * (1 + gamma(n_pv, M.u_dacc)) * (1 + gamma(T, u)) - 1
+    nu_lin = M.u_p + M.u_in + n_pv * M.u_dacc + T * u
+    mu_wc = float(gamma(n_l, u))
+    mu_lin = n_l * u
+
+    # absolute floors: ftz of exp results, subnormal rounding of P into the operand format; the
+    # shift used by the kernel may exceed m by the logit error, so l is divided by exp(max e)
+    n_vis = vis.sum(axis=-1)
+    l_eff = l * np.exp(-np.max(lg.wc, axis=-1, initial=0.0))
+
+    absv = np.abs(vf)
+    W_b = A * b_wc
+    W_lin = A * b_lin
+    W_det = A * (lg.det + M.eps_exp)
+    W_sig = (A * lg.sigma) ** 2
+    W_vis = vis.astype(np.float64)
+    (dev_b, dev_lin, dev_det, dev_vis), (dev_sig,) = _weighted_dev([W_b, W_lin, W_det, W_vis], [W_sig], vf, o)
+    Av = (A * (1 + b_wc)) @ absv  # sum_j A_j (1 + b_j) |v_j|
+    A_absv = A @ absv
+    A1b = (A * (1 + b_wc)).sum(axis=-1)  # sum_j A_j (1 + b_j)
+    sum_absv = W_vis @ absv
+    oabs = np.abs(o)
+
+    floors = (M.floor_w * (dev_vis + nu_wc * sum_absv + mu_wc * n_vis[..., None] * oabs)
+              + M.floor_p * (1 + nu_wc) * sum_absv) / l_eff[..., None]
+    num_wc = dev_b + nu_wc * Av + mu_wc * A1b[..., None] * oabs + floors
+    x_wc = (A1b * (1 + mu_wc) - 1.0) + n_vis * M.floor_w / l_eff  # |D/l - 1| <= x_wc
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv_den = np.where(x_wc < 1.0, 1.0 / (1.0 - x_wc), np.inf)[..., None]
+
+    if kind == "worst_case":
+        pre = num_wc * inv_den
+    else:
+        # first-order part: random (Azuma) + deterministic; the rest is the majorant remainder
+        num_lin = dev_lin + nu_lin * A_absv + mu_lin * oabs
+        remainder = np.maximum(num_wc - num_lin, 0.0)
+        var = (dev_sig
+               + (M.u_p**2 + M.u_in**2) * ((A * A) @ (vf * vf))
+               + ((0 if M.tensor_core else n_pv) + T) * u**2 * A_absv**2
+               + n_l * u**2 * oabs**2)
+        det = dev_det + (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
+        # the worst case always holds, so it caps the probabilistic bound (concentrated rows)
+        pre = np.minimum((lam * np.sqrt(var) + det + remainder) * inv_den, num_wc * inv_den)
+    # final division acc / l and the store in the output dtype
+    err = pre + M.eps_div * (oabs + pre)
+    err = err + M.u_out * (oabs + err)
+    err = np.where(empty[..., None], 0.0, err)
+
+    # LSE = ln2 (m2 + log2 l): |log(l_hat / l)| + the rounding of the sum, of the ln2 product and of
+    # ln2 itself (gamma_3 |LSE|), and the log2 error. Rescale factors alpha = exp2(m_old - m_new)
+    # do not cancel here: T - 1 of them, each with exp error and the subtraction's rounding.
+    s_min = np.min(np.where(vis, s, np.inf), axis=-1, initial=np.inf)
+    rng = np.where(empty, 0.0, m - np.where(empty, 0.0, s_min))
+    a_wc = np.exp(float(gamma(1, u)) * rng) * (1 + M.eps_exp) - 1.0
+    chain_wc = (1 + a_wc) ** (T - 1) - 1.0
+    x_lse = A1b * (1 + mu_wc) * (1 + chain_wc) - 1.0 + n_vis * M.floor_w / l_eff
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_wc = np.where(x_lse < 1.0, -np.log1p(-np.minimum(x_lse, 1.0)), np.inf)
+    lse_abs = np.abs(np.where(empty, 0.0, lse))
+    log2l = np.abs(np.log2(l))
+    log_err = (2.0**-22 if M.approx else 2.0 * u) * (1.0 + log2l) * math.log(2.0)
+    rounding = float(gamma(3, u)) * lse_abs + log_err
+    if kind == "worst_case":
+        lse_err = log_wc + rounding
+    else:
+        lin = (A * b_lin).sum(axis=-1) + mu_lin + (T - 1) * (u * rng + M.eps_exp)
+        remainder = np.maximum(log_wc - lin, 0.0)
+        var = ((A * lg.sigma) ** 2).sum(axis=-1) + n_l * u**2
+        det = (A * (lg.det + M.eps_exp)).sum(axis=-1) + (T - 1) * (u * rng + M.eps_exp)
+        lse_err = np.minimum(lam * np.sqrt(var) + det + remainder, log_wc) + rounding
+    lse_err = np.where(empty, 0.0, lse_err)
+
+    o_shape = (p.B, p.Hq, p.Nq, vf.shape[-1])
+    fb = ForwardBound(o=np.broadcast_to(err, o_shape).copy(), lse=lse_err, kind=kind, precision=precision)
+    return _Forward(bound=fb, s=s, vis=vis, A=A, o=o, lse=lse, m=m, empty=empty, qf=qf, kf=kf, vf=vf,
+                    scale=sc, problem=p)
+
+
+def forward_bound(q, k, v, *, scale=None, causal=False, window=None, mask=None, bias=None,
+                  precision: Precision, kind: str = "probabilistic") -> ForwardBound:
+    """Elementwise bound on |O_kernel - O| (.o) and |LSE_kernel - LSE| (.lse) for a kernel that
+    computes like `precision` on exactly these float64 inputs (proofs/bounds.md, sec. 5)."""
+    return _forward(q, k, v, scale, causal, window, mask, bias, precision, kind).bound
+
+
+def reference_bound(q, k, v, do=None, *, scale=None, causal=False, window=None, mask=None, bias=None,
+                    kind: str = "worst_case"):
+    """Bound on the float64 references (reference/) against the mpmath oracle (reference/exact.py).
+
+    The references compute in float64 with libm exp and an unspecified summation order; the same
+    derivation applies with u = 2^-53, block size 1 (any blocking) and one extra half-ulp for the
+    rounding of the mpmath value to float64 in the comparison. Returns a ForwardBound, or a
+    BackwardBound when `do` is given."""
+    kw = dict(scale=scale, causal=causal, window=window, mask=mask, bias=bias)
+    u = UNIT_ROUNDOFF["float64"]
+    if do is None:
+        ref = _forward(q, k, v, scale, causal, window, mask, bias, REFERENCE_PRECISION, kind)
+        fb = ref.bound
+        o_abs = np.abs(ref.o)
+        lse_abs = np.abs(np.where(ref.empty, 0.0, ref.lse))
+        return ForwardBound(o=fb.o + u * o_abs, lse=fb.lse + u * lse_abs, kind=kind,
+                            precision=REFERENCE_PRECISION)
+    bb = backward_bound(q, k, v, do, precision=REFERENCE_PRECISION, kind=kind, **kw)
+    return bb
+
+
+def backward_bound(q, k, v, do, *, scale=None, causal=False, window=None, mask=None, bias=None,
+                   precision: Precision, kind: str = "probabilistic") -> BackwardBound:
+    """Elementwise bound on |dQ_kernel - dQ|, |dK_kernel - dK|, |dV_kernel - dV| (sec. 7)."""
+    raise NotImplementedError("backward_bound: in progress")

@@ -1,0 +1,102 @@
+"""CPU emulation of the FA2 kernel's rounding (kernels/triton_fwd.py, kernels/triton_bwd.py), in torch.
+
+Used to measure how tight proofs/bounds.py is without a GPU. It rounds where the kernel rounds:
+inputs in their dtype, logits and all accumulators in float32, base-2 exponent with the running max,
+P (and dS in the backward) rounded to the operand dtype before the products, one division at the
+end, the result stored in the output dtype. What it cannot reproduce: the GPU's ex2.approx / div.full
+approximation errors (torch uses correctly rounded-ish libm) and tensor-core truncation (torch's fp32
+matmul rounds to nearest); so it is compared against bounds computed with exp="libm" as well.
+
+    o, lse = fa2_forward(q, k, v, dtype="float16", dot="fp16")
+    dq, dk, dv = fa2_backward(q, k, v, o, lse, do, dtype="float16", dot="fp16")
+
+Inputs are float64 NumPy arrays (B, H, N, d) holding values exactly representable in `dtype`
+(use `round_to`); outputs are float64 NumPy arrays of what the kernel would return.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+LOG2E = 1.4426950408889634  # log2(e)
+LN2 = 0.6931471805599453  # ln(2)
+
+_TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+          "float64": torch.float64}
+
+
+def round_to(x, dtype: str) -> np.ndarray:
+    """x rounded to `dtype` (round to nearest even), returned as float64."""
+    if dtype == "tf32":
+        return _tf32(torch.as_tensor(np.asarray(x, dtype=np.float32))).double().numpy()
+    return torch.as_tensor(np.asarray(x, dtype=np.float64)).to(_TORCH[dtype]).double().numpy()
+
+
+def _tf32(x: torch.Tensor) -> torch.Tensor:
+    """fp32 -> tf32 (10 explicit mantissa bits), round to nearest (ties away, like cvt.rna.tf32)."""
+    b = x.float().contiguous().view(torch.int32)
+    b = (b + 0x1000) & ~0x1FFF
+    return b.view(torch.float32)
+
+
+def _operand(x: torch.Tensor, dot: str, dtype) -> torch.Tensor:
+    """The value a tensor-core product sees: rounded to the operand format, widened to fp32."""
+    if dot == "tf32":
+        return _tf32(x.float())
+    if dot in ("fp16", "bf16"):
+        return x.to(dtype).float()
+    if dot == "fp64":
+        return x.double()
+    return x.float()
+
+
+def _visibility(B, H, Nq, Nk, causal, window, mask):
+    from reference.masks import visibility
+
+    return torch.as_tensor(visibility(B, H, Nq, Nk, causal=causal, window=window, mask=mask))
+
+
+def _expand(x: np.ndarray, group: int) -> np.ndarray:
+    return np.repeat(x, group, axis=1)
+
+
+def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
+                scale=None, causal=False, window=None, mask=None, block_k: int = 64):
+    """(O, LSE) as the FA2 forward kernel computes them, see the module docstring."""
+    tdt = _TORCH[dtype]
+    acc_t = torch.float64 if dot == "fp64" else torch.float32
+    B, Hq, Nq, d = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    group = Hq // Hkv
+    sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    qk_scale = torch.tensor(sc * LOG2E, dtype=acc_t)
+    qt = torch.as_tensor(q).to(tdt)
+    kt = torch.as_tensor(_expand(k, group)).to(tdt)
+    vt = torch.as_tensor(_expand(v, group)).to(tdt)
+    vis = _visibility(B, Hq, Nq, Nk, causal, window, mask)
+    qo = _operand(qt, dot, tdt).to(acc_t)
+    m = torch.full((B, Hq, Nq), -math.inf, dtype=acc_t)
+    l = torch.zeros((B, Hq, Nq), dtype=acc_t)
+    acc = torch.zeros((B, Hq, Nq, v.shape[-1]), dtype=acc_t)
+    for j0 in range(0, Nk, block_k):
+        j1 = min(Nk, j0 + block_k)
+        kb = _operand(kt[:, :, j0:j1], dot, tdt).to(acc_t)
+        vb = _operand(vt[:, :, j0:j1], dot, tdt).to(acc_t)
+        # S2 = Q Kᵀ · scale · log2(e), masked to -inf
+        s = (qo @ kb.transpose(-1, -2)) * qk_scale
+        s = torch.where(vis[:, :, :, j0:j1], s, torch.tensor(-math.inf, dtype=acc_t))
+        m_new = torch.maximum(m, s.amax(dim=-1))
+        m_shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        p = torch.exp2(s - m_shift[..., None])
+        alpha = torch.exp2(m - m_shift)
+        l = l * alpha + p.sum(dim=-1)
+        acc = acc * alpha[..., None]
+        acc = acc + _operand(p, dot, tdt).to(acc_t) @ vb
+        m = m_new
+    empty = l == 0
+    l_safe = torch.where(empty, torch.ones_like(l), l)
+    o = (acc / l_safe[..., None]).to(_TORCH[out or dtype])
+    lse = torch.where(empty, torch.tensor(-math.inf, dtype=acc_t), (m + torch.log2(l_safe)) * LN2)
+    return o.double().numpy(), lse.double().numpy()
