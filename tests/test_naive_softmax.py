@@ -1,0 +1,21 @@
+"""reference.naive_softmax: the unshifted definition, and why the safe variants exist (seed 000)."""
+import numpy as np
+
+from reference import naive_softmax, safe_softmax
+from tests.reference_strategies import assert_within, provisional_softmax_bound
+
+
+def test_naive_agrees_with_safe_for_moderate_logits():
+    x = np.random.default_rng(0).standard_normal((4, 9)) * 5
+    # both are within the softmax bound of the exact value, so within twice it of each other
+    assert_within("naive vs safe", naive_softmax(x), safe_softmax(x), 2 * provisional_softmax_bound(x)[0])
+
+
+def test_naive_overflows_beyond_log_dbl_max():
+    a = naive_softmax(np.array([[710.0, 0.0]]))
+    assert np.isnan(a).any()  # inf / inf: the reason for the max shift
+    assert np.all(np.isfinite(safe_softmax(np.array([[710.0, 0.0]]))))
+
+
+def test_naive_fully_masked_row_is_zero():
+    np.testing.assert_array_equal(naive_softmax(np.full((1, 3), -np.inf)), 0.0)
