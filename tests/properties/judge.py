@@ -1,0 +1,271 @@
+"""How a property judges the kernel under test: run it on the exact inputs of a case, compute the
+float64 reference and the derived bound from those same inputs, and compare elementwise
+(`abs(kernel - reference) <= bound`, NaN always failing, fully masked rows compared exactly).
+
+Failures say what differed, where, by how much, against which bound; every comparison is `note()`d
+and its worst error / bound recorded for `flashcheck validate`'s table.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from hypothesis import example, given, note
+
+from flashcheck.pytest_plugin import hypothesis_settings, options, record
+from tests.strategies import CANONICAL, Case, Inputs, adapt, cases, materialize
+
+
+# ---- the modules judged against (other parts of the project; provisional stand-ins until they land)
+
+def _provisional(name):
+    from tests.properties import provisional
+
+    return getattr(provisional, name)
+
+
+def reference_fn(name):
+    import reference
+
+    fn = getattr(reference, name, None)
+    return fn if fn is not None else _provisional(name)
+
+
+_used_provisional = set()
+
+
+def bound_fn(name):
+    try:
+        from proofs import bounds
+    except ImportError:
+        _used_provisional.add(name)
+        return _provisional(name)
+
+    def call(*args, **kw):
+        try:
+            return getattr(bounds, name)(*args, **kw)
+        except NotImplementedError:  # that part of proofs/bounds.py is still in progress
+            _used_provisional.add(name)
+            return _provisional(name)(*args, **kw)
+
+    return call
+
+
+def bounds_source() -> str:
+    if _used_provisional:
+        return (f"proofs.bounds, PROVISIONAL {sorted(_used_provisional)} from tests/properties/provisional.py "
+                f"(not implemented there yet)")
+    return "proofs.bounds"
+
+
+# ---- the subject: kernel, device, dtype --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Subject:
+    kernel: object
+    device: str
+    dtype: str
+
+    @property
+    def torch_dtype(self):
+        import torch
+
+        return getattr(torch, self.dtype)
+
+    @functools.cached_property
+    def precision(self):
+        return self.kernel.precision(self.torch_dtype)
+
+    def adapt(self, case: Case) -> Case:
+        return adapt(case, self.kernel.supports, self.kernel.head_dims)
+
+    def tensor(self, x, requires_grad=False):
+        import torch
+
+        t = torch.from_numpy(np.ascontiguousarray(x)).to(device=self.device, dtype=self.torch_dtype)
+        return t.requires_grad_(requires_grad)
+
+    def kwargs(self, case: Case, inputs: Inputs, mask=None) -> dict:
+        import torch
+
+        sup = self.kernel.supports
+        kw = {}
+        if case.causal:
+            kw["causal"] = case.causal
+        if case.window is not None:
+            kw["window"] = case.window
+        m = inputs.mask if mask is None else mask
+        if m is not None:
+            kw["mask"] = torch.from_numpy(np.ascontiguousarray(m)).to(self.device)
+        if "scale" in sup:
+            kw["scale"] = inputs.scale
+        return kw
+
+
+def subject_for(kernel_under_test, dtype) -> Subject:
+    opts = options()
+    reason = kernel_under_test.available(opts.device, getattr(__import__("torch"), dtype))
+    if reason:
+        pytest.skip(f"{kernel_under_test.name} on {opts.device} in {dtype}: {reason}")
+    return Subject(kernel_under_test, opts.device, dtype)
+
+
+@dataclass
+class Run:
+    """One kernel call: O and LSE as float64 arrays, and the torch tensors for autograd."""
+    o: np.ndarray
+    lse: np.ndarray | None
+    o_t: object
+    q_t: object
+    k_t: object
+    v_t: object
+
+
+def to_numpy(t):
+    return t.detach().to("cpu", dtype=__import__("torch").float64).numpy()
+
+
+def run(subject: Subject, case: Case, inputs: Inputs, *, grad=False, q=None, k=None, v=None, mask=None) -> Run:
+    q = inputs.q if q is None else q
+    k = inputs.k if k is None else k
+    v = inputs.v if v is None else v
+    q_t, k_t, v_t = (subject.tensor(x, grad) for x in (q, k, v))
+    o_t, lse_t = subject.kernel(q_t, k_t, v_t, **subject.kwargs(case, inputs, mask))
+    expect = (q.shape[0], q.shape[1], q.shape[2], v.shape[-1])
+    if tuple(o_t.shape) != expect:
+        raise AssertionError(f"O has shape {tuple(o_t.shape)}, expected {expect} (B, Hq, Nq, dv)")
+    return Run(o=to_numpy(o_t), lse=None if lse_t is None else to_numpy(lse_t), o_t=o_t, q_t=q_t, k_t=k_t, v_t=v_t)
+
+
+def gradients(subject: Subject, r: Run, do: np.ndarray):
+    import torch
+
+    grads = torch.autograd.grad(r.o_t, (r.q_t, r.k_t, r.v_t), subject.tensor(do), allow_unused=True)
+    out = []
+    for g, x in zip(grads, (r.q_t, r.k_t, r.v_t)):
+        out.append(np.zeros(tuple(x.shape)) if g is None else to_numpy(g))
+    return out
+
+
+# ---- the float64 reference and the bounds on the same inputs -----------------------------------------
+
+def reference_kwargs(case: Case, inputs: Inputs, mask=None) -> dict:
+    return {"scale": inputs.scale, "causal": case.causal, "window": case.window,
+            "mask": inputs.mask if mask is None else mask}
+
+
+def expected(case, inputs, *, q=None, k=None, v=None, mask=None):
+    q = inputs.q if q is None else q
+    k = inputs.k if k is None else k
+    v = inputs.v if v is None else v
+    return reference_fn("attention")(q, k, v, **reference_kwargs(case, inputs, mask))
+
+
+def expected_backward(case, inputs, o, lse):
+    return reference_fn("attention_backward")(inputs.q, inputs.k, inputs.v, o, lse, inputs.do,
+                                              **reference_kwargs(case, inputs))
+
+
+def forward_bound(subject, case, inputs, *, q=None, k=None, v=None, mask=None):
+    q = inputs.q if q is None else q
+    k = inputs.k if k is None else k
+    v = inputs.v if v is None else v
+    return bound_fn("forward_bound")(q, k, v, precision=subject.precision, **reference_kwargs(case, inputs, mask))
+
+
+def backward_bound(subject, case, inputs):
+    return bound_fn("backward_bound")(inputs.q, inputs.k, inputs.v, inputs.do, precision=subject.precision,
+                                      **reference_kwargs(case, inputs))
+
+
+def masked_rows(case: Case, inputs: Inputs) -> np.ndarray:
+    """(B, Hq, Nq): rows that see no key."""
+    from tests.strategies import visible
+
+    return ~visible(case, inputs.mask).any(-1)
+
+
+# ---- comparison ----------------------------------------------------------------------------------------
+
+def describe(case, subject) -> str:
+    return (f"{case!r} dtype={subject.dtype} kernel={subject.kernel.name} precision={subject.precision} "
+            f"bound={bounds_source()}")
+
+
+def check_within(name: str, got, want, bound, *, case, subject, exact=None,
+                 against="the float64 reference") -> float:
+    """Assert |got - want| <= bound elementwise; `exact` (broadcastable bool) marks entries compared exactly.
+
+    Returns the worst |got - want| / bound, records and notes it.
+    """
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    bound = np.broadcast_to(np.asarray(bound, dtype=np.float64), want.shape)
+    if got.shape != want.shape:
+        raise AssertionError(f"{name} has shape {got.shape}, expected {want.shape}")
+    exact = np.zeros(want.shape, bool) if exact is None else np.broadcast_to(exact, want.shape)
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    diff = np.where(same, 0.0, np.abs(got - want))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    ok = np.where(exact, same, diff <= bound)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(diff == 0, 0.0, diff / bound)
+    ratio = np.where(exact & ~same, np.inf, ratio)
+    worst_idx = np.unravel_index(int(np.argmax(ratio)), ratio.shape) if ratio.size else ()
+    worst = float(ratio[worst_idx]) if ratio.size else 0.0
+    where = ", ".join(f"{a}={i}" for a, i in zip("bhij" if len(worst_idx) != 3 else "bhi", worst_idx))
+    info = (f"{name}: worst error/bound {worst:.3g} at ({where}): kernel={got[worst_idx]!r} "
+            f"reference={want[worst_idx]!r} |diff|={diff[worst_idx]:.3g} bound={bound[worst_idx]:.3g}")
+    note(f"{describe(case, subject)}\n  {info}")
+    record(ratio=worst, info=info)
+    if not ok.all():
+        bad = int((~ok).sum())
+        kind = "a fully masked row (compared exactly)" if exact[worst_idx] else "the derived bound"
+        raise AssertionError(
+            f"{name} differs from {against} beyond {kind}: {bad} of {ok.size} elements.\n"
+            f"  worst at ({where}): kernel={got[worst_idx]!r} reference={want[worst_idx]!r} "
+            f"|diff|={diff[worst_idx]:.6g} bound={bound[worst_idx]:.6g} (ratio {worst:.3g})\n"
+            f"  {describe(case, subject)}")
+    return worst
+
+
+# ---- decorators ------------------------------------------------------------------------------------
+
+def property_cases(strategy=None, examples=CANONICAL):
+    """@given(case=...) with the canonical examples first and the shared example database."""
+    strategy = cases() if strategy is None else strategy
+
+    def wrap(fn):
+        fn = given(case=strategy)(fn)
+        for ex in reversed(examples):
+            fn = example(case=ex)(fn)
+        return hypothesis_settings()(fn)
+
+    return wrap
+
+
+def prepare(kernel_under_test, dtype, case: Case):
+    """(subject, adapted case, exact inputs) for one example."""
+    subject = subject_for(kernel_under_test, dtype)
+    case = subject.adapt(case)
+    return subject, case, materialize(case, dtype)
+
+
+_backward_memo: dict = {}
+
+
+def backward_result(subject: Subject, case: Case, inputs: Inputs):
+    """(kernel dq, dk, dv), (reference dq, dk, dv), bound — memoized so the dQ, dK and dV properties
+    share one kernel call when they draw the same case (they do under the derandomized ci profile)."""
+    key = (subject.kernel.name, subject.device, subject.dtype, case)
+    if key not in _backward_memo:
+        r = run(subject, case, inputs, grad=True)
+        got = gradients(subject, r, inputs.do)
+        o, lse = expected(case, inputs)
+        want = expected_backward(case, inputs, o, lse)
+        if len(_backward_memo) > 64:
+            _backward_memo.clear()
+        _backward_memo[key] = (got, want, backward_bound(subject, case, inputs))
+    return _backward_memo[key]

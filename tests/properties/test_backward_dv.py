@@ -1,0 +1,13 @@
+"""dV (autograd through the kernel's O) is within the derived bound of the float64 FA2 backward."""
+import pytest
+
+from tests.properties.judge import backward_result, check_within, prepare, property_cases
+
+pytestmark = pytest.mark.requires("backward")
+
+
+@property_cases()
+def test_dv_within_bound(kernel_under_test, dtype, case):
+    subject, case, inputs = prepare(kernel_under_test, dtype, case)
+    got, want, bound = backward_result(subject, case, inputs)
+    check_within("dV", got[2], want[2], bound.dv, case=case, subject=subject)

@@ -1,0 +1,62 @@
+"""Splitting the keys in two and merging the partial (O, LSE) with `reference.merge_states` equals the
+whole.
+
+Error of the merge of two kernel states (o_t', l_t'), t = 1, 2, with |o_t' - o_t| <= b_t and
+|l_t' - l_t| <= c_t against the exact partial states: the merged weights are w_1 = sigma(l_1 - l_2),
+w_2 = 1 - w_1 (sigma logistic) and o = w_1 o_1 + w_2 o_2, l = logaddexp(l_1, l_2). Then
+  o' - o = w_1'(o_1' - o_1) + w_2'(o_2' - o_2) + (w_1' - w_1)(o_1 - o_2),
+  |w_1' - w_1| <= |delta| w_1' w_2' e^|delta|, |delta| <= c_1 + c_2
+(sigma' = sigma (1 - sigma) changes by at most e^|t| over a step t), |o_1 - o_2| <= |o_1' - o_2'| + b_1 + b_2,
+and logaddexp is 1-Lipschitz in the max norm: |l' - l| <= max(c_1, c_2). The merge itself runs in float64
+(relative error a few 2^-53, included as 8 * 2^-53 * |merged|). The kernel's whole (O, LSE) has its own
+bound; the two may differ by the sum. Positional masks (causal, window) are left out.
+"""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tests.properties.judge import (check_within, forward_bound, masked_rows, prepare, property_cases, reference_fn,
+                                    run)
+
+pytestmark = pytest.mark.requires("lse")
+MERGE_ROUNDING = 8 * 2.0**-53
+
+
+def merge_error(o1, l1, o2, l2, b1, b2, c1, c2):
+    """Bound on |merge(kernel states) - merge(exact states)| for O and LSE (module docstring)."""
+    finite = np.isfinite(l1) & np.isfinite(l2)
+    delta = np.where(finite, c1 + c2, 0.0)
+    hi = np.where(finite, np.maximum(l1, l2), 0.0)
+    w1 = np.where(np.isfinite(l1), np.exp(np.where(np.isfinite(l1), l1 - hi, -np.inf)), 0.0)
+    w2 = np.where(np.isfinite(l2), np.exp(np.where(np.isfinite(l2), l2 - hi, -np.inf)), 0.0)
+    total = np.where(w1 + w2 > 0, w1 + w2, 1.0)
+    w1, w2 = w1 / total, w2 / total
+    dw = delta * w1 * w2 * np.exp(delta)
+    o_err = (w1[..., None] * b1 + w2[..., None] * b2 + dw[..., None] * (np.abs(o1 - o2) + b1 + b2))
+    return o_err, np.maximum(c1, c2)
+
+
+@property_cases()
+def test_split_keys_and_merge_equals_whole(kernel_under_test, dtype, case):
+    subject, case, inputs = prepare(kernel_under_test, dtype, replace(case, causal=False, window=None))
+    Nk = case.shape.Nk
+    if Nk < 2:
+        return
+    cut = int(np.random.default_rng(case.seed ^ 0x5B11).integers(1, Nk))
+    halves = []
+    for part in (slice(0, cut), slice(cut, Nk)):
+        sub = {"k": inputs.k[:, :, part], "v": inputs.v[:, :, part],
+               "mask": None if inputs.mask is None else np.ascontiguousarray(inputs.mask[..., part])}
+        halves.append((run(subject, case, inputs, **sub), forward_bound(subject, case, inputs, **sub)))
+    (r1, b1), (r2, b2) = halves
+    whole, bw = run(subject, case, inputs), forward_bound(subject, case, inputs)
+    o, lse = reference_fn("merge_states")(r1.o, r1.lse, r2.o, r2.lse)
+    o_err, lse_err = merge_error(r1.o, r1.lse, r2.o, r2.lse, b1.o, b2.o, b1.lse, b2.lse)
+    dead = masked_rows(case, inputs)
+    check_within(f"merged O (keys split at {cut})", o, whole.o,
+                 o_err + bw.o + MERGE_ROUNDING * np.abs(np.nan_to_num(o)), case=case, subject=subject,
+                 exact=dead[..., None], against="O of all keys")
+    check_within(f"merged LSE (keys split at {cut})", lse, whole.lse,
+                 lse_err + bw.lse + MERGE_ROUNDING * np.abs(np.nan_to_num(lse, neginf=0.0)), case=case,
+                 subject=subject, exact=dead, against="LSE of all keys")

@@ -1,0 +1,259 @@
+"""Hypothesis strategies for attention problems (importable: `from tests.strategies import cases`).
+
+A drawn `Case` is a small, printable description of one attention problem: the shape
+(B, Hq, Hkv, Nq, Nk, d) from a small finite set (each new shape recompiles a Triton kernel), the
+masking (causal in both alignments, sliding window, a boolean mask of some kind) and the value
+distribution with a seed. `materialize(case, dtype)` turns it into float64 NumPy arrays holding exactly
+the values a kernel in `dtype` receives, so the same case replays bit for bit on any machine.
+
+Value distributions:
+- ``normal``: N(0, 1);
+- ``outliers``: FA3-style, N(0, 1) plus an extra N(0, 100) term on 0.1% of the entries (at least one);
+- ``large_logits``: logits with a standard deviation up to the dtype's overflow edge;
+- ``dominant``: one key per problem gets a logit ~8·sqrt(d) above the rest in every row;
+- ``constant_rows``: half the query rows are zero (uniform attention) and every value row is the same;
+- ``tiny``: magnitudes near the bottom of the dtype's normal range.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+from hypothesis import strategies as st
+
+HEAD_DIMS = (16, 32, 48, 64, 80, 96, 111, 128, 192, 256)
+# (B, Hq, Hkv, Nq, Nk): N = 1, odd N, N just below/at/above the block multiples 64 and 128, Nq != Nk,
+# GQA groups of 2 and 4 with more than one kv head (so a wrong head mapping shows).
+BASE_SHAPES = (
+    (1, 1, 1, 1, 1),
+    (1, 2, 1, 1, 17),
+    (1, 2, 2, 17, 17),
+    (2, 4, 2, 63, 65),
+    (1, 4, 2, 65, 130),
+    (1, 2, 2, 64, 64),
+    (1, 2, 1, 33, 129),
+    (1, 8, 2, 7, 127),
+    (2, 1, 1, 129, 63),
+    (1, 2, 2, 128, 128),
+    (1, 6, 3, 31, 1),
+    (1, 4, 4, 97, 33),
+)
+CAUSALS = (False, True, "bottom_right")
+WINDOWS = (None, (0, 0), (7, 0), (31, 4), (None, 3), (2, None))
+MASK_KINDS = (None, "random", "block_sparse", "fully_masked_rows", "padding")
+VALUE_KINDS = ("normal", "outliers", "large_logits", "dominant", "constant_rows", "tiny")
+DTYPES = ("float32", "float16", "bfloat16")
+# Logit standard deviation at each dtype's overflow edge: exp overflows fp32 above 88, and a score
+# stored in fp16 overflows above 65504; the largest drawn scores sit just under that edge.
+LOGIT_EDGE = {"float64": 3.0e4, "float32": 3.0e4, "float16": 1.5e4, "bfloat16": 3.0e4}
+# Scale of `tiny` values: the bottom of the normal range (fp16: 2^-14; fp32/bf16: 2^-126) with room
+# for a d-long dot product of two such values to stay above it.
+TINY = {"float64": 2.0**-40, "float32": 2.0**-40, "float16": 2.0**-6, "bfloat16": 2.0**-40}
+
+
+@dataclass(frozen=True)
+class Shape:
+    B: int
+    Hq: int
+    Hkv: int
+    Nq: int
+    Nk: int
+    d: int
+
+    @property
+    def dv(self) -> int:
+        return self.d
+
+    def __repr__(self):
+        return f"Shape(B={self.B}, Hq={self.Hq}, Hkv={self.Hkv}, Nq={self.Nq}, Nk={self.Nk}, d={self.d})"
+
+
+@dataclass(frozen=True)
+class Case:
+    shape: Shape
+    causal: object = False
+    window: tuple | None = None
+    mask: str | None = None
+    values: str = "normal"
+    seed: int = 0
+
+    def kwargs(self) -> dict:
+        """The reference/bound keyword arguments, without the mask array."""
+        return {"causal": self.causal, "window": self.window}
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Float64 arrays holding exactly what the kernel receives (already rounded to its dtype)."""
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    do: np.ndarray
+    mask: np.ndarray | None
+    scale: float
+
+
+def adapt(case: Case, supports, head_dims=None) -> Case:
+    """The nearest case a kernel declaring `supports` (and accepting `head_dims`) can run."""
+    s = case.shape
+    if "gqa" not in supports and s.Hkv != s.Hq:
+        s = replace(s, Hkv=s.Hq)
+    if head_dims is not None and s.d not in head_dims:
+        fits = sorted(head_dims, key=lambda d: (abs(d - s.d), d))
+        s = replace(s, d=fits[0])
+    return replace(
+        case,
+        shape=s,
+        causal=case.causal if "causal" in supports else False,
+        window=case.window if "window" in supports else None,
+        mask=case.mask if "mask" in supports else None,
+    )
+
+
+def shapes(head_dims=HEAD_DIMS, base=BASE_SHAPES, max_d: int | None = None):
+    dims = [d for d in head_dims if max_d is None or d <= max_d]
+    return st.builds(lambda b, d: Shape(*b, d), st.sampled_from(base), st.sampled_from(dims))
+
+
+def dtypes(names=DTYPES):
+    return st.sampled_from(list(names))
+
+
+def causals():
+    return st.sampled_from(CAUSALS)
+
+
+def windows():
+    return st.sampled_from(WINDOWS)
+
+
+def mask_kinds():
+    return st.sampled_from(MASK_KINDS)
+
+
+def value_kinds():
+    return st.sampled_from(VALUE_KINDS)
+
+
+def seeds():
+    return st.integers(min_value=0, max_value=2**32 - 1)
+
+
+def cases(*, head_dims=HEAD_DIMS, max_d: int | None = 128, causal=True, window=True, mask=True,
+          values=VALUE_KINDS, base=BASE_SHAPES):
+    """Cases over every feature; a property adapts them to the kernel under test with `adapt`."""
+    return st.builds(
+        Case,
+        shape=shapes(head_dims, base, max_d),
+        causal=causals() if causal else st.just(False),
+        window=windows() if window else st.just(None),
+        mask=mask_kinds() if mask else st.just(None),
+        values=st.sampled_from(list(values)),
+        seed=seeds(),
+    )
+
+
+# ---- materialization -------------------------------------------------------------------------------
+
+def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    """x rounded to `dtype` (round to nearest even), returned as float64."""
+    if dtype in ("float64", "float32", "float16"):
+        return x.astype(dtype).astype(np.float64)
+    if dtype == "bfloat16":
+        import torch
+
+        return torch.from_numpy(x).to(torch.bfloat16).to(torch.float64).numpy()
+    raise ValueError(f"dtype: expected one of {DTYPES + ('float64',)}, got {dtype!r}")
+
+
+def _values(case: Case, dtype: str, rng: np.random.Generator):
+    s = case.shape
+    q = rng.standard_normal((s.B, s.Hq, s.Nq, s.d))
+    k = rng.standard_normal((s.B, s.Hkv, s.Nk, s.d))
+    v = rng.standard_normal((s.B, s.Hkv, s.Nk, s.dv))
+    kind = case.values
+    if kind == "outliers":
+        for x in (q, k, v):
+            flat = x.reshape(-1)
+            n = max(1, round(1e-3 * flat.size))
+            idx = rng.choice(flat.size, size=n, replace=False)
+            flat[idx] += rng.normal(0.0, 10.0, size=n)  # N(0, 100): variance 100
+    elif kind == "large_logits":
+        # logit std = c^2 (scale = 1/sqrt(d)); c^2 log-uniform between 30 and the dtype's edge.
+        target = np.exp(rng.uniform(np.log(30.0), np.log(LOGIT_EDGE[dtype])))
+        q *= np.sqrt(target)
+        k *= np.sqrt(target)
+    elif kind == "dominant":
+        j = rng.integers(s.Nk)
+        q = 0.5 * q + 1.0
+        k[:, :, j, :] = 8.0
+    elif kind == "constant_rows":
+        rows = rng.random(s.Nq) < 0.5
+        q[:, :, rows, :] = 0.0
+        v[:] = v[:, :, :1, :]
+    elif kind == "tiny":
+        q *= TINY[dtype]
+        k *= TINY[dtype]
+        v *= TINY[dtype]
+    elif kind != "normal":
+        raise ValueError(f"values: expected one of {VALUE_KINDS}, got {kind!r}")
+    return q, k, v
+
+
+def make_mask(case: Case, rng: np.random.Generator) -> np.ndarray | None:
+    s = case.shape
+    kind = case.mask
+    if kind is None:
+        return None
+    if kind == "random":
+        return rng.random((s.B, s.Hq, s.Nq, s.Nk)) < 0.7
+    if kind == "block_sparse":
+        blk = 32
+        nbq, nbk = -(-s.Nq // blk), -(-s.Nk // blk)
+        state = rng.integers(0, 3, size=(s.B, s.Hq, nbq, nbk))  # 0 empty, 1 full, 2 partial
+        full = np.repeat(np.repeat(state, blk, axis=2), blk, axis=3)[..., : s.Nq, : s.Nk]
+        partial = rng.random((s.B, s.Hq, s.Nq, s.Nk)) < 0.5
+        return (full == 1) | ((full == 2) & partial)
+    if kind == "fully_masked_rows":
+        m = rng.random((s.B, s.Hq, s.Nq, s.Nk)) < 0.8
+        rows = rng.random((s.B, s.Hq, s.Nq)) < 0.25
+        rows[..., 0] = True
+        m[rows] = False
+        return m
+    if kind == "padding":
+        lengths = rng.integers(0, s.Nk + 1, size=s.B)
+        lengths[-1] = max(1, lengths[-1])
+        return np.arange(s.Nk)[None, None, None, :] < lengths[:, None, None, None]
+    raise ValueError(f"mask: expected one of {MASK_KINDS}, got {kind!r}")
+
+
+def materialize(case: Case, dtype: str) -> Inputs:
+    """The exact inputs (float64 arrays of `dtype` values) that `case` describes."""
+    rng = np.random.default_rng(case.seed)
+    q, k, v = _values(case, dtype, rng)
+    do = rng.standard_normal(q.shape[:-1] + (case.shape.dv,))
+    mask = make_mask(case, rng)
+    return Inputs(q=round_to(q, dtype), k=round_to(k, dtype), v=round_to(v, dtype),
+                  do=round_to(do, dtype), mask=mask, scale=1.0 / np.sqrt(case.shape.d))
+
+
+def visible(case: Case, mask: np.ndarray | None) -> np.ndarray:
+    """Visibility (B, Hq, Nq, Nk) of a case (reference.masks.visibility)."""
+    from reference.masks import visibility
+
+    s = case.shape
+    return visibility(s.B, s.Hq, s.Nq, s.Nk, causal=case.causal, window=case.window, mask=mask)
+
+
+# Cases every property runs first (hypothesis @example): each one exercises a failure mode that random
+# draws reach only sometimes. `adapt` drops what the kernel does not declare.
+def _c(B, Hq, Hkv, Nq, Nk, d, **kw):
+    return Case(Shape(B, Hq, Hkv, Nq, Nk, d), **kw)
+
+
+CANONICAL = (
+    _c(1, 4, 2, 65, 130, 32, causal="bottom_right", values="normal", seed=1),  # partial tile, GQA
+    _c(1, 2, 2, 33, 129, 16, causal=True, values="large_logits", seed=2),      # max grows late
+    _c(1, 2, 1, 1, 1, 16, values="normal", seed=3),                            # N = 1: O = v exactly
+    _c(2, 2, 2, 64, 64, 64, values="constant_rows", seed=4),                   # O = the constant row
+)
