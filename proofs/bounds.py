@@ -140,6 +140,7 @@ class _Model:
     eps_exp: float  # relative error of exp2
     eps_div: float  # relative error of the final division
     u_out: float  # rounding of the stored result
+    floor_out: float  # its absolute floor (subnormal range of the output dtype)
     floor_p: float  # absolute floor when rounding P/dS to the operand format (subnormals)
     floor_w: float  # absolute floor of a working-format exp result (ftz)
     approx: bool  # GPU approximate transcendental instructions (lg2.approx as well)
@@ -165,6 +166,7 @@ def _model(precision: Precision) -> _Model:
         # Triton's fp32 '/' is div.full.f32 (<= 2 ulp); IEEE division rounds once
         eps_div=2.0**-22 if approx else u_w,
         u_out=UNIT_ROUNDOFF[pr.out],
+        floor_out=UNDERFLOW_FLOOR[pr.out],
         floor_p=0.0 if _fits(pr.accumulate, op) else UNDERFLOW_FLOOR[op],
         floor_w=UNDERFLOW_FLOOR[pr.accumulate],
         approx=approx,
@@ -391,7 +393,7 @@ def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, k
         pre = np.minimum((lam * np.sqrt(var) + det + remainder) * inv_den, num_wc * inv_den)
     # final division acc / l and the store in the output dtype
     err = pre + M.eps_div * (oabs + pre)
-    err = err + M.u_out * (oabs + err)
+    err = err + M.u_out * (oabs + err) + M.floor_out
     err = np.where(empty[..., None], 0.0, err)
 
     # LSE = ln2 (m2 + log2 l): |log(l_hat / l)| + the rounding of the sum, of the ln2 product and of
@@ -448,11 +450,139 @@ def reference_bound(q, k, v, do=None, *, scale=None, causal=False, window=None, 
         lse_abs = np.abs(np.where(ref.empty, 0.0, ref.lse))
         return ForwardBound(o=fb.o + u * o_abs, lse=fb.lse + u * lse_abs, kind=kind,
                             precision=REFERENCE_PRECISION)
-    bb = backward_bound(q, k, v, do, precision=REFERENCE_PRECISION, kind=kind, **kw)
-    return bb
+    bb, exact = _backward(q, k, v, do, scale, causal, window, mask, bias, REFERENCE_PRECISION, kind)
+    return BackwardBound(dq=bb.dq + u * np.abs(exact[0]), dk=bb.dk + u * np.abs(exact[1]),
+                         dv=bb.dv + u * np.abs(exact[2]), kind=kind, precision=REFERENCE_PRECISION)
+
+
+def _combine(wc, lin, var, det, lam, kind):
+    """worst_case: the majorant wc. probabilistic: lam sqrt(var) + det + (wc - lin), capped by wc."""
+    if kind == "worst_case":
+        return wc
+    return np.minimum(lam * np.sqrt(np.maximum(var, 0.0)) + det + np.maximum(wc - lin, 0.0), wc)
+
+
+def _store(err, exact_abs, u_scale, M: _Model):
+    """The last multiply by scale (scale itself rounded: gamma_2) and the store in the output dtype
+    (relative u_out, absolute floor in its subnormal range)."""
+    err = err + u_scale * (exact_abs + err)
+    return err + M.u_out * (exact_abs + err) + M.floor_out
 
 
 def backward_bound(q, k, v, do, *, scale=None, causal=False, window=None, mask=None, bias=None,
                    precision: Precision, kind: str = "probabilistic") -> BackwardBound:
-    """Elementwise bound on |dQ_kernel - dQ|, |dK_kernel - dK|, |dV_kernel - dV| (sec. 7)."""
-    raise NotImplementedError("backward_bound: in progress")
+    """Elementwise bound on |dQ_kernel - dQ|, |dK_kernel - dK|, |dV_kernel - dV| (proofs/bounds.md, sec. 7).
+
+    The kernel's backward uses its own forward outputs: LSE (error <= forward_bound(...).lse) to
+    recompute P, and O stored in the output dtype (error <= forward_bound(...).o) in
+    Delta = rowsum(dO o O). Both are folded in; for "probabilistic" the forward bounds are taken at a
+    failure probability small enough that the union over every row feeding one gradient entry stays
+    below FAILURE_PROBABILITY."""
+    return _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind)[0]
+
+
+def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
+    kind = _check_kind(kind)
+    M = _model(precision)
+    from reference.shapes import check_attention_args
+
+    pr = check_attention_args(q, k, v, scale=scale, causal=causal, window=window, mask=mask, bias=bias)
+    dof = np.asarray(do, dtype=np.float64)
+    if dof.shape != (pr.B, pr.Hq, pr.Nq, pr.dv):
+        raise ValueError(f"do must have O's shape {(pr.B, pr.Hq, pr.Nq, pr.dv)}, got {dof.shape}")
+    n_events = 2.0 * pr.Nq * pr.group * (1 + pr.dv)
+    F = _forward(q, k, v, scale, causal, window, mask, bias, precision, kind,
+                 eta=FAILURE_PROBABILITY / n_events)
+    lam = hoeffding_lambda(2.0)
+    u, vis, A, sc, group = M.u_w, F.vis, F.A, F.scale, pr.group
+    qf, kf, vf, o = F.qf, F.kf, F.vf, F.o
+    d, dv = pr.d, pr.dv
+    empty = F.empty
+    lse0 = np.where(empty, 0.0, F.lse)
+    eps_L = F.bound.lse  # error of the stored LSE
+    abs_do = np.abs(dof)
+
+    # Delta_i = sum_c dO_ic O_hat_ic in fp32 (dv products and adds, RN), O_hat off by <= bound.o
+    eps_D = (abs_do * F.bound.o).sum(-1) * (1 + gamma(dv, u)) + gamma(dv, u) * (abs_do * np.abs(o)).sum(-1)
+
+    # P_ij = exp2(fl(s c) - fl(LSE log2 e)): the logit errors with shift LSE, the LSE error, exp error
+    lg = _logit_errors(qf, kf, F.s, lse0, vis, sc, M, d, bias is not None)
+    e_lse = u * np.abs(lse0)  # rounding of LSE * log2(e)
+    e_wc = lg.wc + (float(gamma(1, u)) * np.abs(lse0) + eps_L)[..., None]
+    b_wc = np.where(vis, np.exp(e_wc) * (1 + M.eps_exp) - 1.0, 0.0)
+    b_lin = np.where(vis, lg.lin + (e_lse + eps_L)[..., None] + M.eps_exp, 0.0)
+    b_det = np.where(vis, lg.det + (eps_L + e_lse)[..., None] + M.eps_exp, 0.0)
+    b_sig = lg.sigma  # e_lse is one rounding shared by the row: kept in b_det
+
+    # dV = P^T dO: P rounded to the operand format, dO exact unless input does not fit (u_in);
+    # accumulation over query tiles: block_q products per tile, T_q * group tiles (GQA heads add up)
+    Nq, Nk = pr.Nq, pr.Nk
+    Tq = max(1, -(-Nq // precision.block_q)) * group
+    Tk = max(1, -(-Nk // precision.block_k))
+    n_q = min(Nq, precision.block_q) + Tq
+    n_k = min(Nk, precision.block_k) + Tk
+    nu_q_wc = (1 + M.u_p) * (1 + M.u_in) * (1 + gamma(n_q, M.u_dacc)) - 1
+    nu_q_lin = M.u_p + M.u_in + n_q * M.u_dacc
+    floor_P = np.where(vis, M.floor_w * (1 + nu_q_wc) + M.floor_p * (1 + gamma(n_q, M.u_dacc)), 0.0)
+
+    def _t(x):  # (B, Hq, Nq, Nk) -> (B, Hq, Nk, Nq)
+        return np.swapaxes(x, -1, -2)
+
+    def _kv(x):  # sum the group's query heads into their kv head
+        return x.reshape(pr.B, pr.Hkv, group, *x.shape[2:]).sum(axis=2)
+
+    AabsdO = _t(A) @ abs_do
+    dv_wc = _t(A * ((1 + b_wc) * (1 + nu_q_wc) - 1.0) + floor_P) @ abs_do
+    dv_lin = _t(A * (b_lin + nu_q_lin)) @ abs_do
+    dv_var = (_t((A * b_sig) ** 2) @ (dof * dof) + (M.u_p**2 + M.u_in**2) * (_t(A * A) @ (dof * dof))
+              + (0 if M.tensor_core else n_q) * u**2 * AabsdO**2)
+    dv_det = _t(A * b_det) @ abs_do + (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO
+    dV_exact = _kv(_t(A) @ dof)
+    dv_err = _combine(_kv(dv_wc), _kv(dv_lin), _kv(dv_var), _kv(dv_det), lam, kind)
+    dv_err = _store(dv_err, np.abs(dV_exact), 0.0, M)
+
+    # dP = dO V^T (dv-long dot), g = dP - Delta, dS = P o g in fp32, rounded to the operand format
+    dP = dof @ _t(vf)
+    absdov = abs_do @ _t(np.abs(vf))
+    sqdov = np.sqrt((dof * dof) @ _t(vf * vf))
+    dP_wc = ((1 + M.u_in) ** 2 * (1 + gamma(dv, M.u_dacc)) - 1.0) * absdov
+    dP_lin = (2 * M.u_in + dv * M.u_dacc) * absdov
+    dP_sig = math.sqrt(2.0) * M.u_in * sqdov + (0.0 if M.tensor_core else math.sqrt(dv) * u * absdov)
+    dP_det = dv * M.u_dacc * absdov if M.tensor_core else 0.0 * absdov
+    g = np.where(vis, dP - (dof * o).sum(-1)[..., None], 0.0)
+    absg = np.abs(g)
+    rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
+    rho_lin = 2 * u + M.u_p
+    eD = eps_D[..., None]
+    dS_abs = A * absg
+    dS_wc = np.where(vis, A * ((1 + b_wc) * (1 + rho_wc) * (absg + dP_wc + eD) - absg)
+                     + M.floor_w * (1 + rho_wc) * (absg + dP_wc + eD) + M.floor_p, 0.0)
+    dS_lin = np.where(vis, A * ((b_lin + rho_lin) * absg + dP_lin + eD), 0.0)
+    dS_var = np.where(vis, A * A * ((b_sig * absg) ** 2 + dP_sig**2 + (2 * u**2 + M.u_p**2) * absg**2), 0.0)
+    dS_det = np.where(vis, A * (b_det * absg + dP_det + eD), 0.0)
+    dS = A * g
+
+    def _grad(wcS, linS, varS, detS, absS, S, other, n):
+        """scale * S @ other with S's error (wc, lin, var, det), the operand rounding of `other`
+        (u_in) and the accumulation of n terms (tensor core or RN)."""
+        ao = np.abs(other)
+        kap_wc = (1 + M.u_in) * (1 + gamma(n, M.u_dacc)) - 1.0
+        kap_lin = M.u_in + n * M.u_dacc
+        base = absS @ ao
+        wc = sc * ((1 + kap_wc) * ((wcS + absS) @ ao) - base)
+        lin = sc * (linS @ ao + kap_lin * base)
+        var = sc**2 * (varS @ (other * other) + M.u_in**2 * ((S * S) @ (other * other))
+                       + (0 if M.tensor_core else n) * u**2 * base**2)
+        det = sc * (detS @ ao + (n * M.u_dacc if M.tensor_core else 0.0) * base)
+        return wc, lin, var, det, sc * (S @ other)
+
+    g2 = float(gamma(2, u))
+    wc, lin, var, det, dQ_exact = _grad(dS_wc, dS_lin, dS_var, dS_det, dS_abs, dS, kf, n_k)
+    dq_err = _store(_combine(wc, lin, var, det, lam, kind), np.abs(dQ_exact), g2, M)
+    wc, lin, var, det, dK_exact = _grad(_t(dS_wc), _t(dS_lin), _t(dS_var), _t(dS_det), _t(dS_abs),
+                                        _t(dS), qf, n_q)
+    dk_err = _combine(_kv(wc), _kv(lin), _kv(var), _kv(det), lam, kind)
+    dk_err = _store(dk_err, np.abs(_kv(dK_exact)), g2, M)
+    dq_err = np.where(empty[..., None], 0.0, dq_err)
+    bound = BackwardBound(dq=dq_err, dk=dk_err, dv=dv_err, kind=kind, precision=precision)
+    return bound, (dQ_exact, _kv(dK_exact), dV_exact)

@@ -100,3 +100,40 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
     o = (acc / l_safe[..., None]).to(_TORCH[out or dtype])
     lse = torch.where(empty, torch.tensor(-math.inf, dtype=acc_t), (m + torch.log2(l_safe)) * LN2)
     return o.double().numpy(), lse.double().numpy()
+
+
+def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
+                 scale=None, causal=False, window=None, mask=None):
+    """(dQ, dK, dV) as the FA2 backward kernel computes them from its own (O, LSE): Delta from the
+    stored O, P recomputed from the stored LSE in base 2, P and dS rounded to the operand dtype
+    before the products, fp32 accumulation, scale applied once at the end, stored in `out`."""
+    tdt = _TORCH[dtype]
+    acc_t = torch.float64 if dot == "fp64" else torch.float32
+    B, Hq, Nq, d = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    group = Hq // Hkv
+    sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    qk_scale = torch.tensor(sc * LOG2E, dtype=acc_t)
+    qt = _operand(torch.as_tensor(q).to(tdt), dot, tdt).to(acc_t)
+    kt = _operand(torch.as_tensor(_expand(k, group)).to(tdt), dot, tdt).to(acc_t)
+    vt = _operand(torch.as_tensor(_expand(v, group)).to(tdt), dot, tdt).to(acc_t)
+    dot_ = torch.as_tensor(do).to(tdt)
+    dop = _operand(dot_, dot, tdt).to(acc_t)
+    ot = torch.as_tensor(o).to(_TORCH[out or dtype])
+    lset = torch.as_tensor(lse).to(acc_t)
+    vis = _visibility(B, Hq, Nq, Nk, causal, window, mask)
+    # Δ = rowsum(dO ∘ O) from the stored O
+    delta = (dot_.to(acc_t) * ot.to(acc_t)).sum(-1)
+    lse2 = torch.where(torch.isinf(lset), torch.zeros_like(lset), lset * torch.tensor(LOG2E, dtype=acc_t))
+    s = (qt @ kt.transpose(-1, -2)) * qk_scale
+    p = torch.where(vis, torch.exp2(s - lse2[..., None]), torch.zeros_like(s))
+    dv = _operand(p, dot, tdt).to(acc_t).transpose(-1, -2) @ dop
+    dp = dop @ vt.transpose(-1, -2)
+    ds = p * (dp - delta[..., None])
+    dsr = _operand(ds, dot, tdt).to(acc_t)
+    dq = (dsr @ kt) * torch.tensor(sc, dtype=acc_t)
+    dk = (dsr.transpose(-1, -2) @ qt)
+    dk = dk.reshape(B, Hkv, group, Nk, d).sum(2) * torch.tensor(sc, dtype=acc_t)
+    dv = dv.reshape(B, Hkv, group, Nk, v.shape[-1]).sum(2)
+    odt = _TORCH[out or dtype]
+    return tuple(x.to(odt).double().numpy() for x in (dq, dk, dv))
