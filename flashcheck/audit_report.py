@@ -43,6 +43,8 @@ def worst_ratios(records) -> dict:
     for r in records:
         for q, s in r["quantities"].items():
             for kind, v in s["ratio"].items():
+                if v is None or (isinstance(v, float) and math.isnan(v)):
+                    continue  # no verdict (bound undefined): listed with the flags
                 cur = out.setdefault(q, {}).get(kind)
                 out[q][kind] = v if cur is None else max(cur, v)
     return out
@@ -138,6 +140,11 @@ def write_report(report: dict, out: Path) -> tuple[Path, Path]:
         md += ["## bf16, N=2048, d=128: relative error vs float64 (published figures below)", "",
                published, ""]
 
+    missing = sorted({r["bounds_missing"] for r in results if r.get("bounds_missing")})
+    if missing:
+        md += ["## Bounds that could not be computed (their ratios are left empty)", ""]
+        md += [f"- {m}" for m in missing] + [""]
+
     md += ["## NaN / Inf and failures", ""]
     flagged = [(r["case"], f) for r in results for f in r["flags"] + ([r["error"]] if r["error"] else [])]
     md += [f"- {c['kernel']} {c['dtype']} {c['distribution']} N={c['N']} logit scale "
@@ -156,8 +163,7 @@ def write_report(report: dict, out: Path) -> tuple[Path, Path]:
         md += [f"## {kernel}, {dtype}", ""]
         precision = next((r.get("precision") for r in recs if r.get("precision")), None)
         if precision:
-            note = next((r["precision_note"] for r in recs if r.get("precision_note")), "")
-            md += [f"Precision model: `{precision}`" + (f" ({note})" if note else ""), ""]
+            md += [f"Precision model: `{precision}`", ""]
         for x_key, sweep_name, label in (("N", "N", "error vs N"),
                                          ("logit_scale", "logit_scale", "error vs logit scale")):
             sub = [r for r in recs if r["case"]["sweep"] == sweep_name]

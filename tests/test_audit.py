@@ -51,7 +51,6 @@ def test_audit_json_has_errors_and_bound_ratios_per_quantity(math_report):
         assert {"o", "dq", "dk", "dv"} <= set(r["quantities"]), r["case"]
         for s in r["quantities"].values():
             assert {"rel_err", "max_abs", "ratio", "bound_rel", "nonfinite"} <= set(s)
-            assert set(s["ratio"]) == {"probabilistic", "worst_case"}
 
 
 def test_audit_checks_fully_masked_rows(math_report):
@@ -61,7 +60,10 @@ def test_audit_checks_fully_masked_rows(math_report):
 
 
 def test_audit_correct_kernel_stays_within_its_bound(math_report):
+    pytest.importorskip("proofs.bounds", reason="proofs.bounds (the error bounds) missing")
     _, report, _ = math_report
+    assert all(set(s["ratio"]) == {"probabilistic", "worst_case"}
+               for r in report["results"] for s in r["quantities"].values())
     worst = max(v for r in report["results"] for s in r["quantities"].values()
                 for v in s["ratio"].values())
     assert worst <= 1, f"torch-sdpa-math exceeds its bound: worst error/bound {worst:.3g}"
@@ -69,6 +71,7 @@ def test_audit_correct_kernel_stays_within_its_bound(math_report):
 
 def test_audit_flags_a_planted_bug_above_its_bound(tmp_path):
     pytest.importorskip("kernels.adapters", reason="kernels.adapters (the kernel resolver) missing")
+    pytest.importorskip("proofs.bounds", reason="proofs.bounds (the error bounds) missing")
     target = f"{__file__}:shifted_output_kernel"
     report, data = _quick_audit(tmp_path, [target], dtypes=("float32",), Ns=(16,),
                                 distributions=("normal",), extra_scale_points=0)

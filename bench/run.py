@@ -1,0 +1,242 @@
+"""Attention speed side by side: ours, torch SDPA (flash, cuDNN, efficient) and FlexAttention.
+
+    PYTHONPATH=. python3 bench/run.py [--out DIR] [--backends ours,torch-sdpa-flash,...]
+    PYTHONPATH=. python3 bench/run.py --dry-run      # CPU, tiny shapes, torch-sdpa-math: code path only
+
+Forward and backward TFLOP/s in one run, bf16, on the grid of the figures to beat (bench/NOTES.md):
+(d=64, N=16k), (d=128, N=4k), (d=128, N=16k), (d=128, N=16k causal), with B·N = 16k tokens and
+H·d = 2048 (the FlashAttention-2/3 papers' set-up: B = 16384 / N, H = 2048 / d).
+FLOPs: forward 4·B·H·Nq·Nk·d (two matmuls), backward 2.5× forward (five matmuls), halved when
+causal. Time: median of triton.testing.do_bench (which also flushes L2 between calls); inputs are
+rotated over several copies when one set would fit in L2. A backend that cannot run a shape is
+skipped with the reason. Prints a Markdown table and writes bench.json to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+GPU_BACKENDS = ("ours", "torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa-efficient", "flex")
+SDPA = {"torch-sdpa-flash": "FLASH_ATTENTION", "torch-sdpa-cudnn": "CUDNN_ATTENTION",
+        "torch-sdpa-efficient": "EFFICIENT_ATTENTION", "torch-sdpa-math": "MATH"}
+TOKENS, HIDDEN = 16384, 2048
+PEAK_TFLOPS = 800.0  # H100 bf16 dense, the reference used in bench/NOTES.md
+
+
+@dataclass(frozen=True)
+class Config:
+    d: int
+    N: int
+    causal: bool = False
+    tokens: int = TOKENS
+    hidden: int = HIDDEN
+
+    @property
+    def B(self) -> int:
+        return max(1, self.tokens // self.N)
+
+    @property
+    def H(self) -> int:
+        return max(1, self.hidden // self.d)
+
+    def label(self) -> str:
+        n = f"{self.N // 1024}k" if self.N % 1024 == 0 else str(self.N)
+        return f"d={self.d} N={n}" + (" causal" if self.causal else "")
+
+    def flops(self, direction: str) -> float:
+        f = 4.0 * self.B * self.H * self.N * self.N * self.d
+        f = f * 2.5 if direction == "bwd" else f
+        return f / 2 if self.causal else f
+
+
+GPU_GRID = (Config(64, 16384), Config(128, 4096), Config(128, 16384), Config(128, 16384, True))
+DRY_GRID = (Config(16, 64, tokens=128, hidden=32), Config(32, 128, True, tokens=256, hidden=64))
+
+
+def make_backend(name: str, causal: bool):
+    """fn(q, k, v) -> O for one backend (raises if it cannot be built here)."""
+    import torch
+
+    if name == "ours":
+        from kernels.attention import attention
+
+        return lambda q, k, v: attention(q, k, v, causal=causal)
+    if name in SDPA:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        backend = getattr(SDPBackend, SDPA[name])
+
+        def sdpa(q, k, v):
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return sdpa
+    if name == "flex":
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        compiled = torch.compile(flex_attention, dynamic=False)
+        masks = {}
+
+        def flex(q, k, v):
+            block_mask = None
+            if causal:
+                key = (q.shape[2], k.shape[2], q.device)
+                if key not in masks:
+                    masks[key] = create_block_mask(lambda b, h, i, j: j <= i, None, None,
+                                                   q.shape[2], k.shape[2], device=q.device)
+                block_mask = masks[key]
+            return compiled(q, k, v, block_mask=block_mask)
+        return flex
+    raise ValueError(f"backend: unknown {name!r}; expected one of {GPU_BACKENDS + ('torch-sdpa-math',)}")
+
+
+def _copies(cfg: Config, device: str, dtype) -> int:
+    """How many input sets to rotate over so that consecutive calls never hit a warm L2."""
+    import torch
+
+    if device != "cuda":
+        return 1
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20)
+    one_set = 5 * cfg.B * cfg.H * cfg.N * cfg.d * torch.finfo(dtype).bits // 8  # q k v o do
+    return 1 if one_set >= 2 * l2 else math.ceil(2 * l2 / one_set) + 1
+
+
+def _timer(device: str):
+    """ms per call: triton.testing.do_bench median on CUDA, a perf_counter median on the CPU."""
+    if device == "cuda":
+        from triton.testing import do_bench
+
+        return lambda fn: do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+    def cpu(fn, reps=5):
+        fn()
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+    return cpu
+
+
+def bench_one(name: str, cfg: Config, device: str, dtype, timer) -> dict:
+    """{"fwd_ms", "bwd_ms", "fwd_tflops", "bwd_tflops"} or {"skipped": reason}."""
+    import torch
+
+    try:
+        fn = make_backend(name, cfg.causal)
+        g = torch.Generator(device=device).manual_seed(0)
+        sets = []
+        for _ in range(_copies(cfg, device, dtype)):
+            q, k, v = (torch.randn(cfg.B, cfg.H, cfg.N, cfg.d, device=device, dtype=dtype,
+                                   generator=g).requires_grad_() for _ in range(3))
+            o = fn(q, k, v)  # also the availability check: a backend that cannot run raises here
+            sets.append((q, k, v, o, torch.randn_like(o)))
+        turn = [0]
+
+        def next_set():
+            turn[0] = (turn[0] + 1) % len(sets)
+            return sets[turn[0]]
+
+        def fwd():
+            q, k, v, _, _ = next_set()
+            with torch.no_grad():
+                fn(q, k, v)
+
+        def bwd():
+            q, k, v, o, do = next_set()
+            torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+
+        fwd_ms, bwd_ms = timer(fwd), timer(bwd)
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        return {"skipped": reason[:300]}
+    finally:
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms,
+            "fwd_tflops": cfg.flops("fwd") / fwd_ms * 1e-9,
+            "bwd_tflops": cfg.flops("bwd") / bwd_ms * 1e-9}
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| shape | B | H | backend | fwd ms | fwd TFLOP/s "
+             f"| bwd ms | bwd TFLOP/s | fwd % of {PEAK_TFLOPS:g} |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        c = r["config"]
+        head = f"| {r['label']} | {c['B']} | {c['H']} | {r['backend']} "
+        if "skipped" in r:
+            lines.append(head + f"| skipped: {r['skipped']} |||||")
+            continue
+        lines.append(head + f"| {r['fwd_ms']:.3f} | {r['fwd_tflops']:.4g} | {r['bwd_ms']:.3f} "
+                     f"| {r['bwd_tflops']:.4g} | {100 * r['fwd_tflops'] / PEAK_TFLOPS:.0f}% |")
+    return "\n".join(lines)
+
+
+def _header(argv, device):
+    import torch
+
+    try:
+        import triton
+        triton_version = triton.__version__
+    except Exception as exc:
+        triton_version = f"not importable ({exc})"
+    return {"command": "bench/run.py " + " ".join(argv),
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "device": torch.cuda.get_device_name() if device == "cuda" else f"cpu ({platform.machine()})",
+            "torch": torch.__version__, "triton": triton_version, "dtype": "bfloat16",
+            "tokens (B·N)": TOKENS, "hidden (H·d)": HIDDEN,
+            "flops": "fwd 4·B·H·N²·d, bwd 2.5× fwd, halved when causal",
+            "timing": "triton.testing.do_bench median" if device == "cuda"
+            else "perf_counter median (dry run)"}
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="bench-results", help="directory for bench.json")
+    p.add_argument("--dry-run", action="store_true",
+                   help="tiny shapes on the CPU with torch-sdpa-math (exercises the code path)")
+    p.add_argument("--backends", default=None, help=f"comma-separated (default {','.join(GPU_BACKENDS)})")
+    args = p.parse_args(argv)
+    import torch
+
+    if args.dry_run:
+        device, grid, backends = "cpu", DRY_GRID, ["torch-sdpa-math"]
+    else:
+        if not torch.cuda.is_available():
+            print("bench/run.py: no CUDA GPU here; the benchmark runs on a GPU only "
+                  "(use --dry-run to exercise the code path on the CPU).", file=sys.stderr)
+            return 2
+        device, grid, backends = "cuda", GPU_GRID, list(GPU_BACKENDS)
+    if args.backends:
+        backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    timer = _timer(device)
+    rows = []
+    for cfg in grid:
+        for name in backends:
+            print(f"bench: {cfg.label()} {name} ...", file=sys.stderr, flush=True)
+            result = bench_one(name, cfg, device, torch.bfloat16, timer)
+            rows.append({"label": cfg.label(), "backend": name,
+                         "config": {**asdict(cfg), "B": cfg.B, "H": cfg.H}, **result})
+    table = markdown(rows)
+    print(table)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps({"header": _header(argv, device), "rows": rows},
+                                               indent=1))
+    (out / "bench.md").write_text(table + "\n")
+    print(f"\nwrote {out / 'bench.json'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
