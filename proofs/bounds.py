@@ -281,19 +281,21 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     absqk = scale * (np.abs(qf) @ np.swapaxes(np.abs(kf), -1, -2))
     sqqk = scale * np.sqrt((qf * qf) @ np.swapaxes(kf * kf, -1, -2))
     s0 = np.where(vis, s, 0.0)
-    a_s = np.abs(s0)
+    # |scale q.k| before any bias: with a cancelling bias it can be far larger than |s|
+    a_qk = np.abs(scale * (qf @ np.swapaxes(kf, -1, -2))) if has_bias else np.abs(s0)
+    a_b = np.abs(s0) if has_bias else 0.0 * s0  # rounding of the bias add, on the sum
     a_t = np.abs(s0 - shift[..., None])
     u, ui = model.u_w, model.u_in
     n_arg = 3 + (1 if has_bias else 0)
-    coef_arg = (2.0 + (1.0 if has_bias else 0.0)) * a_s + a_t
+    coef_arg = 2.0 * a_qk + a_b + a_t
     dot_wc = ((1.0 + ui) ** 2 * (1.0 + gamma(d, model.u_dacc)) - 1.0) * absqk
     arg_wc = gamma(n_arg, u) * coef_arg
     dot_lin = (2.0 * ui + d * model.u_dacc) * absqk
     arg_lin = u * coef_arg
     sig_dot = math.sqrt(2.0) * ui * sqqk + (0.0 if model.tensor_core else math.sqrt(d) * u * absqk)
     det_dot = d * model.u_dacc * absqk if model.tensor_core else 0.0 * absqk
-    sig_arg = u * np.sqrt(a_s**2 * (1.0 + (1.0 if has_bias else 0.0)) + a_t**2)
-    det_arg = u * a_s  # rounding of the constant c = scale * log2(e): one error for the whole row
+    sig_arg = u * np.sqrt(a_qk**2 + a_b**2 + a_t**2)
+    det_arg = u * a_qk  # rounding of the constant c = scale * log2(e): one error for the whole row
     z = np.zeros_like(s0)
     return _Logits(
         wc=np.where(vis, dot_wc + arg_wc, z),

@@ -1,0 +1,183 @@
+"""proofs/bounds.py: the derived tolerances hold for a kernel that rounds like ours, and they can fail.
+
+Observed errors come from proofs/emulation.py (the FA2 kernel's rounding on the CPU) and from torch
+SDPA math; the float64 references are checked against the mpmath oracle with `reference_bound`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, note, strategies as st
+
+from proofs.bounds import (
+    BackwardBound,
+    ForwardBound,
+    LAMBDA,
+    Precision,
+    backward_bound,
+    forward_bound,
+    gamma,
+    reference_bound,
+)
+from proofs.emulation import fa2_backward, fa2_forward, round_to
+from proofs.tightness import DISTRIBUTIONS, make_inputs, worst_ratio
+
+CASES = [("float16", "fp16"), ("bfloat16", "bf16"), ("float32", "tf32"), ("float32", "ieee")]
+KINDS = ["probabilistic", "worst_case"]
+SHAPE = (1, 2, 80, 32)  # N not a multiple of block_k = 64
+
+
+def _case(dtype, dot, dist, seed=0, causal=True, shape=SHAPE, exp="libm"):
+    from reference import attention, standard_attention_backward
+
+    q, k, v, do = make_inputs(dist, shape, dtype, seed)
+    ref = attention(q, k, v, causal=causal)
+    gref = standard_attention_backward(q, k, v, do, causal=causal)
+    o, lse = fa2_forward(q, k, v, dtype=dtype, dot=dot, causal=causal)
+    g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, causal=causal)
+    pr = Precision(input=dtype, dot=dot, exp=exp)
+    return (q, k, v, do), ref, gref, (o, lse), g, pr
+
+
+def _pairs(ref, gref, out, g, fb, bb):
+    return {
+        "O": (out[0], ref[0], fb.o),
+        "LSE": (out[1], ref[1], fb.lse),
+        "dQ": (g[0], gref[0], bb.dq),
+        "dK": (g[1], gref[1], bb.dk),
+        "dV": (g[2], gref[2], bb.dv),
+    }
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dist", DISTRIBUTIONS)
+@pytest.mark.parametrize("dtype,dot", CASES)
+def test_emulated_kernel_is_within_every_bound(dtype, dot, dist, kind):
+    (q, k, v, do), ref, gref, out, g, pr = _case(dtype, dot, dist)
+    fb = forward_bound(q, k, v, causal=True, precision=pr, kind=kind)
+    bb = backward_bound(q, k, v, do, causal=True, precision=pr, kind=kind)
+    for name, (x, y, b) in _pairs(ref, gref, out, g, fb, bb).items():
+        fin = np.isfinite(y)
+        np.testing.assert_array_equal(x[~fin], y[~fin])
+        r = worst_ratio(np.abs(x[fin] - y[fin]), b[fin])
+        assert r <= 1.0, f"{name} ({dtype}/{dot}, {dist}, {kind}): error is {r:.3g} x the bound"
+
+
+@pytest.mark.parametrize("dtype,dot", CASES)
+def test_perturbing_by_a_few_bounds_is_caught(dtype, dot):
+    """A test using the bound must fail when the result is off by 3 bounds in a single entry."""
+    (q, k, v, do), ref, gref, out, g, pr = _case(dtype, dot, "normal")
+    fb = forward_bound(q, k, v, causal=True, precision=pr)
+    bb = backward_bound(q, k, v, do, causal=True, precision=pr)
+    for name, (x, y, b) in _pairs(ref, gref, out, g, fb, bb).items():
+        i = np.unravel_index(np.argmax(np.where(np.isfinite(b), b, 0)), b.shape)
+        x = x.copy()
+        x[i] = y[i] + 3.0 * b[i]
+        assert np.abs(x - y)[i] > b[i], name
+
+
+@pytest.mark.parametrize("dtype,dot,rel", [("float16", "fp16", 2.0**-8), ("float32", "ieee", 2.0**-17),
+                                           ("float32", "tf32", 2.0**-8)])
+def test_a_slightly_wrong_softmax_scale_is_caught(dtype, dot, rel):
+    """A plausible bug far below the input precision's eps^(1/2): the logit scale off by `rel`."""
+    from reference import attention
+
+    q, k, v, _ = make_inputs("normal", SHAPE, dtype, 1)
+    o_ref, lse_ref = attention(q, k, v)
+    d = q.shape[-1]
+    o, lse = fa2_forward(q, k, v, dtype=dtype, dot=dot, scale=(1 + rel) / np.sqrt(d))
+    fb = forward_bound(q, k, v, precision=Precision(input=dtype, dot=dot, exp="libm"))
+    assert worst_ratio(np.abs(o - o_ref), fb.o) > 1.0 or worst_ratio(np.abs(lse - lse_ref), fb.lse) > 1.0
+
+
+def test_gqa_window_bias_and_masked_rows():
+    """GQA (Hq = 2 Hkv), a sliding window that leaves some rows empty, and a bias: bounds hold, and
+    a fully masked row gets bound 0 (O = 0 and LSE = -inf are compared exactly)."""
+    from reference import attention, standard_attention_backward
+
+    rng = np.random.default_rng(3)
+    B, Hq, Hkv, N, d = 1, 2, 1, 40, 16
+    q = round_to(rng.standard_normal((B, Hq, N, d)), "float16")
+    k, v = (round_to(rng.standard_normal((B, Hkv, N, d)), "float16") for _ in range(2))
+    do = round_to(rng.standard_normal((B, Hq, N, d)), "float16")
+    mask = np.ones((N, N), dtype=bool)
+    mask[5] = False
+    pr = Precision(input="float16", dot="fp16", exp="libm")
+    fb = forward_bound(q, k, v, mask=mask, window=(8, 0), precision=pr)
+    bb = backward_bound(q, k, v, do, mask=mask, window=(8, 0), precision=pr)
+    assert fb.o.shape == (B, Hq, N, d) and fb.lse.shape == (B, Hq, N)
+    assert bb.dq.shape == q.shape and bb.dk.shape == k.shape and bb.dv.shape == v.shape
+    assert np.all(fb.o[:, :, 5] == 0) and np.all(fb.lse[:, :, 5] == 0) and np.all(bb.dq[:, :, 5] == 0)
+    o_ref, lse_ref = attention(q, k, v, mask=mask, window=(8, 0))
+    o, lse = fa2_forward(q, k, v, mask=mask, window=(8, 0))
+    assert worst_ratio(np.abs(o - o_ref), fb.o) <= 1
+    g = fa2_backward(q, k, v, o, lse, do, mask=mask, window=(8, 0))
+    gref = standard_attention_backward(q, k, v, do, mask=mask, window=(8, 0))
+    for x, y, b in zip(g, gref, (bb.dq, bb.dk, bb.dv)):
+        assert worst_ratio(np.abs(x - y), b) <= 1
+
+
+def test_torch_sdpa_math_is_within_the_bound():
+    import torch
+
+    from reference import attention
+
+    for dtype, dot, tdt in (("float32", "ieee", torch.float32), ("float16", "fp16", torch.float16)):
+        q, k, v, _ = make_inputs("outliers", SHAPE, dtype, 2)
+        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+            o = torch.nn.functional.scaled_dot_product_attention(
+                *(torch.as_tensor(x).to(tdt) for x in (q, k, v)), is_causal=True)
+        b = forward_bound(q, k, v, causal=True, precision=Precision(input=dtype, dot=dot, exp="libm", block_k=1))
+        assert worst_ratio(np.abs(o.double().numpy() - attention(q, k, v, causal=True)[0]), b.o) <= 1
+
+
+@given(seed=st.integers(0, 2**31 - 1), scale=st.sampled_from([0.1, 1.0, 4.0]),
+       causal=st.sampled_from([False, True, "bottom_right"]))
+def test_references_are_within_reference_bound_of_mpmath(seed, scale, causal):
+    from reference import attention, standard_attention_backward
+    from reference.exact import exact_attention, exact_attention_backward
+
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((1, 1, 5, 4)) * scale
+    k, v = (rng.standard_normal((1, 1, 7, 4)) for _ in range(2))
+    do = rng.standard_normal((1, 1, 5, 4))
+    o, lse = attention(q, k, v, causal=causal)
+    o_x, lse_x = exact_attention(q, k, v, causal=causal)
+    fb = reference_bound(q, k, v, causal=causal)
+    note(f"seed={seed} scale={scale} causal={causal} o err/bound={worst_ratio(np.abs(o - o_x), fb.o):.3g}")
+    assert worst_ratio(np.abs(o - o_x), fb.o) <= 1
+    fin = np.isfinite(lse_x)
+    assert worst_ratio(np.abs(lse - lse_x)[fin], fb.lse[fin]) <= 1
+    g = standard_attention_backward(q, k, v, do, causal=causal)
+    gx = exact_attention_backward(q, k, v, do, causal=causal)
+    bb = reference_bound(q, k, v, do, causal=causal)
+    assert isinstance(bb, BackwardBound)
+    for x, y, b in zip(g, gx, (bb.dq, bb.dk, bb.dv)):
+        assert worst_ratio(np.abs(x - y), b) <= 1
+
+
+def test_worst_case_is_never_below_probabilistic_and_bounds_scale_with_u():
+    q, k, v, _ = make_inputs("normal", (1, 1, 64, 16), "float16", 4)
+    b16 = [forward_bound(q, k, v, precision=Precision(input="float16", dot="fp16"), kind=kd) for kd in KINDS]
+    assert np.all(b16[0].o <= b16[1].o) and np.all(b16[0].lse <= b16[1].lse)
+    b32 = forward_bound(q, k, v, precision=Precision(input="float32", dot="ieee"))
+    assert np.all(b32.o < b16[0].o)
+    assert isinstance(b16[0], ForwardBound) and LAMBDA > 6
+
+
+def test_gamma_and_bad_arguments():
+    assert gamma(10, 2.0**-24) == pytest.approx(10 * 2.0**-24 / (1 - 10 * 2.0**-24))
+    assert np.isinf(gamma(2**24, 2.0**-24))
+    with pytest.raises(ValueError, match="Precision.dot"):
+        Precision(input="float16", dot="fp8")
+    with pytest.raises(ValueError, match="Precision.input"):
+        Precision(input="half", dot="fp16")
+    with pytest.raises(ValueError, match="block_k"):
+        Precision(input="float16", dot="fp16", block_k=0)
+    q = np.zeros((1, 1, 4, 8))
+    with pytest.raises(ValueError, match="kind"):
+        forward_bound(q, q, q, precision=Precision(input="float16", dot="fp16"), kind="typical")
+    with pytest.raises(TypeError, match="precision"):
+        forward_bound(q, q, q, precision="fp16")
+    with pytest.raises(ValueError, match="do"):
+        backward_bound(q, q, q, np.zeros((1, 1, 3, 8)), precision=Precision(input="float16", dot="fp16"))
