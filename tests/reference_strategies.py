@@ -60,7 +60,8 @@ def random_mask(rng: np.random.Generator, shape: tuple, keep: float) -> np.ndarr
 
 
 @st.composite
-def reference_cases(draw, *, small: bool = False, masking: bool = True, dropout: bool = False):
+def reference_cases(draw, *, small: bool = False, masking: bool = True, dropout: bool = False,
+                    logit_scales=LOGIT_SCALES):
     """Problems for the float64 references (`small`: sizes the mpmath oracle can afford)."""
     B = draw(st.sampled_from((1, 2)))
     Hq, Hkv = draw(st.sampled_from(HEADS))
@@ -68,7 +69,7 @@ def reference_cases(draw, *, small: bool = False, masking: bool = True, dropout:
     Nk = draw(st.sampled_from(SMALL_N_K if small else N_K))
     d = draw(st.sampled_from(SMALL_HEAD_DIMS if small else HEAD_DIMS))
     dv = draw(st.sampled_from((d, 3)))
-    logit_scale = draw(st.sampled_from(LOGIT_SCALES))
+    logit_scale = draw(st.sampled_from(logit_scales))
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     # logits ~ logit_scale: q carries the scale, the default 1/sqrt(d) normalizes the dot product

@@ -1,6 +1,7 @@
 """reference.masks: causal alignment, windows and user masks AND into one visibility matrix."""
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 from reference.masks import causal_offset, visibility
 
@@ -56,3 +57,17 @@ def test_mask_ands_with_causal_and_broadcasts():
 def test_unknown_causal_value_is_rejected(causal):
     with pytest.raises(ValueError, match="causal must be one of"):
         visibility(1, 1, 2, 2, causal=causal)
+
+
+@given(st.sampled_from((1, 2, 5, 8)), st.sampled_from((1, 3, 8)), st.sampled_from((False, True, "top_left", "bottom_right")),
+       st.sampled_from((None, (0, 0), (2, None), (None, 1), (1, 3))))
+def test_visibility_is_the_elementwise_definition(Nq, Nk, causal, window):
+    vis = visibility(1, 1, Nq, Nk, causal=causal, window=window)[0, 0]
+    off = Nk - Nq if causal == "bottom_right" else 0
+    for i in range(Nq):
+        for j in range(Nk):
+            expect = (not causal or j <= i + off)
+            if window is not None:
+                left, right = window
+                expect = expect and (left is None or j >= i + off - left) and (right is None or j <= i + off + right)
+            assert vis[i, j] == expect, (i, j, causal, window)
