@@ -93,10 +93,8 @@ def test_bias_cancellation_is_within_the_provisional_bound():
     assert_within("lse", lse, lse_x, b_lse)
 
 
-@pytest.mark.xfail(reason="proofs.bounds.reference_bound models the rounding of scale*q.k as u|s| with s the "
-                          "logit after the bias; with a cancelling bias it must be u|scale q.k| (reported)",
-                   raises=AssertionError, strict=False)
 def test_bias_cancellation_is_within_the_proofs_reference_bound():
+    """Regression: proofs.bounds once charged the product's rounding as u|s| (s after the bias)."""
     bounds = pytest.importorskip("proofs.bounds")
     q, k, v, kw = _bias_cancellation_case()
     _, lse = attention(q, k, v, **kw)
