@@ -1,0 +1,108 @@
+"""Random and extreme instances for the lemmas' numeric checks, and mpmath comparisons at >= 50 digits.
+
+Every `check_numeric()` evaluates both sides of its lemma in mpmath with DPS = 60 significant digits
+and requires agreement to TOL = 10^-50 (relative to the size of the quantities), on random instances
+and on extreme ones (logits of +-1e4 that overflow float64 exp, ties, a single dominant entry).
+"""
+from __future__ import annotations
+
+import mpmath as mp
+import numpy as np
+
+DPS = 60
+TOL = mp.mpf(10) ** -50
+
+
+def logit_vectors(n: int, seed: int = 0, count: int = 4):
+    """`count` random logit vectors of length n plus extreme ones, as lists of mpf."""
+    rng = np.random.default_rng(seed)
+    out = [list(rng.standard_normal(n) * s) for s in (1.0, 10.0)[: max(1, count // 2)]]
+    out += [list(rng.standard_normal(n) * 3.0) for _ in range(max(0, count - len(out)))]
+    out.append([1e4 + i for i in range(n)])  # overflows float64 exp
+    out.append([-1e4 - 3.0 * i for i in range(n)])  # underflows float64 exp
+    out.append([0.5] * n)  # ties
+    out.append([0.0] * (n - 1) + [800.0])  # one dominant entry
+    with mp.workdps(DPS):
+        return [[mp.mpf(float(x)) for x in row] for row in out]
+
+
+def value_rows(n: int, dv: int, seed: int = 1):
+    """n value rows of width dv (random, one large outlier), as lists of lists of mpf."""
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal((n, dv))
+    v[0, 0] = 1e3
+    with mp.workdps(DPS):
+        return [[mp.mpf(float(x)) for x in row] for row in v]
+
+
+def close(a, b, scale=1) -> bool:
+    """|a - b| <= TOL * max(1, |a|, |b|, scale), elementwise over nested lists."""
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(close(x, y, scale) for x, y in zip(a, b))
+    with mp.workdps(DPS):
+        a, b = mp.mpf(a), mp.mpf(b)
+        if mp.isinf(a) or mp.isinf(b):
+            return a == b
+        return abs(a - b) <= TOL * max(1, abs(a), abs(b), abs(mp.mpf(scale)))
+
+
+def assert_close(a, b, what: str, scale=1) -> None:
+    if not close(a, b, scale):
+        raise AssertionError(f"{what}: the two sides differ beyond 1e-50 (mpmath, {DPS} digits)")
+
+
+def softmax(x):
+    """Exact softmax of a list of mpf (the definition, no shift)."""
+    e = [mp.exp(t) for t in x]
+    s = mp.fsum(e)
+    return [t / s for t in e]
+
+
+def logsumexp(x):
+    return mp.log(mp.fsum(mp.exp(t) for t in x))
+
+
+def assert_symbolic_zero(expr, what: str) -> None:
+    """sympy: expr simplifies to 0 (an identity in its symbols), else AssertionError."""
+    import sympy as sp
+
+    if sp.simplify(sp.expand(expr)) != 0 and sp.simplify(expr) != 0:
+        raise AssertionError(f"{what}: not a symbolic identity, residual {sp.simplify(expr)}")
+
+
+def softmax_reference_error(x) -> np.ndarray:
+    """Derived bound on |a_hat_j - a_j| for the float64 softmax family (safe, online, tiled) on x.
+
+    p_j = exp(fl(x_j - m)): argument error u|x_j - m|, exp error <= 1 ulp = 2u. The denominator takes
+    <= 2N roundings of adds/products (1 + u each) and <= N exps (1 + 2u) of rescale factors whose
+    arguments m_{i-1} - m_i add up to at most R = max x - min x (error u per unit), and each term's
+    argument error <= u R; the final division rounds once. Hence
+    |a_hat_j / a_j - 1| <= exp(u |x_j - m| + 2 u R) (1 + 2u)^(2N+1) (1 + u)^(2N+1) - 1."""
+    x = np.asarray([float(t) for t in x])
+    u = 2.0**-53
+    n = x.size
+    m, R = x.max(), x.max() - x.min()
+    a = np.exp(x - m) / np.exp(x - m).sum()
+    rel = np.expm1(u * np.abs(x - m) + 2 * u * R + (2 * n + 1) * (np.log1p(2 * u) + np.log1p(u)))
+    return a * rel * 1.0000001 + 2.0**-1074
+
+
+def recurrence_reference_error(x, V) -> np.ndarray:
+    """Derived bound on |o_hat_c - o_c| for the float64 row recurrences (normalized each step or at
+    the end, any tiling) on logits x (N,) and values V (N, dv).
+
+    Each final weight A_j reaches the output through <= N rescale steps, each with <= 5 roundings
+    (products d alpha, divisions by d', the product by the rescale ratio) and one exp (1 + 2u), and its
+    own exp argument (u |x_j - m|, plus u per unit of the max's travel, <= 2uR in all), so
+    A_hat_j = A_j (1 + theta_j), |theta_j| <= exp(u|x_j - m| + 2uR) (1 + 2u)^(2N+1) (1 + u)^(6N+2) - 1;
+    the products with V and the N additions add (1 + u)^(N+1):
+    |o_hat_c - o_c| <= sum_j A_j |V_jc| [(1 + theta_j)(1 + u)^(N+1) - 1]."""
+    x = np.asarray([float(t) for t in x])
+    V = np.asarray([[float(t) for t in row] for row in V]) if not isinstance(V, np.ndarray) else V
+    u = 2.0**-53
+    n = x.size
+    m, R = x.max(), x.max() - x.min()
+    A = np.exp(x - m) / np.exp(x - m).sum()
+    log_theta = (u * np.abs(x - m) + 2 * u * R + (2 * n + 1) * np.log1p(2 * u) + (6 * n + 2) * np.log1p(u))
+    w = np.expm1(log_theta + (n + 1) * np.log1p(u))
+    return (A * w * 1.0000001) @ np.abs(V) + 2.0**-1074

@@ -1,0 +1,54 @@
+"""Lemma 2 (proofs/online_softmax.md): the online-softmax recurrence for d'_i.
+Justifies reference.online_softmax; relied on by tests/test_online_softmax.py."""
+from __future__ import annotations
+
+import mpmath as mp
+import sympy as sp
+
+from proofs.instances import (DPS, assert_close, assert_symbolic_zero, logit_vectors, softmax,
+                              softmax_reference_error)
+
+STATEMENT = (
+    "With m_0 = -inf, d'_0 = 0, m_i = max(m_{i-1}, x_i), d'_i = d'_{i-1} exp(m_{i-1} - m_i) + exp(x_i - m_i): "
+    "d'_i = sum_{j<=i} exp(x_j - m_i) for every i, in particular d'_N = sum_j exp(x_j - m_N), "
+    "so softmax(x)_j = exp(x_j - m_N) / d'_N."
+)
+
+
+def check_symbolic() -> None:
+    m_prev, m_i, x_i, x_1 = sp.symbols("m_{i-1} m_i x_i x_1", real=True)
+    S_prev = sp.Symbol("S_{i-1}", positive=True)  # sum_{j<i} e^{x_j}
+    # base case i = 1: m_1 = x_1, d'_1 = 0 * e^{...} + e^{x_1 - m_1} = 1 = sum_{j<=1} e^{x_j - m_1}
+    d1 = 0 + sp.exp(x_1 - x_1)
+    assert_symbolic_zero(d1 - sp.exp(x_1 - x_1), "base case")
+    # inductive step: d'_{i-1} = S_{i-1} e^{-m_{i-1}}  =>  d'_i = (S_{i-1} + e^{x_i}) e^{-m_i}
+    d_prev = S_prev * sp.exp(-m_prev)
+    d_i = d_prev * sp.exp(m_prev - m_i) + sp.exp(x_i - m_i)
+    assert_symbolic_zero(d_i - (S_prev + sp.exp(x_i)) * sp.exp(-m_i), "inductive step")
+
+
+def online(x):
+    m, d = mp.ninf, mp.mpf(0)
+    for t in x:
+        m_new = max(m, t)
+        d = (d * mp.exp(m - m_new) if d != 0 else mp.mpf(0)) + mp.exp(t - m_new)
+        m = m_new
+    return m, d
+
+
+def check_numeric() -> None:
+    import numpy as np
+
+    from reference import online_softmax
+
+    with mp.workdps(DPS):
+        for x in logit_vectors(9):
+            m, d = online(x)
+            assert m == max(x)
+            assert_close(d, mp.fsum(mp.exp(t - m) for t in x), "d'_N")
+            exact = softmax(x)
+            assert_close([mp.exp(t - m) / d for t in x], exact, "softmax from d'_N")
+            ref = online_softmax(np.array([float(t) for t in x]))
+            assert np.all(np.isfinite(ref))
+            err = np.abs(ref - np.array([float(t) for t in exact]))
+            assert np.all(err <= softmax_reference_error(x)), "float64 online_softmax vs mpmath"
