@@ -106,3 +106,26 @@ def recurrence_reference_error(x, V) -> np.ndarray:
     log_theta = (u * np.abs(x - m) + 2 * u * R + (2 * n + 1) * np.log1p(2 * u) + (6 * n + 2) * np.log1p(u))
     w = np.expm1(log_theta + (n + 1) * np.log1p(u))
     return (A * w * 1.0000001) @ np.abs(V) + 2.0**-1074
+
+
+def attention_inputs(seed: int, B=1, Hq=2, Hkv=1, Nq=6, Nk=9, d=4, dv=3, logit_scale=1.0):
+    """Small float64 attention inputs (GQA by default) with one outlier in V."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, Hq, Nq, d)) * logit_scale
+    k = rng.standard_normal((B, Hkv, Nk, d))
+    v = rng.standard_normal((B, Hkv, Nk, dv))
+    v[0, 0, 0, 0] = 1e3
+    do = rng.standard_normal((B, Hq, Nq, dv))
+    return q, k, v, do
+
+
+def within(name: str, got, exact, bound) -> None:
+    """|got - exact| <= bound elementwise (equal where exact is infinite), else AssertionError."""
+    got, exact, bound = (np.asarray(a, dtype=np.float64) for a in (got, exact, bound))
+    fin = np.isfinite(exact)
+    if not np.array_equal(got[~fin], exact[~fin]):
+        raise AssertionError(f"{name}: infinite entries differ")
+    err = np.abs(got[fin] - exact[fin])
+    if not np.all(err <= bound[fin]):
+        i = int(np.argmax(err - bound[fin]))
+        raise AssertionError(f"{name}: error {err[i]:.3g} exceeds the derived bound {bound[fin][i]:.3g}")
