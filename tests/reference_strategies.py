@@ -16,6 +16,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 U = 2.0**-53  # float64 unit roundoff
+ETA = 2.0**-1074  # smallest subnormal: the absolute error of a result that underflows (gradual underflow)
 SLACK = 1.05  # first-order bounds: covers the O(u^2) terms for every case drawn here (n u << 1e-3)
 
 # ---- strategies --------------------------------------------------------------------------------------
@@ -155,6 +156,9 @@ def provisional_forward_bound(q, k, v, **kwargs):
       bound_LSE[i]   = u ((2d + 10) kappa_i + 4 Nk + 8 + 2 |LSE_i|)
     (LSE = m + log l: |dm| + relative error of l + log's and the final add's roundings.) Fully masked rows
     get bound 0: they must be exact (O = 0, LSE = -inf).
+    Underflow: a weight e_ij = exp(t_ij) below the normal range keeps only an absolute accuracy ETA
+    (relative bounds fail there), and so does each product and sum in the subnormal range; as l >= 1,
+    this adds ETA (sum_j |v_jc| + Nk + 1) to bound_O.
     """
     p, kappa, P, Pd, lse = _attention_parts(q, k, v, kwargs)
     from reference.attention import expand_kv
@@ -162,7 +166,9 @@ def provisional_forward_bound(q, k, v, **kwargs):
     V = expand_kv(np.asarray(v, float), p.group)
     d, nk = p.d, p.Nk
     weight = np.abs(Pd) @ np.abs(V)
-    bound_o = SLACK * U * ((4 * d + 16) * kappa + 6 * nk + 12)[..., None] * weight
+    floor = ETA * (np.abs(V).sum(axis=-2, keepdims=True) + nk + 1)
+    bound_o = SLACK * (U * ((4 * d + 16) * kappa + 6 * nk + 12)[..., None] * weight + floor)
+    bound_o = np.where(np.isfinite(lse)[..., None], bound_o, 0.0)
     finite = np.isfinite(lse)
     bound_lse = np.where(finite, SLACK * U * ((2 * d + 10) * kappa + 4 * nk + 8 + 2 * np.abs(np.where(finite, lse, 0))), 0.0)
     return bound_o, bound_lse
@@ -183,6 +189,9 @@ def provisional_backward_bound(q, k, v, do, **kwargs):
       dV = P^T dO: bound sum_i P_ij |dO_ic| (max eps_P + (group Nq + 2) u).
     Each includes the oracle's rounding to float64 (u |x| <= u magnitude). Dropout multiplies P by
     keep/(1 - p) (one more u, inside the +3).
+    Underflow: a P_ij or dS_ij in the subnormal range is only accurate to ETA absolutely, which adds
+    ETA (sum_i |dO_ic| + group Nq + 1) to dV, ETA (scale sum_j (G_ij + Gbar_i + 1) |k_jc| + Nk + 1) to dQ and
+    ETA (scale sum_i (G_ij + Gbar_i + 1) |q_ic| + group Nq + 1) to dK.
     """
     p, kappa, P, Pd, lse = _attention_parts(q, k, v, kwargs)
     from reference.attention import expand_kv, reduce_kv, resolve_scale
@@ -201,11 +210,14 @@ def provisional_backward_bound(q, k, v, do, **kwargs):
     G = (dO @ np.swapaxes(V, -1, -2)) * keep_scale
     Gbar = (np.abs(Pd) * G).sum(axis=-1)
     M = np.abs(P) * (G + Gbar[..., None])
-    b_dq = sc * (M @ K) * (eps_s + (nk + 3) * U)[..., None]
+    W = G + Gbar[..., None] + 1.0  # underflow floor weights
+    b_dq = sc * (M @ K) * (eps_s + (nk + 3) * U)[..., None] + ETA * (sc * (W @ K) + nk + 1)
     eps_s_max = eps_s.max(axis=-1, keepdims=True)[..., None]
     eps_p_max = eps_p.max(axis=-1, keepdims=True)[..., None]
-    b_dk = sc * (np.swapaxes(M, -1, -2) @ Q) * (eps_s_max + (p.group * nq + 3) * U)
+    b_dk = (sc * (np.swapaxes(M, -1, -2) @ Q) * (eps_s_max + (p.group * nq + 3) * U)
+            + ETA * (sc * (np.swapaxes(W, -1, -2) @ Q) + p.group * nq + 1))
     b_dv = (np.swapaxes(np.abs(Pd), -1, -2) @ dO) * (eps_p_max + (p.group * nq + 3) * U)
+    b_dv = b_dv + ETA * (dO.sum(axis=-2, keepdims=True) + p.group * nq + 1)
     return SLACK * b_dq, SLACK * reduce_kv(b_dk, p.group), SLACK * reduce_kv(b_dv, p.group)
 
 
