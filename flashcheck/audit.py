@@ -34,11 +34,12 @@ class Sweep:
     distributions: tuple[str, ...] = ("normal", "outliers", "large_logits")
     extra_scale_points: int = 2
     published: bool = False  # the bf16, N=2048, d=128 comparison with published figures
+    parts: tuple[str, ...] = ("N", "logit_scale", "published")
     seed: int = 0
 
 
 # Measured on 2 CPU cores (see bench/NOTES.md "audit timing"): the CPU default fits in 5 minutes.
-CPU_SWEEP = Sweep(Ns=(50, 128, 256), d=64, B=1, H=2, N_for_scale=128,
+CPU_SWEEP = Sweep(Ns=(50, 128, 256), d=64, B=1, H=1, N_for_scale=128,
                   dtypes=("float32", "float16", "bfloat16"))
 QUICK_SWEEP = Sweep(Ns=(16, 32), d=16, B=1, H=1, N_for_scale=32, dtypes=("float32", "float16"),
                     extra_scale_points=1)
@@ -90,6 +91,9 @@ def _parse(argv):
     p.add_argument("--d", type=int, default=None, help="head dimension")
     p.add_argument("--supports", default=None,
                    help="capabilities a user callable declares (comma-separated)")
+    p.add_argument("--sweeps", default=None,
+                   help="which parts to run, comma-separated from N, logit_scale, published "
+                        "(default: all that apply; published = bf16, N=2048, d=128, GPU default)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -105,6 +109,14 @@ def _sweep_from(args, device: str) -> Sweep:
         sweep = replace(sweep, Ns=Ns, N_for_scale=Ns[len(Ns) // 2])
     if args.d:
         sweep = replace(sweep, d=args.d)
+    if args.sweeps:
+        chosen = {x.strip() for x in args.sweeps.split(",") if x.strip()}
+        unknown = chosen - {"N", "logit_scale", "published"}
+        if unknown:
+            raise SystemExit(f"flashcheck audit: --sweeps: unknown {sorted(unknown)}; "
+                             "expected N, logit_scale, published")
+        sweep = replace(sweep, parts=tuple(sorted(chosen)),
+                        published="published" in chosen)
     return replace(sweep, seed=args.seed)
 
 
@@ -143,17 +155,21 @@ def plan_cases(kernel_name: str, dtype: str, sweep: Sweep) -> list:
     from flashcheck.audit_inputs import Shape, logit_scales, make_inputs, max_abs_logit, overflow_edge
     from flashcheck.audit_measure import Case, torch_dtype
 
-    cases = [Case(kernel_name, dtype, dist, "N", sweep.B, sweep.H, n, sweep.d, seed=sweep.seed)
-             for dist in sweep.distributions for n in sweep.Ns]
+    cases = []
+    if "N" in sweep.parts:
+        cases += [Case(kernel_name, dtype, dist, "N", sweep.B, sweep.H, n, sweep.d, seed=sweep.seed)
+                  for dist in sweep.distributions for n in sweep.Ns]
+    if sweep.published and dtype == "bfloat16":
+        cases += [Case(kernel_name, dtype, dist, "published", 1, 2, 2048, 128, seed=sweep.seed)
+                  for dist in ("normal", "large_logits")]
+    if "logit_scale" not in sweep.parts:
+        return cases
     shape = Shape(sweep.B, sweep.H, sweep.N_for_scale, sweep.d)
     q, k, _, _ = make_inputs(shape, "normal", sweep.seed)
     edge = overflow_edge(float(torch.finfo(torch_dtype(dtype)).max), max_abs_logit(q, k))
     cases += [Case(kernel_name, dtype, "normal", "logit_scale", sweep.B, sweep.H,
                    sweep.N_for_scale, sweep.d, logit_scale=c, seed=sweep.seed)
               for c in logit_scales(edge, sweep.extra_scale_points)]
-    if sweep.published and dtype == "bfloat16":
-        cases += [Case(kernel_name, dtype, dist, "published", 1, 2, 2048, 128, seed=sweep.seed)
-                  for dist in ("normal", "large_logits")]
     return cases
 
 

@@ -15,17 +15,30 @@ MASKED_ROWS = (0, 5, NQ - 1)
 
 
 def _masked_call(kut, q, k, v, device):
-    """(O, LSE, kwargs used, masked row indices) or raises; None when no way to mask a row."""
+    """(O, LSE, how, masked row indices), or None when the kernel can be given no such row.
+
+    A boolean mask first; if the kernel rejects it (torch's flash backend takes no mask) and it
+    declares "causal", bottom-right causal alignment with Nq > Nk instead.
+    """
     import torch
 
+    first_error = None
     if "mask" in kut.supports:
         mask = torch.ones(B, H, NQ, NK, dtype=torch.bool, device=device)
         mask[:, :, list(MASKED_ROWS), :] = False
-        o, lse = kut(q, k, v, mask=mask)
-        return o, lse, "mask with rows of False", list(MASKED_ROWS)
+        try:
+            o, lse = kut(q, k, v, mask=mask)
+            return o, lse, "mask with rows of False", list(MASKED_ROWS)
+        except Exception as exc:
+            first_error = exc
     if "causal" in kut.supports:
         o, lse = kut(q, k, v, causal="bottom_right")
-        return o, lse, 'causal="bottom_right", Nq > Nk', list(range(NQ - NK))
+        how = 'causal="bottom_right", Nq > Nk'
+        if first_error is not None:
+            how += f" (a boolean mask raised {type(first_error).__name__})"
+        return o, lse, how, list(range(NQ - NK))
+    if first_error is not None:
+        raise first_error
     return None
 
 

@@ -80,3 +80,32 @@ def test_audit_flags_a_planted_bug_above_its_bound(tmp_path):
               if r["case"]["logit_scale"] == 1]
     assert ratios and min(ratios) > 1, f"O error/bound of the planted bug: {ratios}"
     assert "**" in (tmp_path / "report.md").read_text()  # ratios above 1 are shown in bold
+
+
+def _bench_module():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "run.py"
+    spec = importlib.util.spec_from_file_location("bench_run", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_dry_run_exercises_the_code_path_on_the_cpu(tmp_path, capsys):
+    bench = _bench_module()
+    assert bench.main(["--dry-run", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    assert rows and all(r["backend"] == "torch-sdpa-math" and r["fwd_tflops"] > 0
+                        and r["bwd_tflops"] > 0 for r in rows), rows
+    assert "| torch-sdpa-math |" in capsys.readouterr().out
+
+
+def test_bench_refuses_to_run_without_cuda(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is present: the real benchmark would run")
+    assert _bench_module().main(["--out", str(tmp_path)]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
