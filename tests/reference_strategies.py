@@ -229,6 +229,8 @@ def provisional_softmax_bound(x):
     exp rounding 2u; the online recurrences rescale d' by exp(m_old - m_new) at most n times (the
     arguments telescope to <= 2 kappa, plus 3u per step); the sum adds n u and the division u, the oracle's
     rounding u. So |da_j| <= u (4 kappa + 5 n + 6) a_j and |dLSE| <= u (4 kappa + 2 n + 6 + 2 |LSE|).
+    Underflow: a weight in the subnormal range is accurate to ETA only (absolute; the denominator is >= 1),
+    adding ETA (n + 2) to |da_j|.
     """
     from reference.softmax import logsumexp, safe_softmax
 
@@ -238,7 +240,7 @@ def provisional_softmax_bound(x):
     a = safe_softmax(x)
     lse = logsumexp(x)
     lse_mag = np.abs(np.where(np.isfinite(lse), lse, 0.0))
-    return (SLACK * U * (4 * kappa + 5 * n + 6) * a,
+    return (SLACK * (U * (4 * kappa + 5 * n + 6) * a + ETA * (n + 2)) * np.isfinite(lse)[..., None],
             np.where(np.isfinite(lse), SLACK * U * (4 * kappa[..., 0] + 2 * n + 6 + 2 * lse_mag), 0.0))
 
 
@@ -249,7 +251,8 @@ def provisional_row_bound(x, v):
     roundings relative to the running magnitude sum_{j<=i} a^(i)_j |V[j]|; later rescalings shrink an
     error made at step i exactly as they shrink that magnitude, which ends as sum_j a_j |V[j]|. The alpha
     arguments telescope (<= 2 u kappa in total), and the exp arguments of the new terms err by <= 2 u kappa.
-    So |do'_N| <= u (6 kappa + 8 n + 10) sum_j a_j |V[j]|.
+    So |do'_N| <= u (6 kappa + 8 n + 10) sum_j a_j |V[j]|, plus the underflow floor ETA (sum_j |V[j]| + 2 n)
+    (subnormal weights and products are accurate to ETA absolutely; d' >= 1 once a maximum was seen).
     """
     from reference.softmax import safe_softmax
 
@@ -257,7 +260,10 @@ def provisional_row_bound(x, v):
     kappa = np.where(np.isfinite(x), np.abs(x), 0.0).max(axis=-1)
     n = x.shape[-1]
     a = safe_softmax(x)
-    return SLACK * U * (6 * kappa + 8 * n + 10)[..., None] * np.einsum("...j,...jc->...c", a, np.abs(v))
+    v = np.abs(np.asarray(v, float))
+    floor = ETA * (v.sum(axis=-2) + 2 * n)
+    bound = SLACK * (U * (6 * kappa + 8 * n + 10)[..., None] * np.einsum("...j,...jc->...c", a, v) + floor)
+    return bound * np.isfinite(x).any(axis=-1)[..., None]
 
 
 # ---- bound selection ----------------------------------------------------------------------------------
