@@ -327,6 +327,7 @@ class _Forward:
     vf: np.ndarray
     scale: float
     problem: object
+    parts: dict  # the per-entry pieces of the O analysis, reused for Delta in the backward (sec. 8)
 
 
 def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, kind: str,
@@ -425,7 +426,11 @@ def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, k
     o_shape = (p.B, p.Hq, p.Nq, vf.shape[-1])
     fb = ForwardBound(o=np.broadcast_to(err, o_shape).copy(), lse=lse_err, kind=kind, precision=precision)
     return _Forward(bound=fb, s=s, vis=vis, A=A, o=o, lse=lse, m=m, empty=empty, qf=qf, kf=kf, vf=vf,
-                    scale=sc, problem=p)
+                    scale=sc, problem=p,
+                    parts=dict(b_wc=b_wc, b_lin=b_lin, sigma=lg.sigma, det=lg.det, nu_wc=nu_wc, nu_lin=nu_lin,
+                               mu_wc=mu_wc, mu_lin=mu_lin, inv_den=inv_den, floors=floors,
+                               final=err - np.where(empty[..., None], 0.0, pre), n_pv=n_pv, T=T, n_l=n_l,
+                               lam=lam))
 
 
 def forward_bound(q, k, v, *, scale=None, causal=False, window=None, mask=None, bias=None,
@@ -462,6 +467,41 @@ def _combine(wc, lin, var, det, lam, kind):
     if kind == "worst_case":
         return wc
     return np.minimum(lam * np.sqrt(np.maximum(var, 0.0)) + det + np.maximum(wc - lin, 0.0), wc)
+
+
+def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind):
+    """Bound on |Delta_hat_i - Delta_i|, Delta_hat = fl(sum_c dO_ic O_hat_ic) with the kernel's own O_hat.
+
+    Contracting the exact O-error identity of sec. 5 with dO (bounds.md sec. 8):
+    sum_c dO_c (N_c/D - O_c) = [sum_j p_j (b_j g_j + (1 + b_j)(sum_c dO_c nu_jc v_jc - mu_j Delta))] / D,
+    g_j = dP_j - Delta, so the logit errors enter through |g_j| (not sum_c |dO_c||v_jc - O_c|); then the
+    division and the store per column, and the fp32 sum of dv products."""
+    P = F.parts
+    A, o, u = F.A, F.o, M.u_w
+    abs_do = np.abs(dof)
+    absg = np.abs(g)
+    delta = (dof * o).sum(-1)
+    aD = np.abs(delta)
+    inv = P["inv_den"][..., 0]
+    sum_fin = (abs_do * (P["floors"] * P["inv_den"] + P["final"])).sum(-1)
+    wc = (((A * P["b_wc"] * absg).sum(-1) + ((A * (1 + P["b_wc"])) * (P["nu_wc"] * absdov)).sum(-1)
+           + (A * (1 + P["b_wc"])).sum(-1) * P["mu_wc"] * aD) * inv + sum_fin)
+    rounding = float(gamma(F.problem.dv, u)) * (abs_do * (np.abs(o) + F.bound.o)).sum(-1)
+    if kind == "worst_case":
+        return wc + rounding
+    oabs_do = abs_do * np.abs(o)
+    lin = ((A * P["b_lin"] * absg).sum(-1) + P["nu_lin"] * (A * absdov).sum(-1) + P["mu_lin"] * aD
+           + (M.eps_div + M.u_out) * oabs_do.sum(-1))
+    Av = A @ np.abs(vf)  # (A |V|)_c
+    n_pv, T, n_l = P["n_pv"], P["T"], P["n_l"]
+    var = (((A * P["sigma"] * g) ** 2).sum(-1) + M.u_p**2 * ((A * dP) ** 2).sum(-1)
+           + M.u_in**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
+           + ((0 if M.tensor_core else n_pv) + T) * u**2 * ((dof * Av) ** 2).sum(-1)
+           + n_l * u**2 * delta**2 + M.u_out**2 * ((dof * o) ** 2).sum(-1))
+    det = ((A * (P["det"] + M.eps_exp) * absg).sum(-1)
+           + (n_pv * M.u_dacc if M.tensor_core else 0.0) * (abs_do * Av).sum(-1) + M.eps_div * oabs_do.sum(-1))
+    lam = F.parts.get("lam", LAMBDA)
+    return np.minimum(lam * np.sqrt(var) + det + np.maximum(wc - lin, 0.0), wc) + rounding
 
 
 def _store(err, exact_abs, u_scale, M: _Model):
@@ -504,8 +544,6 @@ def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
     eps_L = F.bound.lse  # error of the stored LSE
     abs_do = np.abs(dof)
 
-    # Delta_i = sum_c dO_ic O_hat_ic in fp32 (dv products and adds, RN), O_hat off by <= bound.o
-    eps_D = (abs_do * F.bound.o).sum(-1) * (1 + gamma(dv, u)) + gamma(dv, u) * (abs_do * np.abs(o)).sum(-1)
 
     # P_ij = exp2(fl(s c) - fl(LSE log2 e)): the logit errors with shift LSE, the LSE error, exp error
     lg = _logit_errors(qf, kf, F.s, lse0, vis, sc, M, d, bias is not None)
@@ -553,16 +591,34 @@ def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
     dP_det = dv * M.u_dacc * absdov if M.tensor_core else 0.0 * absdov
     g = np.where(vis, dP - (dof * o).sum(-1)[..., None], 0.0)
     absg = np.abs(g)
+    eps_D = _delta_error(F, M, dof, dP, g, absdov, vf, kind)
     rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
     rho_lin = 2 * u + M.u_p
     eD = eps_D[..., None]
     dS_abs = A * absg
-    dS_wc = np.where(vis, A * ((1 + b_wc) * (1 + rho_wc) * (absg + dP_wc + eD) - absg)
-                     + M.floor_w * (1 + rho_wc) * (absg + dP_wc + eD) + M.floor_p, 0.0)
-    dS_lin = np.where(vis, A * ((b_lin + rho_lin) * absg + dP_lin + eD), 0.0)
-    dS_var = np.where(vis, A * A * ((b_sig * absg) ** 2 + dP_sig**2 + (2 * u**2 + M.u_p**2) * absg**2), 0.0)
-    dS_det = np.where(vis, A * (b_det * absg + dP_det + eD), 0.0)
     dS = A * g
+
+    def _dS_errors(bw, bl, bd, eD=eD):
+        """(wc, lin, var, det) of dS_hat - dS for P_hat = A (1 + b), |b| <= bw (linear part bl, of which bd
+        is not random), Delta off by <= eD."""
+        wcS = np.where(vis, A * ((1 + bw) * (1 + rho_wc) * (absg + dP_wc + eD) - absg)
+                       + M.floor_w * (1 + rho_wc) * (absg + dP_wc + eD) + M.floor_p, 0.0)
+        linS = np.where(vis, A * ((bl + rho_lin) * absg + dP_lin + eD), 0.0)
+        varS = np.where(vis, A * A * ((b_sig * absg) ** 2 + dP_sig**2 + (2 * u**2 + M.u_p**2) * absg**2), 0.0)
+        detS = np.where(vis, A * (bd * absg + dP_det + eD), 0.0)
+        return wcS, linS, varS, detS
+
+    dS_wc, dS_lin, dS_var, dS_det = _dS_errors(b_wc, b_lin, b_det)
+    # For dQ_i the LSE error is one factor (1 + c_i) on the whole row i of P, and sum_j dS_ij = 0 (Lemma 9),
+    # so it costs c_i |dQ_i| instead of c_i sum_j |dS_ij||k_j|: dQ_hat = (1 + c_i) dQ'_hat, where dQ' has
+    # P' = A (1 + b') with the LSE part removed from b.
+    c_row = (np.exp(float(gamma(1, u)) * np.abs(lse0) + eps_L) - 1.0)[..., None]
+    b_wc_row = np.where(vis, np.exp(lg.wc) * (1 + M.eps_exp) - 1.0, 0.0)
+    b_lin_row = np.where(vis, lg.lin + M.eps_exp, 0.0)
+    b_det_row = np.where(vis, lg.det + M.eps_exp, 0.0)
+    # Likewise the Delta error is one number per row: it adds -delta_i sum_j P_ij k_j, bounded with
+    # |sum_j A_ij k_jc| (handled after _grad), so dQ's dS errors leave it out.
+    dSq = _dS_errors(b_wc_row, b_lin_row, b_det_row, eD=0.0)
 
     def _grad(wcS, linS, varS, detS, absS, S, other, n):
         """scale * S @ other with S's error (wc, lin, var, det), the operand rounding of `other`
@@ -579,8 +635,12 @@ def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
         return wc, lin, var, det, sc * (S @ other)
 
     g2 = float(gamma(2, u))
-    wc, lin, var, det, dQ_exact = _grad(dS_wc, dS_lin, dS_var, dS_det, dS_abs, dS, kf, n_k)
-    dq_err = _store(_combine(wc, lin, var, det, lam, kind), np.abs(dQ_exact), g2, M)
+    wc, lin, var, det, dQ_exact = _grad(*dSq, dS_abs, dS, kf, n_k)
+    kap_k = (1 + M.u_in) * (1 + gamma(n_k, M.u_dacc)) - 1.0
+    dq_delta = sc * eD * (np.abs(A @ kf)
+                          + (A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0)) @ np.abs(kf))
+    dq_err = (1 + c_row) * (_combine(wc, lin, var, det, lam, kind) + dq_delta) + c_row * np.abs(dQ_exact)
+    dq_err = _store(dq_err, np.abs(dQ_exact), g2, M)
     wc, lin, var, det, dK_exact = _grad(_t(dS_wc), _t(dS_lin), _t(dS_var), _t(dS_det), _t(dS_abs),
                                         _t(dS), qf, n_q)
     dk_err = _combine(_kv(wc), _kv(lin), _kv(var), _kv(det), lam, kind)
