@@ -33,13 +33,20 @@ def _as_rows(x) -> np.ndarray:
 def naive_softmax(x) -> np.ndarray:
     """a_i = e^{x_i} / sum_j e^{x_j} (seed 000, the unshifted definition).
 
-    Deliberately unsafe: overflows (inf / inf = NaN) once some x_i > log(DBL_MAX) ~ 709.78. It is here as the
+    Deliberately unsafe: e^{x_i} overflows once some x_i > log(DBL_MAX) ~ 709.78 (and the sum may overflow a
+    little earlier). Rather than return inf / inf = NaN it raises FloatingPointError there: it is the
     baseline the safe variants are derived from. A fully masked row (all -inf) gives 0.
     """
     x = _as_rows(x)
     with np.errstate(over="ignore", invalid="ignore"):
         e = np.exp(x)
-        return _divide_or_zero(e, e.sum(axis=-1, keepdims=True))
+        total = e.sum(axis=-1, keepdims=True)
+    if not np.all(np.isfinite(total)):
+        raise FloatingPointError(
+            f"naive_softmax overflows: max(x) = {float(np.max(x))!r}, the sum of e^x exceeds DBL_MAX "
+            f"(x > log(DBL_MAX) ~ 709.78 is enough); use safe_softmax"
+        )
+    return _divide_or_zero(e, total)
 
 
 def safe_softmax(x) -> np.ndarray:

@@ -1,5 +1,6 @@
 """reference.naive_softmax: the unshifted definition, and why the safe variants exist (seed 000)."""
 import numpy as np
+import pytest
 
 from reference import naive_softmax, safe_softmax
 from tests.reference_strategies import assert_within, provisional_softmax_bound
@@ -11,10 +12,12 @@ def test_naive_agrees_with_safe_for_moderate_logits():
     assert_within("naive vs safe", naive_softmax(x), safe_softmax(x), 2 * provisional_softmax_bound(x)[0])
 
 
-def test_naive_overflows_beyond_log_dbl_max():
-    a = naive_softmax(np.array([[710.0, 0.0]]))
-    assert np.isnan(a).any()  # inf / inf: the reason for the max shift
-    assert np.all(np.isfinite(safe_softmax(np.array([[710.0, 0.0]]))))
+def test_naive_overflows_beyond_log_dbl_max_and_says_so():
+    x = np.array([[710.0, 0.0]])
+    with pytest.raises(FloatingPointError, match="naive_softmax overflows: max\\(x\\) = 710.0"):
+        naive_softmax(x)  # e^710 = inf: the reason for the max shift
+    assert np.all(np.isfinite(safe_softmax(x)))
+    naive_softmax(np.array([[709.0, 0.0]]))  # just below the edge it still works
 
 
 def test_naive_fully_masked_row_is_zero():
