@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import pytest
 
+REDUCED_EXAMPLES = 5
 DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64")
 _current = {"item": None, "stats": None}
 _options = {}
@@ -29,20 +30,25 @@ def pytest_addoption(parser):
     group.addoption("--kernel", default="ours", metavar="TARGET",
                     help="ours | torch-sdpa-math | torch-sdpa-flash | torch-sdpa-efficient | torch-sdpa-cudnn | "
                          "flex | package.module:function | path/to/file.py:function (default: ours)")
-    group.addoption("--layout", default="bhnd", choices=("bhnd", "bnhd"),
-                    help="tensor layout the kernel takes and returns (default: bhnd)")
+    group.addoption("--layout", default=None, choices=("bhnd", "bnhd"),
+                    help="tensor layout the kernel takes and returns (default: the function's `layout` "
+                         "attribute, else bhnd)")
     group.addoption("--device", default=None, choices=("cpu", "cuda"),
                     help="device the kernel runs on (default: cuda when available, else cpu)")
     group.addoption("--dtype", default=None, metavar="LIST",
                     help="comma-separated input dtypes (default: float32)")
     group.addoption("--supports", default=None, metavar="LIST",
                     help="capabilities the kernel declares: causal,scale,gqa,lse,backward,mask,window "
-                         "(built-in kernels declare theirs; a user function declares none by default)")
+                         "(default: what a built-in kernel supports, a user function's `supports` attribute, else nothing)")
     group.addoption("--head-dims", default=None, metavar="LIST",
                     help="head dimensions the kernel accepts (default: any)")
     group.addoption("--example-db", default=os.environ.get("FLASHCHECK_DB"), metavar="DIR",
                     help="directory of the hypothesis example database, shareable between runs and "
                          "machines (default: $FLASHCHECK_DB, else the profile's)")
+    group.addoption("--budget", default="auto", choices=("auto", "reduced", "full"),
+                    help="reduced: small shapes (N <= 65, d <= 64), the canonical examples and "
+                         f"{REDUCED_EXAMPLES} drawn ones per property; auto (default): reduced for 'ours' through the "
+                         "Triton interpreter on the CPU, full otherwise")
     group.addoption("--flashcheck-report", default=None, metavar="PATH",
                     help="write one JSON record per test (outcome, worst error / bound, failure)")
 
@@ -50,12 +56,13 @@ def pytest_addoption(parser):
 @dataclass(frozen=True)
 class Options:
     target: str
-    layout: str
+    layout: str | None
     device: str
     dtypes: tuple
     supports: frozenset | None
     head_dims: frozenset | None
     example_db: str | None
+    reduced: bool = False
 
 
 def _split(value):
@@ -81,9 +88,25 @@ def options_from(config) -> Options:
         head_dims = frozenset(int(x) for x in _split(head_dims)) if head_dims else None
     except ValueError:
         raise pytest.UsageError(f"--head-dims: expected comma-separated integers, got {head_dims!r}")
-    return Options(target=config.getoption("--kernel"), layout=config.getoption("--layout"), device=device,
+    target = config.getoption("--kernel")
+    budget = config.getoption("--budget")
+    if budget == "auto":
+        budget = "reduced" if target == "ours" and device == "cpu" else "full"
+    return Options(target=target, layout=config.getoption("--layout"), device=device,
                    dtypes=dtypes, supports=frozenset(_split(supports)) if supports is not None else None,
-                   head_dims=head_dims, example_db=config.getoption("--example-db"))
+                   head_dims=head_dims, example_db=config.getoption("--example-db"), reduced=budget == "reduced")
+
+
+def pytest_report_header(config):
+    opts = _options.get("opts")
+    if opts is None:
+        return None
+    line = (f"flashcheck: kernel={opts.target} device={opts.device} dtypes={','.join(opts.dtypes)} "
+            f"layout={opts.layout or 'default'}")
+    if opts.reduced:
+        line += (f"; REDUCED property set (N <= 65, d <= 64, canonical examples + {REDUCED_EXAMPLES} drawn per "
+                 "property; --budget full for all)")
+    return line
 
 
 def pytest_configure(config):
@@ -109,11 +132,14 @@ def hypothesis_settings():
     from hypothesis import settings
 
     opts = _options.get("opts")
-    if opts is None or not opts.example_db:
-        return settings()
-    from hypothesis.database import DirectoryBasedExampleDatabase
+    kw = {}
+    if opts is not None and opts.reduced:
+        kw["max_examples"] = min(REDUCED_EXAMPLES, settings.default.max_examples)
+    if opts is not None and opts.example_db:
+        from hypothesis.database import DirectoryBasedExampleDatabase
 
-    return settings(database=DirectoryBasedExampleDatabase(opts.example_db))
+        kw["database"] = DirectoryBasedExampleDatabase(opts.example_db)
+    return settings(**kw)
 
 
 @pytest.fixture(scope="session")

@@ -52,7 +52,7 @@ def _half_dot(dtype_name: str) -> str | None:
     return {"float16": "fp16", "bfloat16": "bf16"}.get(dtype_name)
 
 
-@dataclass
+@dataclass(eq=False)
 class KernelUnderTest:
     """One attention kernel, callable in the project's conventions.
 
@@ -109,10 +109,13 @@ class KernelUnderTest:
             lse = None
         return o, lse
 
-    def precision(self, dtype, dot_precision=None):
-        """The arithmetic the kernel performs in `dtype` (a `proofs.bounds.Precision`)."""
+    def precision(self, dtype, dot_precision=None, *, head_dim=None):
+        """The arithmetic the kernel performs in `dtype` (a `proofs.bounds.Precision`); its tiling may
+        depend on the head dimension."""
         if self.precision_fn is None:
             raise ValueError(f"{self.name}: no precision model is known")
+        if head_dim is not None and "head_dim" in inspect.signature(self.precision_fn).parameters:
+            return self.precision_fn(dtype, dot_precision, head_dim=head_dim)
         return self.precision_fn(dtype, dot_precision)
 
 
@@ -129,13 +132,17 @@ def parse_supports(supports: Iterable[str] | str | None) -> frozenset | None:
     return supports
 
 
-def resolve(target: str, *, supports: Iterable[str] | str | None = None, layout: str = "bhnd"
+def resolve(target: str, *, supports: Iterable[str] | str | None = None, layout: str | None = "bhnd"
             ) -> KernelUnderTest:
-    """The kernel named by `target` (see the module docstring); `supports` overrides what it declares."""
+    """The kernel named by `target` (see the module docstring); `supports` overrides what it declares.
+
+    A user function may declare its own defaults as attributes: `fn.supports` ("causal,lse,..."),
+    `fn.layout` (used when `layout` is None), `fn.precision(dtype)` and `fn.head_dims`.
+    """
     if not isinstance(target, str) or not target:
         raise ValueError(f"target: expected a built-in name {BUILTINS}, 'package.module:function' or "
                          f"'path/to/file.py:function', got {target!r}")
-    if layout not in LAYOUTS:
+    if layout is not None and layout not in LAYOUTS:
         raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
     declared = parse_supports(supports)
     if target == "ours":
@@ -145,7 +152,7 @@ def resolve(target: str, *, supports: Iterable[str] | str | None = None, layout:
     elif target == "flex":
         kut = _flex()
     elif ":" in target:
-        kut = _user(target, declared if declared is not None else frozenset(), layout)
+        kut = _user(target, declared, layout)
     else:
         raise ValueError(f"target: unknown kernel {target!r}; expected one of {BUILTINS}, "
                          f"'package.module:function' or 'path/to/file.py:function'")
@@ -186,8 +193,13 @@ def load_callable(target: str) -> Callable:
     return fn
 
 
-def _user(target: str, supports: frozenset, layout: str) -> KernelUnderTest:
+def _user(target: str, supports: frozenset | None, layout: str | None) -> KernelUnderTest:
     fn = load_callable(target)
+    if supports is None:
+        supports = parse_supports(getattr(fn, "supports", None)) or frozenset()
+    layout = layout or getattr(fn, "layout", None) or "bhnd"
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: {target} declares layout {layout!r}; expected one of {LAYOUTS}")
 
     def precision(dtype, dot_precision=None):
         # A user kernel states its arithmetic with a `precision(dtype)` attribute; otherwise the
@@ -234,8 +246,10 @@ def _ours() -> KernelUnderTest:
             return "the Triton interpreter does not support bfloat16 (verified on the GPU only)"
         return None
 
-    def precision(dtype, dot_precision=None):
+    def precision(dtype, dot_precision=None, head_dim=None):
         mod = module()
+        if "head_dim" in inspect.signature(mod.precision).parameters:
+            return mod.precision(dtype, dot_precision, head_dim=head_dim)
         return mod.precision(dtype, dot_precision) if dot_precision else mod.precision(dtype)
 
     return KernelUnderTest(name="ours", supports=CAPABILITIES, fn=fn, precision_fn=precision,

@@ -38,7 +38,10 @@ BASE_SHAPES = (
     (1, 6, 3, 31, 1),
     (1, 4, 4, 97, 33),
 )
+# The reduced set (the Triton interpreter's 16 x 16 tiles make larger shapes slow on the CPU).
+SMALL_SHAPES = tuple(b for b in BASE_SHAPES if max(b[3], b[4]) <= 65)
 CAUSALS = (False, True, "bottom_right")
+SCALES = (1.0, 0.5, 1.75)
 WINDOWS = (None, (0, 0), (7, 0), (31, 4), (None, 3), (2, None))
 MASK_KINDS = (None, "random", "block_sparse", "fully_masked_rows", "padding")
 VALUE_KINDS = ("normal", "outliers", "large_logits", "dominant", "constant_rows", "tiny")
@@ -76,6 +79,7 @@ class Case:
     mask: str | None = None
     values: str = "normal"
     seed: int = 0
+    scale: float = 1.0  # softmax scale as a multiple of 1/sqrt(d) (passed only to kernels declaring "scale")
 
     def kwargs(self) -> dict:
         """The reference/bound keyword arguments, without the mask array."""
@@ -107,6 +111,7 @@ def adapt(case: Case, supports, head_dims=None) -> Case:
         causal=case.causal if "causal" in supports else False,
         window=case.window if "window" in supports else None,
         mask=case.mask if "mask" in supports else None,
+        scale=case.scale if "scale" in supports else 1.0,
     )
 
 
@@ -150,6 +155,7 @@ def cases(*, head_dims=HEAD_DIMS, max_d: int | None = 128, causal=True, window=T
         mask=mask_kinds() if mask else st.just(None),
         values=st.sampled_from(list(values)),
         seed=seeds(),
+        scale=st.sampled_from(SCALES),
     )
 
 
@@ -234,7 +240,7 @@ def materialize(case: Case, dtype: str) -> Inputs:
     do = rng.standard_normal(q.shape[:-1] + (case.shape.dv,))
     mask = make_mask(case, rng)
     return Inputs(q=round_to(q, dtype), k=round_to(k, dtype), v=round_to(v, dtype),
-                  do=round_to(do, dtype), mask=mask, scale=1.0 / np.sqrt(case.shape.d))
+                  do=round_to(do, dtype), mask=mask, scale=case.scale / np.sqrt(case.shape.d))
 
 
 def visible(case: Case, mask: np.ndarray | None) -> np.ndarray:
@@ -253,7 +259,13 @@ def _c(B, Hq, Hkv, Nq, Nk, d, **kw):
 
 CANONICAL = (
     _c(1, 4, 2, 65, 130, 32, causal="bottom_right", values="normal", seed=1),  # partial tile, GQA
-    _c(1, 2, 2, 33, 129, 16, causal=True, values="large_logits", seed=2),      # max grows late
+    _c(1, 2, 2, 33, 129, 16, causal=True, values="large_logits", seed=2, scale=0.5),  # max grows late
     _c(1, 2, 1, 1, 1, 16, values="normal", seed=3),                            # N = 1: O = v exactly
     _c(2, 2, 2, 64, 64, 64, values="constant_rows", seed=4),                   # O = the constant row
+)
+CANONICAL_SMALL = (
+    _c(1, 4, 2, 17, 33, 32, causal="bottom_right", values="normal", seed=1),
+    _c(1, 2, 2, 17, 63, 16, causal=True, values="large_logits", seed=2, scale=0.5),
+    _c(1, 2, 1, 1, 1, 16, values="normal", seed=3),
+    _c(1, 2, 2, 17, 17, 64, values="constant_rows", seed=4),
 )

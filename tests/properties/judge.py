@@ -15,7 +15,7 @@ import pytest
 from hypothesis import example, given, note
 
 from flashcheck.pytest_plugin import hypothesis_settings, options, record
-from tests.strategies import CANONICAL, Case, Inputs, adapt, cases, materialize
+from tests.strategies import BASE_SHAPES, CANONICAL, CANONICAL_SMALL, SMALL_SHAPES, Case, Inputs, adapt, cases, materialize
 
 
 # ---- the modules judged against (other parts of the project; provisional stand-ins until they land)
@@ -62,6 +62,11 @@ def bounds_source() -> str:
 
 # ---- the subject: kernel, device, dtype --------------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)
+def _precision(kernel, dtype, head_dim):
+    return kernel.precision(dtype, head_dim=head_dim)
+
+
 @dataclass(frozen=True)
 class Subject:
     kernel: object
@@ -74,9 +79,8 @@ class Subject:
 
         return getattr(torch, self.dtype)
 
-    @functools.cached_property
-    def precision(self):
-        return self.kernel.precision(self.torch_dtype)
+    def precision(self, head_dim: int):
+        return _precision(self.kernel, self.torch_dtype, head_dim)
 
     def adapt(self, case: Case) -> Case:
         return adapt(case, self.kernel.supports, self.kernel.head_dims)
@@ -172,11 +176,13 @@ def forward_bound(subject, case, inputs, *, q=None, k=None, v=None, mask=None):
     q = inputs.q if q is None else q
     k = inputs.k if k is None else k
     v = inputs.v if v is None else v
-    return bound_fn("forward_bound")(q, k, v, precision=subject.precision, **reference_kwargs(case, inputs, mask))
+    return bound_fn("forward_bound")(q, k, v, precision=subject.precision(case.shape.d),
+                                     **reference_kwargs(case, inputs, mask))
 
 
 def backward_bound(subject, case, inputs):
-    return bound_fn("backward_bound")(inputs.q, inputs.k, inputs.v, inputs.do, precision=subject.precision,
+    return bound_fn("backward_bound")(inputs.q, inputs.k, inputs.v, inputs.do,
+                                      precision=subject.precision(case.shape.d),
                                       **reference_kwargs(case, inputs))
 
 
@@ -190,7 +196,7 @@ def masked_rows(case: Case, inputs: Inputs) -> np.ndarray:
 # ---- comparison ----------------------------------------------------------------------------------------
 
 def describe(case, subject) -> str:
-    return (f"{case!r} dtype={subject.dtype} kernel={subject.kernel.name} precision={subject.precision} "
+    return (f"{case!r} dtype={subject.dtype} kernel={subject.kernel.name} precision={subject.precision(case.shape.d)} "
             f"bound={bounds_source()}")
 
 
@@ -233,9 +239,14 @@ def check_within(name: str, got, want, bound, *, case, subject, exact=None,
 
 # ---- decorators ------------------------------------------------------------------------------------
 
-def property_cases(strategy=None, examples=CANONICAL):
-    """@given(case=...) with the canonical examples first and the shared example database."""
-    strategy = cases() if strategy is None else strategy
+def property_cases(*, examples=None, shape_filter=None, **case_kw):
+    """@given(case=cases(**case_kw)) with the canonical examples first and the shared example database
+    (the reduced set under `--budget reduced`: small shapes, few examples)."""
+    reduced = options().reduced
+    base = [b for b in (SMALL_SHAPES if reduced else BASE_SHAPES) if shape_filter is None or shape_filter(b)]
+    strategy = cases(base=tuple(base), **({"max_d": 64} if reduced else {}), **case_kw)
+    if examples is None:
+        examples = CANONICAL_SMALL if reduced else CANONICAL
 
     def wrap(fn):
         fn = given(case=strategy)(fn)
