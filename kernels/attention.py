@@ -65,9 +65,9 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     if dtype == torch.float32:  # 4-byte tiles: half the rows for the same shared memory
         if bd <= 64:
             return KernelConfig(TileConfig(64, 32, 4, 2), TileConfig(32, 64, 4, 2), TileConfig(64, 32, 4, 2))
-        if bd <= 128:
-            return KernelConfig(TileConfig(64, 32, 4, 2), TileConfig(32, 64, 4, 2), TileConfig(64, 32, 4, 2))
-        return KernelConfig(TileConfig(32, 32, 4, 1), TileConfig(32, 32, 4, 1), TileConfig(32, 32, 4, 1))
+        if bd <= 128:  # dK and dV accumulators (2 × 64 × 128 fp32) want 8 warps of registers
+            return KernelConfig(TileConfig(64, 32, 4, 2), TileConfig(32, 64, 8, 2), TileConfig(64, 32, 4, 2))
+        return KernelConfig(TileConfig(32, 32, 8, 1), TileConfig(32, 32, 8, 1), TileConfig(32, 32, 8, 1))
     # bf16/fp16, measured on the H100 (bench/kernel_speed.py --sweep, N = 8k, d = 64 and 128):
     # fwd 64×64 tiles, 4 warps, 3 stages beat 128-row tiles at both head dims; the d = 128
     # backward prefers 128-wide dK/dV tiles with 8 warps.
@@ -75,7 +75,8 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
         return KernelConfig(TileConfig(64, 64, 4, 3), TileConfig(64, 64, 4, 3), TileConfig(64, 64, 4, 3))
     if bd <= 128:
         return KernelConfig(TileConfig(64, 64, 4, 3), TileConfig(64, 128, 8, 3), TileConfig(128, 64, 8, 3))
-    return KernelConfig(TileConfig(64, 32, 4, 2), TileConfig(32, 64, 4, 2), TileConfig(64, 32, 4, 2))
+    # d in (128, 256]: fp32 accumulators of 64 × 256 (fwd) and 2 × 32 × 256 (dK, dV) need 8 warps
+    return KernelConfig(TileConfig(64, 32, 8, 2), TileConfig(32, 32, 8, 2), TileConfig(32, 32, 8, 2))
 
 
 def precision(dtype, dot_precision: str | None = None, *, head_dim: int | None = None,
