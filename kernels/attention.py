@@ -220,9 +220,13 @@ def attention(q, k, v, *, scale=None, causal=False, window=None, mask=None, retu
     for name, dim in (("q/k head dim d", d), ("v head dim dv", dv)):
         if not 1 <= dim <= MAX_HEAD_DIM:
             raise ValueError(f"{name} must be in 1..{MAX_HEAD_DIM}, got {dim}")
-    if max(nq, nk) * max(d, dv) > _INT32_MAX or nq * nk > _INT32_MAX * 4 or nq + nk > 2**29:
-        raise ValueError(f"sequence lengths Nq={nq}, Nk={nk} with d={max(d, dv)} exceed the "
-                         "kernel's int32 per-head offsets")
+    # Batch/head offsets are int64 in the kernels; offsets inside one head (row · row stride +
+    # column) and the band arithmetic (i + off ± window) are int32: refuse what would overflow.
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        inner = (t.shape[2] - 1) * max(t.stride(2), t.shape[3]) + t.shape[3]
+        if inner > _INT32_MAX or nq + nk > 2**29:
+            raise ValueError(f"{name}: sequence lengths Nq={nq}, Nk={nk} with head dim {t.shape[3]} "
+                             "exceed the kernel's int32 per-head offsets (split the sequence)")
     if scale is None:
         scale = 1.0 / math.sqrt(d)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
