@@ -415,12 +415,17 @@ def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, k
     rounding = float(gamma(3, u)) * lse_abs + log_err
     if kind == "worst_case":
         lse_err = log_wc + rounding
+        lse_sigma, lse_det = 0.0 * lse_err, lse_err
     else:
         lin = (A * b_lin).sum(axis=-1) + mu_lin + (T - 1) * (u * rng + M.eps_exp)
         remainder = np.maximum(log_wc - lin, 0.0)
         var = ((A * lg.sigma) ** 2).sum(axis=-1) + n_l * u**2
         det = (A * (lg.det + M.eps_exp)).sum(axis=-1) + (T - 1) * (u * rng + M.eps_exp)
         lse_err = np.minimum(lam * np.sqrt(var) + det + remainder, log_wc) + rounding
+        # split for the backward (random part sigma, the rest det), where the cap did not bind
+        capped = lam * np.sqrt(var) + det + remainder >= log_wc
+        lse_sigma = np.where(capped, 0.0, np.sqrt(var))
+        lse_det = np.where(capped, log_wc, det + remainder) + rounding
     lse_err = np.where(empty, 0.0, lse_err)
 
     o_shape = (p.B, p.Hq, p.Nq, vf.shape[-1])
@@ -430,7 +435,8 @@ def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, k
                     parts=dict(b_wc=b_wc, b_lin=b_lin, sigma=lg.sigma, det=lg.det, nu_wc=nu_wc, nu_lin=nu_lin,
                                mu_wc=mu_wc, mu_lin=mu_lin, inv_den=inv_den, floors=floors,
                                final=err - np.where(empty[..., None], 0.0, pre), n_pv=n_pv, T=T, n_l=n_l,
-                               lam=lam))
+                               lam=lam, lse_sigma=np.where(empty, 0.0, lse_sigma),
+                               lse_det=np.where(empty, 0.0, lse_det)))
 
 
 def forward_bound(q, k, v, *, scale=None, causal=False, window=None, mask=None, bias=None,
@@ -488,7 +494,7 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind):
            + (A * (1 + P["b_wc"])).sum(-1) * P["mu_wc"] * aD) * inv + sum_fin)
     rounding = float(gamma(F.problem.dv, u)) * (abs_do * (np.abs(o) + F.bound.o)).sum(-1)
     if kind == "worst_case":
-        return wc + rounding
+        return wc + rounding, 0.0 * wc, wc + rounding
     oabs_do = abs_do * np.abs(o)
     lin = ((A * P["b_lin"] * absg).sum(-1) + P["nu_lin"] * (A * absdov).sum(-1) + P["mu_lin"] * aD
            + (M.eps_div + M.u_out) * oabs_do.sum(-1))
@@ -501,7 +507,10 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind):
     det = ((A * (P["det"] + M.eps_exp) * absg).sum(-1)
            + (n_pv * M.u_dacc if M.tensor_core else 0.0) * (abs_do * Av).sum(-1) + M.eps_div * oabs_do.sum(-1))
     lam = F.parts.get("lam", LAMBDA)
-    return np.minimum(lam * np.sqrt(var) + det + np.maximum(wc - lin, 0.0), wc) + rounding
+    prob = lam * np.sqrt(var) + det + np.maximum(wc - lin, 0.0)
+    capped = prob >= wc
+    return (np.minimum(prob, wc) + rounding, np.where(capped, 0.0, np.sqrt(var)),
+            np.where(capped, wc, det + np.maximum(wc - lin, 0.0)) + rounding)
 
 
 def _store(err, exact_abs, u_scale, M: _Model):
@@ -551,7 +560,10 @@ def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
     e_wc = lg.wc + (float(gamma(1, u)) * np.abs(lse0) + eps_L)[..., None]
     b_wc = np.where(vis, np.exp(e_wc) * (1 + M.eps_exp) - 1.0, 0.0)
     b_lin = np.where(vis, lg.lin + (e_lse + eps_L)[..., None] + M.eps_exp, 0.0)
-    b_det = np.where(vis, lg.det + (eps_L + e_lse)[..., None] + M.eps_exp, 0.0)
+    # probabilistic: the stored LSE's error splits into its random first-order part (std sig_L, from the
+    # forward's roundings, independent from row to row: it joins this entry's Azuma sum) and the rest
+    sig_L, det_L = F.parts["lse_sigma"], F.parts["lse_det"]
+    b_det = np.where(vis, lg.det + (det_L + e_lse)[..., None] + M.eps_exp, 0.0)
     b_sig = lg.sigma  # e_lse is one rounding shared by the row: kept in b_det
 
     # dV = P^T dO: P rounded to the operand format, dO exact unless input does not fit (u_in);
@@ -574,7 +586,7 @@ def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
     AabsdO = _t(A) @ abs_do
     dv_wc = _t(A * ((1 + b_wc) * (1 + nu_q_wc) - 1.0) + floor_P) @ abs_do
     dv_lin = _t(A * (b_lin + nu_q_lin)) @ abs_do
-    dv_var = (_t((A * b_sig) ** 2) @ (dof * dof) + (M.u_p**2 + M.u_in**2) * (_t(A * A) @ (dof * dof))
+    dv_var = (_t((A * b_sig) ** 2 + (A * sig_L[..., None]) ** 2) @ (dof * dof) + (M.u_p**2 + M.u_in**2) * (_t(A * A) @ (dof * dof))
               + (0 if M.tensor_core else n_q) * u**2 * AabsdO**2)
     dv_det = _t(A * b_det) @ abs_do + (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO
     dV_exact = _kv(_t(A) @ dof)
@@ -591,24 +603,27 @@ def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
     dP_det = dv * M.u_dacc * absdov if M.tensor_core else 0.0 * absdov
     g = np.where(vis, dP - (dof * o).sum(-1)[..., None], 0.0)
     absg = np.abs(g)
-    eps_D = _delta_error(F, M, dof, dP, g, absdov, vf, kind)
+    eps_D, sig_D, det_D = _delta_error(F, M, dof, dP, g, absdov, vf, kind)
     rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
     rho_lin = 2 * u + M.u_p
     eD = eps_D[..., None]
     dS_abs = A * absg
     dS = A * g
 
-    def _dS_errors(bw, bl, bd, eD=eD):
+    def _dS_errors(bw, bl, bd, eD=eD, dD=det_D[..., None], extra_var=0.0):
         """(wc, lin, var, det) of dS_hat - dS for P_hat = A (1 + b), |b| <= bw (linear part bl, of which bd
-        is not random), Delta off by <= eD."""
+        is not random), Delta off by <= eD (of which dD is not random)."""
         wcS = np.where(vis, A * ((1 + bw) * (1 + rho_wc) * (absg + dP_wc + eD) - absg)
                        + M.floor_w * (1 + rho_wc) * (absg + dP_wc + eD) + M.floor_p, 0.0)
         linS = np.where(vis, A * ((bl + rho_lin) * absg + dP_lin + eD), 0.0)
-        varS = np.where(vis, A * A * ((b_sig * absg) ** 2 + dP_sig**2 + (2 * u**2 + M.u_p**2) * absg**2), 0.0)
-        detS = np.where(vis, A * (bd * absg + dP_det + eD), 0.0)
+        varS = np.where(vis, A * A * ((b_sig * absg) ** 2 + dP_sig**2 + (2 * u**2 + M.u_p**2) * absg**2)
+                        + extra_var, 0.0)
+        detS = np.where(vis, A * (bd * absg + dP_det + dD), 0.0)
         return wcS, linS, varS, detS
 
-    dS_wc, dS_lin, dS_var, dS_det = _dS_errors(b_wc, b_lin, b_det)
+    # the LSE and Delta errors of row i come from the same forward roundings: (a + b)^2 <= 2a^2 + 2b^2
+    dS_wc, dS_lin, dS_var, dS_det = _dS_errors(
+        b_wc, b_lin, b_det, extra_var=2 * A * A * ((sig_L[..., None] * absg) ** 2 + sig_D[..., None] ** 2))
     # For dQ_i the LSE error is one factor (1 + c_i) on the whole row i of P, and sum_j dS_ij = 0 (Lemma 9),
     # so it costs c_i |dQ_i| instead of c_i sum_j |dS_ij||k_j|: dQ_hat = (1 + c_i) dQ'_hat, where dQ' has
     # P' = A (1 + b') with the LSE part removed from b.
@@ -618,7 +633,7 @@ def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
     b_det_row = np.where(vis, lg.det + M.eps_exp, 0.0)
     # Likewise the Delta error is one number per row: it adds -delta_i sum_j P_ij k_j, bounded with
     # |sum_j A_ij k_jc| (handled after _grad), so dQ's dS errors leave it out.
-    dSq = _dS_errors(b_wc_row, b_lin_row, b_det_row, eD=0.0)
+    dSq = _dS_errors(b_wc_row, b_lin_row, b_det_row, eD=0.0, dD=0.0)
 
     def _grad(wcS, linS, varS, detS, absS, S, other, n):
         """scale * S @ other with S's error (wc, lin, var, det), the operand rounding of `other`

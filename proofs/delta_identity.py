@@ -1,5 +1,5 @@
 """Lemma 9 (proofs/delta_identity.md): Delta_i = rowsum(dO o O)_i = rowsum(A o dA)_i, and
-dP = A o (dA - Delta) = J_softmax dA. Relied on by reference.attention_backward; tests/test_delta_identity.py."""
+dP = A o (dA - Delta) = J_softmax dA. Relied on by reference.attention_backward; tests/test_attention_backward.py."""
 from __future__ import annotations
 
 import mpmath as mp

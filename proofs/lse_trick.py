@@ -1,5 +1,5 @@
 """Lemma 8 (proofs/lse_trick.md): A = exp(P - LSE) (the backward recomputes the softmax from the LSE).
-Relied on by reference.attention_backward and tests/test_lse_trick.py."""
+Relied on by reference.attention_backward; tests/test_logsumexp.py, tests/test_attention_backward.py."""
 from __future__ import annotations
 
 import mpmath as mp

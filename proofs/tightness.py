@@ -1,6 +1,6 @@
 """Tightness of proofs/bounds.py: observed worst error / bound, per dtype, quantity and input distribution.
 
-    PYTHONPATH=. python proofs/tightness.py [--n 512] [--d 64] [--exp libm|ex2.approx]
+    PYTHONPATH=. python proofs/tightness.py [--n 512] [--d 64] [--exp libm|ex2.approx] [--long]
 
 Observed errors come from the CPU rounding emulation of the FA2 kernel (proofs/emulation.py) and from
 torch SDPA math on the CPU (float32, float16), each against the float64 reference on the same inputs.
@@ -118,16 +118,39 @@ def format_table(rows) -> str:
     return "\n".join(lines)
 
 
+def format_pivot(rows) -> str:
+    """One line per (source, dtype, dot, inputs): slack bound / worst error of each quantity, for the
+    probabilistic bound and (in parentheses) the worst-case bound; '!' marks probabilistic slack > 30."""
+    quantities = ["O", "LSE", "dQ", "dK", "dV"]
+    table = {}
+    for src, dtype, dot, dist, kind, q, r in rows:
+        table.setdefault((src, dtype, dot, dist), {})[(kind, q)] = math.inf if r == 0 else 1.0 / r
+    lines = ["| source | dtype | dot | inputs | " + " | ".join(quantities) + " |",
+             "|---|---|---|---|" + "---|" * len(quantities)]
+    for key, cell in table.items():
+        out = []
+        for q in quantities:
+            if ("probabilistic", q) not in cell:
+                out.append("–")
+                continue
+            p, w = cell[("probabilistic", q)], cell[("worst_case", q)]
+            out.append(f"{p:.3g}{' !' if p > 30 else ''} ({w:.3g})")
+        lines.append("| " + " | ".join(key) + " | " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=512)
     ap.add_argument("--d", type=int, default=64)
     ap.add_argument("--exp", default="libm", choices=("libm", "ex2.approx"))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--long", action="store_true", help="one row per (kind, quantity) with max err/bound")
     a = ap.parse_args(argv)
     rows = emulation_rows(a.n, a.d, a.exp, seed=a.seed) + sdpa_rows(a.n, a.d, seed=a.seed)
-    print(f"N = {a.n}, d = {a.d}, causal, bounds with exp={a.exp}")
-    print(format_table(rows))
+    print(f"N = {a.n}, d = {a.d}, causal, bounds with exp={a.exp}; cells: slack = bound / worst observed "
+          "error, probabilistic (worst case)")
+    print(format_table(rows) if a.long else format_pivot(rows))
     bad = [r for r in rows if r[-1] > 1.0]
     if bad:
         print(f"BOUND EXCEEDED in {len(bad)} rows")
