@@ -38,11 +38,19 @@ def masked_logits(q, k, problem: Problem, *, scale=None, causal=False, window=No
     p = problem
     qf = np.asarray(q, dtype=np.float64)
     kf = expand_kv(np.asarray(k, dtype=np.float64), p.group)
-    s = resolve_scale(scale, p.d) * (qf @ np.swapaxes(kf, -1, -2))
-    if bias is not None:
-        s = s + np.asarray(bias, dtype=np.float64)
+    bias_full = None if bias is None else np.broadcast_to(np.asarray(bias, dtype=np.float64), p.full)
     vis = visibility(p.B, p.Hq, p.Nq, p.Nk, causal=causal, window=window, mask=mask)
-    return np.where(vis, s, -np.inf), vis
+    everything = slice(None)
+    return logits_tile(qf, kf, resolve_scale(scale, p.d), bias_full, everything, everything, vis), vis
+
+
+def logits_tile(q, k, scale: float, bias, rows: slice, cols: slice, vis: np.ndarray) -> np.ndarray:
+    """One tile S_ij = scale * Q_i K_j^T (+ bias_ij), -inf where invisible: what a tiled kernel computes on chip.
+    q (B, Hq, Nq, d) and k (B, Hq, Nk, d) already expanded to the query heads; bias broadcast to (B, Hq, Nq, Nk)."""
+    s = scale * (q[:, :, rows] @ np.swapaxes(k[:, :, cols], -1, -2))
+    if bias is not None:
+        s = s + bias[:, :, rows, cols]
+    return np.where(vis[:, :, rows, cols], s, -np.inf)
 
 
 def masked_softmax(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

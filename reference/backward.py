@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.attention import apply_dropout, expand_kv, masked_logits, masked_softmax, reduce_kv, resolve_scale
+from reference.attention import (apply_dropout, expand_kv, logits_tile, masked_logits, masked_softmax, reduce_kv,
+                                 resolve_scale)
+from reference.masks import visibility
 from reference.flash_attention_2 import check_block, tile_ranges
 from reference.shapes import check_attention_args, check_backward_args
 from reference.softmax import safe_shift
@@ -29,7 +31,8 @@ def attention_backward(q, k, v, o, lse, do, *, scale=None, causal=False, window=
     K = expand_kv(np.asarray(k, dtype=np.float64), p.group)
     V = expand_kv(np.asarray(v, dtype=np.float64), p.group)
     dO = np.asarray(do, dtype=np.float64)
-    s_all, vis = masked_logits(q, k, p, scale=scale, causal=causal, window=window, mask=mask, bias=bias)
+    vis = visibility(p.B, p.Hq, p.Nq, p.Nk, causal=causal, window=window, mask=mask)
+    bias_all = None if bias is None else np.broadcast_to(np.asarray(bias, dtype=np.float64), p.full)
     # LSE = -inf marks a fully masked row: its logits are all -inf, and exp(-inf - 0) = 0 (safe shift)
     lse_shift = safe_shift(np.asarray(lse, dtype=np.float64))
     # step1: Delta = rowsum(dO o O);  Delta[i] = sum_c dO[i,c] * O[i,c]
@@ -43,8 +46,9 @@ def attention_backward(q, k, v, o, lse, do, *, scale=None, causal=False, window=
         for rows in tile_ranges(p.Nq, block_q):  # inner loop: Q_i, dO_i, LSE_i, Delta_i
             if not vis[:, :, rows, cols].any():
                 continue
-            # P = exp(S - LSE);  P[i,j] = exp(S[i,j] - LSE[i])
-            P = np.exp(s_all[:, :, rows, cols] - lse_shift[:, :, rows, None])
+            # recompute S_ij, then P = exp(S - LSE);  P[i,j] = exp(S[i,j] - LSE[i])
+            S = logits_tile(Q, K, sc, bias_all, rows, cols, vis)
+            P = np.exp(S - lse_shift[:, :, rows, None])
             dO_i = dO[:, :, rows]
             dv_j += np.swapaxes(P, -1, -2) @ dO_i  # dV_j += P^T dO_i
             dP = dO_i @ np.swapaxes(V[:, :, cols], -1, -2)  # dP = dO_i V_j^T

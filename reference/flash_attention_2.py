@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.attention import expand_kv, masked_logits
+from reference.attention import expand_kv, logits_tile, resolve_scale
+from reference.masks import visibility
 from reference.shapes import Problem, check_attention_args
 from reference.softmax import _divide_or_zero, safe_shift
 
@@ -40,8 +41,12 @@ def forward_tiles(q, k, v, problem: Problem, *, block_q: int, block_k: int, scal
     Returns (o, lse, tiles_visited).
     """
     p = problem
-    s_all, vis = masked_logits(q, k, p, scale=scale, causal=causal, window=window, mask=mask, bias=bias)
+    sc = resolve_scale(scale, p.d)
+    q_all = np.asarray(q, dtype=np.float64)
+    k_all = expand_kv(np.asarray(k, dtype=np.float64), p.group)
     v_all = expand_kv(np.asarray(v, dtype=np.float64), p.group)
+    vis = visibility(p.B, p.Hq, p.Nq, p.Nk, causal=causal, window=window, mask=mask)
+    bias_all = None if bias is None else np.broadcast_to(np.asarray(bias, dtype=np.float64), p.full)
     keep = None if dropout_mask is None else np.broadcast_to(np.asarray(dropout_mask), p.full)
     o = np.zeros((p.B, p.Hq, p.Nq, p.dv))
     lse = np.empty((p.B, p.Hq, p.Nq))
@@ -58,7 +63,7 @@ def forward_tiles(q, k, v, problem: Problem, *, block_q: int, block_k: int, scal
             if not vis_ij.any():
                 continue  # nothing visible in this tile for any batch/head: never loaded
             visited += 1
-            s = np.where(vis_ij, s_all[:, :, rows, cols], -np.inf)
+            s = np.where(vis_ij, logits_tile(q_all, k_all, sc, bias_all, rows, cols, vis), -np.inf)
             m_new = np.maximum(m_i, s.max(axis=-1))
             shift = safe_shift(m_new)
             alpha = np.exp(m_i - shift)  # exp(m_i^(j-1) - m_i^(j)); 0 while nothing was visible
