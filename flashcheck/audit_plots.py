@@ -41,8 +41,12 @@ def plot_sweep(records: list[dict], x_key: str, title: str, path: Path) -> Path 
                 continue
             xs = [x for x, _ in pts]
             color = _COLORS.get(dist)
-            ax.plot(xs, [max(s["rel_err"], 1e-18) for _, s in pts], "o-", color=color,
-                    label=f"{dist} error")
+            ok = [(x, st) for x, st in pts if not st["nonfinite"] and not st["mismatched_inf"]]
+            ax.plot([x for x, _ in ok], [max(st["rel_err"], 1e-18) for _, st in ok], "o-",
+                    color=color, label=f"{dist} error")
+            for x, st in pts:
+                if st["nonfinite"] or st["mismatched_inf"]:
+                    ax.axvline(x, color="red", alpha=0.5, lw=2, label="NaN/Inf output")
             for kind, style in (("probabilistic", "--"), ("worst_case", ":")):
                 ys = [s["bound_rel"].get(kind) for _, s in pts]
                 if all(y is not None for y in ys) and ys:
@@ -53,7 +57,11 @@ def plot_sweep(records: list[dict], x_key: str, title: str, path: Path) -> Path 
         ax.set_xlabel("N" if x_key == "N" else "logit scale (std of logits)")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("‖err‖ / ‖ref‖")
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    seen = {}
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    handles, labels = list(seen.values()), list(seen.keys())
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=7)
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.1, 1, 0.95))

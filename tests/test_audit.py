@@ -82,6 +82,18 @@ def test_audit_flags_a_planted_bug_above_its_bound(tmp_path):
     assert "**" in (tmp_path / "report.md").read_text()  # ratios above 1 are shown in bold
 
 
+def test_audit_published_figure_table_reports_output_and_dq_errors(tmp_path):
+    pytest.importorskip("kernels.adapters", reason="kernels.adapters (the kernel resolver) missing")
+    report, _ = _quick_audit(tmp_path, ["torch-sdpa-math"], dtypes=("bfloat16",),
+                             parts=("published",), published=True, published_shape=(1, 1, 32, 16))
+    assert {(r["case"]["sweep"], r["case"]["distribution"]) for r in report["results"]} == {
+        ("published", "normal"), ("published", "large_logits")}
+    assert all(r["quantities"]["o"]["rel_err"] > 0 and r["quantities"]["dq"]["rel_err"] > 0
+               for r in report["results"])
+    md = (tmp_path / "report.md").read_text()
+    assert "## bf16, N=32, d=16" in md and "| *published: FA2 / cuDNN (fused)* | 0.00225 |" in md
+
+
 def _bench_module():
     import importlib.util
     import sys
