@@ -204,6 +204,9 @@ def attention(q, k, v, *, scale=None, causal=False, window=None, mask=None, retu
     if q.device.type == "cpu" and not _interpreting():
         raise ValueError("q, k, v are CPU tensors: the Triton kernel needs CUDA tensors, or "
                          "TRITON_INTERPRET=1 to run on the CPU")
+    if q.device.type == "cpu" and q.dtype == torch.bfloat16:
+        raise TypeError("q, k, v are bfloat16 on the CPU: the Triton interpreter cannot compute "
+                        "bf16 dots (it multiplies raw bit patterns); use float16/float32 or CUDA")
     if q.device.type not in ("cpu", "cuda"):
         raise ValueError(f"q must be a CUDA tensor (or CPU with TRITON_INTERPRET=1), got {q.device}")
     B, Hq, nq, d = q.shape

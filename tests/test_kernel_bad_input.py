@@ -101,6 +101,29 @@ def test_cpu_tensors_without_interpreter_are_refused():
 
 
 @needs_kernel
+def test_bf16_in_the_interpreter_is_refused():
+    if not INTERPRET:
+        pytest.skip("only the CPU interpreter lacks bf16")
+    q, k, v = _qkv(dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="bfloat16 on the CPU"):
+        _attention()(q, k, v)
+
+
+@needs_kernel
+def test_empty_sequences():
+    """Nk = 0: every row is fully masked (O = 0, LSE = −inf, zero dQ); Nq = 0: empty outputs."""
+    q, k, v = _qkv(nk=0)
+    q.requires_grad_()
+    o, lse = _attention()(q, k, v, return_lse=True)
+    assert o.shape == (1, 2, 8, 16) and torch.all(o == 0) and torch.all(lse == float("-inf"))
+    (dq,) = torch.autograd.grad(o.sum(), (q,))
+    assert torch.all(dq == 0)
+    q, k, v = _qkv(nq=0)
+    o = _attention()(q, k, v)
+    assert o.shape == (1, 2, 0, 16)
+
+
+@needs_kernel
 def test_mixed_devices_are_refused():
     if not torch.cuda.is_available():
         pytest.skip("needs a second device type")

@@ -5,8 +5,6 @@ Every feature: GQA, Nq != Nk, N not a multiple of the tile, head dims 16..111 an
 both alignments, sliding windows, dense masks including fully masked rows; values from every
 distribution of tests/strategies.py. Outputs are poisoned (NaN) before each run.
 """
-from dataclasses import replace
-
 import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -104,6 +102,4 @@ def test_forward_non_contiguous_inputs_are_copied():
 
 def test_interpreter_shapes_are_small():
     """The CPU suite stays within its time budget: every interpreter shape is tiny."""
-    if INTERPRET:
-        assert all(max(s[3], s[4]) <= 64 for s in KERNEL_SHAPES)
-    assert replace(Case(Shape(1, 1, 1, 1, 1, 16)), seed=1).seed == 1
+    assert all(max(s[3], s[4]) <= 64 for s in KERNEL_SHAPES)
