@@ -80,11 +80,12 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
 
 
 def precision(dtype, dot_precision: str | None = None, *, head_dim: int | None = None,
-              interpret: bool | None = None):
+              interpret: bool | None = None, block_mask: BlockSparseMask | None = None):
     """What the kernel does, as a `proofs.bounds.Precision`: inputs in `dtype`, tensor-core
     operands in `dtype` (fp32: "ieee" unless dot_precision="tf32"), fp32 accumulation, outputs
     in `dtype`, exp2 via ex2.approx on the GPU (libm/numpy in the interpreter), and the tile
-    widths of the forward inner loop (block_k) and the backward dK/dV inner loop (block_q)."""
+    widths of the forward inner loop (block_k) and the backward dK/dV inner loop (block_q) —
+    those of `block_mask` when one is used, since it fixes the kernel's tile grid."""
     from proofs.bounds import Precision
 
     if isinstance(dtype, str):
@@ -96,9 +97,11 @@ def precision(dtype, dot_precision: str | None = None, *, head_dim: int | None =
     if interpret is None:
         interpret = _interpreting()
     cfg = kernel_config(head_dim or 64, dtype, interpret=interpret)
+    block_k, block_q = cfg.fwd.block_n, cfg.dkdv.block_m
+    if block_mask is not None:
+        block_k, block_q = block_mask.block_k, block_mask.block_q
     return Precision(input=name, dot=dot, accumulate="float32", output=name,
-                     exp="libm" if interpret else "ex2.approx",
-                     block_k=cfg.fwd.block_n, block_q=cfg.dkdv.block_m)
+                     exp="libm" if interpret else "ex2.approx", block_k=block_k, block_q=block_q)
 
 
 def _dot_precision(dot_precision) -> str:

@@ -67,7 +67,7 @@ def test_block_sparse_kernel_matches_reference(dtype, causal, window, mask_kind)
     plain = Case(case.shape, seed=case.seed)  # the block mask carries causal/window itself
     o, lse, dq, dk, dv = run_kernel(inp, plain, dtype, backward=True, mask=bm)
     ref_o, ref_lse = reference_forward(inp, case)
-    prec = kernel_precision(dtype, 32)
+    prec = kernel_precision(dtype, 32, block_mask=bm)
     kw = dict(scale=inp.scale, causal=causal, window=window, mask=inp.mask, precision=prec)
     fb = forward_bound(inp.q, inp.k, inp.v, **kw)
     assert_within("O", o, ref_o, fb.o)
@@ -138,7 +138,7 @@ def test_flex_block_mask_interop():
     o, lse = attention(q, k, v, mask=fbm, return_lse=True)
     ref_o, ref_lse = reference_forward(inp, case)
     b = forward_bound(inp.q, inp.k, inp.v, causal=True, window=(6, None),
-                      precision=kernel_precision("float32", 16))
+                      precision=kernel_precision("float32", 16, block_mask=ours))
     assert_within("O", to_numpy(o), ref_o, b.o)
     assert_within("LSE", to_numpy(lse), ref_lse, b.lse)
     assert np.isfinite(to_numpy(lse)).all()

@@ -52,10 +52,11 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().to(device="cpu", dtype=torch.float64).numpy()
 
 
-def kernel_precision(dtype: str, d: int, dot_precision=None):
+def kernel_precision(dtype: str, d: int, dot_precision=None, block_mask=None):
     from kernels.attention import precision
 
-    return precision(TORCH_DTYPES[dtype], dot_precision, head_dim=d, interpret=INTERPRET)
+    return precision(TORCH_DTYPES[dtype], dot_precision, head_dim=d, interpret=INTERPRET,
+                     block_mask=block_mask)
 
 
 def run_kernel(inp, case, dtype: str, *, backward=False, dot_precision=None, mask=None):
