@@ -251,8 +251,11 @@ def main(argv=None) -> int:
         targets = [_resolve(t, parts, supports) for t in targets]
     out = Path(args.out)
     report = run_audit(targets, device=device, sweep=sweep, out=out, argv=argv)
-    exceeded = [r for r in report["results"]
-                if any(v > 1 for s in r["quantities"].values() for v in s["ratio"].values())]
+    exceeded = sum(any(v > 1 for s in r["quantities"].values() if not s["nonfinite"]
+                       for v in s["ratio"].values()) for r in report["results"])
+    nonfinite = sum(any(s["nonfinite"] or s["mismatched_inf"] for s in r["quantities"].values())
+                    for r in report["results"])
     print(f"flashcheck audit: {len(report['results'])} points in {report['header']['seconds']} s; "
-          f"{len(exceeded)} above their bound; report in {out / 'report.md'}")
+          f"{exceeded} above their bound, {nonfinite} with NaN/Inf outputs; "
+          f"report in {out / 'report.md'}")
     return 0

@@ -27,6 +27,10 @@ def _ratio_cell(x) -> str:
     return f"**{cell}**" if x is not None and not math.isinf(x) and x > 1 else cell
 
 
+def _bold_if(n: int) -> str:
+    return f"**{n}**" if n else "0"
+
+
 def _json_safe(obj):
     if isinstance(obj, float) and (math.isinf(obj) or math.isnan(obj)):
         return str(obj)
@@ -37,17 +41,32 @@ def _json_safe(obj):
     return obj
 
 
+def _nonfinite(s) -> bool:
+    return bool(s["nonfinite"] or s["mismatched_inf"])
+
+
 def worst_ratios(records) -> dict:
-    """{quantity: {kind: worst error/bound}} over the records (None where no bound)."""
+    """{quantity: {kind: worst error/bound}} over the records with finite outputs (NaN/Inf outputs
+    and undefined bounds are counted separately, see `_summary_counts`)."""
     out = {}
     for r in records:
         for q, s in r["quantities"].items():
+            if _nonfinite(s):
+                continue
             for kind, v in s["ratio"].items():
                 if v is None or (isinstance(v, float) and math.isnan(v)):
                     continue  # no verdict (bound undefined): listed with the flags
                 cur = out.setdefault(q, {}).get(kind)
                 out[q][kind] = v if cur is None else max(cur, v)
     return out
+
+
+def _summary_counts(records) -> tuple[int, int]:
+    """(points with NaN/Inf outputs, points where some bound is NaN: no verdict)."""
+    bad = sum(any(_nonfinite(s) for s in r["quantities"].values()) for r in records)
+    undefined = sum(any(any(s.get("bound_nan", {}).values()) for s in r["quantities"].values())
+                    for r in records)
+    return bad, undefined
 
 
 def _groups(results):
@@ -116,9 +135,13 @@ def write_report(report: dict, out: Path) -> tuple[Path, Path]:
     sweep = report["header"].get("sweep", {})
     md += ["Sweep: " + ", ".join(f"{k} = {v}" for k, v in sweep.items()), ""]
 
-    md += ["## Summary (worst err/bound over every point, probabilistic / worst case)", "",
-           "| kernel | dtype | points | " + " | ".join(QUANTITY_TITLES.values()) + " | flags |",
-           "|---|---|---|" + "---|" * len(QUANTITY_TITLES) + "---|"]
+    md += ["## Summary", "",
+           "Worst err/bound (probabilistic / worst case) over the points with finite outputs; "
+           "points whose outputs hold NaN/Inf, and points where a bound is undefined (NaN, no "
+           "verdict), are counted in the last columns and listed below.", "",
+           "| kernel | dtype | points | " + " | ".join(QUANTITY_TITLES.values())
+           + " | NaN/Inf outputs | no verdict | failures |",
+           "|---|---|---|" + "---|" * len(QUANTITY_TITLES) + "---|---|---|"]
     for (kernel, dtype), recs in _groups(results).items():
         worst = worst_ratios(recs)
         cells = []
@@ -126,11 +149,13 @@ def write_report(report: dict, out: Path) -> tuple[Path, Path]:
             w = worst.get(q, {})
             cells.append(f"{_ratio_cell(w.get('probabilistic'))} / {_ratio_cell(w.get('worst_case'))}"
                          if w else "—")
-        nflags = sum(len(r["flags"]) + bool(r["error"]) for r in recs)
-        md.append(f"| {kernel} | {dtype} | {len(recs)} | " + " | ".join(cells) + f" | {nflags} |")
+        bad, undefined = _summary_counts(recs)
+        failures = sum(bool(r["error"]) for r in recs)
+        md.append(f"| {kernel} | {dtype} | {len(recs)} | " + " | ".join(cells)
+                  + f" | {_bold_if(bad)} | {undefined} | {_bold_if(failures)} |")
     for s in report["skipped"]:
         md.append(f"| {s['kernel']} | {s['dtype']} | skipped: {s['reason']} |"
-                  + " |" * (len(QUANTITY_TITLES) + 1))
+                  + " |" * (len(QUANTITY_TITLES) + 3))
     md.append("")
 
     published = _published_table(results)
