@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python3 bench/run.py [--out DIR] [--backends ours,torch-sdpa-flash,...]
     PYTHONPATH=. python3 bench/run.py --dry-run      # CPU, tiny shapes, torch-sdpa-math: code path only
+    TRITON_INTERPRET=1 PYTHONPATH=. python3 bench/run.py --dry-run --backends ours --dtype float16
 
 Forward and backward TFLOP/s in one run, bf16, on the grid of the figures to beat (bench/NOTES.md):
 (d=64, N=16k), (d=128, N=4k), (d=128, N=16k), (d=128, N=16k causal), with B·N = 16k tokens and
@@ -205,6 +206,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="bench-results", help="directory for bench.json")
     p.add_argument("--dry-run", action="store_true",
                    help="tiny shapes on the CPU with torch-sdpa-math (exercises the code path)")
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
+                   help="input dtype (default: %(default)s, the dtype of the figures to beat)")
     p.add_argument("--backends", default=None, help=f"comma-separated (default {','.join(GPU_BACKENDS)})")
     args = p.parse_args(argv)
     import torch
@@ -224,15 +227,15 @@ def main(argv=None) -> int:
     for cfg in grid:
         for name in backends:
             print(f"bench: {cfg.label()} {name} ...", file=sys.stderr, flush=True)
-            result = bench_one(name, cfg, device, torch.bfloat16, timer)
+            result = bench_one(name, cfg, device, getattr(torch, args.dtype), timer)
             rows.append({"label": cfg.label(), "backend": name,
                          "config": {**asdict(cfg), "B": cfg.B, "H": cfg.H}, **result})
     table = markdown(rows)
     print(table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps({"header": _header(argv, device), "rows": rows},
-                                               indent=1))
+    header = {**_header(argv, device), "dtype": args.dtype}
+    (out / "bench.json").write_text(json.dumps({"header": header, "rows": rows}, indent=1))
     (out / "bench.md").write_text(table + "\n")
     print(f"\nwrote {out / 'bench.json'}", file=sys.stderr)
     return 0
