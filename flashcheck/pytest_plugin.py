@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -49,6 +50,8 @@ def pytest_addoption(parser):
                     help="reduced: small shapes (N <= 65, d <= 64), the canonical examples and "
                          f"{REDUCED_EXAMPLES} drawn ones per property; auto (default): reduced for 'ours' through the "
                          "Triton interpreter on the CPU, full otherwise")
+    group.addoption("--flashcheck-progress", action="store_true",
+                    help="print one machine-readable line per finished test (used by `flashcheck validate`)")
     group.addoption("--flashcheck-report", default=None, metavar="PATH",
                     help="write one JSON record per test (outcome, worst error / bound, failure)")
 
@@ -114,6 +117,13 @@ def pytest_configure(config):
     opts = options_from(config)
     _options["opts"] = opts
     _options["records"] = []
+    _options["config"] = config
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if worker and opts.device == "cuda":  # one GPU per pytest-xdist worker (gw0 -> cuda:0, ...)
+        import torch
+
+        if torch.cuda.device_count() > 1:
+            torch.cuda.set_device(int(worker[2:]) % torch.cuda.device_count())
     if opts.supports is not None:
         from kernels.adapters import parse_supports
 
@@ -227,8 +237,14 @@ def pytest_runtest_logreport(report):
         text = report.longreprtext
     elif report.skipped and isinstance(report.longrepr, tuple):
         text = report.longrepr[2]
-    _options["records"].append({"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
-                                "duration": report.duration, "text": text, **stats})
+    rec = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
+           "duration": report.duration, "text": text, **stats}
+    _options["records"].append(rec)
+    config = _options.get("config")
+    if config is not None and config.getoption("--flashcheck-progress") and not hasattr(config, "workerinput"):
+        brief = {k: rec.get(k) for k in ("nodeid", "outcome", "worst")}
+        sys.stdout.write("\nFLASHCHECK-PROGRESS " + json.dumps(brief) + "\n")
+        sys.stdout.flush()
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -1,0 +1,60 @@
+"""The property suite catches bugs: `flashcheck validate --profile ci` fails every kernel of the catalog
+(tests/buggy_kernels/) and passes every correct one.
+
+All validations start at once (two at a time, in subprocesses) and each test waits for its kernel's
+verdict; buggy kernels stop at their first failing property (-x).
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.buggy_kernels import BUGGY, CORRECT, target
+
+ROOT = Path(__file__).resolve().parent.parent
+PARALLEL = 2
+
+
+def validate(name: str, tmp: str) -> dict:
+    out = os.path.join(tmp, f"{name}.json")
+    cmd = [sys.executable, "-m", "flashcheck", "validate", target(name), "--profile", "ci", "--device", "cpu",
+           "--dtype", "float32", "--json", out, "-q"]
+    if name in BUGGY:
+        cmd.append("-x")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    result = json.load(open(out)) if os.path.exists(out) else {}
+    return {"code": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr, "json": result}
+
+
+@pytest.fixture(scope="module")
+def verdicts():
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(PARALLEL) as pool:
+        futures = {name: pool.submit(validate, name, tmp) for name in BUGGY + CORRECT}
+        yield {name: f.result() for name, f in futures.items()}
+
+
+def failed_properties(v) -> list[str]:
+    return [r["property"] for r in v["json"].get("results", []) if r["outcome"] == "failed"]
+
+
+@pytest.mark.parametrize("name", BUGGY)
+def test_validate_fails_buggy_kernel(verdicts, name):
+    v = verdicts[name]
+    assert v["code"] == 1, (f"{name}: validate exited {v['code']} (expected 1: a property fails)\n"
+                            f"{v['stdout'][-3000:]}\n{v['stderr'][-2000:]}")
+    assert failed_properties(v), f"{name}: exit 1 but no failed property in the JSON"
+
+
+@pytest.mark.parametrize("name", CORRECT)
+def test_validate_passes_correct_kernel(verdicts, name):
+    v = verdicts[name]
+    assert v["code"] == 0, (f"{name}: validate exited {v['code']} (expected 0: every property holds)\n"
+                            f"{v['stdout'][-4000:]}\n{v['stderr'][-2000:]}")
+    results = v["json"]["results"]
+    assert sum(r["outcome"] == "passed" for r in results) >= 10, f"{name}: too few properties ran: {results}"
