@@ -41,7 +41,7 @@ class Sweep:
 
 # Measured on 2 CPU cores (see bench/NOTES.md "audit timing"): the CPU default fits in 5 minutes.
 CPU_SWEEP = Sweep(Ns=(17, 50, 128, 320), d=64, B=1, H=1, N_for_scale=128,
-                  dtypes=("float32", "float16", "bfloat16"))
+                  dtypes=("float32", "float16", "bfloat16"), extra_scale_points=4)
 QUICK_SWEEP = Sweep(Ns=(16, 32), d=16, B=1, H=1, N_for_scale=32, dtypes=("float32", "float16"),
                     extra_scale_points=1)
 # On a GPU the float64 reference and the bounds (NumPy, on the host) dominate: the bounds cost
