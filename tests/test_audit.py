@@ -94,6 +94,28 @@ def test_audit_published_figure_table_reports_output_and_dq_errors(tmp_path):
     assert "## bf16, N=32, d=16" in md and "| *published: FA2 / cuDNN (fused)* | 0.00225 |" in md
 
 
+@pytest.mark.gpu
+def test_gpu_audit_puts_every_backend_side_by_side_and_ours_within_its_bound(tmp_path):
+    from dataclasses import replace
+
+    from flashcheck.audit import GPU_TARGETS, QUICK_SWEEP, run_audit
+
+    sweep = replace(QUICK_SWEEP, dtypes=("bfloat16", "float16", "float32"), parts=("N", "published"),
+                    published=True, published_shape=(1, 1, 256, 128))
+    report = run_audit(list(GPU_TARGETS), device="cuda", sweep=sweep, out=tmp_path,
+                       progress_stream=open("/dev/null", "w"))
+    seen = {(r["case"]["kernel"], r["case"]["dtype"]) for r in report["results"]}
+    skipped = {(s["kernel"], s["dtype"]) for s in report["skipped"]}
+    for kernel in GPU_TARGETS:
+        for dtype in sweep.dtypes:
+            assert (kernel, dtype) in seen | skipped, (kernel, dtype)
+    ours = [r for r in report["results"] if r["case"]["kernel"] == "ours"
+            and r["case"]["sweep"] == "N"]
+    assert ours and not any(r["error"] for r in ours), [r["error"] for r in ours]
+    worst = max(v for r in ours for s in r["quantities"].values() for v in s["ratio"].values())
+    assert worst <= 1, f"ours exceeds its bound on the GPU: worst error/bound {worst:.3g}"
+
+
 def _bench_module():
     import importlib.util
     import sys
