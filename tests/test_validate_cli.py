@@ -1,0 +1,71 @@
+"""`flashcheck validate` as a user runs it: exit codes (0 holds, 1 fails, 2 usage error), the table,
+the counterexample with a replay command that really replays, and the JSON file."""
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.buggy_kernels import target
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def flashcheck(*args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "flashcheck", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["validate", "no_such_kernel"], "unknown kernel"),
+    (["validate", "tests/buggy_kernels/nope.py:attention"], "no such file"),
+    (["validate", "tests/buggy_kernels/blocked.py:nope"], "no callable"),
+    (["validate", "torch-sdpa-math", "--supports", "causal,teleport"], "teleport"),
+    (["validate", "torch-sdpa-math", "--supports", "lse"], "does not support"),
+    (["validate", "torch-sdpa-math", "--profile", "nightly"], "invalid choice"),
+    (["validate", "torch-sdpa-math", "--dtype", "float8"], "float8"),
+    (["frobnicate"], "unknown command"),
+])
+def test_usage_errors_exit_2_and_name_the_problem(args, says):
+    proc = flashcheck(*args, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert says in proc.stderr, proc.stderr
+
+
+def test_correct_kernel_exits_0_with_a_table_and_json(tmp_path):
+    out = tmp_path / "r.json"
+    proc = flashcheck("validate", target("blocked"), "-k", "o_within_bound or lse_within_bound", "--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "worst error / bound" in proc.stdout and "test_o_within_bound" in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["exit_code"] == 0 and data["counts"]["passed"] == 2
+    assert all(0 <= r["worst_ratio"] <= 1 for r in data["results"])
+
+
+def test_undeclared_capability_is_skipped_with_the_reason(tmp_path):
+    out = tmp_path / "r.json"
+    proc = flashcheck("validate", target("blocked"), "--supports", "causal", "-k", "lse_within_bound or o_within",
+                      "--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    skipped = [r for r in json.loads(out.read_text())["results"] if r["outcome"] == "skipped"]
+    assert [r["property"] for r in skipped] == ["test_lse_within_bound"]
+    assert "'lse'" in skipped[0]["note"]
+
+
+def test_buggy_kernel_exits_1_with_counterexample_and_a_replay_that_fails(tmp_path):
+    out = tmp_path / "r.json"
+    proc = flashcheck("validate", target("relative_bias"), "-k", "o_within_bound", "--json", str(out))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAILED test_o_within_bound" in proc.stdout and "replay:" in proc.stdout
+    (failure,) = [r for r in json.loads(out.read_text())["results"] if r["outcome"] == "failed"]
+    assert "beyond the derived bound" in failure["failure"] and "Case(" in failure["failure"]
+    words = shlex.split(failure["replay"])
+    env = dict(os.environ, **dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-")))
+    cmd = [w for w in words if not ("=" in w and not w.startswith("-"))]
+    cmd[0] = sys.executable
+    replay = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert replay.returncode == 1 and "beyond the derived bound" in replay.stdout, replay.stdout[-3000:]
