@@ -148,16 +148,23 @@ def error_stats(got, ref, bounds_by_kind: dict | None) -> dict:
 
 
 def _run_kernel(kut, tensors, do_t, backward: bool):
-    """Call the kernel; return float64 numpy (o, lse|None, dq, dk, dv) and the seconds it took."""
+    """Call the kernel (forward, then backward through autograd when declared).
+
+    Returns float64 numpy (o, lse|None, dq, dk, dv), the seconds it took, and the backward's
+    exception message (the forward errors are still reported when only the backward fails).
+    """
     t0 = time.perf_counter()
     o, lse = kut(*tensors)
-    grads = (None, None, None)
+    grads, backward_error = (None, None, None), None
     if backward:
-        o.backward(do_t)
-        grads = tuple(t.grad for t in tensors)
+        try:
+            o.backward(do_t)
+            grads = tuple(t.grad for t in tensors)
+        except Exception as exc:
+            backward_error = f"backward raised {type(exc).__name__}: {exc}"
     seconds = time.perf_counter() - t0
     as_np = lambda t: None if t is None else t.detach().to("cpu").double().numpy()  # noqa: E731
-    return (as_np(o), as_np(lse), *map(as_np, grads)), seconds
+    return (as_np(o), as_np(lse), *map(as_np, grads)), seconds, backward_error
 
 
 def measure(kut, case: Case, device: str, parts: dict, kinds=BOUND_KINDS, cache=None) -> dict:
@@ -167,11 +174,11 @@ def measure(kut, case: Case, device: str, parts: dict, kinds=BOUND_KINDS, cache=
     kernel gets the same rounded inputs for the same case, so measuring kernels one after the other
     on one case computes the (slow, float64) reference once and each distinct precision's bound once.
     """
+    import torch
+
     cache = {} if cache is None else cache
     if case.sweep == "published":  # errors only: bounds at N=2048 cost minutes per precision
         kinds = ()
-    import torch
-
     record = {"case": asdict(case), "quantities": {}, "flags": [], "error": None}
     backward = "backward" in kut.supports
     q, k, v, do = make_inputs(case.shape, case.distribution, case.seed, case.logit_scale)
@@ -186,10 +193,24 @@ def measure(kut, case: Case, device: str, parts: dict, kinds=BOUND_KINDS, cache=
             record["flags"].append(f"input {name} not finite in {case.dtype} at this logit scale")
     try:
         with np.errstate(all="ignore"):  # the Triton interpreter's NumPy warnings; NaN is flagged
-            got, record["kernel_seconds"] = _run_kernel(kut, tensors, do_t, backward)
+            got, record["kernel_seconds"], backward_error = _run_kernel(kut, tensors, do_t,
+                                                                        backward)
     except Exception as exc:
-        record["error"] = f"kernel raised {type(exc).__name__}: {exc}"
-        return record
+        if not backward:
+            record["error"] = f"kernel raised {type(exc).__name__}: {exc}"
+            return record
+        # Some kernels refuse inputs that require grad (eager flex on the CPU): forward alone.
+        backward_error = f"with gradients the kernel raised {type(exc).__name__}: {exc}"
+        try:
+            with np.errstate(all="ignore"):
+                got, record["kernel_seconds"], _ = _run_kernel(
+                    kut, [t.detach() for t in tensors], do_t, False)
+        except Exception as exc2:
+            record["error"] = f"kernel raised {type(exc2).__name__}: {exc2}"
+            return record
+    if backward_error:
+        record["error"] = backward_error
+        backward = False
     key = (case.dtype, case.distribution, case.B, case.H, case.N, case.d, case.logit_scale,
            case.seed, backward)
     if cache.get("key") != key:

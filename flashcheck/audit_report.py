@@ -85,7 +85,6 @@ def _long_table(records, x_key):
         c = r["case"]
         if r["error"]:
             rows.append(f"| {c['distribution']} | {c[x_key]:g} | — | {r['error']} |||||")
-            continue
         for q, s in r["quantities"].items():
             rows.append(
                 f"| {c['distribution']} | {c[x_key]:g} | {QUANTITY_TITLES[q]} | {_fmt(s['rel_err'])} "
