@@ -190,6 +190,24 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("dtype", dtypes, ids=list(dtypes))
 
 
+# Forward properties first, so that a fail-fast run (-x) names the root cause rather than a gradient.
+ORDER = ("forward_o", "forward_lse", "finite", "masked_rows", "convex_hull", "permutation", "shift_invariance",
+         "gqa", "mask_removal", "split_merge", "determinism", "backward_dq", "backward_dk", "backward_dv")
+
+
+def _rank(item) -> int:
+    stem = item.path.stem.removeprefix("test_")
+    return ORDER.index(stem) if stem in ORDER else len(ORDER)
+
+
+def pytest_collection_modifyitems(config, items):
+    props = [i for i in items if is_property(i.path)]
+    if props:
+        first = items.index(props[0])
+        rest = [i for i in items if not is_property(i.path)]
+        items[:] = rest[:first] + sorted(props, key=_rank) + rest[first:]
+
+
 def pytest_runtest_setup(item):
     marks = list(item.iter_markers("requires"))
     if not marks:

@@ -72,6 +72,9 @@ class KernelUnderTest:
     def __repr__(self):
         return f"KernelUnderTest({self.name!r}, supports={','.join(sorted(self.supports)) or 'nothing'})"
 
+    def _repr_pretty_(self, printer, cycle):  # hypothesis's falsifying-example printer
+        printer.text(repr(self))
+
     def available(self, device: str, dtype) -> str | None:
         """None when the kernel can run on `device` in `dtype`, else the reason it cannot."""
         import torch
