@@ -392,5 +392,10 @@ def _flex() -> KernelUnderTest:
         return _precision(input=name, dot=dot, accumulate=acc, output=name, exp="libm",
                           block_k=1 << 20, block_q=1 << 20)
 
-    return KernelUnderTest(name="flex", supports=CAPABILITIES, fn=fn, precision_fn=precision)
+    import torch
+
+    # FlexAttention has no backward on the CPU ("does not support backward on CPU"): declared on CUDA only.
+    supports = CAPABILITIES if torch.cuda.is_available() else CAPABILITIES - {"backward"}
+    return KernelUnderTest(name="flex", supports=supports, fn=fn, precision_fn=precision,
+                           notes={} if torch.cuda.is_available() else {"backward": "no CPU backward"})
 
