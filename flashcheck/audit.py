@@ -25,6 +25,11 @@ GPU_TARGETS = ("ours", "torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa-effic
 
 @dataclass(frozen=True)
 class Sweep:
+    """What the audit measures per kernel and dtype: the N sweep (each distribution, logit scale 1)
+    at (B, H, ·, d); the logit-scale sweep (normal inputs, N = N_for_scale): 1, 10, ..., 1e4 below
+    the dtype's overflow edge plus `extra_scale_points` geometric points up to it; and with
+    `published`, the bf16 points at `published_shape` (normal and large logits, errors only)."""
+
     Ns: tuple[int, ...]
     d: int
     B: int
