@@ -25,6 +25,11 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+# `python bench/run.py` puts bench/ first on sys.path; the kernels live at the repository root.
+_ROOT = str(Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:
+    sys.path.insert(1, _ROOT)
+
 GPU_BACKENDS = ("ours", "torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa-efficient", "flex")
 SDPA = {"torch-sdpa-flash": "FLASH_ATTENTION", "torch-sdpa-cudnn": "CUDNN_ATTENTION",
         "torch-sdpa-efficient": "EFFICIENT_ATTENTION", "torch-sdpa-math": "MATH"}
