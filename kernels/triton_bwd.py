@@ -81,10 +81,12 @@ def _dkdv_tile(dk, dv, k, v, q_base, do_base, lse_base, delta_base, mask_base, s
     # Sᵀ = K Qᵀ, in the base-2 domain: s2[j,i] = scale · log2(e) · k_j · q_i
     sT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION) * qk_scale
     # Pᵀ = exp2(S2ᵀ − LSE · log2(e))   /   p[i,j] = 2^(s2[i,j] − lse[i]·log2 e)
-    pT = tl.math.exp2(sT - (lse * 1.4426950408889634)[None, :])  # log2(e)
+    # P ≤ 1 exactly (LSE ≥ every logit of its row), but at |s| ~ 1e8 the rounding of s2 and lse2 can
+    # push the exponent tens above 0 and overflow dK; clamping at 0 only moves p towards the truth.
+    pT = tl.math.exp2(tl.minimum(sT - (lse * 1.4426950408889634)[None, :], 0.0))  # log2(e)
     if MASKED or HAS_MASK:
-        # A fully masked row has LSE = −inf, so its pᵀ is +inf before this select; every entry of
-        # such a row is invisible, so the select turns all of them into 0 (no inf·0 anywhere).
+        # A fully masked row has LSE = −inf, so its pᵀ is 2^min(+inf, 0) = 1 before this select;
+        # every entry of such a row is invisible, so the select turns all of them into 0.
         vis = _visible(offs_m, offs_n, mask_base, Nq, Nk, off_lo, off_hi, stride_mm, stride_mn,
                        BAND, HAS_MASK)
         pT = tl.where(tl.trans(vis), pT, 0.0)
@@ -201,7 +203,8 @@ def _dq_tile(dq, q, do, lse2, delta, k_base, v_base, mask_base, start_n, offs_m,
                      mask=offs_dv[:, None] < HEAD_DV, other=0.0)
     # P = exp2(S · scale · log2(e) − LSE · log2(e))   /   p[i,j] = 2^(s2[i,j] − lse2[i])
     s = tl.dot(q, kT, input_precision=DOT_PRECISION) * qk_scale
-    p = tl.math.exp2(s - lse2[:, None])
+    # Clamped at 2^0 = 1 for the same reason as in the dK/dV kernel: P ≤ 1 exactly.
+    p = tl.math.exp2(tl.minimum(s - lse2[:, None], 0.0))
     if MASKED or HAS_MASK:
         vis = _visible(offs_m, offs_n, mask_base, Nq, Nk, off_lo, off_hi, stride_mm, stride_mn,
                        BAND, HAS_MASK)

@@ -3,6 +3,8 @@ proofs.bounds.backward_bound; masked rows give exactly zero gradients; LSE is di
 
 CPU: TRITON_INTERPRET=1, float32 and float16; outputs poisoned before each run.
 """
+import dataclasses
+
 import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -92,3 +94,19 @@ def test_lse_gradient_is_softmax():
     err = (gq.double().cpu() - gq_ref).abs().max().item()
     assert err < 1e-5 * max(1.0, gq_ref.abs().max().item()), err
     assert np.isfinite(err)
+
+
+@needs_kernel
+def test_backward_is_finite_at_logits_near_3e8():
+    """Regression (found by `make audit`): fp32, logit std ~3e8 gave NaN in dK/dV.
+
+    At |s| ~ 1e8 the rounding of s·log2(e) and LSE·log2(e) (ulp ~ 16) pushed the recomputed exponent
+    s2 − lse2 tens above 0, so P = exp2(·) reached ~1e19 and dK overflowed to inf − inf. P ≤ 1 holds
+    exactly, and the kernels now clamp the exponent at 0 (which only moves P towards the truth)."""
+    case = Case(Shape(1, 1, 1, 64, 64, 64), seed=0)
+    inp = materialize(case, "float32")
+    c = 2.0**14  # a power of two keeps the fp32 values exact; logit std = 8 · 2^28 / 8 ≈ 2.7e8
+    inp = dataclasses.replace(inp, q=inp.q * c, k=inp.k * c)
+    o, lse, dq, dk, dv = run_kernel(inp, case, "float32", backward=True)
+    for name, t in (("O", o), ("LSE", lse), ("dQ", dq), ("dK", dk), ("dV", dv)):
+        assert np.isfinite(t).all(), f"{name}: {np.size(t) - np.isfinite(t).sum()} non-finite entries"
