@@ -228,7 +228,7 @@ def _softmax_parts(s, vis):
     """Row max m (0 for empty rows), A = softmax(S) (0 where invisible), l = sum exp(S - m), LSE."""
     empty = ~vis.any(axis=-1)
     m = np.where(empty, 0.0, np.max(np.where(vis, s, -np.inf), axis=-1))
-    e = np.where(vis, np.exp(np.where(vis, s, 0.0) - m[..., None]), 0.0)
+    e = np.exp(np.where(vis, s - m[..., None], -np.inf))  # invisible: exp(-inf) = 0, no 0 - m overflow
     l = e.sum(axis=-1)
     l_safe = np.where(empty, 1.0, l)
     A = e / l_safe[..., None]
@@ -377,9 +377,12 @@ def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, k
     floors = (M.floor_w * (dev_vis + nu_wc * sum_absv + mu_wc * n_vis[..., None] * oabs)
               + M.floor_p * (1 + nu_wc) * sum_absv) / l_eff[..., None]
     num_wc = dev_b + nu_wc * Av + mu_wc * A1b[..., None] * oabs + floors
-    x_wc = (A1b * (1 + mu_wc) - 1.0) + n_vis * M.floor_w / l_eff  # |D/l - 1| <= x_wc
+    # D / l >= sum_j A_j e^{-e_j} (1 - eps_exp)(1 - mu) - floors > 0: the lower side of each perturbation
+    # is 1 + b_j >= e^{-e_j}(1 - eps_exp), so the denominator never vanishes even when e_j = O(1)
+    A1b_low = (A * np.where(vis, np.exp(-lg.wc), 0.0)).sum(axis=-1) * (1 - M.eps_exp)
+    den_low = A1b_low * (1 - mu_wc) - n_vis * M.floor_w / l_eff
     with np.errstate(divide="ignore", invalid="ignore"):
-        inv_den = np.where(x_wc < 1.0, 1.0 / (1.0 - x_wc), np.inf)[..., None]
+        inv_den = np.where(empty, 1.0, np.where(den_low > 0, 1.0 / np.maximum(den_low, 1e-300), np.inf))[..., None]
 
     if kind == "worst_case":
         pre = num_wc * inv_den
@@ -406,19 +409,24 @@ def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, k
     rng = np.where(empty, 0.0, m - np.where(empty, 0.0, s_min))
     a_wc = np.exp(float(gamma(1, u)) * rng) * (1 + M.eps_exp) - 1.0
     chain_wc = (1 + a_wc) ** (T - 1) - 1.0
-    x_lse = A1b * (1 + mu_wc) * (1 + chain_wc) - 1.0 + n_vis * M.floor_w / l_eff
+    x_lse = A1b * (1 + mu_wc) * (1 + chain_wc) - 1.0 + n_vis * M.floor_w / l_eff  # l_hat / l <= 1 + x_lse
+    a_low = (np.exp(-float(gamma(1, u)) * rng) * (1 - M.eps_exp)) ** (T - 1)
+    lse_low = den_low * a_low  # l_hat / l >= lse_low
     with np.errstate(divide="ignore", invalid="ignore"):
-        log_wc = np.where(x_lse < 1.0, -np.log1p(-np.minimum(x_lse, 1.0)), np.inf)
+        log_wc = np.maximum(np.log1p(x_lse), np.where(lse_low > 0, -np.log(np.maximum(lse_low, 1e-300)), np.inf))
     lse_abs = np.abs(np.where(empty, 0.0, lse))
     log2l = np.abs(np.log2(l))
     log_err = (2.0**-22 if M.approx else 2.0 * u) * (1.0 + log2l) * math.log(2.0)
     rounding = float(gamma(3, u)) * lse_abs + log_err
     if kind == "worst_case":
         lse_err = log_wc + rounding
-        lse_sigma, lse_det = 0.0 * lse_err, lse_err
+        lse_sigma, lse_det = np.zeros_like(lse_err), lse_err
     else:
         lin = (A * b_lin).sum(axis=-1) + mu_lin + (T - 1) * (u * rng + M.eps_exp)
-        remainder = np.maximum(log_wc - lin, 0.0)
+        # majorant series of |log(l_hat / l)|: -log(1 - x+) (its linear part is lin)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            series = np.where(x_lse < 1.0, -np.log1p(-np.minimum(x_lse, 0.999999)), np.inf)
+        remainder = np.maximum(series - lin, 0.0)
         var = ((A * lg.sigma) ** 2).sum(axis=-1) + n_l * u**2
         det = (A * (lg.det + M.eps_exp)).sum(axis=-1) + (T - 1) * (u * rng + M.eps_exp)
         lse_err = np.minimum(lam * np.sqrt(var) + det + remainder, log_wc) + rounding
@@ -494,7 +502,7 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind):
            + (A * (1 + P["b_wc"])).sum(-1) * P["mu_wc"] * aD) * inv + sum_fin)
     rounding = float(gamma(F.problem.dv, u)) * (abs_do * (np.abs(o) + F.bound.o)).sum(-1)
     if kind == "worst_case":
-        return wc + rounding, 0.0 * wc, wc + rounding
+        return wc + rounding, np.zeros_like(wc), wc + rounding
     oabs_do = abs_do * np.abs(o)
     lin = ((A * P["b_lin"] * absg).sum(-1) + P["nu_lin"] * (A * absdov).sum(-1) + P["mu_lin"] * aD
            + (M.eps_div + M.u_out) * oabs_do.sum(-1))
