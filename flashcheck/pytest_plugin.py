@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
-REDUCED_EXAMPLES = 5
+REDUCED_EXAMPLES = 10
 DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64")
 _current = {"item": None, "stats": None}
 _options = {}
@@ -47,7 +47,7 @@ def pytest_addoption(parser):
                     help="directory of the hypothesis example database, shareable between runs and "
                          "machines (default: $FLASHCHECK_DB, else the profile's)")
     group.addoption("--budget", default="auto", choices=("auto", "reduced", "full"),
-                    help="reduced: small shapes (N <= 65, d <= 64), the canonical examples and "
+                    help="reduced: small shapes (N <= 65, d <= 64), the canonical examples and at most "
                          f"{REDUCED_EXAMPLES} drawn ones per property; auto (default): reduced for 'ours' through the "
                          "Triton interpreter on the CPU, full otherwise")
     group.addoption("--flashcheck-progress", action="store_true",
@@ -107,8 +107,8 @@ def pytest_report_header(config):
     line = (f"flashcheck: kernel={opts.target} device={opts.device} dtypes={','.join(opts.dtypes)} "
             f"layout={opts.layout or 'default'}")
     if opts.reduced:
-        line += (f"; REDUCED property set (N <= 65, d <= 64, canonical examples + {REDUCED_EXAMPLES} drawn per "
-                 "property; --budget full for all)")
+        line += (f"; REDUCED property set (N <= 65, d <= 64, canonical examples + at most {REDUCED_EXAMPLES} "
+                 "drawn per property; --budget full for all)")
     return line
 
 

@@ -71,6 +71,11 @@ def check_target(args) -> None:
     for name in (args.dtype or "float32").split(","):
         if name not in ("float32", "float16", "bfloat16", "float64"):
             raise UsageError(f"--dtype: unknown dtype {name!r}; expected float32, float16 or bfloat16")
+    if args.workers not in (None, "0"):
+        import importlib.util
+
+        if importlib.util.find_spec("xdist") is None:
+            raise UsageError("-n: pytest-xdist is not installed (pip install pytest-xdist)")
     if args.workers is not None and args.workers != "auto":
         try:
             if int(args.workers) < 0:
@@ -231,6 +236,12 @@ def summarize(records, args, device) -> list[dict]:
     return out
 
 
+def backward_deterministic(records):
+    """True/False when the backward-determinism property ran, else None."""
+    seen = [rec["backward_deterministic"] for rec in records if "backward_deterministic" in rec]
+    return all(seen) if seen else None
+
+
 def main(argv=None) -> int:
     p = parser()
     try:
@@ -272,6 +283,7 @@ def main(argv=None) -> int:
             json.dump({"target": args.target, "device": device, "dtypes": (args.dtype or "float32").split(","),
                        "profile": args.profile, "supports": args.supports, "layout": args.layout,
                        "results": results, "counts": counts, "exit_code": exit_code,
+                       "backward_deterministic": backward_deterministic(records),
                        "duration_s": round(elapsed, 2)}, f, indent=1)
     return exit_code
 

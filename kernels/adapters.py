@@ -148,6 +148,8 @@ def resolve(target: str, *, supports: Iterable[str] | str | None = None, layout:
     if layout is not None and layout not in LAYOUTS:
         raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
     declared = parse_supports(supports)
+    if target in BUILTINS and layout not in (None, "bhnd"):
+        raise ValueError(f"layout: the built-in kernel {target} takes (B, H, N, d) tensors (bhnd), got {layout!r}")
     if target == "ours":
         kut = _ours()
     elif target in SDPA_BACKENDS:

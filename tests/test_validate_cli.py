@@ -69,3 +69,13 @@ def test_buggy_kernel_exits_1_with_counterexample_and_a_replay_that_fails(tmp_pa
     cmd[0] = sys.executable
     replay = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert replay.returncode == 1 and "beyond the derived bound" in replay.stdout, replay.stdout[-3000:]
+
+
+@pytest.mark.parametrize("kernel", ["torch-sdpa-math", "torch-sdpa-flash"])
+def test_torch_sdpa_cpu_backends_hold(kernel, tmp_path):
+    """The adapters state torch's arithmetic honestly: its CPU backends pass within the derived bounds."""
+    out = tmp_path / "r.json"
+    proc = flashcheck("validate", kernel, "--device", "cpu", "--json", str(out))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["counts"]["passed"] >= 12 and data["backward_deterministic"] is True
