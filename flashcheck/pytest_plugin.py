@@ -134,6 +134,10 @@ def pytest_configure(config):
 
 
 def options() -> Options:
+    """The configured options (defaults when the plugin was not configured, e.g. outside pytest)."""
+    if "opts" not in _options:
+        _options["opts"] = Options(target="ours", layout=None, device="cpu", dtypes=("float32",), supports=None,
+                                   head_dims=None, example_db=os.environ.get("FLASHCHECK_DB"))
     return _options["opts"]
 
 

@@ -213,7 +213,8 @@ def check_within(name: str, got, want, bound, *, case, subject, exact=None,
         raise AssertionError(f"{name} has shape {got.shape}, expected {want.shape}")
     exact = np.zeros(want.shape, bool) if exact is None else np.broadcast_to(exact, want.shape)
     same = (got == want) | (np.isnan(got) & np.isnan(want))
-    diff = np.where(same, 0.0, np.abs(got - want))
+    with np.errstate(invalid="ignore"):
+        diff = np.where(same, 0.0, np.abs(got - want))
     diff = np.where(np.isnan(diff), np.inf, diff)
     ok = np.where(exact, same, diff <= bound)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -221,9 +222,10 @@ def check_within(name: str, got, want, bound, *, case, subject, exact=None,
     ratio = np.where(exact & ~same, np.inf, ratio)
     worst_idx = np.unravel_index(int(np.argmax(ratio)), ratio.shape) if ratio.size else ()
     worst = float(ratio[worst_idx]) if ratio.size else 0.0
-    where = ", ".join(f"{a}={i}" for a, i in zip("bhij" if len(worst_idx) != 3 else "bhi", worst_idx))
-    info = (f"{name}: worst error/bound {worst:.3g} at ({where}): kernel={got[worst_idx]!r} "
-            f"reference={want[worst_idx]!r} |diff|={diff[worst_idx]:.3g} bound={bound[worst_idx]:.3g}")
+    # (batch, head, row, column): the row is a query for O/dQ/LSE and a key for dK/dV
+    where = ", ".join(f"{a}={i}" for a, i in zip(("b", "h", "row", "col"), worst_idx))
+    info = (f"{name}: worst error/bound {worst:.3g} at ({where}): kernel={float(got[worst_idx])!r} "
+            f"reference={float(want[worst_idx])!r} |diff|={diff[worst_idx]:.3g} bound={bound[worst_idx]:.3g}")
     note(f"{describe(case, subject)}\n  {info}")
     record(ratio=worst, info=info)
     if not ok.all():
@@ -231,7 +233,7 @@ def check_within(name: str, got, want, bound, *, case, subject, exact=None,
         kind = "a fully masked row (compared exactly)" if exact[worst_idx] else "the derived bound"
         raise AssertionError(
             f"{name} differs from {against} beyond {kind}: {bad} of {ok.size} elements.\n"
-            f"  worst at ({where}): kernel={got[worst_idx]!r} reference={want[worst_idx]!r} "
+            f"  worst at ({where}): kernel={float(got[worst_idx])!r} reference={float(want[worst_idx])!r} "
             f"|diff|={diff[worst_idx]:.6g} bound={bound[worst_idx]:.6g} (ratio {worst:.3g})\n"
             f"  {describe(case, subject)}")
     return worst
