@@ -215,9 +215,16 @@ def table(results: list[dict]) -> str:
     return "\n".join([fmt.format(*head), sep] + [fmt.format(*map(str, row)) for row in body])
 
 
+def _order(rec) -> tuple:
+    from flashcheck.pytest_plugin import ORDER
+
+    stem = Path(rec["nodeid"].split("::")[0]).stem.removeprefix("test_")
+    return (ORDER.index(stem) if stem in ORDER else len(ORDER), rec["nodeid"])
+
+
 def summarize(records, args, device) -> list[dict]:
     out = []
-    for rec in rows(records):
+    for rec in sorted(rows(records), key=_order):
         name = short_name(rec["nodeid"])
         prop, _, dtype = name.partition("[")
         note = ""
