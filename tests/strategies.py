@@ -144,7 +144,7 @@ def seeds():
     return st.integers(min_value=0, max_value=2**32 - 1)
 
 
-def cases(*, head_dims=HEAD_DIMS, max_d: int | None = 128, causal=True, window=True, mask=True,
+def cases(*, head_dims=HEAD_DIMS, max_d: int | None = None, causal=True, window=True, mask=True,
           values=VALUE_KINDS, base=BASE_SHAPES):
     """Cases over every feature; a property adapts them to the kernel under test with `adapt`."""
     return st.builds(
