@@ -65,12 +65,21 @@ def check_target(args) -> None:
 
     try:
         parse_supports(args.supports)
-        resolve(args.target, supports=args.supports, layout=args.layout)
+        kut = resolve(args.target, supports=args.supports, layout=args.layout)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    for name in (args.dtype or "float32").split(","):
+    names = (args.dtype or "float32").split(",")
+    for name in names:
         if name not in ("float32", "float16", "bfloat16", "float64"):
             raise UsageError(f"--dtype: unknown dtype {name!r}; expected float32, float16 or bfloat16")
+    import torch
+
+    device = device_of(args)
+    if device == "cpu" and args.target == "ours":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # what the subprocess gets (environment())
+    reasons = [kut.available(device, getattr(torch, name)) for name in names]
+    if all(reasons):
+        raise UsageError(f"{args.target} cannot run on {device} in {','.join(names)}: {reasons[0]}")
     if args.workers not in (None, "0"):
         import importlib.util
 

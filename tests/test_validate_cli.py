@@ -28,6 +28,7 @@ def flashcheck(*args, timeout=300):
     (["validate", "torch-sdpa-math", "--supports", "lse"], "does not support"),
     (["validate", "torch-sdpa-math", "--profile", "nightly"], "invalid choice"),
     (["validate", "torch-sdpa-math", "--dtype", "float8"], "float8"),
+    (["validate", "torch-sdpa-efficient", "--device", "cpu"], "no CPU implementation"),
     (["frobnicate"], "unknown command"),
 ])
 def test_usage_errors_exit_2_and_name_the_problem(args, says):
