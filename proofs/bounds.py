@@ -21,6 +21,7 @@ operand dtype before the tensor-core products).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 import math
 
@@ -244,21 +245,70 @@ def _rows_chunks(Nq: int, Nk: int, dv: int, budget: int = 1 << 21):
 
 def _weighted_dev(weights_abs, weights_sq, v, o):
     """For (..., Nq, Nk) weights W and rows o (..., Nq, dv): sum_j W_ij |v_jc - o_ic| and
-    sum_j W_ij (v_jc - o_ic)^2, computed directly (no cancellation), chunked over query rows."""
+    sum_j W_ij (v_jc - o_ic)^2, computed directly (no cancellation), chunked over query rows.
+
+    All weights of one kind are stacked, so each chunk is one einsum (rows, n_w, Nk) x (rows, Nk, dv),
+    and |v - o|, (v - o)^2 are formed in place in one small buffer. (Not np.matmul: these are many
+    small products, and a threaded BLAS on a loaded machine made them ~50x slower.)"""
     Nq, Nk = weights_abs[0].shape[-2:] if weights_abs else weights_sq[0].shape[-2:]
     dv = v.shape[-1]
-    outs_abs = [np.zeros(o.shape) for _ in weights_abs]
-    outs_sq = [np.zeros(o.shape) for _ in weights_sq]
-    for r in _rows_chunks(Nq, Nk, dv):
+    lead = np.broadcast_shapes(o.shape[:-2], v.shape[:-2])
+    out_a = np.zeros((*lead, Nq, len(weights_abs), dv))
+    out_s = np.zeros((*lead, Nq, len(weights_sq), dv))
+    for r in _rows_chunks(Nq, Nk, dv, budget=1 << 18):
         D = v[..., None, :, :] - o[..., r, None, :]  # (..., rows, Nk, dv)
-        Dabs = np.abs(D)
-        for W, out in zip(weights_abs, outs_abs):
-            out[..., r, :] = np.einsum("...ij,...ijc->...ic", W[..., r, :], Dabs)
+        np.abs(D, out=D)
+        if weights_abs:
+            Wa = np.stack([W[..., r, :] for W in weights_abs], axis=-2)  # (..., rows, n_abs, Nk)
+            out_a[..., r, :, :] = np.einsum("...iwj,...ijc->...iwc", Wa, D)
         if weights_sq:
-            D2 = D * D
-            for W, out in zip(weights_sq, outs_sq):
-                out[..., r, :] = np.einsum("...ij,...ijc->...ic", W[..., r, :], D2)
-    return outs_abs, outs_sq
+            np.multiply(D, D, out=D)
+            Ws = np.stack([W[..., r, :] for W in weights_sq], axis=-2)
+            out_s[..., r, :, :] = np.einsum("...iwj,...ijc->...iwc", Ws, D)
+    return ([out_a[..., t, :] for t in range(len(weights_abs))],
+            [out_s[..., t, :] for t in range(len(weights_sq))])
+
+
+def _exp_err(e, eps):
+    """b = exp(e) (1 + eps) - 1, the relative-error bound of an exp whose argument is off by <= e:
+    +inf where exp(e) overflows (intended: that factor is vacuous)."""
+    with np.errstate(over="ignore"):
+        return np.exp(e) * (1.0 + eps) - 1.0
+
+
+def _weighted_exp_err(A, b, e, eps, vis, log_a):
+    """(A b, A (1 + b), bad) for b = exp(e)(1 + eps) - 1 (0 off `vis`).
+
+    Where exp(e) overflows (b = inf, `bad`), the product A b would be 0 * inf = NaN for an A that
+    underflowed; there A (1 + b) is evaluated as exp(log A + e)(1 + eps), which is 0 when the
+    perturbed weight itself underflows (the entry's contribution is then provably 0) and +inf
+    (vacuous, honest) otherwise. Elsewhere the plain products, bit for bit. `log_a()` returns
+    log A_ij = s_ij - m_i - log l_i (only called when some entry is bad)."""
+    bad = vis & ~np.isfinite(b)
+    with np.errstate(invalid="ignore"):
+        Ab = A * b
+        Ab1 = A * (1.0 + b)
+    if bad.any():
+        with np.errstate(over="ignore", invalid="ignore"):
+            stable = np.exp(np.where(bad, log_a() + e, -np.inf)) * (1.0 + eps)
+        Ab1 = np.where(bad, stable, Ab1)
+        Ab = np.where(bad, stable - A, Ab)
+    return Ab, Ab1, bad
+
+
+def _fix_bad(value, bad, stable):
+    """`value` where not `bad`, else `stable()` (an expression of A (1 + b) that avoids 0 * inf)."""
+    if not np.any(bad):
+        return value
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.where(bad, stable(), value)
+
+
+def _no_nan(x):
+    """A bound is a number or +inf: a NaN can only come from inf * 0 or inf - inf inside a piece that
+    is already vacuous, so it is +inf (honest)."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(np.isnan(x), np.inf, x)
 
 
 @dataclass(frozen=True)
@@ -269,20 +319,26 @@ class _Logits:
     lin: np.ndarray  # linear part of that majorant
     sigma: np.ndarray  # sqrt(sum c_t^2 u_t^2) of the random (round-to-nearest) first-order part
     det: np.ndarray  # first-order part that is not random (truncation, shared constant rounding)
+    qk: tuple = ()  # (scale |q||k|^T, scale sqrt(q^2 (k^2)^T), |scale q.k| or None): shift-independent, reusable
 
 
-def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias: bool) -> _Logits:
+def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias: bool,
+                  qk: tuple = ()) -> _Logits:
     """Error of t_ij = fl(fl(q_i.k_j) * c) - shift_i (c = scale*log2 e rounded), in natural units.
 
     dot: operands rounded into the dot format (u_in each), d products accumulated with u_dacc
     (products exact on tensor cores, rounded for ieee/fp64, counted within gamma_d);
     argument: c rounded (u_w |s|, shared by the row: deterministic), product rounded (u_w |s|),
     subtraction of the running max rounded (u_w |s - m_run| <= u_w |s - m|), bias add (u_w |s|)."""
-    absqk = scale * (np.abs(qf) @ np.swapaxes(np.abs(kf), -1, -2))
-    sqqk = scale * np.sqrt((qf * qf) @ np.swapaxes(kf * kf, -1, -2))
+    if not qk:  # the products of q and k do not depend on the shift: computed once per problem
+        absqk = scale * (np.abs(qf) @ np.swapaxes(np.abs(kf), -1, -2))
+        sqqk = scale * np.sqrt((qf * qf) @ np.swapaxes(kf * kf, -1, -2))
+        # |scale q.k| before any bias: with a cancelling bias it can be far larger than |s|
+        qk = (absqk, sqqk, np.abs(scale * (qf @ np.swapaxes(kf, -1, -2))) if has_bias else None)
+    absqk, sqqk, a_qk = qk
     s0 = np.where(vis, s, 0.0)
-    # |scale q.k| before any bias: with a cancelling bias it can be far larger than |s|
-    a_qk = np.abs(scale * (qf @ np.swapaxes(kf, -1, -2))) if has_bias else np.abs(s0)
+    if a_qk is None:
+        a_qk = np.abs(s0)
     a_b = np.abs(s0) if has_bias else 0.0 * s0  # rounding of the bias add, on the sum
     a_t = np.abs(s0 - shift[..., None])
     u, ui = model.u_w, model.u_in
@@ -302,6 +358,7 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
         lin=np.where(vis, dot_lin + arg_lin, z),
         sigma=np.where(vis, np.sqrt(sig_dot**2 + sig_arg**2), z),
         det=np.where(vis, det_dot + det_arg, z),
+        qk=qk,
     )
 
 
@@ -333,6 +390,16 @@ class _Forward:
 def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, kind: str,
              eta: float = FAILURE_PROBABILITY) -> _Forward:
     kind = _check_kind(kind)
+    # Infinite intermediates are intended (a vacuous factor, e.g. exp of a logit error > 709): they
+    # give +inf bounds; zero contributions are computed without 0 * inf (_weighted_exp_err).
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        F = _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, eta)
+    fb = F.bound
+    bound = ForwardBound(o=_no_nan(fb.o), lse=_no_nan(fb.lse), kind=fb.kind, precision=fb.precision)
+    return dataclasses.replace(F, bound=bound)
+
+
+def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, eta) -> _Forward:
     M = _model(precision)
     p, qf, kf, vf, s, vis, sc = _problem(q, k, v, scale, causal, window, mask, bias)
     m, A, l, lse, empty = _softmax_parts(s, vis)
@@ -343,8 +410,13 @@ def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, k
 
     lg = _logit_errors(qf, kf, s, m, vis, sc, M, d, bias is not None)
     # b_ij: relative error of p_ij = exp(s_ij - m) as computed: exp(e_ij) (1 + eps_exp) - 1
-    b_wc = np.where(vis, np.exp(lg.wc) * (1.0 + M.eps_exp) - 1.0, 0.0)
+    b_wc = np.where(vis, _exp_err(lg.wc, M.eps_exp), 0.0)
     b_lin = np.where(vis, lg.lin + M.eps_exp, 0.0)
+
+    def log_a():
+        return np.where(vis, s - m[..., None] - np.log(l)[..., None], -np.inf)
+
+    Ab_wc, Ab1_wc, _ = _weighted_exp_err(A, b_wc, lg.wc, M.eps_exp, vis, log_a)  # A b, A (1 + b)
 
     # blocking (sec. 4): T_k key blocks; PV: block_k products per tile + T_k accumulations into acc
     # (tensor core), T_k rescales acc*alpha (RN); l: block_k-wide fp32 sum + 2 roundings per block (RN)
@@ -362,15 +434,15 @@ def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, k
     l_eff = l * np.exp(-np.max(lg.wc, axis=-1, initial=0.0))
 
     absv = np.abs(vf)
-    W_b = A * b_wc
+    W_b = Ab_wc
     W_lin = A * b_lin
     W_det = A * (lg.det + M.eps_exp)
     W_sig = (A * lg.sigma) ** 2
     W_vis = vis.astype(np.float64)
     (dev_b, dev_lin, dev_det, dev_vis), (dev_sig,) = _weighted_dev([W_b, W_lin, W_det, W_vis], [W_sig], vf, o)
-    Av = (A * (1 + b_wc)) @ absv  # sum_j A_j (1 + b_j) |v_j|
+    Av = Ab1_wc @ absv  # sum_j A_j (1 + b_j) |v_j|
     A_absv = A @ absv
-    A1b = (A * (1 + b_wc)).sum(axis=-1)  # sum_j A_j (1 + b_j)
+    A1b = Ab1_wc.sum(axis=-1)  # sum_j A_j (1 + b_j)
     sum_absv = W_vis @ absv
     oabs = np.abs(o)
 
@@ -440,7 +512,7 @@ def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, k
     fb = ForwardBound(o=np.broadcast_to(err, o_shape).copy(), lse=lse_err, kind=kind, precision=precision)
     return _Forward(bound=fb, s=s, vis=vis, A=A, o=o, lse=lse, m=m, empty=empty, qf=qf, kf=kf, vf=vf,
                     scale=sc, problem=p,
-                    parts=dict(b_wc=b_wc, b_lin=b_lin, sigma=lg.sigma, det=lg.det, nu_wc=nu_wc, nu_lin=nu_lin,
+                    parts=dict(b_wc=b_wc, Ab_wc=Ab_wc, Ab1_wc=Ab1_wc, b_lin=b_lin, qk=lg.qk, l=l, sigma=lg.sigma, det=lg.det, nu_wc=nu_wc, nu_lin=nu_lin,
                                mu_wc=mu_wc, mu_lin=mu_lin, inv_den=inv_den, floors=floors,
                                final=err - np.where(empty[..., None], 0.0, pre), n_pv=n_pv, T=T, n_l=n_l,
                                lam=lam, lse_sigma=np.where(empty, 0.0, lse_sigma),
@@ -498,8 +570,8 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind):
     aD = np.abs(delta)
     inv = P["inv_den"][..., 0]
     sum_fin = (abs_do * (P["floors"] * P["inv_den"] + P["final"])).sum(-1)
-    wc = (((A * P["b_wc"] * absg).sum(-1) + ((A * (1 + P["b_wc"])) * (P["nu_wc"] * absdov)).sum(-1)
-           + (A * (1 + P["b_wc"])).sum(-1) * P["mu_wc"] * aD) * inv + sum_fin)
+    wc = (((P["Ab_wc"] * absg).sum(-1) + (P["Ab1_wc"] * (P["nu_wc"] * absdov)).sum(-1)
+           + P["Ab1_wc"].sum(-1) * P["mu_wc"] * aD) * inv + sum_fin)
     rounding = float(gamma(F.problem.dv, u)) * (abs_do * (np.abs(o) + F.bound.o)).sum(-1)
     if kind == "worst_case":
         return wc + rounding, np.zeros_like(wc), wc + rounding
@@ -542,6 +614,13 @@ def backward_bound(q, k, v, do, *, scale=None, causal=False, window=None, mask=N
 
 def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
     kind = _check_kind(kind)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # as in _forward
+        bb, exact = _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, kind)
+    return BackwardBound(dq=_no_nan(bb.dq), dk=_no_nan(bb.dk), dv=_no_nan(bb.dv), kind=kind,
+                         precision=precision), exact
+
+
+def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
     M = _model(precision)
     from reference.shapes import check_attention_args
 
@@ -563,10 +642,15 @@ def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
 
 
     # P_ij = exp2(fl(s c) - fl(LSE log2 e)): the logit errors with shift LSE, the LSE error, exp error
-    lg = _logit_errors(qf, kf, F.s, lse0, vis, sc, M, d, bias is not None)
+    lg = _logit_errors(qf, kf, F.s, lse0, vis, sc, M, d, bias is not None, qk=F.parts["qk"])
     e_lse = u * np.abs(lse0)  # rounding of LSE * log2(e)
     e_wc = lg.wc + (float(gamma(1, u)) * np.abs(lse0) + eps_L)[..., None]
-    b_wc = np.where(vis, np.exp(e_wc) * (1 + M.eps_exp) - 1.0, 0.0)
+    b_wc = np.where(vis, _exp_err(e_wc, M.eps_exp), 0.0)
+
+    def log_a():
+        return np.where(vis, F.s - F.m[..., None] - np.log(F.parts["l"])[..., None], -np.inf)
+
+    _, Ab1_wc, bad = _weighted_exp_err(A, b_wc, e_wc, M.eps_exp, vis, log_a)
     b_lin = np.where(vis, lg.lin + (e_lse + eps_L)[..., None] + M.eps_exp, 0.0)
     # probabilistic: the stored LSE's error splits into its random first-order part (std sig_L, from the
     # forward's roundings, independent from row to row: it joins this entry's Azuma sum) and the rest
@@ -592,7 +676,8 @@ def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
         return x.reshape(pr.B, pr.Hkv, group, *x.shape[2:]).sum(axis=2)
 
     AabsdO = _t(A) @ abs_do
-    dv_wc = _t(A * ((1 + b_wc) * (1 + nu_q_wc) - 1.0) + floor_P) @ abs_do
+    dv_wc = _t(_fix_bad(A * ((1 + b_wc) * (1 + nu_q_wc) - 1.0), bad, lambda: Ab1_wc * (1 + nu_q_wc) - A)
+               + floor_P) @ abs_do
     dv_lin = _t(A * (b_lin + nu_q_lin)) @ abs_do
     dv_var = (_t((A * b_sig) ** 2 + (A * sig_L[..., None]) ** 2) @ (dof * dof) + (M.u_p**2 + M.u_in**2) * (_t(A * A) @ (dof * dof))
               + (0 if M.tensor_core else n_q) * u**2 * AabsdO**2)
@@ -618,11 +703,13 @@ def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
     dS_abs = A * absg
     dS = A * g
 
-    def _dS_errors(bw, bl, bd, eD=eD, dD=det_D[..., None], extra_var=0.0):
-        """(wc, lin, var, det) of dS_hat - dS for P_hat = A (1 + b), |b| <= bw (linear part bl, of which bd
-        is not random), Delta off by <= eD (of which dD is not random)."""
-        wcS = np.where(vis, A * ((1 + bw) * (1 + rho_wc) * (absg + dP_wc + eD) - absg)
-                       + M.floor_w * (1 + rho_wc) * (absg + dP_wc + eD) + M.floor_p, 0.0)
+    def _dS_errors(bw, Abw1, badw, bl, bd, eD=eD, dD=det_D[..., None], extra_var=0.0):
+        """(wc, lin, var, det) of dS_hat - dS for P_hat = A (1 + b), |b| <= bw (A (1 + bw) = Abw1, stable
+        where `badw`; linear part bl, of which bd is not random), Delta off by <= eD (dD not random)."""
+        X = absg + dP_wc + eD
+        wcS = np.where(vis, _fix_bad(A * ((1 + bw) * (1 + rho_wc) * X - absg), badw,
+                                     lambda: Abw1 * (1 + rho_wc) * X - A * absg)
+                       + M.floor_w * (1 + rho_wc) * X + M.floor_p, 0.0)
         linS = np.where(vis, A * ((bl + rho_lin) * absg + dP_lin + eD), 0.0)
         varS = np.where(vis, A * A * ((b_sig * absg) ** 2 + dP_sig**2 + (2 * u**2 + M.u_p**2) * absg**2)
                         + extra_var, 0.0)
@@ -631,17 +718,18 @@ def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
 
     # the LSE and Delta errors of row i come from the same forward roundings: (a + b)^2 <= 2a^2 + 2b^2
     dS_wc, dS_lin, dS_var, dS_det = _dS_errors(
-        b_wc, b_lin, b_det, extra_var=2 * A * A * ((sig_L[..., None] * absg) ** 2 + sig_D[..., None] ** 2))
+        b_wc, Ab1_wc, bad, b_lin, b_det, extra_var=2 * A * A * ((sig_L[..., None] * absg) ** 2 + sig_D[..., None] ** 2))
     # For dQ_i the LSE error is one factor (1 + c_i) on the whole row i of P, and sum_j dS_ij = 0 (Lemma 9),
     # so it costs c_i |dQ_i| instead of c_i sum_j |dS_ij||k_j|: dQ_hat = (1 + c_i) dQ'_hat, where dQ' has
     # P' = A (1 + b') with the LSE part removed from b.
     c_row = (np.exp(float(gamma(1, u)) * np.abs(lse0) + eps_L) - 1.0)[..., None]
-    b_wc_row = np.where(vis, np.exp(lg.wc) * (1 + M.eps_exp) - 1.0, 0.0)
+    b_wc_row = np.where(vis, _exp_err(lg.wc, M.eps_exp), 0.0)
+    _, Ab1_row, bad_row = _weighted_exp_err(A, b_wc_row, lg.wc, M.eps_exp, vis, log_a)
     b_lin_row = np.where(vis, lg.lin + M.eps_exp, 0.0)
     b_det_row = np.where(vis, lg.det + M.eps_exp, 0.0)
     # Likewise the Delta error is one number per row: it adds -delta_i sum_j P_ij k_j, bounded with
     # |sum_j A_ij k_jc| (handled after _grad), so dQ's dS errors leave it out.
-    dSq = _dS_errors(b_wc_row, b_lin_row, b_det_row, eD=0.0, dD=0.0)
+    dSq = _dS_errors(b_wc_row, Ab1_row, bad_row, b_lin_row, b_det_row, eD=0.0, dD=0.0)
 
     def _grad(wcS, linS, varS, detS, absS, S, other, n):
         """scale * S @ other with S's error (wc, lin, var, det), the operand rounding of `other`
@@ -661,7 +749,8 @@ def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
     wc, lin, var, det, dQ_exact = _grad(*dSq, dS_abs, dS, kf, n_k)
     kap_k = (1 + M.u_in) * (1 + gamma(n_k, M.u_dacc)) - 1.0
     dq_delta = sc * eD * (np.abs(A @ kf)
-                          + (A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0)) @ np.abs(kf))
+                          + _fix_bad(A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0), bad_row,
+                                     lambda: Ab1_row * ((1 + kap_k) * (1 + rho_wc)) - A) @ np.abs(kf))
     dq_err = (1 + c_row) * (_combine(wc, lin, var, det, lam, kind) + dq_delta) + c_row * np.abs(dQ_exact)
     dq_err = _store(dq_err, np.abs(dQ_exact), g2, M)
     wc, lin, var, det, dK_exact = _grad(_t(dS_wc), _t(dS_lin), _t(dS_var), _t(dS_det), _t(dS_abs),

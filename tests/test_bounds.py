@@ -181,3 +181,72 @@ def test_gamma_and_bad_arguments():
         forward_bound(q, q, q, precision="fp16")
     with pytest.raises(ValueError, match="do"):
         backward_bound(q, q, q, np.zeros((1, 1, 3, 8)), precision=Precision(input="float16", dot="fp16"))
+
+
+# logit scales up to each input dtype's limit: fp16 q, k entries stay below 65504 up to ~1e8
+LOGIT_SCALES = {"float16": [10.0**e for e in range(0, 9)],
+                "bfloat16": [10.0**e for e in range(0, 31, 3)],
+                "float32": [10.0**e for e in range(0, 31, 3)]}
+
+
+@pytest.mark.parametrize("dtype,dot", CASES)
+def test_bounds_are_never_nan_at_any_logit_scale(dtype, dot):
+    """A bound is a finite number or +inf (vacuous), never NaN, and computing it raises no floating-point
+    warning, from logit std 1 up to 1e30 (fp32/bf16) or the fp16 range. exp of a logit error > 709 used
+    to make 0 * inf = NaN where A_ij underflowed; those entries now contribute exactly 0."""
+    import warnings
+
+    rng = np.random.default_rng(5)
+    shape = (1, 2, 24, 8)
+    q0, k0, v0, do0 = (rng.standard_normal(shape) for _ in range(4))
+    pr = Precision(input=dtype, dot=dot)
+    for L in LOGIT_SCALES[dtype]:
+        c = np.sqrt(L * np.sqrt(shape[-1]))  # scale = 1/sqrt(d): logit std ~ L
+        q, k = round_to(q0 * c, dtype), round_to(k0 * c, dtype)
+        v, do = round_to(v0, dtype), round_to(do0, dtype)
+        for kind in KINDS:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                fb = forward_bound(q, k, v, causal=True, precision=pr, kind=kind)
+                bb = backward_bound(q, k, v, do, causal=True, precision=pr, kind=kind)
+            for name, b in (("o", fb.o), ("lse", fb.lse), ("dq", bb.dq), ("dk", bb.dk), ("dv", bb.dv)):
+                assert not np.isnan(b).any(), f"{name} NaN at logit scale {L:g} ({dtype}/{dot}, {kind})"
+                assert np.all(b >= 0), name
+                if L == 1.0:
+                    assert np.isfinite(b).all(), f"{name} not finite at logit scale 1"
+
+
+def test_underflowed_weights_contribute_zero_not_nan():
+    """One key dominates by ~1e9 and the logit errors exceed 709: the other keys' A_ij = 0 and
+    exp(s_ij - m_i - log l_i + e_ij) underflows too, so their products A_ij b_ij are exactly 0."""
+    from proofs.bounds import _weighted_exp_err
+
+    A = np.array([[1.0, 0.0, 0.0, 0.5]])
+    vis = np.array([[True, True, False, True]])
+    e = np.array([[1.0, 800.0, 800.0, 800.0]])
+    log_a = lambda: np.array([[0.0, -1e9, -np.inf, np.log(0.5)]])  # noqa: E731
+    with np.errstate(over="ignore"):
+        b = np.where(vis, np.exp(e) * (1 + 2.0**-22) - 1, 0.0)
+    Ab, Ab1, bad = _weighted_exp_err(A, b, e, 2.0**-22, vis, log_a)
+    assert bad.tolist() == [[False, True, False, True]]
+    assert Ab[0, 0] == A[0, 0] * b[0, 0] and Ab1[0, 0] == A[0, 0] * (1 + b[0, 0])  # finite: plain products
+    assert Ab[0, 1] == 0 and Ab1[0, 1] == 0  # underflowed weight: provably no contribution
+    assert Ab[0, 2] == 0 and Ab1[0, 2] == 0  # invisible
+    assert np.isinf(Ab[0, 3]) and np.isinf(Ab1[0, 3])  # a real weight with a vacuous factor: +inf
+
+
+@pytest.mark.parametrize("lead", [(), (2, 3)])
+def test_weighted_dev_fast_path_matches_the_direct_formula(lead):
+    """_weighted_dev (chunked, stacked einsum, in-place |v - o|) equals sum_j W_ij |v_jc - o_ic| and
+    sum_j W_ij (v_jc - o_ic)^2 formed with the full (Nq, Nk, dv) array, on several chunks."""
+    from proofs.bounds import _weighted_dev
+
+    rng = np.random.default_rng(7)
+    Nq, Nk, dv = 40, 128, 128  # 2^18 / (Nk dv) = 16 rows per chunk: 3 chunks
+    Ws = [rng.random((*lead, Nq, Nk)) for _ in range(3)]
+    v, o = rng.standard_normal((*lead, Nk, dv)), rng.standard_normal((*lead, Nq, dv))
+    (a0, a1), (s0,) = _weighted_dev(Ws[:2], Ws[2:], v, o)
+    D = v[..., None, :, :] - o[..., :, None, :]
+    for got, W, f in ((a0, Ws[0], np.abs(D)), (a1, Ws[1], np.abs(D)), (s0, Ws[2], D * D)):
+        want = (W[..., None] * f).sum(axis=-2)
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)

@@ -110,3 +110,35 @@ def test_backward_is_finite_at_logits_near_3e8():
     o, lse, dq, dk, dv = run_kernel(inp, case, "float32", backward=True)
     for name, t in (("O", o), ("LSE", lse), ("dQ", dq), ("dK", dk), ("dV", dv)):
         assert np.isfinite(t).all(), f"{name}: {np.size(t) - np.isfinite(t).sum()} non-finite entries"
+
+
+@needs_kernel
+def test_backward_within_bound_at_logits_near_3e8():
+    """The input of the test above, now against the bounds: every bound is a number or +inf, never
+    NaN (exp of a logit error > 709 used to give 0 * inf), and O, LSE, dQ, dK, dV are within them.
+
+    At |s| ~ 1e9 the fp32 logits carry errors of thousands (ulp 64, d = 64 products), so most of
+    these bounds are honestly vacuous (+inf); the test pins that they are never NaN and that the
+    finite ones hold."""
+    import warnings
+
+    from proofs.bounds import backward_bound, forward_bound
+
+    case = Case(Shape(1, 1, 1, 64, 64, 64), seed=0)
+    inp = materialize(case, "float32")
+    c = 2.0**14  # exact in fp32; logit std ≈ 2.7e8
+    inp = dataclasses.replace(inp, q=inp.q * c, k=inp.k * c)
+    o, lse, dq, dk, dv = run_kernel(inp, case, "float32", backward=True)
+    ref_o, ref_lse = reference_forward(inp, case)
+    rdq, rdk, rdv = reference_backward(inp, case, ref_o, ref_lse)
+    prec = kernel_precision("float32", case.shape.d)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow / invalid-value warnings from the bounds either
+        fb = forward_bound(inp.q, inp.k, inp.v, scale=inp.scale, precision=prec)
+        bb = backward_bound(inp.q, inp.k, inp.v, inp.do, scale=inp.scale, precision=prec)
+    pairs = (("O", o, ref_o, fb.o), ("LSE", lse, ref_lse, fb.lse), ("dQ", dq, rdq, bb.dq),
+             ("dK", dk, rdk, bb.dk), ("dV", dv, rdv, bb.dv))
+    for name, got, want, bound in pairs:
+        assert not np.isnan(bound).any(), f"{name}: NaN bound"
+        assert np.all(bound >= 0), name
+        assert_within(name, got, want, bound)
