@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (the device tool), from the repo root:
+#   bash bench/device_session.sh tests   # GPU-marked tests + `validate ours` in bf16/fp16/fp32 on CUDA
+#   bash bench/device_session.sh speed   # bench/run.py side by side + the GPU audit
+# Logs and reports go under $OUT (the device tool brings them back).
+set -uo pipefail
+export PYTHONPATH=. PYTHONUNBUFFERED=1 CI=true
+OUT=${OUT:-device-out}
+W=$(mktemp -d)   # everything is written here and packed into $OUT/results.tgz (the tool returns <= 8 files)
+mkdir -p "$OUT"
+trap 'tar czf "$OUT/results.tgz" -C "$W" . 2>/dev/null' EXIT
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
+case "${1:-tests}" in
+  tests)
+    timeout ${T1:-330} python3 -m pytest -m gpu -q -n 8 -p no:cacheprovider tests 2>&1 | tee "$W/gpu_tests.log" | tail -40
+    timeout ${T2:-170} python3 -m flashcheck validate ours --device cuda --dtype bfloat16,float16,float32 --profile ci \
+        -n 4 --json "$W/validate_ours.json" 2>&1 | tee "$W/validate_ours.log" | tail -60
+    ;;
+  speed)
+    timeout ${T1:-240} python3 bench/run.py --out "$W/bench" 2>&1 | tee "$W/bench.log" | tail -30
+    timeout ${T2:-250} python3 -m flashcheck audit --device cuda --out "$W/audit" ${AUDIT_ARGS:-} 2>&1 | tail -40
+    ;;
+esac
