@@ -49,8 +49,9 @@ DTYPES = ("float32", "float16", "bfloat16")
 # Logit standard deviation at each dtype's overflow edge: exp overflows fp32 above 88, and a score
 # stored in fp16 overflows above 65504; the largest drawn scores sit just under that edge.
 LOGIT_EDGE = {"float64": 3.0e4, "float32": 3.0e4, "float16": 1.5e4, "bfloat16": 3.0e4}
-# Scale of `tiny` values: the bottom of the normal range (fp16: 2^-14; fp32/bf16: 2^-126) with room
-# for a d-long dot product of two such values to stay above it.
+# Scale of `tiny` values: fp32/bf16 entries ~2^-40, whose products (~2^-80) sit far below 1 but well above
+# the normal range's bottom (2^-126); fp16 entries ~2^-6, whose products (~2^-12) a kernel that keeps
+# scores in fp16 still holds as normal numbers (bottom 2^-14).
 TINY = {"float64": 2.0**-40, "float32": 2.0**-40, "float16": 2.0**-6, "bfloat16": 2.0**-40}
 
 
