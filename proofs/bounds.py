@@ -402,13 +402,43 @@ def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, k
 def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, eta) -> _Forward:
     M = _model(precision)
     p, qf, kf, vf, s, vis, sc = _problem(q, k, v, scale, causal, window, mask, bias)
+    lam = hoeffding_lambda(1.0, eta)
+    # every quantity of the forward analysis belongs to one query row: blocks of rows keep the
+    # (rows, Nk) temporaries small (cache-sized, no page faults of fresh 32 MB arrays at N = 2048)
+    R = _cat_rows([_forward_rows(p, M, precision, kind, lam, qf[..., r, :], kf, vf, s[..., r, :],
+                                 vis[..., r, :], sc, bias is not None)
+                   for r in _rows_chunks(p.Nq, p.Nk, 1, budget=ROW_BLOCK_ENTRIES)])
+    fb = ForwardBound(o=R["err"], lse=R["lse_err"], kind=kind, precision=precision)
+    return _Forward(bound=fb, s=s, vis=vis, A=R["A"], o=R["o"], lse=R["lse"], m=R["m"], empty=R["empty"],
+                    qf=qf, kf=kf, vf=vf, scale=sc, problem=p, parts=R["parts"])
+
+
+# (rows x Nk) entries per block of query rows in the forward analysis
+ROW_BLOCK_ENTRIES = 1 << 17
+
+
+def _cat_rows(chunks):
+    """Join the per-block results of _forward_rows along the query-row axis (axis 2 of (B, H, rows, ...))."""
+    if len(chunks) == 1:
+        return chunks[0]
+    first = chunks[0]
+    if isinstance(first, dict):
+        return {key: _cat_rows([c[key] for c in chunks]) for key in first}
+    if isinstance(first, tuple):
+        return tuple(_cat_rows([c[i] for c in chunks]) for i in range(len(first)))
+    if isinstance(first, np.ndarray) and first.ndim >= 3:
+        return np.concatenate(chunks, axis=2)
+    return first  # scalars: the same for every block
+
+
+def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias) -> dict:
+    """The forward analysis of a block of query rows (s, vis, qf restricted to those rows)."""
     m, A, l, lse, empty = _softmax_parts(s, vis)
     o = A @ vf
     d, Nk = p.d, p.Nk
     u = M.u_w
-    lam = hoeffding_lambda(1.0, eta)
 
-    lg = _logit_errors(qf, kf, s, m, vis, sc, M, d, bias is not None)
+    lg = _logit_errors(qf, kf, s, m, vis, sc, M, d, has_bias)
     # b_ij: relative error of p_ij = exp(s_ij - m) as computed: exp(e_ij) (1 + eps_exp) - 1
     b_wc = np.where(vis, _exp_err(lg.wc, M.eps_exp), 0.0)
     b_lin = np.where(vis, lg.lin + M.eps_exp, 0.0)
@@ -508,15 +538,14 @@ def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, e
         lse_det = np.where(capped, log_wc, det + remainder) + rounding
     lse_err = np.where(empty, 0.0, lse_err)
 
-    o_shape = (p.B, p.Hq, p.Nq, vf.shape[-1])
-    fb = ForwardBound(o=np.broadcast_to(err, o_shape).copy(), lse=lse_err, kind=kind, precision=precision)
-    return _Forward(bound=fb, s=s, vis=vis, A=A, o=o, lse=lse, m=m, empty=empty, qf=qf, kf=kf, vf=vf,
-                    scale=sc, problem=p,
-                    parts=dict(b_wc=b_wc, Ab_wc=Ab_wc, Ab1_wc=Ab1_wc, b_lin=b_lin, qk=lg.qk, l=l, sigma=lg.sigma, det=lg.det, nu_wc=nu_wc, nu_lin=nu_lin,
-                               mu_wc=mu_wc, mu_lin=mu_lin, inv_den=inv_den, floors=floors,
-                               final=err - np.where(empty[..., None], 0.0, pre), n_pv=n_pv, T=T, n_l=n_l,
-                               lam=lam, lse_sigma=np.where(empty, 0.0, lse_sigma),
-                               lse_det=np.where(empty, 0.0, lse_det)))
+    o_shape = (p.B, p.Hq, s.shape[-2], vf.shape[-1])
+    return dict(err=np.broadcast_to(err, o_shape).copy(), lse_err=lse_err, A=A, o=o, lse=lse, m=m, empty=empty,
+                parts=dict(b_wc=b_wc, Ab_wc=Ab_wc, Ab1_wc=Ab1_wc, b_lin=b_lin, qk=lg.qk, l=l,
+                           sigma=lg.sigma, det=lg.det, nu_wc=nu_wc, nu_lin=nu_lin,
+                           mu_wc=mu_wc, mu_lin=mu_lin, inv_den=inv_den, floors=floors,
+                           final=err - np.where(empty[..., None], 0.0, pre), n_pv=n_pv, T=T, n_l=n_l,
+                           lam=lam, lse_sigma=np.where(empty, 0.0, lse_sigma),
+                           lse_det=np.where(empty, 0.0, lse_det)))
 
 
 def forward_bound(q, k, v, *, scale=None, causal=False, window=None, mask=None, bias=None,
