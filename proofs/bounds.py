@@ -649,6 +649,25 @@ def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
                          precision=precision), exact
 
 
+def _rows_of(x, r):
+    """Query rows r of a per-row quantity (axis 2 of (B, H, Nq, ...)); scalars and None unchanged."""
+    if isinstance(x, np.ndarray) and x.ndim >= 3:
+        return x[:, :, r]
+    if isinstance(x, tuple):
+        return tuple(_rows_of(y, r) for y in x)
+    return x
+
+
+def _forward_rows_view(F: _Forward, r) -> _Forward:
+    """F restricted to the query rows r (what _delta_error and the per-row backward terms read)."""
+    fb = F.bound
+    return dataclasses.replace(
+        F, bound=ForwardBound(o=fb.o[:, :, r], lse=fb.lse[:, :, r], kind=fb.kind, precision=fb.precision),
+        s=F.s[:, :, r], vis=F.vis[:, :, r], A=F.A[:, :, r], o=F.o[:, :, r], lse=F.lse[:, :, r],
+        m=F.m[:, :, r], empty=F.empty[:, :, r], qf=F.qf[:, :, r],
+        parts={key: _rows_of(val, r) for key, val in F.parts.items()})
+
+
 def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
     M = _model(precision)
     from reference.shapes import check_attention_args
@@ -661,31 +680,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     F = _forward(q, k, v, scale, causal, window, mask, bias, precision, kind,
                  eta=FAILURE_PROBABILITY / n_events)
     lam = hoeffding_lambda(2.0)
-    u, vis, A, sc, group = M.u_w, F.vis, F.A, F.scale, pr.group
-    qf, kf, vf, o = F.qf, F.kf, F.vf, F.o
+    u, sc, group = M.u_w, F.scale, pr.group
+    kf, vf = F.kf, F.vf
     d, dv = pr.d, pr.dv
-    empty = F.empty
-    lse0 = np.where(empty, 0.0, F.lse)
-    eps_L = F.bound.lse  # error of the stored LSE
-    abs_do = np.abs(dof)
-
-
-    # P_ij = exp2(fl(s c) - fl(LSE log2 e)): the logit errors with shift LSE, the LSE error, exp error
-    lg = _logit_errors(qf, kf, F.s, lse0, vis, sc, M, d, bias is not None, qk=F.parts["qk"])
-    e_lse = u * np.abs(lse0)  # rounding of LSE * log2(e)
-    e_wc = lg.wc + (float(gamma(1, u)) * np.abs(lse0) + eps_L)[..., None]
-    b_wc = np.where(vis, _exp_err(e_wc, M.eps_exp), 0.0)
-
-    def log_a():
-        return np.where(vis, F.s - F.m[..., None] - np.log(F.parts["l"])[..., None], -np.inf)
-
-    _, Ab1_wc, bad = _weighted_exp_err(A, b_wc, e_wc, M.eps_exp, vis, log_a)
-    b_lin = np.where(vis, lg.lin + (e_lse + eps_L)[..., None] + M.eps_exp, 0.0)
-    # probabilistic: the stored LSE's error splits into its random first-order part (std sig_L, from the
-    # forward's roundings, independent from row to row: it joins this entry's Azuma sum) and the rest
-    sig_L, det_L = F.parts["lse_sigma"], F.parts["lse_det"]
-    b_det = np.where(vis, lg.det + (det_L + e_lse)[..., None] + M.eps_exp, 0.0)
-    b_sig = lg.sigma  # e_lse is one rounding shared by the row: kept in b_det
 
     # dV = P^T dO: P rounded to the operand format, dO exact unless input does not fit (u_in);
     # accumulation over query tiles: block_q products per tile, T_q * group tiles (GQA heads add up)
@@ -696,96 +693,162 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     n_k = min(Nk, precision.block_k) + Tk
     nu_q_wc = (1 + M.u_p) * (1 + M.u_in) * (1 + gamma(n_q, M.u_dacc)) - 1
     nu_q_lin = M.u_p + M.u_in + n_q * M.u_dacc
-    floor_P = np.where(vis, M.floor_w * (1 + nu_q_wc) + M.floor_p * (1 + gamma(n_q, M.u_dacc)), 0.0)
+    rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
+    rho_lin = 2 * u + M.u_p
+    g2 = float(gamma(2, u))
+    kap_k = (1 + M.u_in) * (1 + gamma(n_k, M.u_dacc)) - 1.0
+    dP_kw = (1 + M.u_in) ** 2 * (1 + gamma(dv, M.u_dacc)) - 1.0
 
-    def _t(x):  # (B, Hq, Nq, Nk) -> (B, Hq, Nk, Nq)
+    def _t(x):  # (B, Hq, rows, Nk) -> (B, Hq, Nk, rows)
         return np.swapaxes(x, -1, -2)
 
     def _kv(x):  # sum the group's query heads into their kv head
         return x.reshape(pr.B, pr.Hkv, group, *x.shape[2:]).sum(axis=2)
 
-    AabsdO = _t(A) @ abs_do
-    dv_wc = _t(_fix_bad(A * ((1 + b_wc) * (1 + nu_q_wc) - 1.0), bad, lambda: Ab1_wc * (1 + nu_q_wc) - A)
-               + floor_P) @ abs_do
-    dv_lin = _t(A * (b_lin + nu_q_lin)) @ abs_do
-    dv_var = (_t((A * b_sig) ** 2 + (A * sig_L[..., None]) ** 2) @ (dof * dof) + (M.u_p**2 + M.u_in**2) * (_t(A * A) @ (dof * dof))
+    abs_vT, vT, vvT = _t(np.abs(vf)), _t(vf), _t(vf * vf)
+    abs_k = np.abs(kf)
+    # sums over query rows (dV, dK), accumulated block by block; dQ is per row
+    acc = {}
+
+    def _add(name, x):
+        acc[name] = x if name not in acc else acc[name] + x
+
+    dq_blocks, dQ_blocks = [], []
+    # every term below belongs to one query row i, except the sums over i of dV and dK: blocks of rows
+    # keep the (rows, Nk) temporaries small; dV and dK add up the blocks' products
+    for r in _rows_chunks(Nq, Nk, 1, budget=ROW_BLOCK_ENTRIES):
+        Fr = _forward_rows_view(F, r)
+        vis, A, qf, o, empty = Fr.vis, Fr.A, Fr.qf, Fr.o, Fr.empty
+        do_r = dof[:, :, r]
+        abs_do = np.abs(do_r)
+        lse0 = np.where(empty, 0.0, Fr.lse)
+        eps_L = Fr.bound.lse  # error of the stored LSE
+
+        # P_ij = exp2(fl(s c) - fl(LSE log2 e)): the logit errors with shift LSE, the LSE error, exp error
+        lg = _logit_errors(qf, kf, Fr.s, lse0, vis, sc, M, d, bias is not None, qk=Fr.parts["qk"])
+        e_lse = u * np.abs(lse0)  # rounding of LSE * log2(e)
+        e_wc = lg.wc + (float(gamma(1, u)) * np.abs(lse0) + eps_L)[..., None]
+        b_wc = np.where(vis, _exp_err(e_wc, M.eps_exp), 0.0)
+
+        def log_a(Fr=Fr, vis=vis):
+            return np.where(vis, Fr.s - Fr.m[..., None] - np.log(Fr.parts["l"])[..., None], -np.inf)
+
+        _, Ab1_wc, bad = _weighted_exp_err(A, b_wc, e_wc, M.eps_exp, vis, log_a)
+        b_lin = np.where(vis, lg.lin + (e_lse + eps_L)[..., None] + M.eps_exp, 0.0)
+        # probabilistic: the stored LSE's error splits into its random first-order part (std sig_L, from
+        # the forward's roundings, independent from row to row: it joins this entry's Azuma sum) and the rest
+        sig_L, det_L = Fr.parts["lse_sigma"], Fr.parts["lse_det"]
+        b_det = np.where(vis, lg.det + (det_L + e_lse)[..., None] + M.eps_exp, 0.0)
+        b_sig = lg.sigma  # e_lse is one rounding shared by the row: kept in b_det
+        floor_P = np.where(vis, M.floor_w * (1 + nu_q_wc) + M.floor_p * (1 + gamma(n_q, M.u_dacc)), 0.0)
+
+        dodo = do_r * do_r
+        _add("AabsdO", _t(A) @ abs_do)
+        _add("dv_wc", _t(_fix_bad(A * ((1 + b_wc) * (1 + nu_q_wc) - 1.0), bad,
+                                  lambda: Ab1_wc * (1 + nu_q_wc) - A) + floor_P) @ abs_do)
+        _add("dv_lin", _t(A * (b_lin + nu_q_lin)) @ abs_do)
+        _add("dv_var1", _t((A * b_sig) ** 2 + (A * sig_L[..., None]) ** 2) @ dodo)
+        _add("dv_var2", _t(A * A) @ dodo)
+        _add("dv_det", _t(A * b_det) @ abs_do)
+        _add("dV", _t(A) @ do_r)
+
+        # dP = dO V^T (dv-long dot), g = dP - Delta, dS = P o g in fp32, rounded to the operand format
+        dP = do_r @ vT
+        absdov = abs_do @ abs_vT
+        sqdov = np.sqrt(dodo @ vvT)
+        dP_wc = dP_kw * absdov
+        dP_lin = (2 * M.u_in + dv * M.u_dacc) * absdov
+        dP_sig = math.sqrt(2.0) * M.u_in * sqdov + (0.0 if M.tensor_core else math.sqrt(dv) * u * absdov)
+        dP_det = dv * M.u_dacc * absdov if M.tensor_core else 0.0 * absdov
+        g = np.where(vis, dP - (do_r * o).sum(-1)[..., None], 0.0)
+        absg = np.abs(g)
+        eps_D, sig_D, det_D = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind)
+        eD = eps_D[..., None]
+        dS_abs = A * absg
+        dS = A * g
+
+        def _dS_errors(bw, Abw1, badw, bl, bd, eD=eD, dD=det_D[..., None], extra_var=0.0,
+                       vis=vis, A=A, absg=absg, dP_wc=dP_wc, dP_lin=dP_lin, dP_sig=dP_sig, dP_det=dP_det,
+                       b_sig=b_sig):
+            """(wc, lin, var, det) of dS_hat - dS for P_hat = A (1 + b), |b| <= bw (A (1 + bw) = Abw1, stable
+            where `badw`; linear part bl, of which bd is not random), Delta off by <= eD (dD not random)."""
+            X = absg + dP_wc + eD
+            wcS = np.where(vis, _fix_bad(A * ((1 + bw) * (1 + rho_wc) * X - absg), badw,
+                                         lambda: Abw1 * (1 + rho_wc) * X - A * absg)
+                           + M.floor_w * (1 + rho_wc) * X + M.floor_p, 0.0)
+            linS = np.where(vis, A * ((bl + rho_lin) * absg + dP_lin + eD), 0.0)
+            varS = np.where(vis, A * A * ((b_sig * absg) ** 2 + dP_sig**2 + (2 * u**2 + M.u_p**2) * absg**2)
+                            + extra_var, 0.0)
+            detS = np.where(vis, A * (bd * absg + dP_det + dD), 0.0)
+            return wcS, linS, varS, detS
+
+        # the LSE and Delta errors of row i come from the same forward roundings: (a + b)^2 <= 2a^2 + 2b^2
+        dS_wc, dS_lin, dS_var, dS_det = _dS_errors(
+            b_wc, Ab1_wc, bad, b_lin, b_det,
+            extra_var=2 * A * A * ((sig_L[..., None] * absg) ** 2 + sig_D[..., None] ** 2))
+        # dK = scale dS^T Q: its pieces summed over the query rows (finished after the loop, _grad)
+        aq, qq = np.abs(qf), qf * qf
+        _add("dk_base", _t(dS_abs) @ aq)
+        _add("dk_wcS", _t(dS_wc) @ aq)
+        _add("dk_lin", _t(dS_lin) @ aq)
+        _add("dk_var", _t(dS_var) @ qq)
+        _add("dk_SS", _t(dS * dS) @ qq)
+        _add("dk_det", _t(dS_det) @ aq)
+        _add("dK", _t(dS) @ qf)
+
+        # For dQ_i the LSE error is one factor (1 + c_i) on the whole row i of P, and sum_j dS_ij = 0
+        # (Lemma 9), so it costs c_i |dQ_i| instead of c_i sum_j |dS_ij||k_j|: dQ_hat = (1 + c_i) dQ'_hat,
+        # where dQ' has P' = A (1 + b') with the LSE part removed from b.
+        c_row = (np.exp(float(gamma(1, u)) * np.abs(lse0) + eps_L) - 1.0)[..., None]
+        b_wc_row = np.where(vis, _exp_err(lg.wc, M.eps_exp), 0.0)
+        _, Ab1_row, bad_row = _weighted_exp_err(A, b_wc_row, lg.wc, M.eps_exp, vis, log_a)
+        b_lin_row = np.where(vis, lg.lin + M.eps_exp, 0.0)
+        b_det_row = np.where(vis, lg.det + M.eps_exp, 0.0)
+        # Likewise the Delta error is one number per row: it adds -delta_i sum_j P_ij k_j, bounded with
+        # |sum_j A_ij k_jc| (dq_delta), so dQ's dS errors leave it out.
+        wcS, linS, varS, detS = _dS_errors(b_wc_row, Ab1_row, bad_row, b_lin_row, b_det_row, eD=0.0, dD=0.0)
+        wc, lin, var, det, dQ_exact = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
+                                            varS @ (kf * kf), (dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf)
+        dq_delta = sc * eD * (np.abs(A @ kf)
+                              + _fix_bad(A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0), bad_row,
+                                         lambda: Ab1_row * ((1 + kap_k) * (1 + rho_wc)) - A) @ abs_k)
+        dq_err = (1 + c_row) * (_combine(wc, lin, var, det, lam, kind) + dq_delta) + c_row * np.abs(dQ_exact)
+        dq_err = _store(dq_err, np.abs(dQ_exact), g2, M)
+        dq_blocks.append(np.where(empty[..., None], 0.0, dq_err))
+        dQ_blocks.append(dQ_exact)
+
+    AabsdO = acc["AabsdO"]
+    dv_var = (acc["dv_var1"] + (M.u_p**2 + M.u_in**2) * acc["dv_var2"]
               + (0 if M.tensor_core else n_q) * u**2 * AabsdO**2)
-    dv_det = _t(A * b_det) @ abs_do + (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO
-    dV_exact = _kv(_t(A) @ dof)
-    dv_err = _combine(_kv(dv_wc), _kv(dv_lin), _kv(dv_var), _kv(dv_det), lam, kind)
+    dv_det = acc["dv_det"] + (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO
+    dV_exact = _kv(acc["dV"])
+    dv_err = _combine(_kv(acc["dv_wc"]), _kv(acc["dv_lin"]), _kv(dv_var), _kv(dv_det), lam, kind)
     dv_err = _store(dv_err, np.abs(dV_exact), 0.0, M)
 
-    # dP = dO V^T (dv-long dot), g = dP - Delta, dS = P o g in fp32, rounded to the operand format
-    dP = dof @ _t(vf)
-    absdov = abs_do @ _t(np.abs(vf))
-    sqdov = np.sqrt((dof * dof) @ _t(vf * vf))
-    dP_wc = ((1 + M.u_in) ** 2 * (1 + gamma(dv, M.u_dacc)) - 1.0) * absdov
-    dP_lin = (2 * M.u_in + dv * M.u_dacc) * absdov
-    dP_sig = math.sqrt(2.0) * M.u_in * sqdov + (0.0 if M.tensor_core else math.sqrt(dv) * u * absdov)
-    dP_det = dv * M.u_dacc * absdov if M.tensor_core else 0.0 * absdov
-    g = np.where(vis, dP - (dof * o).sum(-1)[..., None], 0.0)
-    absg = np.abs(g)
-    eps_D, sig_D, det_D = _delta_error(F, M, dof, dP, g, absdov, vf, kind)
-    rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
-    rho_lin = 2 * u + M.u_p
-    eD = eps_D[..., None]
-    dS_abs = A * absg
-    dS = A * g
-
-    def _dS_errors(bw, Abw1, badw, bl, bd, eD=eD, dD=det_D[..., None], extra_var=0.0):
-        """(wc, lin, var, det) of dS_hat - dS for P_hat = A (1 + b), |b| <= bw (A (1 + bw) = Abw1, stable
-        where `badw`; linear part bl, of which bd is not random), Delta off by <= eD (dD not random)."""
-        X = absg + dP_wc + eD
-        wcS = np.where(vis, _fix_bad(A * ((1 + bw) * (1 + rho_wc) * X - absg), badw,
-                                     lambda: Abw1 * (1 + rho_wc) * X - A * absg)
-                       + M.floor_w * (1 + rho_wc) * X + M.floor_p, 0.0)
-        linS = np.where(vis, A * ((bl + rho_lin) * absg + dP_lin + eD), 0.0)
-        varS = np.where(vis, A * A * ((b_sig * absg) ** 2 + dP_sig**2 + (2 * u**2 + M.u_p**2) * absg**2)
-                        + extra_var, 0.0)
-        detS = np.where(vis, A * (bd * absg + dP_det + dD), 0.0)
-        return wcS, linS, varS, detS
-
-    # the LSE and Delta errors of row i come from the same forward roundings: (a + b)^2 <= 2a^2 + 2b^2
-    dS_wc, dS_lin, dS_var, dS_det = _dS_errors(
-        b_wc, Ab1_wc, bad, b_lin, b_det, extra_var=2 * A * A * ((sig_L[..., None] * absg) ** 2 + sig_D[..., None] ** 2))
-    # For dQ_i the LSE error is one factor (1 + c_i) on the whole row i of P, and sum_j dS_ij = 0 (Lemma 9),
-    # so it costs c_i |dQ_i| instead of c_i sum_j |dS_ij||k_j|: dQ_hat = (1 + c_i) dQ'_hat, where dQ' has
-    # P' = A (1 + b') with the LSE part removed from b.
-    c_row = (np.exp(float(gamma(1, u)) * np.abs(lse0) + eps_L) - 1.0)[..., None]
-    b_wc_row = np.where(vis, _exp_err(lg.wc, M.eps_exp), 0.0)
-    _, Ab1_row, bad_row = _weighted_exp_err(A, b_wc_row, lg.wc, M.eps_exp, vis, log_a)
-    b_lin_row = np.where(vis, lg.lin + M.eps_exp, 0.0)
-    b_det_row = np.where(vis, lg.det + M.eps_exp, 0.0)
-    # Likewise the Delta error is one number per row: it adds -delta_i sum_j P_ij k_j, bounded with
-    # |sum_j A_ij k_jc| (handled after _grad), so dQ's dS errors leave it out.
-    dSq = _dS_errors(b_wc_row, Ab1_row, bad_row, b_lin_row, b_det_row, eD=0.0, dD=0.0)
-
-    def _grad(wcS, linS, varS, detS, absS, S, other, n):
-        """scale * S @ other with S's error (wc, lin, var, det), the operand rounding of `other`
-        (u_in) and the accumulation of n terms (tensor core or RN)."""
-        ao = np.abs(other)
-        kap_wc = (1 + M.u_in) * (1 + gamma(n, M.u_dacc)) - 1.0
-        kap_lin = M.u_in + n * M.u_dacc
-        base = absS @ ao
-        wc = sc * ((1 + kap_wc) * ((wcS + absS) @ ao) - base)
-        lin = sc * (linS @ ao + kap_lin * base)
-        var = sc**2 * (varS @ (other * other) + M.u_in**2 * ((S * S) @ (other * other))
-                       + (0 if M.tensor_core else n) * u**2 * base**2)
-        det = sc * (detS @ ao + (n * M.u_dacc if M.tensor_core else 0.0) * base)
-        return wc, lin, var, det, sc * (S @ other)
-
-    g2 = float(gamma(2, u))
-    wc, lin, var, det, dQ_exact = _grad(*dSq, dS_abs, dS, kf, n_k)
-    kap_k = (1 + M.u_in) * (1 + gamma(n_k, M.u_dacc)) - 1.0
-    dq_delta = sc * eD * (np.abs(A @ kf)
-                          + _fix_bad(A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0), bad_row,
-                                     lambda: Ab1_row * ((1 + kap_k) * (1 + rho_wc)) - A) @ np.abs(kf))
-    dq_err = (1 + c_row) * (_combine(wc, lin, var, det, lam, kind) + dq_delta) + c_row * np.abs(dQ_exact)
-    dq_err = _store(dq_err, np.abs(dQ_exact), g2, M)
-    wc, lin, var, det, dK_exact = _grad(_t(dS_wc), _t(dS_lin), _t(dS_var), _t(dS_det), _t(dS_abs),
-                                        _t(dS), qf, n_q)
+    wc, lin, var, det, dK_exact = _grad(M, sc, n_q, acc["dk_base"], acc["dk_wcS"], acc["dk_lin"],
+                                        acc["dk_var"], acc["dk_SS"], acc["dk_det"], acc["dK"])
     dk_err = _combine(_kv(wc), _kv(lin), _kv(var), _kv(det), lam, kind)
     dk_err = _store(dk_err, np.abs(_kv(dK_exact)), g2, M)
-    dq_err = np.where(empty[..., None], 0.0, dq_err)
+    dq_err = np.concatenate(dq_blocks, axis=2)
+    dQ_exact = np.concatenate(dQ_blocks, axis=2)
     bound = BackwardBound(dq=dq_err, dk=dk_err, dv=dv_err, kind=kind, precision=precision)
     return bound, (dQ_exact, _kv(dK_exact), dV_exact)
+
+
+def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_other):
+    """scale * S @ other with S's error (wc, lin, var, det), the operand rounding of `other` (u_in) and
+    the accumulation of n terms (tensor core or RN), from the products base = |S| @ |other|,
+    wcS @ |other|, linS @ |other|, varS @ other^2, (S * S) @ other^2, detS @ |other| and S @ other
+    (sums over the contraction index, which may be added up block by block).
+
+    wc = (1 + kappa) (wcS + |S|) @ |other| - base, evaluated as kappa (wcS_ao + base) + wcS_ao: the same
+    number without the cancellation of the literal form (kappa ~ n u, so its rounding error was up to
+    1e-16 / kappa of the result: ~1e-9 relative in fp32, ~10% for the fp64 reference bound)."""
+    u = M.u_w
+    kap_wc = (1 + M.u_in) * (1 + gamma(n, M.u_dacc)) - 1.0
+    kap_lin = M.u_in + n * M.u_dacc
+    wc = sc * (kap_wc * (wcS_ao + base) + wcS_ao)
+    lin = sc * (linS_ao + kap_lin * base)
+    var = sc**2 * (varS_oo + M.u_in**2 * SS_oo + (0 if M.tensor_core else n) * u**2 * base**2)
+    det = sc * (detS_ao + (n * M.u_dacc if M.tensor_core else 0.0) * base)
+    return wc, lin, var, det, sc * S_other

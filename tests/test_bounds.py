@@ -250,3 +250,28 @@ def test_weighted_dev_fast_path_matches_the_direct_formula(lead):
     for got, W, f in ((a0, Ws[0], np.abs(D)), (a1, Ws[1], np.abs(D)), (s0, Ws[2], D * D)):
         want = (W[..., None] * f).sum(axis=-2)
         np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("dtype,dot", CASES + [("float64", "fp64")])
+def test_row_blocks_give_the_same_bounds(dtype, dot, monkeypatch):
+    """The forward and backward analyses run over blocks of query rows (dK, dV add up the blocks'
+    products). Tiny blocks (1-3 rows) give the bounds of one block holding every row, to 1e-12."""
+    import proofs.bounds as pb
+    from reference import attention
+
+    rng = np.random.default_rng(11)
+    q, k, v, do = (round_to(rng.standard_normal((1, 2, n, 16)), dtype) for n in (37, 45, 45, 37))
+    mask = rng.random((37, 45)) > 0.2
+    pr = Precision(input=dtype, dot=dot) if dtype != "float64" else pb.REFERENCE_PRECISION
+    for kind in KINDS:
+        one = [forward_bound(q, k, v, mask=mask, precision=pr, kind=kind),
+               backward_bound(q, k, v, do, mask=mask, precision=pr, kind=kind)]
+        with monkeypatch.context() as mp:
+            mp.setattr(pb, "ROW_BLOCK_ENTRIES", 100)  # 100 // 45 = 2 rows per block
+            many = [forward_bound(q, k, v, mask=mask, precision=pr, kind=kind),
+                    backward_bound(q, k, v, do, mask=mask, precision=pr, kind=kind)]
+        for name in ("o", "lse", "dq", "dk", "dv"):
+            a = getattr(one[name in ("dq", "dk", "dv")], name)
+            b = getattr(many[name in ("dq", "dk", "dv")], name)
+            np.testing.assert_allclose(b, a, rtol=1e-12, atol=0, err_msg=f"{name} {kind}")
+    assert attention(q, k, v, mask=mask)[0].shape == one[0].o.shape
