@@ -459,9 +459,12 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     mu_lin = n_l * u
 
     # absolute floors: ftz of exp results, subnormal rounding of P into the operand format; the
-    # shift used by the kernel may exceed m by the logit error, so l is divided by exp(max e)
+    # shift used by the kernel, m_hat = max_j s_hat_j <= max_j (s_j + e_j), may exceed m by
+    # max_j (s_j - m + e_j)^+, so l is divided by exp of that (<= exp(max_j e_j): a key whose logit
+    # is far below m does not count with its own, possibly huge, error)
     n_vis = vis.sum(axis=-1)
-    l_eff = l * np.exp(-np.max(lg.wc, axis=-1, initial=0.0))
+    excess = np.max(np.where(vis, s - m[..., None] + lg.wc, 0.0), axis=-1, initial=0.0)
+    l_eff = l * np.exp(-excess)
 
     absv = np.abs(vf)
     W_b = Ab_wc

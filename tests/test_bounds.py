@@ -275,3 +275,34 @@ def test_row_blocks_give_the_same_bounds(dtype, dot, monkeypatch):
             b = getattr(many[name in ("dq", "dk", "dv")], name)
             np.testing.assert_allclose(b, a, rtol=1e-12, atol=0, err_msg=f"{name} {kind}")
     assert attention(q, k, v, mask=mask)[0].shape == one[0].o.shape
+
+
+def test_keys_far_below_the_max_do_not_make_the_bounds_vacuous():
+    """One key per row at logit ~0 and 15 keys 2^40 / sqrt(d) below it: their logit errors are far
+    beyond 709, but their weights (and the perturbed ones) underflow, so they contribute exactly 0 and
+    every bound is finite (it was NaN); the emulated fp32 kernel is within them."""
+    import warnings
+
+    from reference import attention, standard_attention_backward
+
+    rng = np.random.default_rng(1)
+    d, Nk = 8, 16
+    q = np.zeros((1, 1, 4, d))
+    q[..., 0], q[..., 1] = 1.0, rng.standard_normal(4)
+    k = np.zeros((1, 1, Nk, d))
+    k[..., 1:, 0], k[..., 2] = -(2.0**40), rng.standard_normal(Nk)
+    q, k = round_to(q, "float32"), round_to(k, "float32")
+    v, do = (np.round(rng.standard_normal(s) * 64) / 64 for s in ((1, 1, Nk, d), (1, 1, 4, d)))
+    pr = Precision(input="float32", dot="ieee", exp="libm")
+    ref, gref = attention(q, k, v), standard_attention_backward(q, k, v, do)
+    out = fa2_forward(q, k, v, dtype="float32", dot="ieee")
+    g = fa2_backward(q, k, v, *out, do, dtype="float32", dot="ieee")
+    for kind in KINDS:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fb = forward_bound(q, k, v, precision=pr, kind=kind)
+            bb = backward_bound(q, k, v, do, precision=pr, kind=kind)
+        for name, (x, y, b) in _pairs(ref, gref, out, g, fb, bb).items():
+            assert np.isfinite(b).all(), f"{name} ({kind}): {np.size(b) - np.isfinite(b).sum()} entries not finite"
+            r = worst_ratio(np.abs(x - y), b)
+            assert r <= 1.0, f"{name} ({kind}): error is {r:.3g} x the bound"
