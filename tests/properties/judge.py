@@ -18,45 +18,21 @@ from flashcheck.pytest_plugin import hypothesis_settings, options, record
 from tests.strategies import BASE_SHAPES, CANONICAL, CANONICAL_SMALL, SMALL_SHAPES, Case, Inputs, adapt, cases, materialize
 
 
-# ---- the modules judged against (other parts of the project; provisional stand-ins until they land)
-
-def _provisional(name):
-    from tests.properties import provisional
-
-    return getattr(provisional, name)
-
+# ---- the modules judged against: the float64 references and the derived bounds ----------------------
 
 def reference_fn(name):
     import reference
 
-    fn = getattr(reference, name, None)
-    return fn if fn is not None else _provisional(name)
-
-
-_used_provisional = set()
+    return getattr(reference, name)
 
 
 def bound_fn(name):
-    try:
-        from proofs import bounds
-    except ImportError:
-        _used_provisional.add(name)
-        return _provisional(name)
+    from proofs import bounds
 
-    def call(*args, **kw):
-        try:
-            return getattr(bounds, name)(*args, **kw)
-        except NotImplementedError:  # that part of proofs/bounds.py is still in progress
-            _used_provisional.add(name)
-            return _provisional(name)(*args, **kw)
-
-    return call
+    return getattr(bounds, name)
 
 
 def bounds_source() -> str:
-    if _used_provisional:
-        return (f"proofs.bounds, PROVISIONAL {sorted(_used_provisional)} from tests/properties/provisional.py "
-                f"(not implemented there yet)")
     return "proofs.bounds"
 
 
