@@ -12,12 +12,13 @@ Two kinds, named as such:
 - "probabilistic": the first-order error is a sum of independent, mean-zero rounding errors
   (Higham & Mary 2019 model); Azuma-Hoeffding bounds it by LAMBDA standard deviations, exceeded with
   probability <= FAILURE_PROBABILITY per entry. Errors that are not random (tensor-core truncation,
-  the ex2.approx / div.full approximation error, roundings shared by a whole row) stay worst-case,
+  the truncation of fp32 operands to tf32, the ex2.approx / div.full approximation error, roundings
+  shared by a whole row) stay worst-case,
   and the nonlinear remainder is bounded rigorously by its majorant series (proofs/bounds.md, sec. 6).
 
 The model of the computation is the FA2 forward/backward of kernels/triton_fwd.py and
-kernels/triton_bwd.py (base-2 logits, running max, deferred normalization, P and dS rounded to the
-operand dtype before the tensor-core products).
+kernels/triton_bwd.py (base-2 logits, running max, deferred normalization, P and dS converted to the
+operand dtype before the tensor-core products: rounded to nearest for fp16/bf16, truncated for tf32).
 """
 from __future__ import annotations
 
@@ -63,6 +64,14 @@ _FORMAT_BITS = {
 }
 _DOT_OPERAND = {"fp16": "float16", "bf16": "bfloat16", "tf32": "tf32", "ieee": "float32", "fp64": "float64"}
 TENSOR_CORE_DOTS = ("fp16", "bf16", "tf32")
+# Operand formats that fp32 values enter by TRUNCATION, not rounding: Triton on NVIDIA hands the raw
+# fp32 bits to mma/wgmma .tf32, which ignores the low 13 significand bits (triton-lang/triton#4574).
+# Relative error in (-2^-10, 0] (one ulp of an 11-bit significand, always shrinking |x|): one-sided,
+# not mean-zero, so never treated as random (proofs/bounds.md, sec. 2 and 6).
+TRUNCATING_DOTS = ("tf32",)
+TRUNCATION_ERROR = {"tf32": 2.0**-10}
+# absolute floor of that conversion: subnormals truncated (< 2^-136) or flushed to zero (< 2^-126)
+TRUNCATION_FLOOR = {"tf32": 2.0**-126}
 
 # Per-entry failure probability of a "probabilistic" bound, and the matching Azuma-Hoeffding
 # multiplier: P(|sum_t c_t delta_t| >= lam * sqrt(sum_t c_t^2 u_t^2)) <= 2 exp(-lam^2 / 2).
@@ -134,8 +143,9 @@ class _Model:
     """The unit roundoffs and operation counts the derivation needs (proofs/bounds.md, sec. 2)."""
 
     u_w: float  # working (accumulator) format: every fp32 scalar op, exp argument, l sum, rescale
-    u_in: float  # rounding of an input value into the dot operand format (0 when exact)
-    u_p: float  # rounding of P / dS (working format) into the operand format before a product
+    u_in: float  # conversion of an input value into the dot operand format (0 when exact)
+    u_p: float  # conversion of P / dS (working format) into the operand format before a product
+    trunc: bool  # those conversions truncate (tf32): one-sided errors, deterministic, never random
     u_dacc: float  # accumulation inside a dot: 2u_w (truncation) on tensor cores, else u_w
     tensor_core: bool  # tensor-core accumulation is truncation: biased, so never treated as random
     eps_exp: float  # relative error of exp2
@@ -153,13 +163,16 @@ def _model(precision: Precision) -> _Model:
     pr = precision
     u_w = UNIT_ROUNDOFF[pr.accumulate]
     op = _DOT_OPERAND[pr.dot]
-    u_op = UNIT_ROUNDOFF[op]
+    trunc = pr.dot in TRUNCATING_DOTS
+    u_op = TRUNCATION_ERROR[pr.dot] if trunc else UNIT_ROUNDOFF[op]
+    floor_op = TRUNCATION_FLOOR[pr.dot] if trunc else UNDERFLOW_FLOOR[op]
     tc = pr.dot in TENSOR_CORE_DOTS
     approx = pr.exp == "ex2.approx"
     return _Model(
         u_w=u_w,
         u_in=0.0 if _fits(pr.input, op) else u_op,
         u_p=0.0 if _fits(pr.accumulate, op) else u_op,
+        trunc=trunc,
         u_dacc=2.0 * u_w if tc else u_w,
         tensor_core=tc,
         # ex2.approx.f32: <= 2 ulp, i.e. relative 2 * 2^-23; libm: <= 1 ulp = 2 u
@@ -168,10 +181,18 @@ def _model(precision: Precision) -> _Model:
         eps_div=2.0**-22 if approx else u_w,
         u_out=UNIT_ROUNDOFF[pr.out],
         floor_out=UNDERFLOW_FLOOR[pr.out],
-        floor_p=0.0 if _fits(pr.accumulate, op) else UNDERFLOW_FLOOR[op],
+        floor_p=0.0 if _fits(pr.accumulate, op) else floor_op,
         floor_w=UNDERFLOW_FLOOR[pr.accumulate],
         approx=approx,
     )
+
+
+def _conv(model: _Model):
+    """(u_in, u_p) split into the random part (round to nearest: mean-zero, enters the variance) and the
+    deterministic part (truncation: one-sided, added linearly): ((rand_in, rand_p), (det_in, det_p))."""
+    if model.trunc:
+        return (0.0, 0.0), (model.u_in, model.u_p)
+    return (model.u_in, model.u_p), (0.0, 0.0)
 
 
 def _check_kind(kind: str) -> str:
@@ -326,7 +347,8 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
                   qk: tuple = ()) -> _Logits:
     """Error of t_ij = fl(fl(q_i.k_j) * c) - shift_i (c = scale*log2 e rounded), in natural units.
 
-    dot: operands rounded into the dot format (u_in each), d products accumulated with u_dacc
+    dot: operands converted into the dot format (u_in each: rounded, or truncated for tf32), d products
+    accumulated with u_dacc
     (products exact on tensor cores, rounded for ieee/fp64, counted within gamma_d);
     argument: c rounded (u_w |s|, shared by the row: deterministic), product rounded (u_w |s|),
     subtraction of the running max rounded (u_w |s - m_run| <= u_w |s - m|), bias add (u_w |s|)."""
@@ -348,8 +370,12 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     arg_wc = gamma(n_arg, u) * coef_arg
     dot_lin = (2.0 * ui + d * model.u_dacc) * absqk
     arg_lin = u * coef_arg
-    sig_dot = math.sqrt(2.0) * ui * sqqk + (0.0 if model.tensor_core else math.sqrt(d) * u * absqk)
-    det_dot = d * model.u_dacc * absqk if model.tensor_core else 0.0 * absqk
+    (ri, _), (di, _) = _conv(model)
+    sig_dot = math.sqrt(2.0) * ri * sqqk + (0.0 if model.tensor_core else math.sqrt(d) * u * absqk)
+    det_dot = (d * model.u_dacc if model.tensor_core else 0.0) * absqk
+    if di:  # truncated q, k: sum_k q_k k_k theta_k, theta_k in [-2 u_in, 0] (first order), not random:
+        # <= 2 u_in max(positive part, negative part) = u_in (sum_k |q_k k_k| + |q.k|)  (bounds.md sec. 6)
+        det_dot = det_dot + di * (absqk + a_qk)
     sig_arg = u * np.sqrt(a_qk**2 + a_b**2 + a_t**2)
     det_arg = u * a_qk  # rounding of the constant c = scale * log2(e): one error for the whole row
     z = np.zeros_like(s0)
@@ -495,11 +521,14 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         # first-order part: random (Azuma) + deterministic; the rest is the majorant remainder
         num_lin = dev_lin + nu_lin * A_absv + mu_lin * oabs
         remainder = np.maximum(num_wc - num_lin, 0.0)
+        (ri, rp), (di, dp) = _conv(M)
         var = (dev_sig
-               + (M.u_p**2 + M.u_in**2) * ((A * A) @ (vf * vf))
+               + (rp**2 + ri**2) * ((A * A) @ (vf * vf))
                + ((0 if M.tensor_core else n_pv) + T) * u**2 * A_absv**2
                + n_l * u**2 * oabs**2)
         det = dev_det + (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
+        if M.trunc:  # sum_j A_j v_jc theta_jc, theta in [-(u_p + u_in), 0]: one-sided (bounds.md sec. 6)
+            det = det + (dp + di) * 0.5 * (A_absv + oabs)
         # the worst case always holds, so it caps the probabilistic bound (concentrated rows)
         pre = np.minimum((lam * np.sqrt(var) + det + remainder) * inv_den, num_wc * inv_den)
     # final division acc / l and the store in the output dtype
@@ -612,12 +641,16 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind):
            + (M.eps_div + M.u_out) * oabs_do.sum(-1))
     Av = A @ np.abs(vf)  # (A |V|)_c
     n_pv, T, n_l = P["n_pv"], P["T"], P["n_l"]
-    var = (((A * P["sigma"] * g) ** 2).sum(-1) + M.u_p**2 * ((A * dP) ** 2).sum(-1)
-           + M.u_in**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
+    (ri, rp), (di, dp) = _conv(M)
+    var = (((A * P["sigma"] * g) ** 2).sum(-1) + rp**2 * ((A * dP) ** 2).sum(-1)
+           + ri**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
            + ((0 if M.tensor_core else n_pv) + T) * u**2 * ((dof * Av) ** 2).sum(-1)
            + n_l * u**2 * delta**2 + M.u_out**2 * ((dof * o) ** 2).sum(-1))
     det = ((A * (P["det"] + M.eps_exp) * absg).sum(-1)
            + (n_pv * M.u_dacc if M.tensor_core else 0.0) * (abs_do * Av).sum(-1) + M.eps_div * oabs_do.sum(-1))
+    if M.trunc:  # P_j truncated (coefficients A_j dP_j), v_jc truncated (A_j dO_c v_jc), both summing
+        # to Delta: one-sided errors, u (sum |coefficient| + |Delta|) / 2 each (bounds.md sec. 6)
+        det = det + 0.5 * (dp * ((A * np.abs(dP)).sum(-1) + aD) + di * ((abs_do * Av).sum(-1) + aD))
     lam = F.parts.get("lam", LAMBDA)
     prob = lam * np.sqrt(var) + det + np.maximum(wc - lin, 0.0)
     capped = prob >= wc
@@ -699,6 +732,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
     rho_lin = 2 * u + M.u_p
     g2 = float(gamma(2, u))
+    (r_in, r_p), (d_in, d_p) = _conv(M)
     kap_k = (1 + M.u_in) * (1 + gamma(n_k, M.u_dacc)) - 1.0
     dP_kw = (1 + M.u_in) ** 2 * (1 + gamma(dv, M.u_dacc)) - 1.0
 
@@ -761,8 +795,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         sqdov = np.sqrt(dodo @ vvT)
         dP_wc = dP_kw * absdov
         dP_lin = (2 * M.u_in + dv * M.u_dacc) * absdov
-        dP_sig = math.sqrt(2.0) * M.u_in * sqdov + (0.0 if M.tensor_core else math.sqrt(dv) * u * absdov)
-        dP_det = dv * M.u_dacc * absdov if M.tensor_core else 0.0 * absdov
+        dP_sig = math.sqrt(2.0) * r_in * sqdov + (0.0 if M.tensor_core else math.sqrt(dv) * u * absdov)
+        dP_det = (dv * M.u_dacc if M.tensor_core else 0.0) * absdov
+        if d_in:  # dO and V truncated to tf32, one-sided: u_in (sum_c |dO_c v_jc| + |dP_j|), not random
+            dP_det = dP_det + d_in * (absdov + np.abs(dP))
         g = np.where(vis, dP - (do_r * o).sum(-1)[..., None], 0.0)
         absg = np.abs(g)
         eps_D, sig_D, det_D = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind)
@@ -780,8 +816,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                                          lambda: Abw1 * (1 + rho_wc) * X - A * absg)
                            + M.floor_w * (1 + rho_wc) * X + M.floor_p, 0.0)
             linS = np.where(vis, A * ((bl + rho_lin) * absg + dP_lin + eD), 0.0)
-            varS = np.where(vis, A * A * ((b_sig * absg) ** 2 + dP_sig**2 + (2 * u**2 + M.u_p**2) * absg**2)
+            varS = np.where(vis, A * A * ((b_sig * absg) ** 2 + dP_sig**2 + (2 * u**2 + r_p**2) * absg**2)
                             + extra_var, 0.0)
+            # (a truncation of dS to tf32 is counted in _grad, with the other operand's)
             detS = np.where(vis, A * (bd * absg + dP_det + dD), 0.0)
             return wcS, linS, varS, detS
 
@@ -821,9 +858,11 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dQ_blocks.append(dQ_exact)
 
     AabsdO = acc["AabsdO"]
-    dv_var = (acc["dv_var1"] + (M.u_p**2 + M.u_in**2) * acc["dv_var2"]
+    dv_var = (acc["dv_var1"] + (r_p**2 + r_in**2) * acc["dv_var2"]
               + (0 if M.tensor_core else n_q) * u**2 * AabsdO**2)
     dv_det = acc["dv_det"] + (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO
+    if M.trunc:  # P and dO truncated to tf32, one-sided: (u_p + u_in) (sum_i A_ij |dO_ic| + |dV_jc|) / 2
+        dv_det = dv_det + (d_p + d_in) * 0.5 * (AabsdO + np.abs(acc["dV"]))
     dV_exact = _kv(acc["dV"])
     dv_err = _combine(_kv(acc["dv_wc"]), _kv(acc["dv_lin"]), _kv(dv_var), _kv(dv_det), lam, kind)
     dv_err = _store(dv_err, np.abs(dV_exact), 0.0, M)
@@ -852,6 +891,10 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     kap_lin = M.u_in + n * M.u_dacc
     wc = sc * (kap_wc * (wcS_ao + base) + wcS_ao)
     lin = sc * (linS_ao + kap_lin * base)
-    var = sc**2 * (varS_oo + M.u_in**2 * SS_oo + (0 if M.tensor_core else n) * u**2 * base**2)
+    (r_in, _), (d_in, d_p) = _conv(M)
+    var = sc**2 * (varS_oo + r_in**2 * SS_oo + (0 if M.tensor_core else n) * u**2 * base**2)
     det = sc * (detS_ao + (n * M.u_dacc if M.tensor_core else 0.0) * base)
+    if M.trunc:  # dS and `other` (K or Q) truncated to tf32: sum_j dS_j o_j theta_j, theta in
+        # [-(u_p + u_in), 0]: one-sided, (u_p + u_in) (|S| @ |other| + |S @ other|) / 2, not random
+        det = det + sc * (d_p + d_in) * 0.5 * (base + np.abs(S_other))
     return wc, lin, var, det, sc * S_other

@@ -2,8 +2,13 @@
 
 Observed errors come from proofs/emulation.py (the FA2 kernel's rounding on the CPU) and from torch
 SDPA math; the float64 references are checked against the mpmath oracle with `reference_bound`.
+tf32 operands are TRUNCATED here, as Triton's mma .tf32 does on the GPU (`truncating_tf32`; the
+emulation module itself rounds them to nearest).
 """
 from __future__ import annotations
+
+import contextlib
+import dataclasses
 
 import numpy as np
 import pytest
@@ -27,14 +32,37 @@ KINDS = ["probabilistic", "worst_case"]
 SHAPE = (1, 2, 80, 32)  # N not a multiple of block_k = 64
 
 
+def _tf32_truncate(x):
+    """fp32 -> tf32 by TRUNCATION (the low 13 significand bits dropped, |x| never grows): what the
+    tensor core does with the raw fp32 bits Triton hands to mma/wgmma .tf32 (triton-lang/triton#4574)."""
+    import torch
+
+    b = x.float().contiguous().view(torch.int32)
+    return (b & ~0x1FFF).view(torch.float32)
+
+
+@contextlib.contextmanager
+def truncating_tf32():
+    """proofs.emulation with tf32 operands truncated instead of rounded to nearest."""
+    import proofs.emulation as em
+
+    saved = em._tf32
+    em._tf32 = _tf32_truncate
+    try:
+        yield
+    finally:
+        em._tf32 = saved
+
+
 def _case(dtype, dot, dist, seed=0, causal=True, shape=SHAPE, exp="libm"):
     from reference import attention, standard_attention_backward
 
     q, k, v, do = make_inputs(dist, shape, dtype, seed)
     ref = attention(q, k, v, causal=causal)
     gref = standard_attention_backward(q, k, v, do, causal=causal)
-    o, lse = fa2_forward(q, k, v, dtype=dtype, dot=dot, causal=causal)
-    g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, causal=causal)
+    with truncating_tf32():
+        o, lse = fa2_forward(q, k, v, dtype=dtype, dot=dot, causal=causal)
+        g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, causal=causal)
     pr = Precision(input=dtype, dot=dot, exp=exp)
     return (q, k, v, do), ref, gref, (o, lse), g, pr
 
@@ -85,7 +113,8 @@ def test_a_slightly_wrong_softmax_scale_is_caught(dtype, dot, rel):
     q, k, v, _ = make_inputs("normal", SHAPE, dtype, 1)
     o_ref, lse_ref = attention(q, k, v)
     d = q.shape[-1]
-    o, lse = fa2_forward(q, k, v, dtype=dtype, dot=dot, scale=(1 + rel) / np.sqrt(d))
+    with truncating_tf32():
+        o, lse = fa2_forward(q, k, v, dtype=dtype, dot=dot, scale=(1 + rel) / np.sqrt(d))
     fb = forward_bound(q, k, v, precision=Precision(input=dtype, dot=dot, exp="libm"))
     assert worst_ratio(np.abs(o - o_ref), fb.o) > 1.0 or worst_ratio(np.abs(lse - lse_ref), fb.lse) > 1.0
 
@@ -306,3 +335,104 @@ def test_keys_far_below_the_max_do_not_make_the_bounds_vacuous():
             assert np.isfinite(b).all(), f"{name} ({kind}): {np.size(b) - np.isfinite(b).sum()} entries not finite"
             r = worst_ratio(np.abs(x - y), b)
             assert r <= 1.0, f"{name} ({kind}): error is {r:.3g} x the bound"
+
+
+# ----------------------------------------------------------------------------------------------
+# tf32: operands are truncated (Triton on NVIDIA), not rounded to nearest
+# ----------------------------------------------------------------------------------------------
+
+# the GPU finding (H100, triton 3.6): tests/test_kernel_gpu.py::test_gpu_tf32_dot_precision had 66 LSE
+# entries outside the bound of the round-to-nearest tf32 model
+GPU_TF32_CASE = dict(shape=(1, 2, 2, 128, 128, 64), seed=9)
+
+
+def _gpu_tf32_case():
+    import torch
+
+    from kernels.attention import precision
+    from tests.strategies import Case, Shape, materialize
+
+    inp = materialize(Case(Shape(*GPU_TF32_CASE["shape"]), seed=GPU_TF32_CASE["seed"]), "float32")
+    # the GPU kernel's blocking (block_k = 32 at d = 64), with libm exp: the CPU emulation's exp
+    pr = dataclasses.replace(precision(torch.float32, "tf32", head_dim=64, interpret=False), exp="libm")
+    return inp, pr
+
+
+def test_truncation_model_is_deterministic_and_one_ulp():
+    """tf32 conversions: |delta| < 2^-10 (one ulp of an 11-bit significand), one-sided, never random;
+    fp16/bf16 conversions keep round to nearest (u = 2^-11 / 2^-8, random)."""
+    import proofs.bounds as pb
+
+    m = pb._model(Precision(input="float32", dot="tf32"))
+    assert m.trunc and m.u_in == m.u_p == 2.0**-10
+    assert pb._conv(m) == ((0.0, 0.0), (2.0**-10, 2.0**-10))
+    for dtype, dot, u in (("float16", "fp16", 2.0**-11), ("bfloat16", "bf16", 2.0**-8), ("float32", "ieee", 0.0)):
+        m = pb._model(Precision(input=dtype, dot=dot))
+        assert not m.trunc and m.u_p == u and pb._conv(m)[1] == (0.0, 0.0)
+    # the truncating emulation really truncates: never larger in magnitude, error < 2^-10 relative
+    import torch
+
+    x = torch.as_tensor(np.random.default_rng(0).standard_normal(10_000) * 1e3, dtype=torch.float32)
+    t = _tf32_truncate(x)
+    rel = ((t - x) / x).double().numpy()
+    assert np.all(np.abs(t.numpy()) <= np.abs(x.numpy())) and np.all(rel <= 0) and np.all(rel > -(2.0**-10))
+    assert rel.mean() < -(2.0**-13)  # biased: the reason it cannot be treated as mean-zero
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_gpu_tf32_finding_is_within_the_truncation_bound(kind):
+    """(a) The case that failed on the GPU, with the emulation truncating tf32 operands: O, LSE, dQ, dK,
+    dV within the bounds of the truncation model."""
+    from reference import attention, standard_attention_backward
+
+    inp, pr = _gpu_tf32_case()
+    kw = dict(scale=inp.scale, precision=pr, kind=kind)
+    ref = attention(inp.q, inp.k, inp.v, scale=inp.scale)
+    gref = standard_attention_backward(inp.q, inp.k, inp.v, inp.do, scale=inp.scale)
+    with truncating_tf32():
+        out = fa2_forward(inp.q, inp.k, inp.v, dtype="float32", dot="tf32", scale=inp.scale, block_k=pr.block_k)
+        g = fa2_backward(inp.q, inp.k, inp.v, *out, inp.do, dtype="float32", dot="tf32", scale=inp.scale)
+    fb = forward_bound(inp.q, inp.k, inp.v, **kw)
+    bb = backward_bound(inp.q, inp.k, inp.v, inp.do, **kw)
+    for name, (x, y, b) in _pairs(ref, gref, out, g, fb, bb).items():
+        r = worst_ratio(np.abs(x - y), b)
+        assert r <= 1.0, f"{name} ({kind}): error is {r:.3g} x the bound"
+
+
+def test_round_to_nearest_tf32_model_misses_truncation(monkeypatch):
+    """(b) The old model (tf32 operands rounded to nearest, u = 2^-11, random) is exceeded by the
+    truncating emulation on the GPU's failing case, as on the GPU: a test with it catches the defect."""
+    import proofs.bounds as pb
+    from reference import attention
+
+    inp, pr = _gpu_tf32_case()
+    ref_lse = attention(inp.q, inp.k, inp.v, scale=inp.scale)[1]
+    with truncating_tf32():
+        _, lse = fa2_forward(inp.q, inp.k, inp.v, dtype="float32", dot="tf32", scale=inp.scale, block_k=pr.block_k)
+    err = np.abs(lse - ref_lse)
+    new = forward_bound(inp.q, inp.k, inp.v, scale=inp.scale, precision=pr).lse
+    with monkeypatch.context() as mp:
+        mp.setattr(pb, "TRUNCATING_DOTS", ())  # the round-to-nearest model of the earlier derivation
+        old = forward_bound(inp.q, inp.k, inp.v, scale=inp.scale, precision=pr).lse
+    assert worst_ratio(err, old) > 1.0 and (err > old).sum() > 10, (
+        f"LSE: worst err/old bound {worst_ratio(err, old):.3g}, {(err > old).sum()} entries outside")
+    assert worst_ratio(err, new) <= 1.0
+
+
+@pytest.mark.parametrize("dtype,dot", [c for c in CASES if c[1] != "tf32"] + [("float64", "fp64")])
+def test_rounding_dots_do_not_depend_on_the_truncation_model(dtype, dot, monkeypatch):
+    """(c) fp16/bf16/ieee/fp64 bounds are bitwise those of a model without any truncating dot."""
+    import proofs.bounds as pb
+
+    q, k, v, do = make_inputs("outliers", (1, 2, 40, 16), dtype, 6)
+    pr = Precision(input=dtype, dot=dot)
+    for kind in KINDS:
+        a = [forward_bound(q, k, v, causal=True, precision=pr, kind=kind),
+             backward_bound(q, k, v, do, causal=True, precision=pr, kind=kind)]
+        with monkeypatch.context() as mp:
+            mp.setattr(pb, "TRUNCATING_DOTS", ())
+            b = [forward_bound(q, k, v, causal=True, precision=pr, kind=kind),
+                 backward_bound(q, k, v, do, causal=True, precision=pr, kind=kind)]
+        for name in ("o", "lse", "dq", "dk", "dv"):
+            i = name in ("dq", "dk", "dv")
+            np.testing.assert_array_equal(getattr(a[i], name), getattr(b[i], name), err_msg=f"{name} {kind}")
