@@ -35,9 +35,11 @@ def round_to(x, dtype: str) -> np.ndarray:
 
 
 def _tf32(x: torch.Tensor) -> torch.Tensor:
-    """fp32 -> tf32 (10 explicit mantissa bits), round to nearest (ties away, like cvt.rna.tf32)."""
+    """fp32 -> tf32 (10 explicit mantissa bits) as Triton's tl.dot(input_precision="tf32") does on
+    NVIDIA: the raw fp32 bits go to mma/wgmma .tf32, which ignores the low 13 mantissa bits, i.e.
+    truncation toward zero (relative error in (−2^-10, 0]; proofs/bounds.md sec. 6)."""
     b = x.float().contiguous().view(torch.int32)
-    b = (b + 0x1000) & ~0x1FFF
+    b = b & ~0x1FFF
     return b.view(torch.float32)
 
 

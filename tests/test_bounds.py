@@ -2,8 +2,8 @@
 
 Observed errors come from proofs/emulation.py (the FA2 kernel's rounding on the CPU) and from torch
 SDPA math; the float64 references are checked against the mpmath oracle with `reference_bound`.
-tf32 operands are TRUNCATED here, as Triton's mma .tf32 does on the GPU (`truncating_tf32`; the
-emulation module itself rounds them to nearest).
+tf32 operands are TRUNCATED, as Triton's mma .tf32 does on the GPU (proofs.emulation truncates;
+`truncating_tf32` pins that in the tests that depend on it).
 """
 from __future__ import annotations
 
