@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (the device tool), from the repo root:
 #   bash bench/device_session.sh tests   # GPU-marked tests + `validate ours` in bf16/fp16/fp32 on CUDA
+#   bash bench/device_session.sh kernel  # every tests/test_kernel_*.py on CUDA + validate ours
 #   bash bench/device_session.sh speed   # bench/run.py side by side + the GPU audit
 # Logs and reports go under $OUT (the device tool brings them back).
 set -uo pipefail
@@ -16,6 +17,13 @@ case "${1:-tests}" in
     timeout ${T1:-330} python3 -m pytest -m gpu -q -n 8 -p no:cacheprovider tests 2>&1 | tee "$W/gpu_tests.log" | tail -40
     timeout ${T2:-170} python3 -m flashcheck validate ours --device cuda --dtype bfloat16,float16,float32 --profile ci \
         -n 4 --json "$W/validate_ours.json" 2>&1 | tee "$W/validate_ours.log" | tail -60
+    ;;
+  kernel)
+    # every kernel test file on CUDA (not only the gpu-marked ones), then validate ours in all dtypes
+    timeout ${T1:-300} python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_kernel_*.py tests/test_audit.py \
+        2>&1 | tee "$W/kernel_tests.log" | tail -25
+    timeout ${T2:-250} python3 -m flashcheck validate ours --device cuda --dtype bfloat16,float16,float32 --profile ci \
+        -n 8 --json "$W/validate_ours.json" 2>&1 | tee "$W/validate_ours.log" | tail -25
     ;;
   speed)
     timeout ${T1:-240} python3 bench/run.py --out "$W/bench" 2>&1 | tee "$W/bench.log" | tail -30
