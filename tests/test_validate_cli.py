@@ -15,6 +15,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def flashcheck(*args, timeout=300):
+    """The CLI in a subprocess; the catalog kernels are judged on the CPU (explicit, so a GPU machine,
+    where --device defaults to cuda, runs the same checks)."""
+    if args[:1] == ("validate",) and "--device" not in args:
+        args = (*args, "--device", "cpu")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-m", "flashcheck", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)

@@ -71,12 +71,12 @@ class Blocked:
         B, Hq, Nq, d = q.shape
         Nk = k.shape[2]
         scale = 1.0 / math.sqrt(d) if scale is None else scale
-        heads = self.kv_heads(Hq, k.shape[1])
+        heads = self.kv_heads(Hq, k.shape[1]).to(q.device)
         k, v = k[:, heads].float(), v[:, heads].float()
         qf = q.float()
-        m = torch.full((B, Hq, Nq), NEG_INF)
-        l = torch.zeros(B, Hq, Nq, dtype=self.acc_dtype)
-        acc = torch.zeros(B, Hq, Nq, v.shape[-1], dtype=self.acc_dtype)
+        m = torch.full((B, Hq, Nq), NEG_INF, device=q.device)
+        l = torch.zeros(B, Hq, Nq, dtype=self.acc_dtype, device=q.device)
+        acc = torch.zeros(B, Hq, Nq, v.shape[-1], dtype=self.acc_dtype, device=q.device)
         for n, (j0, j1) in enumerate(self.tiles(Nk)):
             s = scale * (qf @ k[:, :, j0:j1].transpose(-1, -2))
             ok = self.visible(Nq, Nk, j0, j1, causal, window, q.device)
@@ -104,7 +104,7 @@ class Blocked:
         B, Hq, Nq, d = q.shape
         Hkv, Nk = k.shape[1], k.shape[2]
         scale = 1.0 / math.sqrt(d) if scale is None else scale
-        heads = self.kv_heads(Hq, Hkv)
+        heads = self.kv_heads(Hq, Hkv).to(q.device)
         ke, ve = k[:, heads].float(), v[:, heads].float()
         qf, dof, of = q.float(), do.float(), o.float()
         ok = self.visible(Nq, Nk, 0, Nk, causal, window, q.device)
@@ -118,7 +118,8 @@ class Blocked:
         ds = p * (dp - self.delta(dof, of)[..., None])
         dq = scale * (ds @ ke)
         dk = self.dk_scale(scale) * (ds.transpose(-1, -2) @ qf)
-        fold = torch.zeros(B, Hkv, Nk, d), torch.zeros(B, Hkv, Nk, v.shape[-1])
+        fold = (torch.zeros(B, Hkv, Nk, d, device=q.device),
+                torch.zeros(B, Hkv, Nk, v.shape[-1], device=q.device))
         dk = fold[0].index_add_(1, heads, dk)
         dv = fold[1].index_add_(1, heads, dv)
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
