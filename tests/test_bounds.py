@@ -22,6 +22,7 @@ from proofs.bounds import (
     backward_bound,
     forward_bound,
     gamma,
+    lse_gradient_bound,
     reference_bound,
 )
 from proofs.emulation import fa2_backward, fa2_forward, round_to
@@ -436,3 +437,89 @@ def test_rounding_dots_do_not_depend_on_the_truncation_model(dtype, dot, monkeyp
         for name in ("o", "lse", "dq", "dk", "dv"):
             i = name in ("dq", "dk", "dv")
             np.testing.assert_array_equal(getattr(a[i], name), getattr(b[i], name), err_msg=f"{name} {kind}")
+
+
+# ----------------------------------------------------------------------------------------------
+# lse_gradient_bound: d(sum_i w_i LSE_i)/dq with dO = 0 (proofs/bounds.md, sec. 8a)
+# ----------------------------------------------------------------------------------------------
+
+
+def _softmax_gradient(q, k, w, causal, scale_factor=1.0):
+    """The exact (float64) d(sum_i w_i LSE_i)/dq = scale w_i softmax(S)_i K, scale = scale_factor / sqrt(d)."""
+    sc = scale_factor / np.sqrt(q.shape[-1])
+    s = q @ np.swapaxes(k, -1, -2) * sc
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], dtype=bool)), s, -np.inf)
+    a = np.exp(s - s.max(-1, keepdims=True))
+    return w[..., None] * ((a / a.sum(-1, keepdims=True)) @ k) * sc
+
+
+def _emulated_lse_gradient(q, k, v, w, dtype, dot, causal):
+    """What the dQ kernel computes for dO = 0, upstream LSE gradient w: P from its own stored LSE,
+    dS = P w_i in fp32, converted to the operand dtype, fp32 product with K, scale at the end."""
+    import torch
+
+    import proofs.emulation as em
+
+    with truncating_tf32():
+        _, lse = fa2_forward(q, k, v, dtype=dtype, dot=dot, causal=causal)
+        tdt = em._TORCH[dtype]
+        qt, kt = (em._operand(torch.as_tensor(x).to(tdt), dot, tdt).float() for x in (q, k))
+        sc = 1.0 / np.sqrt(q.shape[-1])
+        s = (qt @ kt.transpose(-1, -2)) * torch.tensor(sc * em.LOG2E, dtype=torch.float32)
+        lse2 = torch.as_tensor(lse).float() * torch.tensor(em.LOG2E, dtype=torch.float32)
+        vis = em._visibility(*q.shape[:3], k.shape[2], causal, None, None)
+        p = torch.where(vis, torch.exp2(torch.clamp(s - lse2[..., None], max=0.0)), torch.zeros_like(s))
+        ds = em._operand(p * torch.as_tensor(w).float()[..., None], dot, tdt).float()
+        dq = (ds @ kt) * torch.tensor(sc, dtype=torch.float32)
+    return dq.to(tdt).double().numpy()
+
+
+def _lse_case(dtype, dot, dist, weights):
+    q, k, v, _ = make_inputs(dist, SHAPE, dtype, 0)
+    rng = np.random.default_rng(5)
+    w = np.ones(SHAPE[:3]) if weights == "ones" else round_to(rng.standard_normal(SHAPE[:3]), "float16")
+    return q, k, v, w, Precision(input=dtype, dot=dot, exp="libm")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dist,weights", [("normal", "ones"), ("normal", "random"),
+                                          ("outliers", "ones"), ("large_logits", "random")])
+@pytest.mark.parametrize("dtype,dot", CASES)
+def test_emulated_lse_gradient_is_within_its_bound(dtype, dot, dist, weights, kind):
+    q, k, v, w, pr = _lse_case(dtype, dot, dist, weights)
+    got = _emulated_lse_gradient(q, k, v, w, dtype, dot, causal=True)
+    b = lse_gradient_bound(q, k, causal=True, dlse=None if weights == "ones" else w, precision=pr, kind=kind)
+    assert b.shape == q.shape and not np.isnan(b).any()
+    r = worst_ratio(np.abs(got - _softmax_gradient(q, k, w, True)), b)
+    assert r <= 1.0, f"{dtype}/{dot} {dist} {weights} {kind}: error is {r:.3g} x the bound"
+
+
+@pytest.mark.parametrize("dtype,dot", CASES)
+def test_lse_gradient_bound_catches_planted_errors(dtype, dot):
+    """A missing scale, a wrong-signed dLSE term and (fp16, fp32 ieee: 2^-8 well above their rounding)
+    P off by a relative 2^-8 all exceed the bound; the correct reference does not."""
+    q, k, v, w, pr = _lse_case(dtype, dot, "normal", "ones")
+    b = lse_gradient_bound(q, k, causal=True, precision=pr)
+    exact = _softmax_gradient(q, k, w, True)
+    assert worst_ratio(np.zeros_like(exact), b) == 0.0
+    sc = 1.0 / np.sqrt(q.shape[-1])
+    planted = {"missing scale": exact / sc, "wrong sign": -exact}
+    if dot in ("fp16", "ieee"):  # bf16's own unit roundoff is 2^-8; tf32 truncates q, k, dS by up to 2^-10 each
+        planted["P off by 2^-8"] = exact * (1 + 2.0**-8)
+    for name, bad in planted.items():
+        r = worst_ratio(np.abs(bad - exact), b)
+        assert r > 1.0, f"{name} not caught ({dtype}/{dot}): {r:.3g} x the bound"
+
+
+def test_lse_gradient_bound_agrees_with_backward_bound_machinery():
+    """Shape checks, masked rows get 0, dlse of the wrong shape is refused, and the bound scales with |w|."""
+    q, k, v, w, pr = _lse_case("float16", "fp16", "normal", "ones")
+    mask = np.ones((SHAPE[2], SHAPE[2]), dtype=bool)
+    mask[5] = False
+    b = lse_gradient_bound(q, k, mask=mask, precision=pr)
+    assert b.shape == q.shape and np.all(b[:, :, 5] == 0) and np.all(b[:, :, :5] > 0)
+    b2 = lse_gradient_bound(q, k, mask=mask, dlse=2 * w, precision=pr)
+    np.testing.assert_allclose(b2[:, :, :5], 2 * b[:, :, :5], rtol=0.01)
+    with pytest.raises(ValueError):
+        lse_gradient_bound(q, k, dlse=w[..., :3], precision=pr)

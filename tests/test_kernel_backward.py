@@ -73,27 +73,29 @@ def test_fully_masked_rows_have_zero_gradients_and_no_nan():
 
 @needs_kernel
 def test_lse_gradient_is_softmax():
-    """∂(Σ LSE)/∂s = P, so d(Σ LSE)/dq = scale · P K (fp32 check against float64 torch).
-
-    A wiring check of the dLSE term (Δ − dLSE in the dQ/dK kernels), not a rounding test: a missing
-    or wrong-signed term is an O(|K|) error, while fp32 rounding here is O(d · 2^-24 · |K|) ≈ 1e-6;
-    proofs.bounds has no bound for the LSE gradient yet, so 1e-5 · max|dq| separates the two."""
+    """∂(Σ LSE)/∂s = softmax(S), so d(Σ LSE)/dq = scale · softmax(S) K: the kernel's dq (dO = 0, the
+    dLSE term alone: dS = P ∘ dLSE), float32 and float16, against that float64 product computed in
+    numpy, within proofs.bounds.lse_gradient_bound (a missing or wrong-signed dLSE term, or a
+    missing scale, is an O(|K|) error)."""
     import torch
 
     from kernels import attention
-    from tests.test_kernel_support import DEVICE
+    from proofs.bounds import lse_gradient_bound
+    from tests.test_kernel_support import DEVICE, TORCH_DTYPES
 
-    g = torch.Generator().manual_seed(2)
-    q, k, v = (torch.randn(1, 1, n, 16, generator=g) for n in (18, 33, 33))
-    qd = q.double().requires_grad_()
-    s = qd @ k.double().transpose(-1, -2) / 4.0
-    (gq_ref,) = torch.autograd.grad(torch.logsumexp(s, -1).sum(), qd)
-    qk = q.to(DEVICE).requires_grad_()
-    _, lse = attention(qk, k.to(DEVICE), v.to(DEVICE), return_lse=True)
-    (gq,) = torch.autograd.grad(lse.sum(), qk)
-    err = (gq.double().cpu() - gq_ref).abs().max().item()
-    assert err < 1e-5 * max(1.0, gq_ref.abs().max().item()), err
-    assert np.isfinite(err)
+    for dtype in ("float32", "float16"):
+        g = torch.Generator().manual_seed(2)
+        tdt = TORCH_DTYPES[dtype]
+        q, k, v = (torch.randn(1, 1, n, 16, generator=g).to(tdt) for n in (18, 33, 33))
+        qf, kf = (t.double().numpy() for t in (q, k))  # exactly the values the kernel gets
+        s = qf @ kf.swapaxes(-1, -2) / 4.0
+        a = np.exp(s - s.max(-1, keepdims=True))
+        gq_ref = (a / a.sum(-1, keepdims=True)) @ kf / 4.0
+        qk = q.to(DEVICE).requires_grad_()
+        _, lse = attention(qk, k.to(DEVICE), v.to(DEVICE), return_lse=True)
+        (gq,) = torch.autograd.grad(lse.sum(), qk)
+        bound = lse_gradient_bound(qf, kf, precision=kernel_precision(dtype, 16))
+        assert_within(f"d(Σ LSE)/dq ({dtype})", gq.double().cpu().numpy(), gq_ref, bound)
 
 
 @needs_kernel
