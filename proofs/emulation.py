@@ -16,6 +16,7 @@ Inputs are float64 NumPy arrays (B, H, N, d) holding values exactly representabl
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -64,20 +65,47 @@ def _expand(x: np.ndarray, group: int) -> np.ndarray:
     return np.repeat(x, group, axis=1)
 
 
-def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
-                scale=None, causal=False, window=None, mask=None, block_k: int = 64):
-    """(O, LSE) as the FA2 forward kernel computes them, see the module docstring."""
+@dataclass(frozen=True)
+class _Problem:
+    """What the forward and backward emulations share: formats, sizes, the base-2 logit scale, the
+    visibility matrix and K, V expanded over the GQA group in the input dtype."""
+    tdt: torch.dtype
+    acc_t: torch.dtype
+    B: int
+    Hq: int
+    Hkv: int
+    Nq: int
+    Nk: int
+    d: int
+    group: int
+    sc: float
+    qk_scale: torch.Tensor
+    vis: torch.Tensor
+    kt: torch.Tensor
+    vt: torch.Tensor
+
+
+def _problem(q, k, v, dtype, dot, scale, causal, window, mask) -> _Problem:
     tdt = _TORCH[dtype]
     acc_t = torch.float64 if dot == "fp64" else torch.float32
     B, Hq, Nq, d = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     group = Hq // Hkv
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    qk_scale = torch.tensor(sc * LOG2E, dtype=acc_t)
+    return _Problem(tdt, acc_t, B, Hq, Hkv, Nq, Nk, d, group, sc,
+                    qk_scale=torch.tensor(sc * LOG2E, dtype=acc_t),
+                    vis=_visibility(B, Hq, Nq, Nk, causal, window, mask),
+                    kt=torch.as_tensor(_expand(k, group)).to(tdt),
+                    vt=torch.as_tensor(_expand(v, group)).to(tdt))
+
+
+def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
+                scale=None, causal=False, window=None, mask=None, block_k: int = 64):
+    """(O, LSE) as the FA2 forward kernel computes them, see the module docstring."""
+    pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask)
+    tdt, acc_t, qk_scale, vis, kt, vt = pb.tdt, pb.acc_t, pb.qk_scale, pb.vis, pb.kt, pb.vt
+    B, Hq, Nq, Nk = pb.B, pb.Hq, pb.Nq, pb.Nk
     qt = torch.as_tensor(q).to(tdt)
-    kt = torch.as_tensor(_expand(k, group)).to(tdt)
-    vt = torch.as_tensor(_expand(v, group)).to(tdt)
-    vis = _visibility(B, Hq, Nq, Nk, causal, window, mask)
     qo = _operand(qt, dot, tdt).to(acc_t)
     m = torch.full((B, Hq, Nq), -math.inf, dtype=acc_t)
     l = torch.zeros((B, Hq, Nq), dtype=acc_t)
@@ -109,21 +137,16 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     """(dQ, dK, dV) as the FA2 backward kernel computes them from its own (O, LSE): Delta from the
     stored O, P recomputed from the stored LSE in base 2, P and dS rounded to the operand dtype
     before the products, fp32 accumulation, scale applied once at the end, stored in `out`."""
-    tdt = _TORCH[dtype]
-    acc_t = torch.float64 if dot == "fp64" else torch.float32
-    B, Hq, Nq, d = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
-    group = Hq // Hkv
-    sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    qk_scale = torch.tensor(sc * LOG2E, dtype=acc_t)
+    pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask)
+    tdt, acc_t, qk_scale, vis, sc = pb.tdt, pb.acc_t, pb.qk_scale, pb.vis, pb.sc
+    B, Hkv, Nk, d, group = pb.B, pb.Hkv, pb.Nk, pb.d, pb.group
     qt = _operand(torch.as_tensor(q).to(tdt), dot, tdt).to(acc_t)
-    kt = _operand(torch.as_tensor(_expand(k, group)).to(tdt), dot, tdt).to(acc_t)
-    vt = _operand(torch.as_tensor(_expand(v, group)).to(tdt), dot, tdt).to(acc_t)
+    kt = _operand(pb.kt, dot, tdt).to(acc_t)
+    vt = _operand(pb.vt, dot, tdt).to(acc_t)
     dot_ = torch.as_tensor(do).to(tdt)
     dop = _operand(dot_, dot, tdt).to(acc_t)
     ot = torch.as_tensor(o).to(_TORCH[out or dtype])
     lset = torch.as_tensor(lse).to(acc_t)
-    vis = _visibility(B, Hq, Nq, Nk, causal, window, mask)
     # Δ = rowsum(dO ∘ O) from the stored O
     delta = (dot_.to(acc_t) * ot.to(acc_t)).sum(-1)
     lse2 = torch.where(torch.isinf(lset), torch.zeros_like(lset), lset * torch.tensor(LOG2E, dtype=acc_t))
