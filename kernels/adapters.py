@@ -226,6 +226,15 @@ def _user(target: str, supports: frozenset | None, layout: str | None) -> Kernel
 
 # ---- ours ------------------------------------------------------------------------------------------
 
+def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, block_mask=None):
+    """Our kernel's `kernels.attention.arithmetic(...)` as the `proofs.bounds.Precision` the bounds read."""
+    from kernels.attention import arithmetic
+
+    a = arithmetic(dtype, dot_precision, head_dim=head_dim, interpret=interpret, block_mask=block_mask)
+    return _precision(input=a.input, dot=a.dot, accumulate="float32", output=a.output, exp=a.exp,
+                      block_k=a.block_k, block_q=a.block_q)
+
+
 def _ours() -> KernelUnderTest:
     def module():
         try:
@@ -252,10 +261,7 @@ def _ours() -> KernelUnderTest:
         return None
 
     def precision(dtype, dot_precision=None, head_dim=None):
-        mod = module()
-        if "head_dim" in inspect.signature(mod.precision).parameters:
-            return mod.precision(dtype, dot_precision, head_dim=head_dim)
-        return mod.precision(dtype, dot_precision) if dot_precision else mod.precision(dtype)
+        return ours_precision(dtype, dot_precision, head_dim=head_dim)
 
     return KernelUnderTest(name="ours", supports=CAPABILITIES, fn=fn, precision_fn=precision,
                            availability_fn=availability)

@@ -3,7 +3,7 @@
 Input checks, tile configuration, the launches of the forward (`triton_fwd`) and backward
 (`triton_bwd`) kernels, their registration as torch custom ops (`flashcheck::attention_fwd`,
 `flashcheck::attention_bwd`, so `torch.compile` traces through without graph breaks) with autograd,
-and `precision(...)`: what the kernel's arithmetic is, for the bounds in `proofs/bounds.py`.
+and `arithmetic(...)`: what the kernel computes with (read by the bounds through flashcheck).
 Conventions (causal alignment, window, masks, GQA, fully masked rows) are ARCHITECTURE.md's.
 """
 from __future__ import annotations
@@ -79,15 +79,29 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     return KernelConfig(TileConfig(64, 32, 8, 2), TileConfig(32, 32, 8, 2), TileConfig(32, 32, 8, 2))
 
 
-def precision(dtype, dot_precision: str | None = None, *, head_dim: int | None = None,
-              interpret: bool | None = None, block_mask: BlockSparseMask | None = None):
-    """What the kernel does, as a `proofs.bounds.Precision`: inputs in `dtype`, tensor-core
-    operands in `dtype` (fp32: "ieee" unless dot_precision="tf32"), fp32 accumulation, outputs
-    in `dtype`, exp2 via ex2.approx on the GPU (libm/numpy in the interpreter), and the tile
-    widths of the forward inner loop (block_k) and the backward dK/dV inner loop (block_q) —
-    those of `block_mask` when one is used, since it fixes the kernel's tile grid."""
-    from proofs.bounds import Precision
+@dataclass(frozen=True)
+class Arithmetic:
+    """What the kernel computes with, as plain values (kernels/ imports no other part of the project;
+    `flashcheck.adapters` turns this into the `proofs.bounds.Precision` the bounds read).
 
+    input/output: dtype names; dot: operand format of the tensor-core products ("fp16", "bf16",
+    "tf32", "ieee"); exp: "ex2.approx" on the GPU, "libm" in the interpreter; block_k: K/V tile width
+    of the forward inner loop (tl.dot(p, v, acc) adds each tile into the running accumulator);
+    block_q: Q tile height of the backward dK/dV inner loop (likewise into the dK, dV accumulators)."""
+    input: str
+    dot: str
+    output: str
+    exp: str
+    block_k: int
+    block_q: int
+
+
+def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None = None,
+               interpret: bool | None = None, block_mask: BlockSparseMask | None = None) -> Arithmetic:
+    """The kernel's arithmetic for inputs in `dtype`: tensor-core operands in `dtype` (fp32: "ieee"
+    unless dot_precision="tf32"), fp32 accumulation, outputs in `dtype`, exp2 via ex2.approx on the
+    GPU (libm/numpy in the interpreter), and the tile widths of the inner loops — those of
+    `block_mask` when one is used, since it fixes the kernel's tile grid."""
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     if dtype not in _DTYPES:
@@ -100,8 +114,8 @@ def precision(dtype, dot_precision: str | None = None, *, head_dim: int | None =
     block_k, block_q = cfg.fwd.block_n, cfg.dkdv.block_m
     if block_mask is not None:
         block_k, block_q = block_mask.block_k, block_mask.block_q
-    return Precision(input=name, dot=dot, accumulate="float32", output=name,
-                     exp="libm" if interpret else "ex2.approx", block_k=block_k, block_q=block_q)
+    return Arithmetic(input=name, dot=dot, output=name, exp="libm" if interpret else "ex2.approx",
+                      block_k=block_k, block_q=block_q)
 
 
 def _dot_precision(dot_precision) -> str:
@@ -419,5 +433,5 @@ _attention_fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 # `kernels.attention` names both this module and, once the package is imported, the function;
-# `kernels.attention.precision(...)` works either way.
-attention.precision = precision
+# `kernels.attention.arithmetic(...)` works either way.
+attention.arithmetic = arithmetic

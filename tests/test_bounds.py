@@ -350,12 +350,12 @@ GPU_TF32_CASE = dict(shape=(1, 2, 2, 128, 128, 64), seed=9)
 def _gpu_tf32_case():
     import torch
 
-    from kernels.attention import precision
+    from kernels.adapters import ours_precision
     from tests.strategies import Case, Shape, materialize
 
     inp = materialize(Case(Shape(*GPU_TF32_CASE["shape"]), seed=GPU_TF32_CASE["seed"]), "float32")
     # the GPU kernel's blocking (block_k = 32 at d = 64), with libm exp: the CPU emulation's exp
-    pr = dataclasses.replace(precision(torch.float32, "tf32", head_dim=64, interpret=False), exp="libm")
+    pr = dataclasses.replace(ours_precision(torch.float32, "tf32", head_dim=64, interpret=False), exp="libm")
     return inp, pr
 
 

@@ -53,10 +53,10 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def kernel_precision(dtype: str, d: int, dot_precision=None, block_mask=None):
-    from kernels.attention import precision
+    from kernels.adapters import ours_precision
 
-    return precision(TORCH_DTYPES[dtype], dot_precision, head_dim=d, interpret=INTERPRET,
-                     block_mask=block_mask)
+    return ours_precision(TORCH_DTYPES[dtype], dot_precision, head_dim=d, interpret=INTERPRET,
+                          block_mask=block_mask)
 
 
 def run_kernel(inp, case, dtype: str, *, backward=False, dot_precision=None, mask=None):
