@@ -1,0 +1,251 @@
+"""Hardware constants of the error bounds, measured on the GPU (proofs/hardware_probe.py), not quoted.
+
+`h100()` returns the `HardwareConstants` the bounds use for our kernel on the H100: each one derived
+from proofs/measurements/h100.json (device, driver, torch/triton versions and date inside) by the
+rules below, so that it is >= the measured maximum with a stated margin:
+
+- ex2_rel_error (tl.math.exp2 on fp32, relative, results >= 2^-126): the probe evaluates EVERY fp32
+  argument in [-150, 8] (the range the kernels feed it: s - m <= 0 in the forward, alpha, and the
+  backward's slightly positive arguments) against float64 exp2 (<= 1 ulp of float64). The maximum
+  over all of them IS the worst case over the range; the margin is the reference's own error:
+  constant = measured + 2^-52 (the division |y - ref| / ref in float64 adds a relative 2^-53 to the
+  ratio, below 2^-52 * 2^-22 and absorbed by rounding the sum up: `_up`).
+  ex2_abs_floor: the largest |exp2(x) - 2^x| where 2^x < 2^-126 (flush to zero / subnormals).
+- lg2_abs_error: eps with |lg2(x) - log2 x| <= eps (1 + |log2 x|), the form the LSE bound uses
+  (bounds.py: (1 + |log2 l|) eps ln 2). Measured on every positive normal fp32; margin 2^-52 (the
+  float64 reference's error is <= 2^-52 |log2 x| <= 2^-52 (1 + |log2 x|)).
+- div_rel_error (fp32 '/' as Triton compiles it): measured exhaustively in the divisor significand
+  (every fp32 in [1, 2)) against 512 dividend significands, and on 2^24 random pairs over the
+  exponents the kernel meets; not exhaustive in the dividend, so the constant is the larger of the
+  measured maximum (+ 2^-53 reference) and the PTX ISA's documented bound for the instruction the
+  PTX shows (div.full.f32: 2 ulp, 2^-22 relative; div.rn.f32: correctly rounded, 2^-24): the
+  measurement checks that figure, it does not replace it where it cannot cover the argument space.
+- mma: per operand format, the model "blocks of k_step products added to the accumulator in one
+  step, aligned to the largest exponent with mma_extra_bits bits below fp32's 24 (truncated or
+  rounded), normalized into fp32 (truncated or rounded)" that reproduces bit for bit every output of
+  the probe (random, cancelling and crafted A·B + C on the tile shapes the kernel uses; Fasi, Higham,
+  Mikaitis & Pranesh 2021). Its per-step constant (MmaBehaviour.step_error), proved here:
+      one step computes acc' = fl(t_0 + ... + t_k) (t_0 = acc, t_i the exact products). Let
+      2^e <= max|t_i| < 2^(e+1). Alignment keeps each term to a multiple of 2^(e-23-F): the largest
+      term loses nothing; each of the other k loses < 2^(e-23-F) when truncated (<= half that when
+      rounded), and 2^e <= max|t_i| <= S := sum |t_i|; truncation only shrinks |t_i|, so the aligned
+      sum has |.| <= S. Normalizing into fp32 loses < ulp <= 2^-23 |sum| (truncation; 2^-24 when
+      rounded to nearest). Hence |acc' - sum t_i| < (2^-23 + k 2^(-23-F)) S  (rounded: halves),
+      with no second-order term.
+  When several models reproduce the data (the probe cannot tell them apart), the constants take the
+  worst of them; the fit must be non-empty for the constants to exist at all.
+- tf32_operand: "truncate" if every probed fp32 operand entered the tensor core with its low 13 bits
+  cleared, "round" if every one was rounded to nearest; otherwise there is no constant (error).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+MEASUREMENTS = Path(__file__).resolve().parent / "measurements"
+H100_JSON = MEASUREMENTS / "h100.json"
+
+# PTX ISA, "Floating point instructions": documented maximum relative errors of fp32 division
+DOCUMENTED_DIV = {"div.full.f32": 2.0**-22, "div.rn.f32": 2.0**-24, "div.rn.ftz.f32": 2.0**-24,
+                  "div.full.ftz.f32": 2.0**-22}
+F64_REFERENCE = 2.0**-52  # relative error of the float64 references (CUDA double exp2/log2 <= 1 ulp)
+TENSOR_CORE_DOTS = ("fp16", "bf16", "tf32")
+
+
+def _up(x: float) -> float:
+    """The next float64 above x: absorbs the rounding of the one addition that forms a constant."""
+    return math.nextafter(x, math.inf)
+
+
+@dataclass(frozen=True)
+class MmaBehaviour:
+    """How one tensor-core operand format accumulates into the fp32 accumulator (see module doc)."""
+
+    dot: str  # "fp16" | "bf16" | "tf32"
+    k_step: int  # products added in one step (one normalization into fp32)
+    extra_bits: int  # alignment bits kept below fp32's 24-bit significand
+    alignment: str  # "truncation" | "floor" | "round"
+    normalization: str  # "truncation" | "floor" | "round"
+    reference: str = "operands"  # alignment exponent: of the values, or e_a + e_b of the operands
+
+    @property
+    def step_error(self) -> float:
+        """delta: |fl(acc + sum of k products) - exact| < delta (|acc| + sum |products|)."""
+        half = 0.5 if self.alignment == "round" else 1.0
+        norm = 2.0**-24 if self.normalization == "round" else 2.0**-23
+        return norm + self.k_step * half * 2.0 ** (-23 - self.extra_bits)
+
+    @property
+    def per_product_error(self) -> float:
+        """step_error / k_step: what one product costs when the sum runs over many steps."""
+        return self.step_error / self.k_step
+
+
+@dataclass(frozen=True)
+class HardwareConstants:
+    """The hardware hypotheses of the bounds (field meanings: module docstring)."""
+
+    ex2_rel_error: float
+    ex2_abs_floor: float
+    lg2_abs_error: float  # eps in |lg2(x) - log2 x| <= eps (1 + |log2 x|)
+    div_rel_error: float
+    mma_accumulation: str  # "truncation" | "round": the normalization of the worst format
+    mma_k_step: int  # of the worst format (largest per-product error)
+    mma_extra_bits: int
+    tf32_operand: str  # "truncate" | "round"
+    mma: tuple[MmaBehaviour, ...] = ()
+    source: str = ""
+
+    def mma_for(self, dot: str) -> MmaBehaviour:
+        for m in self.mma:
+            if m.dot == dot:
+                return m
+        raise KeyError(f"no tensor-core behaviour measured for dot={dot!r} (have {[m.dot for m in self.mma]})")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The measured maxima behind a HardwareConstants (what the GPU test compares against)."""
+
+    ex2_rel_error: float
+    ex2_abs_floor: float
+    lg2_abs_error: float
+    div_rel_error: float
+    div_instruction: str
+    mma: tuple[tuple[str, tuple[MmaBehaviour, ...]], ...]  # per probe config: the consistent models
+    tf32_match_truncation: int
+    tf32_match_round: int
+    tf32_cases: int
+
+
+_MODE = {"trunc": "truncation", "rz": "truncation", "rn": "round", "floor": "floor"}
+
+
+def _models(entry: dict, dot: str) -> tuple[MmaBehaviour, ...]:
+    return tuple(MmaBehaviour(dot, m["k_step"], m["extra_bits"], _MODE[m["alignment"]], _MODE[m["normalization"]],
+                              m["reference"]) for m in entry.get("consistent_models", ()))
+
+
+def _div_instruction(ops: list[str]) -> str:
+    found = [op for op in ops if op.startswith("div.") and op.endswith("f32")]
+    if len(found) != 1:
+        raise ValueError(f"fp32 division: expected one div.*.f32 instruction in the probe's PTX, got {ops}")
+    return found[0]
+
+
+def measured_from(report: dict) -> Measured:
+    """The maxima of one probe report (the JSON hardware_probe writes); raises if a section is missing."""
+    missing = [s for s in ("ex2", "lg2", "div", "mma") if s not in report.get("sections_done", ())]
+    if missing:
+        raise ValueError(f"probe report lacks sections {missing} (errors: "
+                         f"{ {s: report.get(s, {}).get('error') for s in missing} })")
+    ex2, lg2, div, mma = report["ex2"], report["lg2"], report["div"], report["mma"]
+    per_cfg, tf = [], (0, 0, 0)
+    for name, entry in sorted(mma.items()):
+        dot = name.split("_")[0]
+        if dot not in TENSOR_CORE_DOTS:
+            continue
+        per_cfg.append((name, _models(entry, dot)))
+        conv = entry.get("operand_conversion")
+        if conv:
+            tf = (tf[0] + conv["match_truncation"], tf[1] + conv["match_round_nearest"], tf[2] + conv["cases"])
+    return Measured(
+        ex2_rel_error=ex2["max_rel_error"], ex2_abs_floor=ex2["max_abs_error_below_2m126"],
+        lg2_abs_error=lg2["max_mixed_error"],
+        div_rel_error=max(div["max_rel_error"], div["random_pairs_max_rel_error"]),
+        div_instruction=_div_instruction(div.get("ptx", [])) if div.get("ptx") else "",
+        mma=tuple(per_cfg), tf32_match_truncation=tf[0], tf32_match_round=tf[1], tf32_cases=tf[2])
+
+
+def constants_from(m: Measured, source: str = "") -> HardwareConstants:
+    """Bound-side constants from measured maxima, by the rules of the module docstring."""
+    if m.div_instruction not in DOCUMENTED_DIV:
+        raise ValueError(f"fp32 division compiles to {m.div_instruction!r}: no documented bound known")
+    worst: dict[str, MmaBehaviour] = {}
+    for name, models in m.mma:
+        if not models:
+            raise ValueError(f"tensor-core probe {name}: no accumulation model reproduces the outputs")
+        for b in models:
+            cur = worst.get(b.dot)
+            if cur is None or (b.per_product_error, b.step_error) > (cur.per_product_error, cur.step_error):
+                worst[b.dot] = b
+    if m.tf32_cases and m.tf32_match_truncation == m.tf32_cases:
+        tf32 = "truncate"
+    elif m.tf32_cases and m.tf32_match_round == m.tf32_cases:
+        tf32 = "round"
+    else:
+        raise ValueError(f"tf32 operand conversion: {m.tf32_match_truncation} of {m.tf32_cases} probes match "
+                         f"truncation, {m.tf32_match_round} rounding: neither explains all")
+    top = max(worst.values(), key=lambda b: (b.per_product_error, b.step_error))
+    return HardwareConstants(
+        ex2_rel_error=_up(m.ex2_rel_error + F64_REFERENCE),
+        ex2_abs_floor=_up(m.ex2_abs_floor + 2.0**-1074),
+        lg2_abs_error=_up(m.lg2_abs_error + F64_REFERENCE),
+        div_rel_error=max(_up(m.div_rel_error + 2.0**-53), DOCUMENTED_DIV[m.div_instruction]),
+        mma_accumulation=top.normalization, mma_k_step=top.k_step, mma_extra_bits=top.extra_bits,
+        tf32_operand=tf32, mma=tuple(worst[d] for d in TENSOR_CORE_DOTS if d in worst), source=source)
+
+
+def load_report(path: Path | str = H100_JSON) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+@lru_cache(maxsize=None)
+def h100() -> HardwareConstants:
+    """The constants for our kernel on the H100, from the committed measurement."""
+    report = load_report(H100_JSON)
+    v = report["versions"]
+    src = f"{H100_JSON.name}: {v.get('device')} driver {v.get('driver')} torch {v.get('torch')} " \
+          f"triton {v.get('triton')} {v.get('date')}"
+    return constants_from(measured_from(report), source=src)
+
+
+def exceeded(constants: HardwareConstants, m: Measured) -> list[str]:
+    """What a fresh measurement shows beyond the constants (empty when every constant holds)."""
+    out = []
+    for name in ("ex2_rel_error", "ex2_abs_floor", "lg2_abs_error", "div_rel_error"):
+        got, have = getattr(m, name), getattr(constants, name)
+        if not got <= have:
+            out.append(f"{name}: measured {got:.6g} > constant {have:.6g} (x{got / have:.4f})")
+    for name, models in m.mma:
+        if not models:
+            out.append(f"{name}: no accumulation model reproduces the tensor-core outputs")
+            continue
+        dot = models[0].dot
+        have = constants.mma_for(dot)
+        for b in models:
+            if b.per_product_error > have.per_product_error or b.step_error > have.step_error:
+                out.append(f"{name}: model {b} exceeds the constant's {have}")
+    if m.tf32_cases:
+        want = m.tf32_match_truncation if constants.tf32_operand == "truncate" else m.tf32_match_round
+        if want != m.tf32_cases:
+            out.append(f"tf32 operands: {constants.tf32_operand} explains {want} of {m.tf32_cases} probes")
+    return out
+
+
+def main(argv=None) -> int:
+    """python3 -m proofs.hardware [REPORT.json]: the measured maxima beside the bound-side constants."""
+    import sys
+    path = (argv if argv is not None else sys.argv[1:]) or [str(H100_JSON)]
+    report = load_report(path[0])
+    m = measured_from(report)
+    c = constants_from(m, source=path[0])
+    print(f"{'constant':<16}{'measured':>14}{'bound-side':>14}{'/2^-23':>9}")
+    for name in ("ex2_rel_error", "ex2_abs_floor", "lg2_abs_error", "div_rel_error"):
+        got, have = getattr(m, name), getattr(c, name)
+        print(f"{name:<16}{got:>14.6g}{have:>14.6g}{have / 2.0**-23:>9.4f}")
+    print(f"div instruction: {m.div_instruction}; tf32 operands: {c.tf32_operand} "
+          f"({m.tf32_match_truncation}/{m.tf32_cases} truncated, {m.tf32_match_round} rounded)")
+    for name, models in m.mma:
+        print(f"{name:<22} " + "; ".join(f"k={b.k_step} F={b.extra_bits} {b.alignment}/{b.normalization} "
+                                         f"delta={b.step_error / 2.0**-23:.4g}*2^-23" for b in models))
+    print("exceeded:", exceeded(c, m) or "none")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
