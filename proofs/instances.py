@@ -70,42 +70,10 @@ def assert_symbolic_zero(expr, what: str) -> None:
         raise AssertionError(f"{what}: not a symbolic identity, residual {sp.simplify(expr)}")
 
 
-def softmax_reference_error(x) -> np.ndarray:
-    """Derived bound on |a_hat_j - a_j| for the float64 softmax family (safe, online, tiled) on x.
-
-    p_j = exp(fl(x_j - m)): argument error u|x_j - m|, exp error <= 1 ulp = 2u. The denominator takes
-    <= 2N roundings of adds/products (1 + u each) and <= N exps (1 + 2u) of rescale factors whose
-    arguments m_{i-1} - m_i add up to at most R = max x - min x (error u per unit), and each term's
-    argument error <= u R; the final division rounds once. Hence
-    |a_hat_j / a_j - 1| <= exp(u |x_j - m| + 2 u R) (1 + 2u)^(2N+1) (1 + u)^(2N+1) - 1."""
-    x = np.asarray([float(t) for t in x])
-    u = 2.0**-53
-    n = x.size
-    m, R = x.max(), x.max() - x.min()
-    a = np.exp(x - m) / np.exp(x - m).sum()
-    rel = np.expm1(u * np.abs(x - m) + 2 * u * R + (2 * n + 1) * (np.log1p(2 * u) + np.log1p(u)))
-    return a * rel * 1.0000001 + 2.0**-1074
-
-
-def recurrence_reference_error(x, V) -> np.ndarray:
-    """Derived bound on |o_hat_c - o_c| for the float64 row recurrences (normalized each step or at
-    the end, any tiling) on logits x (N,) and values V (N, dv).
-
-    Each final weight A_j reaches the output through <= N rescale steps, each with <= 5 roundings
-    (products d alpha, divisions by d', the product by the rescale ratio) and one exp (1 + 2u), and its
-    own exp argument (u |x_j - m|, plus u per unit of the max's travel, <= 2uR in all), so
-    A_hat_j = A_j (1 + theta_j), |theta_j| <= exp(u|x_j - m| + 2uR) (1 + 2u)^(2N+1) (1 + u)^(6N+2) - 1;
-    the products with V and the N additions add (1 + u)^(N+1):
-    |o_hat_c - o_c| <= sum_j A_j |V_jc| [(1 + theta_j)(1 + u)^(N+1) - 1]."""
-    x = np.asarray([float(t) for t in x])
-    V = np.asarray([[float(t) for t in row] for row in V]) if not isinstance(V, np.ndarray) else V
-    u = 2.0**-53
-    n = x.size
-    m, R = x.max(), x.max() - x.min()
-    A = np.exp(x - m) / np.exp(x - m).sum()
-    log_theta = (u * np.abs(x - m) + 2 * u * R + (2 * n + 1) * np.log1p(2 * u) + (6 * n + 2) * np.log1p(u))
-    w = np.expm1(log_theta + (n + 1) * np.log1p(u))
-    return (A * w * 1.0000001) @ np.abs(V) + 2.0**-1074
+def floats(x) -> np.ndarray:
+    """A (nested) list of mpf as a float64 array: the values a float64 reference receives."""
+    return np.array(x, dtype=np.float64) if isinstance(x, np.ndarray) else np.array(
+        [[float(t) for t in row] for row in x] if x and isinstance(x[0], (list, tuple)) else [float(t) for t in x])
 
 
 def attention_inputs(seed: int, B=1, Hq=2, Hkv=1, Nq=6, Nk=9, d=4, dv=3, logit_scale=1.0):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import mpmath as mp
 import sympy as sp
 
-from proofs.instances import (DPS, assert_close, assert_symbolic_zero, logit_vectors, recurrence_reference_error,
+from proofs.instances import (DPS, assert_close, assert_symbolic_zero, logit_vectors, floats,
                               softmax, value_rows)
+from proofs.reference_bounds import row_recurrence_bound
 
 STATEMENT = (
     "With o'_0 = 0, o'_i = o'_{i-1} d'_{i-1} exp(m_{i-1} - m_i) / d'_i + exp(x_i - m_i) / d'_i V_i "
@@ -54,5 +55,5 @@ def check_numeric() -> None:
             xf = np.array([float(t) for t in x])
             vf = np.array([[float(t) for t in row] for row in V])
             ref = row_recurrence(xf, vf)
-            b = recurrence_reference_error(x, vf)
+            b = row_recurrence_bound(floats(x), vf)
             assert np.all(np.abs(ref - np.array([float(t) for t in exact])) <= b), "float64 row_recurrence"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import mpmath as mp
 import sympy as sp
 
-from proofs.instances import (DPS, assert_close, assert_symbolic_zero, logit_vectors, softmax,
-                              softmax_reference_error)
+from proofs.instances import (DPS, assert_close, assert_symbolic_zero, logit_vectors, softmax, floats)
+from proofs.reference_bounds import softmax_bound
 
 STATEMENT = (
     "For x in R^N and any real c, exp(x_i - c) / sum_j exp(x_j - c) = exp(x_i) / sum_j exp(x_j). "
@@ -49,4 +49,4 @@ def check_numeric() -> None:
     assert np.all(np.isfinite(a))
     with mp.workdps(DPS):
         exact = softmax([mp.mpf(float(t)) for t in row])
-    assert np.all(np.abs(a - np.array([float(t) for t in exact])) <= softmax_reference_error(row))
+    assert np.all(np.abs(a - np.array([float(t) for t in exact])) <= softmax_bound(row).a)

@@ -4,9 +4,9 @@ Strategies draw small NumPy problems: shapes from a small finite set (N = 1, odd
 Nq > Nk, GQA), both causal alignments, windows, random masks with fully masked rows, biases, and logit
 scales up to 1e4; the values come from a drawn seed, so every case replays exactly.
 
-Bounds: `reference_bounds` / `reference_backward_bounds` use `proofs.bounds.reference_bound` when it is
-importable, and otherwise the PROVISIONAL first-order worst-case bounds below (derivations in their
-docstrings). Each returns the name of the bound it used last; tests `note()` it.
+Bounds: `reference_bounds` / `reference_backward_bounds` return `proofs.bounds.reference_bound`, or with
+dropout `proofs.reference_bounds` (the one derivation per tolerance), and the name of the one used;
+tests `note()` it.
 """
 from __future__ import annotations
 
@@ -16,8 +16,6 @@ import numpy as np
 from hypothesis import strategies as st
 
 U = 2.0**-53  # float64 unit roundoff
-ETA = 2.0**-1074  # smallest subnormal: the absolute error of a result that underflows (gradual underflow)
-SLACK = 1.05  # first-order bounds: covers the O(u^2) terms for every case drawn here (n u << 1e-3)
 
 # ---- strategies --------------------------------------------------------------------------------------
 
@@ -115,198 +113,39 @@ def strict_fp():
     return np.errstate(over="raise", invalid="raise", divide="raise")
 
 
-# ---- provisional bounds --------------------------------------------------------------------------------
+# ---- bounds ------------------------------------------------------------------------------------------
 
-def _attention_parts(case_q, case_k, case_v, kwargs):
-    """Float64 magnitudes the bounds are built from: kappa (largest visible |logit| term per row),
-    P (probabilities, dropout applied) and the logits' visibility."""
-    from reference.attention import apply_dropout, expand_kv, masked_logits, masked_softmax, resolve_scale
-    from reference.shapes import check_attention_args
-
-    kw = {k: v for k, v in kwargs.items() if k in ("scale", "causal", "window", "mask", "bias")}
-    p = check_attention_args(case_q, case_k, case_v, **kw)
-    s, _ = masked_logits(case_q, case_k, p, **kw)
-    P, lse = masked_softmax(s)
-    Pd = apply_dropout(P, kwargs.get("dropout_p", 0.0), kwargs.get("dropout_mask"))
-    K = expand_kv(np.asarray(case_k, float), p.group)
-    sc = resolve_scale(kw.get("scale"), p.d)
-    mag = sc * (np.abs(case_q) @ np.swapaxes(np.abs(K), -1, -2))
-    if "bias" in kw and kw["bias"] is not None:
-        mag = mag + np.abs(np.broadcast_to(kw["bias"], p.full))
-    kappa = np.where(np.isfinite(s), mag, 0.0).max(axis=-1)
-    return p, kappa, P, Pd, lse
-
-
-def provisional_forward_bound(q, k, v, **kwargs):
-    """PROVISIONAL worst-case bound on |float64 reference - exact| for O and LSE (first order in u).
-
-    Standard attention in float64, per row i with kappa_i = max over visible j of
-    scale sum_c |q_ic k_jc| + |bias_ij|:
-      logits: |ds_ij| <= (d + 2) u kappa_i (dot product gamma_d, scale and bias roundings);
-      the max is exact, so |dm_i| <= (d + 2) u kappa_i; t = s - m has |t| <= 2 kappa_i and its rounding
-      adds u |t|; exp adds <= 2u. So each weight e_ij = exp(t_ij) has relative error
-      eps_i <= (2d + 6) u kappa_i + 2u.
-      l = sum e: + gamma_Nk; P = e / l: relative error <= 2 eps_i + Nk u + u; O = P V: + Nk u.
-      => |dO_ic| <= (2 eps_i + 2 Nk u + u) sum_j P_ij |v_jc|.
-    Tiled variants (FA1, FA2, block-sparse, recurrences) rescale by alpha = exp(m_old - m_new) once per
-    tile (T <= Nk tiles): each rescale adds 2u + u |m_old - m_new| (sum over tiles <= 2 u kappa_i) and the
-    split sums add at most T u; FA1 also divides per tile (T u). Covering all of them and the oracle's
-    own rounding to float64 (u |O|):
-      bound_O[i, c]  = u ((4d + 16) kappa_i + 6 Nk + 12) sum_j P_ij |v_jc|
-      bound_LSE[i]   = u ((2d + 10) kappa_i + 4 Nk + 8 + 2 |LSE_i|)
-    (LSE = m + log l: |dm| + relative error of l + log's and the final add's roundings.) Fully masked rows
-    get bound 0: they must be exact (O = 0, LSE = -inf).
-    Underflow: a weight e_ij = exp(t_ij) below the normal range keeps only an absolute accuracy ETA
-    (relative bounds fail there), and so does each product and sum in the subnormal range; as l >= 1,
-    this adds ETA (sum_j |v_jc| + Nk + 1) to bound_O.
-    """
-    p, kappa, P, Pd, lse = _attention_parts(q, k, v, kwargs)
-    from reference.attention import expand_kv
-
-    V = expand_kv(np.asarray(v, float), p.group)
-    d, nk = p.d, p.Nk
-    weight = np.abs(Pd) @ np.abs(V)
-    floor = ETA * (np.abs(V).sum(axis=-2, keepdims=True) + nk + 1)
-    bound_o = SLACK * (U * ((4 * d + 16) * kappa + 6 * nk + 12)[..., None] * weight + floor)
-    bound_o = np.where(np.isfinite(lse)[..., None], bound_o, 0.0)
-    finite = np.isfinite(lse)
-    bound_lse = np.where(finite, SLACK * U * ((2 * d + 10) * kappa + 4 * nk + 8 + 2 * np.abs(np.where(finite, lse, 0))), 0.0)
-    return bound_o, bound_lse
-
-
-def provisional_backward_bound(q, k, v, do, **kwargs):
-    """PROVISIONAL worst-case bound on |float64 backward - exact| for dQ, dK, dV (first order in u).
-
-    With G_ij = sum_c |dO_ic||v_jc| (bounds |dP_ij|), Gbar_i = sum_j P_ij G_ij (bounds |Delta_i|):
-      P recomputed as exp(S - LSE): relative error eps_P,i <= u ((3d + 14) kappa_i + 4 Nk + 10 + 3 |LSE_i|)
-        (logit error, LSE error, exp argument and exp roundings);
-      O (from the forward) has |dO_ic| <= eps_O,i sum_j P_ij |v_jc| with eps_O,i the forward coefficient,
-        so |dDelta_i| <= (dv u + eps_O,i) Gbar_i;
-      dS_ij = P_ij (dP_ij - Delta_i): |d dS_ij| <= M_ij eps_S,i with M_ij = P_ij (G_ij + Gbar_i) and
-        eps_S,i = eps_P,i + eps_O,i + (2 dv + Nk + 3) u  (the Nk u covers the J_softmax row product);
-      dQ = scale dS K: bound scale sum_j M_ij |k_jc| (eps_S,i + (Nk + 3) u);
-      dK = scale dS^T Q: bound scale sum_i M_ij |q_ic| (max eps_S + (group Nq + 3) u);
-      dV = P^T dO: bound sum_i P_ij |dO_ic| (max eps_P + (group Nq + 2) u).
-    Each includes the oracle's rounding to float64 (u |x| <= u magnitude). Dropout multiplies P by
-    keep/(1 - p) (one more u, inside the +3).
-    Underflow: a P_ij or dS_ij in the subnormal range is only accurate to ETA absolutely, which adds
-    ETA (sum_i |dO_ic| + group Nq + 1) to dV, ETA (scale sum_j (G_ij + Gbar_i + 1) |k_jc| + Nk + 1) to dQ and
-    ETA (scale sum_i (G_ij + Gbar_i + 1) |q_ic| + group Nq + 1) to dK.
-    """
-    p, kappa, P, Pd, lse = _attention_parts(q, k, v, kwargs)
-    from reference.attention import expand_kv, reduce_kv, resolve_scale
-
-    Q = np.abs(np.asarray(q, float))
-    K = np.abs(expand_kv(np.asarray(k, float), p.group))
-    V = np.abs(expand_kv(np.asarray(v, float), p.group))
-    dO = np.abs(np.asarray(do, float))
-    sc = abs(resolve_scale(kwargs.get("scale"), p.d))
-    d, dv, nk, nq = p.d, p.dv, p.Nk, p.Nq
-    lse_mag = np.abs(np.where(np.isfinite(lse), lse, 0.0))
-    eps_p = U * ((3 * d + 14) * kappa + 4 * nk + 10 + 3 * lse_mag)
-    eps_o = U * ((4 * d + 16) * kappa + 6 * nk + 12)
-    eps_s = eps_p + eps_o + (2 * dv + nk + 3) * U
-    keep_scale = 1.0 / (1.0 - kwargs.get("dropout_p", 0.0))
-    G = (dO @ np.swapaxes(V, -1, -2)) * keep_scale
-    Gbar = (np.abs(Pd) * G).sum(axis=-1)
-    M = np.abs(P) * (G + Gbar[..., None])
-    W = G + Gbar[..., None] + 1.0  # underflow floor weights
-    b_dq = sc * (M @ K) * (eps_s + (nk + 3) * U)[..., None] + ETA * (sc * (W @ K) + nk + 1)
-    eps_s_max = eps_s.max(axis=-1, keepdims=True)[..., None]
-    eps_p_max = eps_p.max(axis=-1, keepdims=True)[..., None]
-    b_dk = (sc * (np.swapaxes(M, -1, -2) @ Q) * (eps_s_max + (p.group * nq + 3) * U)
-            + ETA * (sc * (np.swapaxes(W, -1, -2) @ Q) + p.group * nq + 1))
-    b_dv = (np.swapaxes(np.abs(Pd), -1, -2) @ dO) * (eps_p_max + (p.group * nq + 3) * U)
-    b_dv = b_dv + ETA * (dO.sum(axis=-2, keepdims=True) + p.group * nq + 1)
-    return SLACK * b_dq, SLACK * reduce_kv(b_dk, p.group), SLACK * reduce_kv(b_dv, p.group)
-
-
-def provisional_softmax_bound(x):
-    """PROVISIONAL worst-case bound on |float64 softmax - exact| per entry and on |LSE - exact| per row.
-
-    With kappa = max |x_j| over finite entries of the row and n its length: every variant (safe, online,
-    tiled, naive below overflow) computes exp(x_j - m) with argument rounding u |x_j - m| <= 2 u kappa and
-    exp rounding 2u; the online recurrences rescale d' by exp(m_old - m_new) at most n times (the
-    arguments telescope to <= 2 kappa, plus 3u per step); the sum adds n u and the division u, the oracle's
-    rounding u. So |da_j| <= u (4 kappa + 5 n + 6) a_j and |dLSE| <= u (4 kappa + 2 n + 6 + 2 |LSE|).
-    Underflow: a weight in the subnormal range is accurate to ETA only (absolute; the denominator is >= 1),
-    adding ETA (n + 2) to |da_j|.
-    """
-    from reference.softmax import logsumexp, safe_softmax
-
-    x = np.asarray(x, float)
-    kappa = np.where(np.isfinite(x), np.abs(x), 0.0).max(axis=-1, keepdims=True)
-    n = x.shape[-1]
-    a = safe_softmax(x)
-    lse = logsumexp(x)
-    lse_mag = np.abs(np.where(np.isfinite(lse), lse, 0.0))
-    return (SLACK * (U * (4 * kappa + 5 * n + 6) * a + ETA * (n + 2)) * np.isfinite(lse)[..., None],
-            np.where(np.isfinite(lse), SLACK * U * (4 * kappa[..., 0] + 2 * n + 6 + 2 * lse_mag), 0.0))
-
-
-def provisional_row_bound(x, v):
-    """PROVISIONAL worst-case bound on |row recurrence - exact| (o'_N), per output entry.
-
-    Each step i rescales o'_{i-1} by d'_{i-1} alpha / d'_i (<= 1) and adds e^{x_i - m_i} V[i] / d'_i: about 6
-    roundings relative to the running magnitude sum_{j<=i} a^(i)_j |V[j]|; later rescalings shrink an
-    error made at step i exactly as they shrink that magnitude, which ends as sum_j a_j |V[j]|. The alpha
-    arguments telescope (<= 2 u kappa in total), and the exp arguments of the new terms err by <= 2 u kappa.
-    So |do'_N| <= u (6 kappa + 8 n + 10) sum_j a_j |V[j]|, plus the underflow floor ETA (sum_j |V[j]| + 2 n)
-    (subnormal weights and products are accurate to ETA absolutely; d' >= 1 once a maximum was seen).
-    """
-    from reference.softmax import safe_softmax
-
-    x = np.asarray(x, float)
-    kappa = np.where(np.isfinite(x), np.abs(x), 0.0).max(axis=-1)
-    n = x.shape[-1]
-    a = safe_softmax(x)
-    v = np.abs(np.asarray(v, float))
-    floor = ETA * (v.sum(axis=-2) + 2 * n)
-    bound = SLACK * (U * (6 * kappa + 8 * n + 10)[..., None] * np.einsum("...j,...jc->...c", a, v) + floor)
-    return bound * np.isfinite(x).any(axis=-1)[..., None]
-
-
-# ---- bound selection ----------------------------------------------------------------------------------
-
-def _proofs_reference_bound():
-    try:
-        from proofs.bounds import reference_bound
-    except ImportError:
-        return None
-    return reference_bound
-
-
-PROOFS_KWARGS = ("scale", "causal", "window", "mask", "bias")
-
-
-def _proofs_call(args, kwargs):
-    """proofs.bounds.reference_bound(*args, **kwargs), or None when it is missing, not finished
-    (NotImplementedError) or the case uses an option it does not model (dropout)."""
-    fn = _proofs_reference_bound()
-    if fn is None or any(k not in PROOFS_KWARGS for k in kwargs if kwargs[k] is not None and k != "dropout_p"):
-        return None
-    if kwargs.get("dropout_p", 0.0):
-        return None
-    try:
-        return fn(*args, **{k: v for k, v in kwargs.items() if k in PROOFS_KWARGS})
-    except NotImplementedError:
-        return None
+def _geometry(kwargs: dict) -> dict:
+    """The keyword arguments reference_bound takes (dropout is absent or p = 0 when it is called)."""
+    return {k_: v_ for k_, v_ in kwargs.items() if k_ in ("scale", "causal", "window", "mask", "bias")}
 
 
 def reference_bounds(q, k, v, **kwargs):
-    """(bound_o, bound_lse, source) of the float64 forward references against the exact result."""
-    b = _proofs_call((q, k, v), kwargs)
-    if b is not None:
-        return np.asarray(b.o), np.asarray(b.lse), "proofs.bounds.reference_bound"
-    return (*provisional_forward_bound(q, k, v, **kwargs), "PROVISIONAL tests.reference_strategies")
+    """(bound_o, bound_lse, source) of the float64 forward references against the exact result:
+    proofs.bounds.reference_bound, or proofs.reference_bounds.dropout_attention_bound with dropout
+    (which reference_bound does not model)."""
+    if kwargs.get("dropout_p"):
+        from proofs.reference_bounds import dropout_attention_bound
+
+        b = dropout_attention_bound(q, k, v, **kwargs)
+        return b.o, b.lse, "proofs.reference_bounds.dropout_attention_bound"
+    from proofs.bounds import reference_bound
+
+    b = reference_bound(q, k, v, **_geometry(kwargs))
+    return np.asarray(b.o), np.asarray(b.lse), "proofs.bounds.reference_bound"
 
 
 def reference_backward_bounds(q, k, v, do, **kwargs):
-    """(bound_dq, bound_dk, bound_dv, source) of the float64 backward references against the exact result."""
-    b = _proofs_call((q, k, v, do), kwargs)
-    if b is not None:
-        return np.asarray(b.dq), np.asarray(b.dk), np.asarray(b.dv), "proofs.bounds.reference_bound"
-    return (*provisional_backward_bound(q, k, v, do, **kwargs), "PROVISIONAL tests.reference_strategies")
+    """(bound_dq, bound_dk, bound_dv, source) of the float64 backward references (as reference_bounds)."""
+    if kwargs.get("dropout_p"):
+        from proofs.reference_bounds import dropout_attention_backward_bound
+
+        b = dropout_attention_backward_bound(q, k, v, do, **kwargs)
+        return b.dq, b.dk, b.dv, "proofs.reference_bounds.dropout_attention_backward_bound"
+    from proofs.bounds import reference_bound
+
+    b = reference_bound(q, k, v, do, **_geometry(kwargs))
+    return np.asarray(b.dq), np.asarray(b.dk), np.asarray(b.dv), "proofs.bounds.reference_bound"
 
 
 # ---- comparison ----------------------------------------------------------------------------------------

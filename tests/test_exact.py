@@ -6,11 +6,11 @@ from hypothesis import given, note
 
 from reference import attention, logsumexp, safe_softmax, standard_attention_backward
 from reference.exact import exact_attention, exact_attention_backward, exact_logsumexp, exact_softmax
+from proofs.reference_bounds import softmax_bound
 from tests.reference_strategies import (
     assert_within,
     logit_rows,
     note_comparison,
-    provisional_softmax_bound,
     reference_backward_bounds,
     reference_bounds,
     reference_cases,
@@ -40,7 +40,8 @@ def test_standard_backward_is_within_the_reference_bound_of_exact(case):
 
 @given(logit_rows(max_n=8))
 def test_safe_softmax_and_logsumexp_are_within_bound_of_exact(x):
-    b_a, b_lse = provisional_softmax_bound(x)
+    b = softmax_bound(x)
+    b_a, b_lse = b.a, b.lse
     with strict_fp():
         a, lse = safe_softmax(x), logsumexp(x)
     worst = {"a": assert_within("softmax", a, exact_softmax(x), b_a),
@@ -82,13 +83,15 @@ def _bias_cancellation_case():
     return q, k, v, {"bias": rng.standard_normal((1, 1, 3, 1)) * 1e4}
 
 
-def test_bias_cancellation_is_within_the_provisional_bound():
-    from tests.reference_strategies import provisional_forward_bound
+def test_bias_cancellation_is_within_the_dropout_bound():
+    """The same case through proofs.reference_bounds (which charges the product's rounding on kappa)."""
+    from proofs.reference_bounds import dropout_attention_bound
 
     q, k, v, kw = _bias_cancellation_case()
     o, lse = attention(q, k, v, **kw)
     o_x, lse_x = exact_attention(q, k, v, **kw)
-    b_o, b_lse = provisional_forward_bound(q, k, v, **kw)
+    b = dropout_attention_bound(q, k, v, **kw)
+    b_o, b_lse = b.o, b.lse
     assert_within("o", o, o_x, b_o)
     assert_within("lse", lse, lse_x, b_lse)
 

@@ -63,6 +63,20 @@ def test_fit_recovers_a_planted_accumulation_model(model):
         assert probe.bound_ratio(c, P, coarse, exact, model).max() > 1.0
 
 
+def test_numpy_exp_log_are_within_one_ulp():
+    """The libm hypothesis of proofs/reference_bounds (float64 exp and log <= 1 ulp), measured on this
+    machine's NumPy against long double (64-bit significand: its own error ~2^-63 relative)."""
+    if np.finfo(np.longdouble).nmant < 63:
+        pytest.skip("long double is not x87 extended here: no cheap reference")
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(-745, 709, 200_000), rng.uniform(-1, 1, 100_000), -rng.exponential(30, 100_000)])
+    for f, args in ((np.exp, x), (np.log, np.exp(rng.uniform(-700, 700, 200_000)))):
+        y, ref = f(args), f(args.astype(np.longdouble))
+        normal = np.abs(ref) >= np.finfo(np.float64).tiny
+        ulps = np.abs(y.astype(np.longdouble) - ref) / np.spacing(np.abs(y)).astype(np.longdouble)
+        assert ulps[normal].max() <= 1.0, f"{f.__name__}: {float(ulps[normal].max()):.3f} ulp"
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_fresh_probe_does_not_exceed_the_constants(tmp_path):

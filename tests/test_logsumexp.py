@@ -4,14 +4,15 @@ from hypothesis import given, note
 
 from reference import logsumexp, tiled_online_softmax
 from reference.exact import exact_logsumexp
-from tests.reference_strategies import assert_within, logit_rows, provisional_softmax_bound, strict_fp
+from tests.reference_strategies import assert_within, logit_rows, strict_fp
+from proofs.reference_bounds import softmax_bound
 
 
 @given(logit_rows())
 def test_logsumexp_is_within_bound_of_exact(x):
     with strict_fp():
         lse = logsumexp(x)
-    worst = assert_within("logsumexp", lse, exact_logsumexp(x), provisional_softmax_bound(x)[1])
+    worst = assert_within("logsumexp", lse, exact_logsumexp(x), softmax_bound(x).lse)
     note(f"x={x!r} worst |err|/bound={worst:.3g}")
 
 
@@ -30,4 +31,4 @@ def test_lse_is_the_final_tile_state():
     x = np.random.default_rng(0).standard_normal((2, 7)) * 30
     _, states = tiled_online_softmax(x, 3, return_states=True)
     m, l = states[-1]
-    assert_within("m + log l", m + np.log(l), logsumexp(x), 2 * provisional_softmax_bound(x)[1])
+    assert_within("m + log l", m + np.log(l), logsumexp(x), 2 * softmax_bound(x).lse)

@@ -6,7 +6,8 @@ from hypothesis import example, given, note
 
 from reference import online_softmax, safe_softmax
 from reference.exact import exact_softmax
-from tests.reference_strategies import assert_within, logit_rows, provisional_softmax_bound, strict_fp
+from tests.reference_strategies import assert_within, logit_rows, strict_fp
+from proofs.reference_bounds import softmax_bound
 
 
 @given(logit_rows())
@@ -14,14 +15,14 @@ from tests.reference_strategies import assert_within, logit_rows, provisional_so
 def test_online_softmax_is_within_bound_of_exact(x):
     with strict_fp():  # (-inf) - (-inf) reaching exp would raise here
         a = online_softmax(x)
-    worst = assert_within("online_softmax", a, exact_softmax(x), provisional_softmax_bound(x)[0])
+    worst = assert_within("online_softmax", a, exact_softmax(x), softmax_bound(x).a)
     note(f"x={x!r} worst |err|/bound={worst:.3g}")
 
 
 @given(logit_rows())
 def test_online_softmax_agrees_with_safe_softmax(x):
     with strict_fp():
-        assert_within("online vs safe", online_softmax(x), safe_softmax(x), 2 * provisional_softmax_bound(x)[0])
+        assert_within("online vs safe", online_softmax(x), safe_softmax(x), 2 * softmax_bound(x).a)
 
 
 def test_d_prime_is_the_denominator_of_the_prefix_at_every_step():

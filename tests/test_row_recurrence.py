@@ -4,7 +4,8 @@ from hypothesis import given, note
 
 from reference import attention, row_recurrence, safe_softmax
 from reference.exact import exact_attention
-from tests.reference_strategies import assert_within, logit_rows, provisional_row_bound, strict_fp
+from tests.reference_strategies import assert_within, logit_rows, strict_fp
+from proofs.reference_bounds import row_recurrence_bound
 
 
 def _values(x, seed):
@@ -25,7 +26,7 @@ def test_row_recurrence_is_within_bound_of_exact(x):
     v = _values(x, 0)
     with strict_fp():
         o = row_recurrence(x, v)
-    worst = assert_within("row_recurrence", o, _exact_row(x, v), provisional_row_bound(x, v))
+    worst = assert_within("row_recurrence", o, _exact_row(x, v), row_recurrence_bound(x, v))
     note(f"x={x!r} worst |err|/bound={worst:.3g}")
 
 
@@ -36,7 +37,7 @@ def test_every_state_is_the_attention_output_of_its_prefix(x):
         _, states = row_recurrence(x, v, return_states=True)
     for i, state in enumerate(states, start=1):
         prefix = np.einsum("rj,rjc->rc", safe_softmax(x[:, :i]), v[:, :i])
-        bound = provisional_row_bound(x[:, :i], v[:, :i])
+        bound = row_recurrence_bound(x[:, :i], v[:, :i])
         assert_within(f"o'_{i}", state.o, prefix, 2 * bound)
 
 
@@ -45,4 +46,4 @@ def test_matches_attention_for_one_query():
     q, k, v = rng.standard_normal((1, 1, 1, 4)), rng.standard_normal((1, 1, 6, 4)), rng.standard_normal((1, 1, 6, 2))
     o, _ = attention(q, k, v, scale=1.0)
     x = (q[0, 0] @ k[0, 0].T)
-    assert_within("o", row_recurrence(x, v[0, 0][None]), o[0, 0], 2 * provisional_row_bound(x, v[0, 0][None]))
+    assert_within("o", row_recurrence(x, v[0, 0][None]), o[0, 0], 2 * row_recurrence_bound(x, v[0, 0][None]))

@@ -4,14 +4,15 @@ from hypothesis import given, note
 
 from reference import safe_softmax
 from reference.exact import exact_softmax
-from tests.reference_strategies import assert_within, logit_rows, provisional_softmax_bound, strict_fp
+from tests.reference_strategies import assert_within, logit_rows, strict_fp
+from proofs.reference_bounds import softmax_bound
 
 
 @given(logit_rows())
 def test_safe_softmax_is_within_bound_of_exact(x):
     with strict_fp():
         a = safe_softmax(x)
-    worst = assert_within("safe_softmax", a, exact_softmax(x), provisional_softmax_bound(x)[0])
+    worst = assert_within("safe_softmax", a, exact_softmax(x), softmax_bound(x).a)
     note(f"x={x!r} worst |err|/bound={worst:.3g}")
 
 
