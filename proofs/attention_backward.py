@@ -15,40 +15,60 @@ STATEMENT = (
     "dQ = dL/dQ, dK = dL/dK, dV = dL/dV of the standard backward through J_softmax."
 )
 
-NQ, NK = 2, 3
+NQ, NK, D, DV = 2, 3, 3, 2  # d > 1 and dv != d: a transposed or shifted index changes the result
 
 
-def check_symbolic() -> None:
-    """Nq = 2, Nk = 3, d = dv = 1, blocks of 1 query x {2, 1} keys, all symbolic."""
-    sc = sp.Symbol("scale", positive=True)
-    q = sp.symbols(f"q_1:{NQ + 1}", real=True)
-    k = sp.symbols(f"k_1:{NK + 1}", real=True)
-    v = sp.symbols(f"v_1:{NK + 1}", real=True)
-    dO = sp.symbols(f"dO_1:{NQ + 1}", real=True)
-    S = [[sc * q[i] * k[j] for j in range(NK)] for i in range(NQ)]
-    Z = [sum(sp.exp(S[i][j]) for j in range(NK)) for i in range(NQ)]
-    O = [sum(sp.exp(S[i][j]) / Z[i] * v[j] for j in range(NK)) for i in range(NQ)]
-    L = sum(dO[i] * O[i] for i in range(NQ))
-    # standard backward = autodiff of L
-    dq_std = [sp.diff(L, x) for x in q]
-    dk_std = [sp.diff(L, x) for x in k]
-    dv_std = [sp.diff(L, x) for x in v]
-    # FA2 double loop
-    lse = [sp.log(Z[i]) for i in range(NQ)]
-    delta = [dO[i] * O[i] for i in range(NQ)]
-    dq, dk, dv = [0] * NQ, [0] * NK, [0] * NK
-    for block in ([0, 1], [2]):  # outer: K/V blocks
-        for i in range(NQ):  # inner: Q blocks of 1
+def fa2_double_loop(S, lse, delta, q, k, v, dO, sc, blocks):
+    """The FA2 backward double loop on lists of symbols (outer: K/V blocks, inner: query rows)."""
+    nq, nk, d, dv = len(q), len(k), len(q[0]), len(v[0])
+    dq = [[0] * d for _ in range(nq)]
+    dk = [[0] * d for _ in range(nk)]
+    dvv = [[0] * dv for _ in range(nk)]
+    for block in blocks:  # outer: K/V blocks
+        for i in range(nq):  # inner: Q blocks of 1
             for j in block:
                 P = sp.exp(S[i][j] - lse[i])  # Lemma 8
-                dv[j] += P * dO[i]
-                dP = dO[i] * v[j]
+                dP = sum(dO[i][c] * v[j][c] for c in range(dv))
                 dS = P * (dP - delta[i])  # Lemma 9
-                dq[i] += sc * dS * k[j]  # accumulated across K/V blocks
-                dk[j] += sc * dS * q[i]
-    for name, a, b in (("dQ", dq, dq_std), ("dK", dk, dk_std), ("dV", dv, dv_std)):
-        for x, y in zip(a, b):
-            assert_symbolic_zero(sp.simplify(x - y), f"{name}: double loop = standard backward")
+                for c in range(dv):
+                    dvv[j][c] += P * dO[i][c]
+                for c in range(d):
+                    dq[i][c] += sc * dS * k[j][c]  # accumulated across K/V blocks
+                    dk[j][c] += sc * dS * q[i][c]
+    return dq, dk, dvv
+
+
+def check_symbolic(double_loop=fa2_double_loop) -> None:
+    """Nq = 2, Nk = 3, d = 3, dv = 2, every entry its own symbol, blocks of 1 query x {2, 1} keys: the
+    double loop against autodiff of L = sum dO o O. Expanded (exp(S - log Z) = exp(S) / Z, exp of a
+    sum = product of exps), both sides are rational in the exps of the products q_ic k_jc, so the
+    comparison is an exact identity of rational functions."""
+    sc = sp.Symbol("scale", positive=True)
+    q = [[sp.Symbol(f"q_{i}{c}", real=True) for c in range(D)] for i in range(NQ)]
+    k = [[sp.Symbol(f"k_{j}{c}", real=True) for c in range(D)] for j in range(NK)]
+    v = [[sp.Symbol(f"v_{j}{c}", real=True) for c in range(DV)] for j in range(NK)]
+    dO = [[sp.Symbol(f"dO_{i}{c}", real=True) for c in range(DV)] for i in range(NQ)]
+    S = [[sc * sum(q[i][c] * k[j][c] for c in range(D)) for j in range(NK)] for i in range(NQ)]
+    Z = [sum(sp.exp(S[i][j]) for j in range(NK)) for i in range(NQ)]
+    O = [[sum(sp.exp(S[i][j]) / Z[i] * v[j][c] for j in range(NK)) for c in range(DV)] for i in range(NQ)]
+    L = sum(dO[i][c] * O[i][c] for i in range(NQ) for c in range(DV))
+    std = ([[sp.diff(L, x) for x in row] for row in q], [[sp.diff(L, x) for x in row] for row in k],
+           [[sp.diff(L, x) for x in row] for row in v])
+    lse = [sp.log(Z[i]) for i in range(NQ)]
+    delta = [sum(dO[i][c] * O[i][c] for c in range(DV)) for i in range(NQ)]
+    fa2 = double_loop(S, lse, delta, q, k, v, dO, sc, ([0, 1], [2]))
+    # a point where any error shows at once (50 digits), before the exact check (slow on a non-identity)
+    point = {x: sp.Rational(3 + 2 * n, 7 + n) for n, x in enumerate(sorted(L.free_symbols, key=sp.default_sort_key))}
+    for name, a, b in zip(("dQ", "dK", "dV"), fa2, std):
+        for r, (row_a, row_b) in enumerate(zip(a, b)):
+            for c, (x, y) in enumerate(zip(row_a, row_b)):
+                at = sp.N(sp.sympify(x - y).xreplace(point), 50)
+                if abs(at) > sp.Float(10) ** -40:
+                    raise AssertionError(f"{name}[{r}][{c}]: double loop != standard backward, differ by {at:.3e} "
+                                         f"at a rational point")
+                diff = sp.cancel(sp.together(sp.expand(sp.sympify(x - y))))
+                if diff != 0:
+                    raise AssertionError(f"{name}[{r}][{c}]: double loop != standard backward, residual {diff}")
 
 
 def check_numeric() -> None:

@@ -70,6 +70,39 @@ def assert_symbolic_zero(expr, what: str) -> None:
         raise AssertionError(f"{what}: not a symbolic identity, residual {sp.simplify(expr)}")
 
 
+def _pull_constants(expr):
+    """Each Sum(f, (j, lo, hi)) as sum_k c_k Sum(g_k): the factors of f not involving j taken out."""
+    import sympy as sp
+
+    def one(total):
+        (j, lo, hi), = total.limits
+        out = 0
+        for term in sp.Add.make_args(sp.expand(sp.powsimp(total.function), power_exp=True, mul=True)):
+            factors = sp.Mul.make_args(term)
+            out += sp.Mul(*[f for f in factors if not f.has(j)]) * sp.Sum(sp.Mul(*[f for f in factors if f.has(j)]),
+                                                                       (j, lo, hi))
+        return out
+
+    return expr.replace(lambda e: isinstance(e, sp.Sum), one)
+
+
+def assert_sum_identity(expr, what: str) -> None:
+    """expr, built from sums over index ranges of symbolic length, is 0 for every value of the summands:
+    constants are taken out of each sum, then every distinct sum (its summand and range) becomes an
+    independent positive symbol and the rest must simplify to 0. Stronger than needed (it ignores
+    relations between the sums), so a pass is a proof; a range that overlaps or misses keys is a
+    different symbol and fails."""
+    import sympy as sp
+
+    e = _pull_constants(expr)
+    sums = sorted(e.atoms(sp.Sum), key=sp.default_sort_key)
+    atoms = {t: sp.Symbol(f"Sigma_{i}", positive=True) for i, t in enumerate(sums)}
+    residual = sp.simplify(e.xreplace(atoms))
+    if residual != 0:
+        raise AssertionError(f"{what}: not an identity over symbolic tile sizes, residual {residual} "
+                             f"with {', '.join(f'{v} = {k}' for k, v in atoms.items())}")
+
+
 def floats(x) -> np.ndarray:
     """A (nested) list of mpf as a float64 array: the values a float64 reference receives."""
     return np.array(x, dtype=np.float64) if isinstance(x, np.ndarray) else np.array(

@@ -15,15 +15,23 @@ STATEMENT = (
 )
 
 
-def check_symbolic() -> None:
-    m_prev, m_i, x_i, x_1 = sp.symbols("m_{i-1} m_i x_i x_1", real=True)
+def online_step(m_prev, d_prev, x_i):
+    """One step of the recurrence (the reference's algorithm, symbolically)."""
+    m_i = sp.Max(m_prev, x_i)
+    return m_i, d_prev * sp.exp(m_prev - m_i) + sp.exp(x_i - m_i)
+
+
+def check_symbolic(step=online_step) -> None:
+    """Base case: the recurrence run from its initial state (m_0 = -inf, d'_0 = 0) on x_1 against the
+    definition sum_{j<=1} exp(x_j - m_1). Inductive step: d'_{i-1} = S_{i-1} e^{-m_{i-1}} gives
+    d'_i = (S_{i-1} + e^{x_i}) e^{-m_i} with m_i = max(m_{i-1}, x_i) as the step computes it."""
+    x_1, x_i, m_prev = sp.symbols("x_1 x_i m_{i-1}", real=True)
+    m_1, d_1 = step(-sp.oo, sp.Integer(0), x_1)
+    if sp.simplify(m_1 - x_1) != 0:
+        raise AssertionError(f"base case: m_1 = {m_1}, expected x_1")
+    assert_symbolic_zero(d_1 - sp.exp(x_1 - m_1), "base case: d'_1 = sum_{j<=1} exp(x_j - m_1)")
     S_prev = sp.Symbol("S_{i-1}", positive=True)  # sum_{j<i} e^{x_j}
-    # base case i = 1: m_1 = x_1, d'_1 = 0 * e^{...} + e^{x_1 - m_1} = 1 = sum_{j<=1} e^{x_j - m_1}
-    d1 = 0 + sp.exp(x_1 - x_1)
-    assert_symbolic_zero(d1 - sp.exp(x_1 - x_1), "base case")
-    # inductive step: d'_{i-1} = S_{i-1} e^{-m_{i-1}}  =>  d'_i = (S_{i-1} + e^{x_i}) e^{-m_i}
-    d_prev = S_prev * sp.exp(-m_prev)
-    d_i = d_prev * sp.exp(m_prev - m_i) + sp.exp(x_i - m_i)
+    m_i, d_i = step(m_prev, S_prev * sp.exp(-m_prev), x_i)
     assert_symbolic_zero(d_i - (S_prev + sp.exp(x_i)) * sp.exp(-m_i), "inductive step")
 
 

@@ -16,28 +16,40 @@ STATEMENT = (
 )
 
 
-def check_symbolic() -> None:
-    m_prev, m_t = sp.symbols("m_{t-1} m_t", real=True)
-    S_prev = sp.Symbol("S_{t-1}", positive=True)
-    xs = sp.symbols("x_1:4", real=True)  # a tile of 3
-    # base case t = 1: l_1 = sum_{j in tile 1} e^{x_j - m_1}, the definition (l_0 = 0)
-    # inductive step: l_{t-1} = S_{t-1} e^{-m_{t-1}}  =>  l_t = (S_{t-1} + sum_tile e^{x_j}) e^{-m_t}
-    l_t = S_prev * sp.exp(-m_prev) * sp.exp(m_prev - m_t) + sum(sp.exp(x - m_t) for x in xs)
-    assert_symbolic_zero(l_t - (S_prev + sum(sp.exp(x) for x in xs)) * sp.exp(-m_t), "inductive step")
-    # decomposition over two concatenated blocks of 2, with arbitrary shifts m1, m2, m
-    a = sp.symbols("a_1:3", real=True)
-    b = sp.symbols("b_1:3", real=True)
+J = sp.Idx("j")
+X = sp.IndexedBase("x", real=True)
+
+
+def tile_step(m_prev, l_prev, lo, hi, M):
+    """One tile (keys lo..hi, their max M) of the recurrence: (m_t, l_t)."""
+    m_t = sp.Max(m_prev, M)
+    return m_t, l_prev * sp.exp(m_prev - m_t) + sp.Sum(sp.exp(X[J] - m_t), (J, lo, hi))
+
+
+def check_symbolic(step=tile_step) -> None:
+    """Tiles of symbolic sizes a and b. Base case: one tile from the initial state (m_0 = -inf,
+    l_0 = 0) gives l_1 = sum_{j<=a} e^{x_j - m_1}; then a second tile gives l_2 = sum over keys
+    1..a+b (the disjoint union of the two tiles) of e^{x_j - m_2}: the inductive step for any sizes.
+    Then the decomposition of softmax over two concatenated blocks, general sizes and shifts."""
+    from proofs.instances import assert_sum_identity
+
+    a, b = sp.symbols("a b", integer=True, positive=True)
+    M1, M2 = sp.symbols("M_1 M_2", real=True)
+    m_1, l_1 = step(-sp.oo, sp.Integer(0), 1, a, M1)
+    assert_sum_identity(l_1 - sp.Sum(sp.exp(X[J] - m_1), (J, 1, a)), "base case: l_1 over tile 1")
+    m_2, l_2 = step(m_1, l_1, a + 1, a + b, M2)
+    both = sp.Sum(sp.exp(X[J] - m_2), (J, 1, a)) + sp.Sum(sp.exp(X[J] - m_2), (J, a + 1, a + b))
+    assert_sum_identity(l_2 - both, "inductive step: l_2 over tiles of sizes a and b")
+    # decomposition over blocks 1..a and a+1..a+b with arbitrary shifts m1, m2, m; entry j of each block
     m1, m2, m = sp.symbols("m1 m2 m", real=True)
-    l1 = sum(sp.exp(t - m1) for t in a)
-    l2 = sum(sp.exp(t - m2) for t in b)
+    l1 = sp.Sum(sp.exp(X[J] - m1), (J, 1, a))
+    l2 = sp.Sum(sp.exp(X[J] - m2), (J, a + 1, a + b))
     den = sp.exp(m1 - m) * l1 + sp.exp(m2 - m) * l2
-    full = sum(sp.exp(t) for t in a + b)
-    for t in a:
-        lhs = sp.exp(m1 - m) * l1 * (sp.exp(t - m1) / l1) / den
-        assert_symbolic_zero(sp.simplify(lhs - sp.exp(t) / full), "decomposition, block 1")
-    for t in b:
-        lhs = sp.exp(m2 - m) * l2 * (sp.exp(t - m2) / l2) / den
-        assert_symbolic_zero(sp.simplify(lhs - sp.exp(t) / full), "decomposition, block 2")
+    full = sp.Sum(sp.exp(X[J]), (J, 1, a)) + sp.Sum(sp.exp(X[J]), (J, a + 1, a + b))
+    x_k = sp.Symbol("x_k", real=True)  # any key of block 1 (block 2: the same with m2, l2)
+    for mb, lb in ((m1, l1), (m2, l2)):
+        lhs = sp.exp(mb - m) * lb * (sp.exp(x_k - mb) / lb) / den
+        assert_sum_identity(lhs - sp.exp(x_k) / full, "decomposition")
 
 
 def tiled(x, block):

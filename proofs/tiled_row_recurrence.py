@@ -16,21 +16,45 @@ STATEMENT = (
 )
 
 
-def check_symbolic() -> None:
-    m_prev, m_t = sp.symbols("m_{t-1} m_t", real=True)
+J = sp.Idx("j")
+X = sp.IndexedBase("x", real=True)
+V = sp.IndexedBase("V", real=True)
+
+
+def tile_step(state, lo, hi, M):
+    """One tile (keys lo..hi, max M) of the normalized recurrence: (m, d', o') -> (m_t, d'_t, o'_t)."""
+    m, d, o = state
+    m_t = sp.Max(m, M)
+    alpha = sp.exp(m - m_t)
+    d_t = d * alpha + sp.Sum(sp.exp(X[J] - m_t), (J, lo, hi))
+    return m_t, d_t, o * d * alpha / d_t + sp.Sum(sp.exp(X[J] - m_t) * V[J], (J, lo, hi)) / d_t
+
+
+def check_symbolic(step=tile_step) -> None:
+    """Tiles of symbolic sizes a and b. Base case: one tile from the initial state (m = -inf, d' = 0,
+    o' = 0) against the definition softmax(x_1..a) V = sum e^{x_j} V_j / sum e^{x_j} (unshifted).
+    Inductive step, any sizes: a second tile gives softmax(x_1..a+b) V over the union of the tiles.
+    And o'_t = O_t / d'_t with the unnormalized O_t = O_{t-1} e^{m_{t-1} - m_t} + tile sum."""
+    from proofs.instances import assert_sum_identity
+
+    a, b = sp.symbols("a b", integer=True, positive=True)
+    M1, M2 = sp.symbols("M_1 M_2", real=True)
+
+    def softmax_v(parts):
+        num = sum(sp.Sum(sp.exp(X[J]) * V[J], (J, lo, hi)) for lo, hi in parts)
+        return num / sum(sp.Sum(sp.exp(X[J]), (J, lo, hi)) for lo, hi in parts)
+
+    s1 = step((-sp.oo, sp.Integer(0), sp.Integer(0)), 1, a, M1)
+    assert_sum_identity(s1[2] - softmax_v([(1, a)]), "base case: o'_1 = softmax(x_1..a) V")
+    s2 = step(s1, a + 1, a + b, M2)
+    assert_sum_identity(s2[2] - softmax_v([(1, a), (a + 1, a + b)]), "inductive step: tiles of sizes a, b")
+    # normalize-at-end: with o'_{t-1} = O_{t-1} / d'_{t-1}, the step gives O_t / d'_t
+    m_prev, M = sp.symbols("m_{t-1} M", real=True)
     O_prev = sp.Symbol("O_{t-1}", real=True)
     d_prev = sp.Symbol("d'_{t-1}", positive=True)
-    xs = sp.symbols("x_1:3", real=True)  # a tile of 2
-    vs = sp.symbols("V_1:3", real=True)
-    # base case t = 1 (O_0 = 0, d'_0 = 0): o'_1 = sum_tile e^{x-m} V / d'_1 = O_1 / d'_1 by definition
-    d_t = d_prev * sp.exp(m_prev - m_t) + sum(sp.exp(x - m_t) for x in xs)
-    tile = sum(sp.exp(x - m_t) * v for x, v in zip(xs, vs))
-    O_t = O_prev * sp.exp(m_prev - m_t) + tile
-    # inductive step: o'_{t-1} = O_{t-1} / d'_{t-1}  =>  o'_t = O_t / d'_t
-    o_t = (O_prev / d_prev) * d_prev * sp.exp(m_prev - m_t) / d_t + tile / d_t
-    assert_symbolic_zero(sp.simplify(o_t - O_t / d_t), "inductive step")
-    o_1 = tile.subs(m_t, m_t) / sum(sp.exp(x - m_t) for x in xs)
-    assert_symbolic_zero(sp.simplify(o_1 - tile / sum(sp.exp(x - m_t) for x in xs)), "base case")
+    m_t, d_t, o_t = step((m_prev, d_prev, O_prev / d_prev), a + 1, a + b, M)
+    O_t = O_prev * sp.exp(m_prev - m_t) + sp.Sum(sp.exp(X[J] - m_t) * V[J], (J, a + 1, a + b))
+    assert_sum_identity(o_t - O_t / d_t, "o'_t = O_t / d'_t")
 
 
 def both(x, V, block):
