@@ -184,7 +184,7 @@ def plan_cases(kernel_name: str, dtype: str, sweep: Sweep) -> list:
 def _resolve(target, parts, supports):
     if not isinstance(target, str):  # an object already following the KernelUnderTest API
         return target
-    resolve, why = parts["kernels.adapters"]
+    resolve, why = parts["flashcheck.adapters"]
     if resolve is None:
         raise RuntimeError(why)
     return resolve(target, supports=supports) if supports else resolve(target)

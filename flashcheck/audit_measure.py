@@ -1,7 +1,7 @@
 """One measurement of the audit: run a kernel on one input, compare with the float64 reference
 computed from the exact values the kernel received, and set the error next to the derived bound.
 
-Other parts are imported lazily (kernels.adapters, reference, proofs.bounds) so that the audit
+Other parts are imported lazily (flashcheck.adapters, reference, proofs.bounds) so that the audit
 still reports what it can, with the reason, when one of them is missing or broken.
 """
 from __future__ import annotations
@@ -65,8 +65,8 @@ def components() -> dict:
     empty; the report header names what was missing.
     """
     found = {}
-    adapters, why = _import("kernels.adapters")
-    found["kernels.adapters"] = (adapters.resolve if adapters else None, why or "")
+    adapters, why = _import("flashcheck.adapters")
+    found["flashcheck.adapters"] = (adapters.resolve if adapters else None, why or "")
     reference, why = _import("reference")
     if reference is not None and not hasattr(reference, "attention_backward"):
         reference, why = None, "reference.attention_backward is not there yet"

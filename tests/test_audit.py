@@ -25,7 +25,7 @@ def _quick_audit(tmp_path, targets, **sweep_changes):
 
 @pytest.fixture(scope="module")
 def math_report(tmp_path_factory):
-    pytest.importorskip("kernels.adapters", reason="kernels.adapters (the kernel resolver) missing")
+    pytest.importorskip("flashcheck.adapters", reason="flashcheck.adapters (the kernel resolver) missing")
     out = tmp_path_factory.mktemp("audit")
     return out, *_quick_audit(out, ["torch-sdpa-math"])
 
@@ -70,7 +70,7 @@ def test_audit_correct_kernel_stays_within_its_bound(math_report):
 
 
 def test_audit_flags_a_planted_bug_above_its_bound(tmp_path):
-    pytest.importorskip("kernels.adapters", reason="kernels.adapters (the kernel resolver) missing")
+    pytest.importorskip("flashcheck.adapters", reason="flashcheck.adapters (the kernel resolver) missing")
     pytest.importorskip("proofs.bounds", reason="proofs.bounds (the error bounds) missing")
     target = f"{__file__}:shifted_output_kernel"
     report, data = _quick_audit(tmp_path, [target], dtypes=("float32",), Ns=(16,),
@@ -83,7 +83,7 @@ def test_audit_flags_a_planted_bug_above_its_bound(tmp_path):
 
 
 def test_audit_published_figure_table_reports_output_and_dq_errors(tmp_path):
-    pytest.importorskip("kernels.adapters", reason="kernels.adapters (the kernel resolver) missing")
+    pytest.importorskip("flashcheck.adapters", reason="flashcheck.adapters (the kernel resolver) missing")
     report, _ = _quick_audit(tmp_path, ["torch-sdpa-math"], dtypes=("bfloat16",),
                              parts=("published",), published=True, published_shape=(1, 1, 32, 16))
     assert {(r["case"]["sweep"], r["case"]["distribution"]) for r in report["results"]} == {
