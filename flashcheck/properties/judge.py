@@ -270,7 +270,7 @@ def check_finite(name: str, got, *, case, subject, neginf_ok=None) -> None:
                  against="a finite value")
 
 
-def other_alignment_hint(subject: Subject, case: Case, inputs: Inputs, got_o: np.ndarray, bound_o):
+def other_alignment_hint(subject: Subject, case: Case, inputs: Inputs, got_o: np.ndarray):
     """A `hint` for O: on a non-square causal case, whether the other causal alignment explains the output."""
     s = case.shape
     if not case.causal or s.Nq == s.Nk:
@@ -282,9 +282,10 @@ def other_alignment_hint(subject: Subject, case: Case, inputs: Inputs, got_o: np
 
     def hint(_idx) -> str:
         o_other, _ = expected(other, inputs)
+        bound_other = forward_bound(subject, other, inputs).o
         dead = masked_rows(other, inputs)[..., None]
         with np.errstate(invalid="ignore"):
-            fits = np.where(dead, got_o == 0, np.abs(got_o - o_other) <= bound_o).all()
+            fits = np.where(dead, got_o == 0, np.abs(got_o - o_other) <= bound_other).all()
         if fits:
             return (f"the output matches {other_name} causal alignment (the kernel was judged {declared}): "
                     f"declare it with --causal-alignment {flag} or fn.causal_alignment = \"{other_name.replace('-', '_')}\"")
