@@ -455,39 +455,68 @@ def _sdpa(target: str) -> KernelUnderTest:
 
 # ---- FlexAttention ---------------------------------------------------------------------------------
 
+FLEX_PAD_N = 128  # Flex's block size: sequence lengths are padded to a multiple of it on the GPU
+FLEX_RECOMPILES = 256  # distinct padded shapes x mask kinds of a thorough run stay below this
+
+
+def _pad_to(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
 def _flex() -> KernelUnderTest:
     compiled = {}
 
+    def compiled_flex():
+        """flex_attention compiled once, static shapes: the inputs are padded to a bounded set of shapes
+        (N to a multiple of 128, d to a power of two), so a run compiles a few kernels, not one per
+        example; the recompile limit is raised above that set."""
+        import torch
+        from torch.nn.attention.flex_attention import flex_attention
+
+        if "fn" not in compiled:
+            for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
+                         "accumulated_recompile_limit"):
+                if hasattr(torch._dynamo.config, name):
+                    setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), FLEX_RECOMPILES))
+            compiled["fn"] = torch.compile(flex_attention, dynamic=False)
+        return compiled["fn"]
+
     def fn(q, k, v, *, causal=False, scale=None, window=None, mask=None):
         import torch
+        import torch.nn.functional as F
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-        B, Hq, Nq = q.shape[:3]
-        Nk = k.shape[2]
+        B, Hq, Nq, d = q.shape
+        Nk, dv = k.shape[2], v.shape[-1]
+        scale = 1.0 / (d ** 0.5) if scale is None else scale  # before padding d
+        pad = q.is_cuda
+        if pad:
+            Pq, Pk = _pad_to(Nq, FLEX_PAD_N), _pad_to(Nk, FLEX_PAD_N)
+            Pd = max(16, 1 << (max(d, dv) - 1).bit_length())
+            q = F.pad(q, (0, Pd - d, 0, Pq - Nq))  # zero columns leave q.k unchanged
+            k = F.pad(k, (0, Pd - d, 0, Pk - Nk))
+            v = F.pad(v, (0, Pd - dv, 0, Pk - Nk))
+        else:
+            Pq, Pk = Nq, Nk
+        # One mask_mod for every case, its parameters tensors (captured buffers, not guarded constants),
+        # so the compiled kernel is reused across sequence lengths, windows and masks.
         left, right = (window if window is not None else (None, None))  # top-left, as declared below
-        dense = mask.expand(B, Hq, Nq, Nk) if mask is not None else None
+        big = Pq + Pk
+        t = lambda x: torch.tensor(x, device=q.device)  # noqa: E731
+        nk, is_causal = t(Nk), t(bool(causal))
+        lo, hi = t(big if left is None else left), t(big if right is None else right)
+        if mask is None:
+            dense = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=q.device).expand(B, Hq, Pq, Pk)
+        else:
+            dense = F.pad(mask.expand(B, Hq, Nq, Nk), (0, Pk - Nk, 0, Pq - Nq), value=False)
 
         def mask_mod(b, h, i, j):
-            ok = j >= 0
-            if causal:
-                ok = ok & (j <= i)
-            if left is not None:
-                ok = ok & (j >= i - left)
-            if right is not None:
-                ok = ok & (j <= i + right)
-            if dense is not None:
-                ok = ok & dense[b, h, i, j]
-            return ok
+            return (j < nk) & ((j <= i) | ~is_causal) & (j >= i - lo) & (j <= i + hi) & dense[b, h, i, j]
 
-        block_mask = None
-        if causal or window is not None or mask is not None:
-            block_mask = create_block_mask(mask_mod, B, Hq, Nq, Nk, device=q.device)
-        run = flex_attention
-        if q.is_cuda:
-            run = compiled.setdefault("fn", torch.compile(flex_attention))
-        o, lse = run(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=Hq != k.shape[1],
-                     return_lse=True)
-        return o, lse
+        block_mask = create_block_mask(mask_mod, B, Hq, Pq, Pk, device=q.device)
+        run = compiled_flex() if q.is_cuda else flex_attention
+        o, lse = run(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=Hq != k.shape[1], return_lse=True)
+        return o[:, :, :Nq, :dv], lse[:, :, :Nq]
 
     def precision(dtype, dot_precision=None, *, head_dim=None):
         import torch
