@@ -150,6 +150,9 @@ def run(subject: Subject, case: Case, inputs: Inputs, *, grad=False, q=None, k=N
     if tuple(o_t.shape) != expect:
         raise AssertionError(f"O has shape {tuple(o_t.shape)}, expected {expect} (B, Hq, Nq, dv)")
     record_accepted(case, subject.dtype)
+    call = replace(case, shape=replace(case.shape, Nk=k.shape[2]))
+    dead = int(masked_rows(call, replace(inputs, mask=inputs.mask if mask is None else mask)).sum())
+    _dead_rows["count"] = max(_dead_rows["count"] or 0, dead)
     return Run(o=to_numpy(o_t), lse=None if lse_t is None else to_numpy(lse_t), o_t=o_t, q_t=q_t, k_t=k_t, v_t=v_t,
                case=case, subject=subject)
 
@@ -209,9 +212,15 @@ def masked_rows(case: Case, inputs: Inputs) -> np.ndarray:
 
 # ---- comparison ----------------------------------------------------------------------------------------
 
+# fully masked rows of the example being judged: its input's (`prepare`), or more in a call a property
+# derives from it (`run`: a key masked, half the keys): named in every failure, as what may explain it
+_dead_rows = {"count": None}
+
+
 def describe(case, subject) -> str:
+    dead = "" if _dead_rows["count"] is None else f" fully_masked_rows={_dead_rows['count']}"
     return (f"{case!r} dtype={subject.dtype} kernel={subject.kernel.name} precision={subject.precision(case.shape.d)} "
-            f"bound={bounds_source()}")
+            f"bound={bounds_source()}{dead}")
 
 
 def check_within(name: str, got, want, bound, *, case, subject, exact=None,
@@ -318,7 +327,9 @@ def prepare(kernel_under_test, dtype, case: Case):
     """(subject, adapted case, exact inputs) for one example."""
     subject = subject_for(kernel_under_test, dtype)
     case = subject.adapt(case)
-    return subject, case, materialize(case, dtype)
+    inputs = materialize(case, dtype)
+    _dead_rows["count"] = int(masked_rows(case, inputs).sum())
+    return subject, case, inputs
 
 
 _backward_memo: dict = {}
