@@ -29,6 +29,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
@@ -63,9 +64,12 @@ def _half_dot(dtype_name: str) -> str | None:
 class Refusal(Exception):
     """The kernel raised on an input: it refused it (recorded and reported, never counted as agreement)."""
 
-    def __init__(self, error: BaseException):
+    def __init__(self, error: BaseException, why: str | None = None):
         self.error = error
-        super().__init__(f"{type(error).__name__}: {error}")
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        # the first line, and the last where the first only introduces it ("... raised:")
+        text = " ".join(lines[:1] + (lines[-1:] if len(lines) > 1 and lines[0].endswith(":") else []))
+        super().__init__(f"{type(error).__name__}: {text}"[:400] + (f" ({why})" if why else ""))
 
 
 @dataclass(frozen=True)
@@ -211,10 +215,17 @@ class KernelUnderTest:
             raise ValueError(f"{self.name} does not declare 'gqa'; got Hq={q.shape[1]}, Hkv={k.shape[1]}")
         if self.layout == "bnhd":
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        try:
-            out = self.fn(q, k, v, **kw)
-        except Exception as exc:  # noqa: BLE001 - whatever the kernel raises is its refusal
-            raise Refusal(exc) from exc
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            try:
+                out = self.fn(q, k, v, **kw)
+            except Exception as exc:  # noqa: BLE001 - whatever the kernel raises is its refusal
+                # torch SDPA says why each backend declined only in warnings: keep the first reason
+                why = next((str(w.message).splitlines()[0] for w in said if "kernel" in str(w.message).lower()
+                            or "support" in str(w.message).lower()), None)
+                raise Refusal(exc, why) from exc
+        for w in said:  # warnings of a call that ran: passed on as they came
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         o, lse = (out if isinstance(out, (tuple, list)) else (out, None))[:2]
         if self.layout == "bnhd":
             o = o.transpose(1, 2)
@@ -478,7 +489,10 @@ def _flex() -> KernelUnderTest:
                          "accumulated_recompile_limit"):
                 if hasattr(torch._dynamo.config, name):
                     setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), FLEX_RECOMPILES))
-            compiled["fn"] = torch.compile(flex_attention, dynamic=False)
+            # past the limit dynamo would silently run eager (unfused) flex: make that an error instead
+            if hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
+                torch._dynamo.config.fail_on_recompile_limit_hit = True
+            compiled["fn"] = torch.compile(flex_attention, dynamic=False, fullgraph=True)
         return compiled["fn"]
 
     def fn(q, k, v, *, causal=False, scale=None, window=None, mask=None):
@@ -498,20 +512,27 @@ def _flex() -> KernelUnderTest:
             v = F.pad(v, (0, Pd - dv, 0, Pk - Nk))
         else:
             Pq, Pk = Nq, Nk
-        # One mask_mod for every case, its parameters tensors (captured buffers, not guarded constants),
-        # so the compiled kernel is reused across sequence lengths, windows and masks.
-        left, right = (window if window is not None else (None, None))  # top-left, as declared below
-        big = Pq + Pk
-        t = lambda x: torch.tensor(x, device=q.device)  # noqa: E731
-        nk, is_causal = t(Nk), t(bool(causal))
-        lo, hi = t(big if left is None else left), t(big if right is None else right)
-        if mask is None:
-            dense = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=q.device).expand(B, Hq, Pq, Pk)
-        else:
-            dense = F.pad(mask.expand(B, Hq, Nq, Nk), (0, Pk - Nk, 0, Pq - Nq), value=False)
+        # One mask_mod for every case, reading one captured dense visibility tensor (causal, window, mask
+        # and the padded keys folded in), so the compiled kernel depends on shapes only, not on N,
+        # windows or masks (a Python constant in mask_mod would be guarded on and recompile).
+        i = torch.arange(Pq, device=q.device)[:, None]
+        j = torch.arange(Pk, device=q.device)[None, :]
+        vis = j < Nk
+        if causal:
+            vis = vis & (j <= i)  # top-left, as declared below
+        if window is not None:
+            left, right = window
+            if left is not None:
+                vis = vis & (j >= i - left)
+            if right is not None:
+                vis = vis & (j <= i + right)
+        vis = vis.expand(B, Hq, Pq, Pk)
+        if mask is not None:
+            vis = vis & F.pad(mask.expand(B, Hq, Nq, Nk), (0, Pk - Nk, 0, Pq - Nq), value=False)
+        vis = vis.contiguous()
 
-        def mask_mod(b, h, i, j):
-            return (j < nk) & ((j <= i) | ~is_causal) & (j >= i - lo) & (j <= i + hi) & dense[b, h, i, j]
+        def mask_mod(b, h, q_idx, kv_idx):
+            return vis[b, h, q_idx, kv_idx]
 
         block_mask = create_block_mask(mask_mod, B, Hq, Pq, Pk, device=q.device)
         run = compiled_flex() if q.is_cuda else flex_attention

@@ -291,7 +291,7 @@ def record_refusal(case, dtype: str, refusal):
         return
     stats["refused"] += 1
     if len(stats["refusals"]) < MAX_KEPT:
-        error = str(refusal).strip().splitlines()[0][:200] if str(refusal).strip() else type(refusal).__name__
+        error = str(refusal)[:400]
         stats["refusals"].append(Features.of(case, dtype).__dict__ | {"error": error})
 
 

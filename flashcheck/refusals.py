@@ -60,6 +60,8 @@ def _rules(refused: list[Features]) -> list[Rule]:
         Rule("sliding windows", lambda f: f.window is not None),
         Rule("Nq != Nk", lambda f: f.Nq != f.Nk),
         Rule("N = 1", lambda f: min(f.Nq, f.Nk) == 1),
+        Rule("Nq = 1", lambda f: f.Nq == 1),
+        Rule("Nk = 1", lambda f: f.Nk == 1),
     ]
     for n in sorted({min(f.Nq, f.Nk) for f in refused}):
         if n > 1:
@@ -72,6 +74,11 @@ def _rules(refused: list[Features]) -> list[Rule]:
         rules.append(Rule(f"head dim {d}", lambda f, d=d: f.d == d))
     for dtype in sorted({f.dtype for f in refused}):
         rules.append(Rule(dtype, lambda f, t=dtype: f.dtype == t))
+    # then two conditions together ("GQA with Nq = 1"), for refusals no single condition separates
+    single = list(rules)
+    for n, a in enumerate(single):
+        for b in single[n + 1:]:
+            rules.append(Rule(f"{a.words} with {b.words}", lambda f, a=a, b=b: a.test(f) and b.test(f)))
     return rules
 
 
