@@ -17,8 +17,9 @@ Value distributions:
   columns, V with a large mean, logits rising along the keys, repeated keys): systematic rather than
   random rounding.
 
-`causal` in a Case is the reference's: False, True (top-left) or "bottom_right"; cases are drawn with
-False/True and `adapt` gives a causal case the alignment the kernel under test declares.
+`causal` in a Case is the reference's: False, True (top-left) or "bottom_right"; `adapt` gives a causal
+case (either alignment) the alignment the kernel under test declares, which is what it receives as
+`causal=True`. The kernel's own tests pass both alignments to kernels.attention directly.
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ BASE_SHAPES = (
 )
 # The reduced set (the Triton interpreter's 16 x 16 tiles make larger shapes slow on the CPU).
 SMALL_SHAPES = tuple(b for b in BASE_SHAPES if max(b[3], b[4]) <= 65)
-CAUSALS = (False, True)
+CAUSALS = (False, True, "bottom_right")
 SCALES = (1.0, 0.5, 1.75)
 WINDOWS = (None, (0, 0), (7, 0), (31, 4), (None, 3), (2, None))
 MASK_KINDS = (None, "random", "block_sparse", "fully_masked_rows", "padding")
