@@ -30,7 +30,7 @@ import importlib.util
 import os
 import sys
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 # "deterministic": the backward repeats bit for bit (a declared capability, so it can fail).
@@ -176,7 +176,6 @@ class KernelUnderTest:
     precision_fn: Callable | None = None
     availability_fn: Callable | None = None
     domain: Domain = field(default_factory=Domain)
-    notes: dict = field(default_factory=dict)
 
     def __repr__(self):
         return f"KernelUnderTest({self.name!r}, supports={','.join(sorted(self.supports)) or 'nothing'})"
@@ -460,8 +459,7 @@ def _sdpa(target: str) -> KernelUnderTest:
     if backend_name == "MATH" or (backend_name == "FLASH_ATTENTION" and not torch.cuda.is_available()):
         supports.add("deterministic")
     return KernelUnderTest(name=target, supports=frozenset(supports), domain=Domain(causal_alignment="top_left"),
-                           fn=fn, precision_fn=precision, availability_fn=availability,
-                           notes={"lse": "torch SDPA does not return the LSE through its public API"})
+                           fn=fn, precision_fn=precision, availability_fn=availability)  # no LSE: SDPA's public API does not return it
 
 
 # ---- FlexAttention ---------------------------------------------------------------------------------
@@ -558,6 +556,5 @@ def _flex() -> KernelUnderTest:
     # FlexAttention has no backward on the CPU ("does not support backward on CPU"): declared on CUDA only.
     supports = (CAPABILITIES if torch.cuda.is_available() else CAPABILITIES - {"backward"}) - {"deterministic"}
     return KernelUnderTest(name="flex", supports=supports, fn=fn, precision_fn=precision,
-                           domain=Domain(causal_alignment="top_left"),
-                           notes={} if torch.cuda.is_available() else {"backward": "no CPU backward"})
+                           domain=Domain(causal_alignment="top_left"))
 

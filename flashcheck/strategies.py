@@ -173,10 +173,6 @@ def mask_kinds():
     return st.sampled_from(MASK_KINDS)
 
 
-def value_kinds():
-    return st.sampled_from(VALUE_KINDS)
-
-
 def seeds():
     return st.integers(min_value=0, max_value=2**32 - 1)
 

@@ -23,13 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from flashcheck.pytest_plugin import PROFILES
 from flashcheck.refusals import Features, describe, sentence
 
 # the directory holding the flashcheck package (a checkout or site-packages): the subprocess imports
 # the same flashcheck as this process
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent
 PROGRESS = "FLASHCHECK-PROGRESS "
-PROFILES = ("ci", "dev", "thorough")
 OUTCOMES = ("passed", "failed", "refused", "skipped")
 
 
