@@ -69,6 +69,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--example-db", default=None, metavar="DIR",
                    help="hypothesis example database directory, shareable between runs and machines")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--junitxml", default=None, metavar="PATH",
+                   help="also write JUnit XML for CI systems (pytest's own --junitxml)")
     p.add_argument("-n", "--workers", default=None,
                    help="pytest-xdist worker processes (an int or 'auto'; default: one per GPU on a multi-GPU "
                         "machine, else none)")
@@ -190,6 +192,8 @@ def run_pytest(args, device: str, report: str) -> tuple[int, list[str]]:
         # worksteal: 15 properties of unequal length on 8 workers; idle workers take queued ones
         # (on the H100, ours took 106 s with the default load scheduling, 56 s for the longest property)
         cmd += ["-n", n, "--dist", "worksteal"]
+    if args.junitxml:
+        cmd += ["--junitxml", os.path.abspath(args.junitxml)]
     if args.fail_fast:
         cmd += ["-x"]
     if args.keyword:
