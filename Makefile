@@ -40,6 +40,10 @@ audit: $(SETUP)
 	TRITON_INTERPRET=$${TRITON_INTERPRET-$$($(PY) -c "import torch;print(0 if torch.cuda.is_available() else 1)")} \
 	$(PY) -m flashcheck audit $(AUDIT_ARGS)
 
+# The GPU suite (GPU tests included; the slow tier stays out through addopts' -m "not slow").
+test-gpu: $(SETUP)
+	$(PY) -m pytest -q -n $${GPU_WORKERS:-8}
+
 bench: $(SETUP)
 	$(PY) bench/run.py $(BENCH_ARGS)
 

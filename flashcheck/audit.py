@@ -36,7 +36,7 @@ class Sweep:
     H: int
     N_for_scale: int
     dtypes: tuple[str, ...]
-    distributions: tuple[str, ...] = ("normal", "outliers", "large_logits")
+    distributions: tuple[str, ...] = ("normal", "outliers", "peaked_logits")
     extra_scale_points: int = 2
     published: bool = False  # the bf16, N=2048, d=128 comparison with published figures
     parts: tuple[str, ...] = ("N", "logit_scale", "published")
@@ -159,7 +159,7 @@ def plan_cases(kernel_name: str, dtype: str, sweep: Sweep) -> list:
     and the published-figure points when asked for."""
     import torch
 
-    from flashcheck.audit_inputs import Shape, logit_scales, make_inputs, max_abs_logit, overflow_edge
+    from flashcheck.audit_inputs import logit_scales, make_inputs, max_abs_logit, overflow_edge
     from flashcheck.audit_measure import Case, torch_dtype
 
     cases = []
@@ -169,10 +169,12 @@ def plan_cases(kernel_name: str, dtype: str, sweep: Sweep) -> list:
     if sweep.published and dtype == "bfloat16":
         cases += [Case(kernel_name, dtype, dist, "published", *sweep.published_shape,
                        seed=sweep.seed)
-                  for dist in ("normal", "large_logits")]
+                  for dist in ("normal", "peaked_logits")]
     if "logit_scale" not in sweep.parts:
         return cases
-    shape = Shape(sweep.B, sweep.H, sweep.N_for_scale, sweep.d)
+    from flashcheck.strategies import Shape
+
+    shape = Shape(sweep.B, sweep.H, sweep.H, sweep.N_for_scale, sweep.N_for_scale, sweep.d)
     q, k, _, _ = make_inputs(shape, "normal", sweep.seed)
     edge = overflow_edge(float(torch.finfo(torch_dtype(dtype)).max), max_abs_logit(q, k))
     cases += [Case(kernel_name, dtype, "normal", "logit_scale", sweep.B, sweep.H,
@@ -184,7 +186,7 @@ def plan_cases(kernel_name: str, dtype: str, sweep: Sweep) -> list:
 def _resolve(target, parts, supports):
     if not isinstance(target, str):  # an object already following the KernelUnderTest API
         return target
-    resolve, why = parts["kernels.adapters"]
+    resolve, why = parts["flashcheck.adapters"]
     if resolve is None:
         raise RuntimeError(why)
     return resolve(target, supports=supports) if supports else resolve(target)

@@ -5,26 +5,19 @@ reads the rounded values back, so the reference and the bounds see exactly what 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
+
+from flashcheck.strategies import Shape
 
 # FA3-style outliers: 0.1% of the entries get an extra N(0, 100) term (variance 100, std 10).
 OUTLIER_FRACTION = 1e-3
 OUTLIER_STD = 10.0
-# "large logits": q and k multiplied by 4, so the logits scale * q.k have standard deviation 16
+# "peaked logits" (the FA3 paper's "large logits"; flashcheck.strategies' large_logits go up to the
+# overflow edge instead): q and k multiplied by 4, so the logits scale * q.k have standard deviation 16
 # (instead of 1): the softmax is far from uniform and the max-subtraction matters.
 LARGE_LOGIT_FACTOR = 4.0
 
-DISTRIBUTIONS = ("normal", "outliers", "large_logits")
-
-
-@dataclass(frozen=True)
-class Shape:
-    B: int
-    H: int
-    N: int
-    d: int
+DISTRIBUTIONS = ("normal", "outliers", "peaked_logits")
 
 
 def _outliers(rng: np.random.Generator, shape) -> np.ndarray:
@@ -42,11 +35,11 @@ def make_inputs(shape: Shape, distribution: str, seed: int, logit_scale: float =
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, got {distribution!r}")
     rng = np.random.default_rng(seed)
-    dims = (shape.B, shape.H, shape.N, shape.d)
+    dims = (shape.B, shape.Hq, shape.Nq, shape.d)  # self-attention: Hkv = Hq, Nk = Nq
     draw = _outliers if distribution == "outliers" else (lambda r, s: r.standard_normal(s))
     q, k, v = draw(rng, dims), draw(rng, dims), draw(rng, dims)
     do = rng.standard_normal(dims)
-    factor = np.sqrt(logit_scale) * (LARGE_LOGIT_FACTOR if distribution == "large_logits" else 1.0)
+    factor = np.sqrt(logit_scale) * (LARGE_LOGIT_FACTOR if distribution == "peaked_logits" else 1.0)
     return q * factor, k * factor, v, do
 
 

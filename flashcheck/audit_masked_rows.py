@@ -1,8 +1,8 @@
 """Fully masked rows in the audit: the convention is O = 0, LSE = −inf, dQ row = 0, never NaN.
 
 A row is fully masked through a boolean `mask` (a row of False) when the kernel declares "mask",
-otherwise through bottom-right causal alignment with Nq > Nk (query rows i < Nq − Nk see no key)
-when it declares "causal". A kernel declaring neither cannot be given such a row.
+otherwise through causal with Nq > Nk (query rows i < Nq − Nk see no key) when it declares "causal"
+with bottom-right alignment. A kernel declaring neither cannot be given such a row.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def _masked_call(kut, q, k, v, device):
     """(O, LSE, how, masked row indices), or None when the kernel can be given no such row.
 
     A boolean mask first; if the kernel rejects it (torch's flash backend takes no mask) and it
-    declares "causal", bottom-right causal alignment with Nq > Nk instead.
+    declares bottom-right "causal", causal with Nq > Nk instead.
     """
     import torch
 
@@ -31,9 +31,9 @@ def _masked_call(kut, q, k, v, device):
             return o, lse, "mask with rows of False", list(MASKED_ROWS)
         except Exception as exc:
             first_error = exc
-    if "causal" in kut.supports:
-        o, lse = kut(q, k, v, causal="bottom_right")
-        how = 'causal="bottom_right", Nq > Nk'
+    if "causal" in kut.supports and kut.domain.causal_alignment == "bottom_right":
+        o, lse = kut(q, k, v, causal=True)
+        how = "causal (bottom-right alignment), Nq > Nk"
         if first_error is not None:
             how += f" (a boolean mask raised {type(first_error).__name__})"
         return o, lse, how, list(range(NQ - NK))
@@ -59,7 +59,7 @@ def check_masked_rows(kut, dtype: str, device: str, seed: int = 0) -> dict:
         result["skipped"] = f"kernel raised {type(exc).__name__}: {exc}"
         return result
     if called is None:
-        result["skipped"] = "kernel declares neither 'mask' nor 'causal'"
+        result["skipped"] = "kernel declares neither 'mask' nor bottom-right 'causal'"
         return result
     o, lse, result["how"], rows = called
     problems = result["problems"]

@@ -1,8 +1,7 @@
 """One measurement of the audit: run a kernel on one input, compare with the float64 reference
 computed from the exact values the kernel received, and set the error next to the derived bound.
 
-Other parts are imported lazily (kernels.adapters, reference, proofs.bounds) so that the audit
-still reports what it can, with the reason, when one of them is missing or broken.
+The parts it reads (flashcheck.adapters, reference, proofs.bounds) come from `components()`.
 """
 from __future__ import annotations
 
@@ -11,7 +10,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from flashcheck.audit_inputs import Shape, make_inputs
+from flashcheck.audit_inputs import make_inputs
+from flashcheck.strategies import Shape
 
 BOUND_KINDS = ("probabilistic", "worst_case")
 FORWARD_QUANTITIES = ("o", "lse")
@@ -33,7 +33,7 @@ class Case:
 
     @property
     def shape(self) -> Shape:
-        return Shape(self.B, self.H, self.N, self.d)
+        return Shape(self.B, self.H, self.H, self.N, self.N, self.d)
 
     def label(self) -> str:
         return (f"{self.kernel} {self.dtype} {self.distribution} N={self.N} d={self.d} "
@@ -47,40 +47,18 @@ def torch_dtype(name: str):
             "float64": torch.float64}[name]
 
 
-def _import(module: str):
-    """(module, None) or (None, reason)."""
-    import importlib
-
-    try:
-        return importlib.import_module(module), None
-    except Exception as exc:  # a half-written module can raise anything at import time
-        return None, f"{module} not importable ({type(exc).__name__}: {exc})"
-
-
 def components() -> dict:
-    """{part: (what the audit uses, "" or the reason it is missing)} for the contracted parts.
+    """{part: (what the audit uses, "")} for the parts it reads (every one required)."""
+    import reference
+    from flashcheck import adapters
+    from proofs import bounds
 
-    A missing part does not stop the audit: kernels that cannot be resolved are listed as skipped,
-    points without a reference record the reason, and without proofs.bounds the ratios are left
-    empty; the report header names what was missing.
-    """
-    found = {}
-    adapters, why = _import("kernels.adapters")
-    found["kernels.adapters"] = (adapters.resolve if adapters else None, why or "")
-    reference, why = _import("reference")
-    if reference is not None and not hasattr(reference, "attention_backward"):
-        reference, why = None, "reference.attention_backward is not there yet"
-    if reference is not None:
-        def ref(q, k, v, do, *, backward):
-            o, lse = reference.attention(q, k, v)
-            grads = reference.attention_backward(q, k, v, o, lse, do) if backward else (None,) * 3
-            return (np.asarray(o), np.asarray(lse), *grads)
-        found["reference"] = (ref, "")
-    else:
-        found["reference"] = (None, why)
-    bounds, why = _import("proofs.bounds")
-    found["proofs.bounds"] = (bounds, why or "")
-    return found
+    def ref(q, k, v, do, *, backward):
+        o, lse = reference.attention(q, k, v)
+        grads = reference.attention_backward(q, k, v, o, lse, do) if backward else (None,) * 3
+        return (np.asarray(o), np.asarray(lse), *grads)
+
+    return {"flashcheck.adapters": (adapters.resolve, ""), "reference": (ref, ""), "proofs.bounds": (bounds, "")}
 
 
 def bounds_for(bounds, q, k, v, do, precision, *, backward: bool, kinds=BOUND_KINDS):

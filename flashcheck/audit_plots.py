@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 QUANTITY_TITLES = {"o": "O", "lse": "LSE", "dq": "dQ", "dk": "dK", "dv": "dV"}
-_COLORS = {"normal": "tab:blue", "outliers": "tab:orange", "large_logits": "tab:green"}
+_COLORS = {"normal": "tab:blue", "outliers": "tab:orange", "peaked_logits": "tab:green"}
 
 
 def slug(text: str) -> str:

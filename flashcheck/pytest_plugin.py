@@ -1,10 +1,15 @@
-"""pytest options for choosing the kernel under test, and the bookkeeping `flashcheck validate` reads.
+"""The flashcheck pytest plugin: the hypothesis profiles, options choosing the kernel under test, and
+the bookkeeping `flashcheck validate` reads. Registered through the `pytest11` entry point
+(`flashcheck.pytest_plugin`); in a checkout without installation `-p flashcheck.pytest_plugin` (the
+project's pytest addopts) loads it. Run the suite with `pytest --pyargs flashcheck.properties`.
 
 Options: ``--kernel TARGET`` (default ``ours``), ``--layout bhnd|bnhd``, ``--device cpu|cuda``,
-``--dtype float32,float16,bfloat16``, ``--supports causal,scale,gqa,lse,backward,mask,window``,
-``--head-dims 16,32,...`` (what the kernel accepts), ``--example-db DIR`` (hypothesis example database
-shared between runs and machines; also ``FLASHCHECK_DB``), ``--flashcheck-report PATH`` (JSON with one
-entry per test: outcome, worst error / bound, failure text).
+``--dtype float32,float16,bfloat16``, ``--supports causal,scale,gqa,lse,backward,mask,window,deterministic``,
+the declared domain (``--causal-alignment``, ``--head-dims``, ``--seq-multiple``, ``--min-n``,
+``--max-n``, ``--square-only``, ``--gqa-ratios``; each also a function attribute),
+``--example-db DIR`` (hypothesis example database shared between runs and machines; also
+``FLASHCHECK_DB``), ``--flashcheck-report PATH`` (JSON with one entry per test: outcome, worst
+error / bound, refusals, failure text).
 
 Fixtures: ``kernel_under_test`` (session), ``flashcheck_options`` (session), and ``dtype``, by which
 every property is parametrized. ``@pytest.mark.requires("lse", ...)`` skips a property, with the
@@ -19,8 +24,26 @@ import sys
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.errors import Unsatisfiable
+
+from flashcheck.refusals import Features
 
 REDUCED_EXAMPLES = 10
+MAX_KEPT = 300  # refused/accepted inputs kept per test for describing the refused domain
+
+# `ci` extends hypothesis's built-in ci profile (auto-loaded when CI is set): derandomized, no deadline.
+# filter_too_much is suppressed because refused and discarded inputs are counted and reported here.
+PROFILES = ("ci", "dev", "thorough")
+settings.register_profile("ci", parent=settings.get_profile("ci"), max_examples=10,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                 HealthCheck.filter_too_much])
+settings.register_profile("dev", max_examples=50, deadline=None,
+                          suppress_health_check=[HealthCheck.filter_too_much])
+settings.register_profile("thorough", max_examples=1000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+# --hypothesis-profile (hypothesis's own plugin, configured later) overrides this default.
+settings.load_profile(os.environ.get("FLASHCHECK_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64")
 _current = {"item": None, "stats": None}
 _options = {}
@@ -41,8 +64,19 @@ def pytest_addoption(parser):
     group.addoption("--supports", default=None, metavar="LIST",
                     help="capabilities the kernel declares: causal,scale,gqa,lse,backward,mask,window "
                          "(default: what a built-in kernel supports, a user function's `supports` attribute, else nothing)")
+    group.addoption("--causal-alignment", default=None, choices=("top-left", "bottom-right"),
+                    help="the diagonal causal=True means when Nq != Nk (default: the function's "
+                         "`causal_alignment` attribute, else top-left, torch SDPA's convention)")
     group.addoption("--head-dims", default=None, metavar="LIST",
-                    help="head dimensions the kernel accepts (default: any)")
+                    help="head dimensions the kernel accepts (default: its `head_dims` attribute, else any)")
+    group.addoption("--seq-multiple", default=None, type=int, metavar="M",
+                    help="Nq and Nk multiples of M (default: `seq_multiple` attribute, else 1)")
+    group.addoption("--min-n", default=None, type=int, help="smallest Nq, Nk accepted (`min_n`)")
+    group.addoption("--max-n", default=None, type=int, help="largest Nq, Nk accepted (`max_n`)")
+    group.addoption("--square-only", action="store_true", default=None,
+                    help="the kernel takes Nq = Nk only (`square_only`)")
+    group.addoption("--gqa-ratios", default=None, metavar="LIST",
+                    help="accepted Hq / Hkv ratios (`gqa_ratios`, default: any)")
     group.addoption("--example-db", default=os.environ.get("FLASHCHECK_DB"), metavar="DIR",
                     help="directory of the hypothesis example database, shareable between runs and "
                          "machines (default: $FLASHCHECK_DB, else the profile's)")
@@ -61,9 +95,9 @@ class Options:
     target: str
     layout: str | None
     device: str
-    dtypes: tuple
+    dtypes: tuple | None  # None: the kernel's declared dtypes, else float32
     supports: frozenset | None
-    head_dims: frozenset | None
+    domain: tuple  # (field, value) overrides of the kernel's declared Domain
     example_db: str | None
     reduced: bool = False
 
@@ -72,39 +106,46 @@ def _split(value):
     return [x for x in (value or "").replace(" ", "").split(",") if x]
 
 
+DOMAIN_OPTIONS = (("causal_alignment", "--causal-alignment"), ("head_dims", "--head-dims"),
+                  ("seq_multiple", "--seq-multiple"), ("min_n", "--min-n"), ("max_n", "--max-n"),
+                  ("square_only", "--square-only"), ("gqa_ratios", "--gqa-ratios"))
+
+
 def options_from(config) -> Options:
-    dtypes = tuple(_split(config.getoption("--dtype")) or ["float32"])
-    bad = [d for d in dtypes if d not in DTYPE_NAMES]
+    dtypes = tuple(_split(config.getoption("--dtype"))) or None
+    bad = [d for d in dtypes or () if d not in DTYPE_NAMES]
     if bad:
         raise pytest.UsageError(f"--dtype: unknown {bad}; expected a comma-separated subset of {DTYPE_NAMES}")
     device = config.getoption("--device")
     if device is None:
-        try:
-            import torch
+        import torch
 
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        except ImportError:
-            device = "cpu"
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     supports = config.getoption("--supports")
-    head_dims = config.getoption("--head-dims")
-    try:
-        head_dims = frozenset(int(x) for x in _split(head_dims)) if head_dims else None
-    except ValueError:
-        raise pytest.UsageError(f"--head-dims: expected comma-separated integers, got {head_dims!r}")
+    domain = tuple((name, config.getoption(flag)) for name, flag in DOMAIN_OPTIONS
+                   if config.getoption(flag) is not None)
     target = config.getoption("--kernel")
     budget = config.getoption("--budget")
     if budget == "auto":
         budget = "reduced" if target == "ours" and device == "cpu" else "full"
     return Options(target=target, layout=config.getoption("--layout"), device=device,
                    dtypes=dtypes, supports=frozenset(_split(supports)) if supports is not None else None,
-                   head_dims=head_dims, example_db=config.getoption("--example-db"), reduced=budget == "reduced")
+                   domain=domain, example_db=config.getoption("--example-db"), reduced=budget == "reduced")
+
+
+def dtypes_of(opts: Options) -> tuple:
+    """The dtypes the properties run in: --dtype, else the kernel's declared ones, else float32."""
+    if opts.dtypes:
+        return opts.dtypes
+    declared = kernel_for(opts).domain.dtypes
+    return ("float32",) if not declared or "float32" in declared else (declared[0],)
 
 
 def pytest_report_header(config):
     opts = _options.get("opts")
     if opts is None:
         return None
-    line = (f"flashcheck: kernel={opts.target} device={opts.device} dtypes={','.join(opts.dtypes)} "
+    line = (f"flashcheck: kernel={opts.target} device={opts.device} dtypes={','.join(opts.dtypes or ('default',))} "
             f"layout={opts.layout or 'default'}")
     if opts.reduced:
         line += (f"; REDUCED property set (N <= 65, d <= 64, canonical examples + at most {REDUCED_EXAMPLES} "
@@ -125,19 +166,20 @@ def pytest_configure(config):
         if torch.cuda.device_count() > 1:
             torch.cuda.set_device(int(worker[2:]) % torch.cuda.device_count())
     if opts.supports is not None:
-        from kernels.adapters import parse_supports
+        from flashcheck.adapters import parse_supports
 
         try:
             parse_supports(opts.supports)
         except ValueError as exc:
             raise pytest.UsageError(f"--{exc}")
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped cleanly without one)")
 
 
 def options() -> Options:
     """The configured options (defaults when the plugin was not configured, e.g. outside pytest)."""
     if "opts" not in _options:
-        _options["opts"] = Options(target="ours", layout=None, device="cpu", dtypes=("float32",), supports=None,
-                                   head_dims=None, example_db=os.environ.get("FLASHCHECK_DB"))
+        _options["opts"] = Options(target="ours", layout=None, device="cpu", dtypes=None, supports=None,
+                                   domain=(), example_db=os.environ.get("FLASHCHECK_DB"))
     return _options["opts"]
 
 
@@ -165,17 +207,14 @@ _kernels = {}
 
 
 def kernel_for(opts: Options):
-    key = (opts.target, opts.supports, opts.layout)
+    key = (opts.target, opts.supports, opts.layout, opts.domain)
     if key not in _kernels:
-        from kernels.adapters import resolve
+        from flashcheck.adapters import resolve
 
         try:
-            kut = resolve(opts.target, supports=opts.supports, layout=opts.layout)
+            _kernels[key] = resolve(opts.target, supports=opts.supports, layout=opts.layout, **dict(opts.domain))
         except ValueError as exc:
             raise pytest.UsageError(str(exc))
-        if opts.head_dims is not None:
-            kut.head_dims = opts.head_dims
-        _kernels[key] = kut
     return _kernels[key]
 
 
@@ -185,12 +224,12 @@ def kernel_under_test(flashcheck_options):
 
 
 def is_property(path) -> bool:
-    return "/tests/properties/" in str(path).replace(os.sep, "/")
+    return "/flashcheck/properties/" in str(path).replace(os.sep, "/")
 
 
 def pytest_generate_tests(metafunc):
     if "dtype" in metafunc.fixturenames and is_property(metafunc.definition.path):
-        dtypes = options().dtypes
+        dtypes = dtypes_of(options())
         metafunc.parametrize("dtype", dtypes, ids=list(dtypes))
 
 
@@ -224,28 +263,83 @@ def pytest_runtest_setup(item):
                         f"(declared: {', '.join(sorted(kut.supports)) or 'nothing'}; see --supports)")
 
 
-def record(*, ratio: float | None = None, info: str | None = None, **facts):
-    """Called by a property: keep the worst error / bound over its examples, and facts to report."""
+def record(*, ratio: float | None = None, info: str | None = None):
+    """Called by a property: keep the worst error / bound over its examples."""
     stats = _current["stats"]
     if stats is None:
         return
     if ratio is not None and (stats["worst"] is None or ratio > stats["worst"] or ratio != ratio):
         stats["worst"] = float(ratio)
         stats["worst_info"] = info
+
+
+def record_accepted(case, dtype: str):
+    """The kernel ran on this input (kept to tell the refused domain from the accepted one)."""
+    stats = _current["stats"]
+    if stats is None:
+        return
     stats["examples"] += 1
-    for key, value in facts.items():  # a boolean fact holds only if it held in every example
-        stats[key] = (stats.get(key, True) and value) if isinstance(value, bool) else value
+    if len(stats["accepted"]) < MAX_KEPT:
+        f = Features.of(case, dtype).__dict__
+        if f not in stats["accepted"]:
+            stats["accepted"].append(f)
+
+
+def record_refusal(case, dtype: str, refusal):
+    stats = _current["stats"]
+    if stats is None:
+        return
+    stats["refused"] += 1
+    if len(stats["refusals"]) < MAX_KEPT:
+        error = str(refusal)[:400]
+        stats["refusals"].append(Features.of(case, dtype).__dict__ | {"error": error})
+
+
+def record_discard(reason: str):
+    stats = _current["stats"]
+    if stats is None:
+        return
+    stats["discarded"][reason] = stats["discarded"].get(reason, 0) + 1
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     _current["item"] = item
-    _current["stats"] = {"worst": None, "worst_info": None, "examples": 0}
+    _current["stats"] = {"worst": None, "worst_info": None, "examples": 0, "refused": 0, "refusals": [],
+                         "accepted": [], "discarded": {}}
     try:
         yield
     finally:
         item.user_properties.append(("flashcheck", dict(_current["stats"])))
         _current["item"] = _current["stats"] = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A property whose every input was refused (or discarded) ends in hypothesis's Unsatisfiable: that is
+    the outcome 'refused' (or a skip saying why), never a pass and not a wrong answer."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.when != "call" or call.excinfo is None or not call.excinfo.errisinstance(Unsatisfiable):
+        return
+    stats = next((v for k, v in item.user_properties if k == "flashcheck"), None)
+    if stats is None:
+        return
+    if stats["refused"] and stats["examples"]:
+        # the explicit (canonical) examples ran and held; every drawn input was refused: a pass on
+        # those examples, the refusals listed with it
+        report.outcome, report.longrepr = "passed", None
+        return
+    if stats["refused"] and not stats["examples"]:
+        stats["every_input_refused"] = True
+        errors = sorted({r["error"] for r in stats["refusals"]})
+        reason = f"refused: the kernel raised on all {stats['refused']} inputs drawn ({'; '.join(errors[:2])})"
+    else:
+        reason = ("every input drawn was discarded: " +
+                  "; ".join(f"{n} x {why}" for why, n in stats["discarded"].items()) +
+                  (f"; {stats['refused']} refused" if stats["refused"] else ""))
+    report.outcome = "skipped"
+    report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {reason}")
 
 
 def pytest_runtest_logreport(report):
@@ -259,7 +353,8 @@ def pytest_runtest_logreport(report):
         text = report.longreprtext
     elif report.skipped and isinstance(report.longrepr, tuple):
         text = report.longrepr[2]
-    rec = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
+    outcome = "refused" if stats.get("every_input_refused") else report.outcome
+    rec = {"nodeid": report.nodeid, "when": report.when, "outcome": outcome,
            "duration": report.duration, "text": text, **stats}
     _options["records"].append(rec)
     config = _options.get("config")

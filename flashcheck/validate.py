@@ -1,10 +1,15 @@
-"""`flashcheck validate TARGET`: run the property suite (tests/properties) against one kernel.
+"""`flashcheck validate TARGET`: run the property suite (`flashcheck.properties`) against one kernel.
 
 pytest runs underneath, in a subprocess (a clean interpreter, so TRITON_INTERPRET and the hypothesis
-profile apply from the start). Progress is printed as each property finishes; then a table (property,
-dtype, passed/failed/skipped, worst error ÷ bound) and, for each failure, what differed, the shrunk
-counterexample and a one-line command that replays it. Exit code: 0 when every property holds, 1 when
-any fails, 2 for a usage error.
+profile apply from the start), as `pytest -p flashcheck.pytest_plugin --pyargs flashcheck.properties`
+with its own empty configuration, from any directory. Progress is printed as each property finishes;
+then a table (property, dtype, passed/failed/refused/skipped, worst error ÷ bound), the refused domain
+in words with a minimal example, and, for each failure, what differed, the shrunk counterexample and a
+one-line command that replays it.
+
+Exit code: 0 when no result is wrong (refusals listed), 1 when a result is wrong (or, with --strict,
+when the kernel refused an input inside its declared domain), 2 for a usage error or a kernel that
+refused every input.
 """
 from __future__ import annotations
 
@@ -18,10 +23,14 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PROPERTIES = ROOT / "tests" / "properties"
+from flashcheck.pytest_plugin import PROFILES
+from flashcheck.refusals import Features, describe, sentence
+
+# the directory holding the flashcheck package (a checkout or site-packages): the subprocess imports
+# the same flashcheck as this process
+PACKAGE_PARENT = Path(__file__).resolve().parent.parent
 PROGRESS = "FLASHCHECK-PROGRESS "
-PROFILES = ("ci", "dev", "thorough")
+OUTCOMES = ("passed", "failed", "refused", "skipped")
 
 
 class UsageError(Exception):
@@ -32,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="flashcheck validate",
         description="Check an attention kernel against the float64 reference within derived error bounds, "
-                    "and against the attention invariants (tests/properties).")
+                    "and against the attention invariants (flashcheck.properties).")
     p.add_argument("target", help="ours | torch-sdpa-math | torch-sdpa-flash | torch-sdpa-efficient | "
                                   "torch-sdpa-cudnn | flex | package.module:function | path/to/file.py:function")
     p.add_argument("--layout", choices=("bhnd", "bnhd"), default=None,
@@ -41,14 +50,27 @@ def parser() -> argparse.ArgumentParser:
                    help="default: cuda when available, else cpu")
     p.add_argument("--dtype", default=None, help="comma-separated: float32,float16,bfloat16 (default: float32)")
     p.add_argument("--supports", default=None,
-                   help="capabilities the kernel takes: causal,scale,gqa,lse,backward,mask,window")
-    p.add_argument("--head-dims", default=None, help="head dimensions the kernel accepts (default: any)")
+                   help="capabilities the kernel takes: causal,scale,gqa,lse,backward,mask,window,deterministic "
+                        "(default: a built-in's, a function's `supports` attribute, else none)")
+    d = p.add_argument_group("declared domain (inputs are generated inside it; each also a function attribute)")
+    d.add_argument("--causal-alignment", choices=("top-left", "bottom-right"), default=None,
+                   help="what causal=True means when Nq != Nk (`causal_alignment`; default top-left, torch SDPA's)")
+    d.add_argument("--head-dims", default=None, help="head dimensions accepted, e.g. 64,128 (`head_dims`)")
+    d.add_argument("--seq-multiple", type=int, default=None, help="Nq, Nk multiples of this (`seq_multiple`)")
+    d.add_argument("--min-n", type=int, default=None, help="smallest Nq, Nk (`min_n`)")
+    d.add_argument("--max-n", type=int, default=None, help="largest Nq, Nk (`max_n`)")
+    d.add_argument("--square-only", action="store_true", default=None, help="Nq = Nk only (`square_only`)")
+    d.add_argument("--gqa-ratios", default=None, help="accepted Hq/Hkv ratios, e.g. 1,2,4 (`gqa_ratios`)")
+    p.add_argument("--strict", action="store_true",
+                   help="a refused input (inside the declared domain) is a failure (exit 1)")
     p.add_argument("--profile", choices=PROFILES, default="ci", help="hypothesis profile (default: ci)")
     p.add_argument("--budget", choices=("auto", "reduced", "full"), default="auto",
                    help="reduced property set (small shapes, few examples); auto: reduced for ours on the CPU")
     p.add_argument("--example-db", default=None, metavar="DIR",
                    help="hypothesis example database directory, shareable between runs and machines")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--junitxml", default=None, metavar="PATH",
+                   help="also write JUnit XML for CI systems (pytest's own --junitxml)")
     p.add_argument("-n", "--workers", default=None,
                    help="pytest-xdist worker processes (an int or 'auto'; default: one per GPU on a multi-GPU "
                         "machine, else none)")
@@ -58,17 +80,20 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def check_target(args) -> None:
+DOMAIN_FLAGS = ("causal_alignment", "head_dims", "seq_multiple", "min_n", "max_n", "square_only", "gqa_ratios")
+
+
+def check_target(args):
     """Resolve the kernel here first, so a bad target or option is a usage error (exit 2)."""
-    sys.path.insert(0, str(ROOT))
-    from kernels.adapters import parse_supports, resolve
+    from flashcheck.adapters import parse_supports, resolve
 
     try:
         parse_supports(args.supports)
-        kut = resolve(args.target, supports=args.supports, layout=args.layout)
+        kut = resolve(args.target, supports=args.supports, layout=args.layout,
+                      **{f: getattr(args, f) for f in DOMAIN_FLAGS})
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    names = (args.dtype or "float32").split(",")
+    names = args.dtype.split(",") if args.dtype else list(kut.domain.dtypes or ("float32",))[:1]
     for name in names:
         if name not in ("float32", "float16", "bfloat16", "float64"):
             raise UsageError(f"--dtype: unknown dtype {name!r}; expected float32, float16 or bfloat16")
@@ -91,17 +116,15 @@ def check_target(args) -> None:
                 raise ValueError
         except ValueError:
             raise UsageError(f"-n: expected a number of workers or 'auto', got {args.workers!r}") from None
+    return kut
 
 
 def device_of(args) -> str:
     if args.device:
         return args.device
-    try:
-        import torch
+    import torch
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:
-        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def workers(args, device: str):
@@ -118,9 +141,12 @@ def workers(args, device: str):
 def kernel_options(args, device: str) -> list[str]:
     out = ["--kernel", args.target, "--device", device]
     for flag, value in (("--layout", args.layout), ("--dtype", args.dtype), ("--supports", args.supports),
-                        ("--head-dims", args.head_dims), ("--example-db", args.example_db)):
-        if value is not None:
-            out += [flag, value]
+                        ("--example-db", args.example_db),
+                        *(("--" + f.replace("_", "-"), getattr(args, f)) for f in DOMAIN_FLAGS)):
+        if value is True:
+            out += [flag]
+        elif value is not None:
+            out += [flag, str(value)]
     if args.budget != "auto":
         out += ["--budget", args.budget]
     return out
@@ -128,7 +154,7 @@ def kernel_options(args, device: str) -> list[str]:
 
 def environment(args, device: str) -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_PARENT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["FLASHCHECK_PROFILE"] = args.profile
     if device == "cpu":
         env.setdefault("TRITON_INTERPRET", "1")
@@ -138,25 +164,41 @@ def environment(args, device: str) -> dict:
     return env
 
 
+def pytest_base() -> list[str]:
+    """pytest on the installed suite, with an empty configuration (none of the current directory's)."""
+    return ["-m", "pytest", "-c", os.devnull, "--rootdir", str(PACKAGE_PARENT), "-p", "flashcheck.pytest_plugin",
+            "-p", "no:cacheprovider", "--pyargs"]
+
+
+def pyarg(nodeid: str) -> str:
+    """`flashcheck/properties/test_x.py::test_y[dtype]` -> `flashcheck.properties.test_x::test_y[dtype]`."""
+    path, sep, rest = nodeid.partition("::")
+    return path.removesuffix(".py").replace("/", ".") + sep + rest
+
+
 def replay_command(nodeid: str, args, device: str) -> str:
-    env = f"PYTHONPATH=. FLASHCHECK_PROFILE={args.profile}" + (" TRITON_INTERPRET=1" if device == "cpu" else "")
-    words = ["python", "-m", "pytest", nodeid, *kernel_options(args, device), "--hypothesis-profile", args.profile,
-             "-p", "no:cacheprovider"]
+    env = f"FLASHCHECK_PROFILE={args.profile}" + (" TRITON_INTERPRET=1" if device == "cpu" else "")
+    words = ["python", *pytest_base(), pyarg(nodeid), *kernel_options(args, device),
+             "--hypothesis-profile", args.profile]
     return f"{env} " + " ".join(shlex.quote(w) for w in words)
 
 
 def run_pytest(args, device: str, report: str) -> tuple[int, list[str]]:
-    cmd = [sys.executable, "-m", "pytest", str(PROPERTIES.relative_to(ROOT)), *kernel_options(args, device),
+    cmd = [sys.executable, *pytest_base(), "flashcheck.properties", *kernel_options(args, device),
            "--hypothesis-profile", args.profile, "--flashcheck-report", report, "--flashcheck-progress",
-           "-p", "no:cacheprovider", "-q", "--tb=long", "-o", "addopts="]
+           "-q", "--tb=long"]
     n = workers(args, device)
     if n:
-        cmd += ["-n", n]
+        # worksteal: 15 properties of unequal length on 8 workers; idle workers take queued ones
+        # (on the H100, ours took 106 s with the default load scheduling, 56 s for the longest property)
+        cmd += ["-n", n, "--dist", "worksteal"]
+    if args.junitxml:
+        cmd += ["--junitxml", os.path.abspath(args.junitxml)]
     if args.fail_fast:
         cmd += ["-x"]
     if args.keyword:
         cmd += ["-k", args.keyword]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=environment(args, device), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, env=environment(args, device), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, bufsize=1)
     log, done = [], 0
     for line in proc.stdout:
@@ -195,7 +237,7 @@ def counterexample(text: str) -> str:
     keep, grab = [], False
     for line in lines:
         body = line[1:].strip() if line.startswith("E ") else line.strip()
-        if line.startswith("E ") and ("Error" in body or body.startswith(("worst at", "Case(")) or grab):
+        if line.startswith("E ") and ("Error" in body or body.startswith(("worst at", "Case(", "the output matches")) or grab):
             keep.append(body)
         if body.startswith(("Falsifying example", "Failing explicit example")):
             grab = True
@@ -237,14 +279,17 @@ def summarize(records, args, device) -> list[dict]:
         name = short_name(rec["nodeid"])
         prop, _, dtype = name.partition("[")
         note = ""
-        if rec["outcome"] == "skipped":
-            note = (rec.get("text") or "").split("\n")[0].replace("Skipped: ", "")[:100]
-        if "backward_deterministic" in rec:
-            note = "backward bitwise deterministic" if rec["backward_deterministic"] else \
-                f"backward NOT bitwise deterministic ({rec.get('worst_info') or 'gradients differ between runs'})"
+        if rec["outcome"] in ("skipped", "refused"):
+            note = (rec.get("text") or "").split("\n")[0].replace("Skipped: ", "")[:140]
+        elif rec.get("refused"):
+            note = f"{rec['refused']} inputs refused, {rec.get('examples', 0)} checked"
+        discarded = sum((rec.get("discarded") or {}).values())
+        if discarded and rec["outcome"] != "skipped":
+            note = (note + "; " if note else "") + f"{discarded} inputs discarded (counted, not passed)"
         out.append({
             "property": prop, "dtype": dtype.rstrip("]"), "nodeid": rec["nodeid"], "outcome": rec["outcome"],
             "worst_ratio": rec.get("worst"), "worst": rec.get("worst_info"), "examples": rec.get("examples"),
+            "refused": rec.get("refused", 0), "discarded": rec.get("discarded") or {},
             "note": note, "duration_s": round(rec.get("duration", 0.0), 2),
             "failure": counterexample(rec.get("text")) if rec["outcome"] == "failed" else None,
             "replay": replay_command(rec["nodeid"], args, device) if rec["outcome"] == "failed" else None,
@@ -252,10 +297,11 @@ def summarize(records, args, device) -> list[dict]:
     return out
 
 
-def backward_deterministic(records):
-    """True/False when the backward-determinism property ran, else None."""
-    seen = [rec["backward_deterministic"] for rec in records if "backward_deterministic" in rec]
-    return all(seen) if seen else None
+def refused_domain(records) -> list[dict]:
+    """The refused inputs of every property, described in words (flashcheck.refusals)."""
+    refused = [(Features.from_dict(r), r["error"]) for rec in records for r in rec.get("refusals") or []]
+    accepted = [Features.from_dict(a) for rec in records for a in rec.get("accepted") or []]
+    return [part.__dict__ for part in describe(refused, accepted)] if refused else []
 
 
 def main(argv=None) -> int:
@@ -265,13 +311,13 @@ def main(argv=None) -> int:
     except SystemExit as exc:  # argparse: 2 for usage errors, 0 for --help
         return int(exc.code or 0)
     try:
-        check_target(args)
+        kut = check_target(args)
     except UsageError as exc:
         print(f"flashcheck validate: error: {exc}", file=sys.stderr)
         return 2
     device = device_of(args)
-    print(f"flashcheck validate {args.target} on {device} ({args.dtype or 'float32'}), profile {args.profile}",
-          flush=True)
+    print(f"flashcheck validate {args.target} on {device} ({args.dtype or 'default dtype'}), profile {args.profile}; "
+          f"declared: {','.join(sorted(kut.supports)) or 'nothing'}; domain: {kut.domain.describe()}", flush=True)
     start = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "report.json")
@@ -284,24 +330,48 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     results = summarize(records, args, device)
+    refusals = refused_domain(records)
     print()
     print(table(results))
+    if refusals:
+        print("\nRefused domain (the kernel raised; not counted as agreement):")
+        for part in refusals:
+            print("  " + sentence_of(part))
     failed = [r for r in results if r["outcome"] == "failed"]
     for r in failed:
         print(f"\nFAILED {r['property']} [{r['dtype']}]\n{r['failure']}\n  replay: {r['replay']}")
-    counts = {k: sum(r["outcome"] == k for r in results) for k in ("passed", "failed", "skipped")}
-    verdict = "FAILS" if failed else "holds"
-    print(f"\n{args.target}: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped "
-          f"in {elapsed:.1f} s -> the kernel {verdict}" + (" every property checked" if not failed else ""))
-    exit_code = 1 if failed else 0
+    counts = {k: sum(r["outcome"] == k for r in results) for k in OUTCOMES}
+    checked = counts["passed"] + counts["failed"]
+    summary = ", ".join(f"{counts[k]} {k}" for k in OUTCOMES)
+    if failed:
+        verdict, exit_code = "the kernel FAILS: a result is wrong", 1
+    elif checked == 0 and counts["refused"]:
+        verdict, exit_code = "error: the kernel refused every input of every property", 2
+    elif refusals and args.strict:
+        verdict, exit_code = "the kernel FAILS under --strict: it refused inputs inside its declared domain", 1
+    elif refusals:
+        verdict, exit_code = "no wrong result (refusals listed above)", 0
+    else:
+        verdict, exit_code = "no wrong result: every property checked holds", 0
+    print(f"\n{args.target}: {summary} in {elapsed:.1f} s -> {verdict}")
+    if exit_code == 2:
+        first = refusals[0]["error"] if refusals else "?"
+        print(f"flashcheck validate: error: {args.target} refused every input ({first}); check its declared "
+              f"domain (--supports, --head-dims, --dtype, ...)", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"target": args.target, "device": device, "dtypes": (args.dtype or "float32").split(","),
-                       "profile": args.profile, "supports": args.supports, "layout": args.layout,
-                       "results": results, "counts": counts, "exit_code": exit_code,
-                       "backward_deterministic": backward_deterministic(records),
-                       "duration_s": round(elapsed, 2)}, f, indent=1)
+            json.dump({"target": args.target, "device": device, "dtypes": sorted({r["dtype"] for r in results}),
+                       "profile": args.profile, "supports": sorted(kut.supports), "layout": args.layout,
+                       "domain": kut.domain.describe(), "strict": args.strict,
+                       "results": results, "counts": counts, "refused_domain": refusals,
+                       "exit_code": exit_code, "verdict": verdict, "duration_s": round(elapsed, 2)}, f, indent=1)
     return exit_code
+
+
+def sentence_of(part: dict) -> str:
+    from flashcheck.refusals import RefusedPart
+
+    return sentence(RefusedPart(**part))
 
 
 if __name__ == "__main__":

@@ -350,8 +350,8 @@ GPU_TF32_CASE = dict(shape=(1, 2, 2, 128, 128, 64), seed=9)
 def _gpu_tf32_case():
     import torch
 
-    from kernels.adapters import ours_precision
-    from tests.strategies import Case, Shape, materialize
+    from flashcheck.adapters import ours_precision
+    from flashcheck.strategies import Case, Shape, materialize
 
     inp = materialize(Case(Shape(*GPU_TF32_CASE["shape"]), seed=GPU_TF32_CASE["seed"]), "float32")
     # the GPU kernel's blocking (block_k = 32 at d = 64), with libm exp: the CPU emulation's exp

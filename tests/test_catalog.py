@@ -1,5 +1,7 @@
 """The property suite catches bugs: `flashcheck validate --profile ci` fails every kernel of the catalog
-(tests/buggy_kernels/) and passes every correct one.
+(tests/buggy_kernels/) and passes every correct one: correct kernels with a declared restricted
+domain pass, correct kernels that raise on part of the domain pass with their refusals listed, and
+the planted bugs in restricted or refusing kernels still fail.
 
 All validations start at once (two at a time, in subprocesses) and each test waits for its kernel's
 verdict; buggy kernels stop at their first failing property (-x).
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.buggy_kernels import BUGGY, CORRECT, target
+from tests.buggy_kernels import ARGS, BUGGY, CORRECT, REFUSES, target
 
 ROOT = Path(__file__).resolve().parent.parent
 PARALLEL = 2
@@ -23,7 +25,7 @@ PARALLEL = 2
 def validate(name: str, tmp: str) -> dict:
     out = os.path.join(tmp, f"{name}.json")
     cmd = [sys.executable, "-m", "flashcheck", "validate", target(name), "--profile", "ci", "--device", "cpu",
-           "--dtype", "float32", "--json", out, "-q"]
+           "--json", out, "-q", *ARGS.get(name, ())]
     if name in BUGGY:
         cmd.append("-x")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -57,4 +59,10 @@ def test_validate_passes_correct_kernel(verdicts, name):
     assert v["code"] == 0, (f"{name}: validate exited {v['code']} (expected 0: every property holds)\n"
                             f"{v['stdout'][-4000:]}\n{v['stderr'][-2000:]}")
     results = v["json"]["results"]
-    assert sum(r["outcome"] == "passed" for r in results) >= 10, f"{name}: too few properties ran: {results}"
+    least = 5 if "--supports" in ARGS.get(name, ()) else 10
+    assert sum(r["outcome"] == "passed" for r in results) >= least, f"{name}: too few properties ran: {results}"
+    refused = " | ".join(part["words"] for part in v["json"]["refused_domain"])
+    if name in REFUSES:
+        assert REFUSES[name] in refused and "refuses" in v["stdout"], f"{name}: refusals not listed: {refused!r}"
+    else:
+        assert not refused, f"{name}: refused {refused!r} inside its declared domain"

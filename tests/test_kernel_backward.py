@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.strategies import Case, Shape, cases, materialize
+from flashcheck.strategies import Case, Shape, cases, materialize
 from tests.test_kernel_forward import DTYPES, KERNEL_HEAD_DIMS, KERNEL_SHAPES
 from tests.test_kernel_support import (assert_within, kernel_precision, needs_kernel, record,
                                        reference_backward, reference_forward, run_kernel)

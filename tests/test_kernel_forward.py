@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.strategies import Case, Shape, cases, materialize
+from flashcheck.strategies import Case, Shape, cases, materialize
 from tests.test_kernel_support import (INTERPRET, assert_within, kernel_precision, needs_kernel,
                                        record,
                                        reference_forward, run_kernel)

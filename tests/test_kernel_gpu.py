@@ -12,7 +12,7 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.strategies import LOGIT_EDGE, Case, Shape, cases, materialize, round_to
+from flashcheck.strategies import LOGIT_EDGE, Case, Shape, cases, materialize, round_to
 from tests.test_kernel_support import (CUDA, assert_within, kernel_precision, poisoned, record,
                                        reference_forward, run_kernel, to_numpy, to_torch)
 
@@ -92,7 +92,7 @@ def test_gpu_long_sequence_rows_within_bound(dtype, causal):
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("causal", [False, "bottom_right"])
 def test_gpu_no_nan_at_the_logit_overflow_edge(dtype, causal):
-    """Logit standard deviation at the dtype's edge (tests.strategies.LOGIT_EDGE): exp2 of the
+    """Logit standard deviation at the dtype's edge (flashcheck.strategies.LOGIT_EDGE): exp2 of the
     shifted logits must never see inf − inf; everything finite and within the bounds."""
     d = 64
     c = np.sqrt(LOGIT_EDGE[dtype])  # q·k/sqrt(d) has std c² for unit-variance directions

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels.block_mask import build_block_mask
-from tests.strategies import Case, Shape, materialize
+from flashcheck.strategies import Case, Shape, materialize
 from tests.test_kernel_support import (DEVICE, assert_within, kernel_precision, needs_kernel,
                                        reference_forward, run_kernel, to_numpy)
 

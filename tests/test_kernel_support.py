@@ -1,5 +1,5 @@
 """Shared harness of the kernel tests (no tests here): where the kernel runs, output poisoning,
-running a `tests.strategies.Case` through `kernels.attention`, and bound comparisons.
+running a `flashcheck.strategies.Case` through `kernels.attention`, and bound comparisons.
 
 The kernel runs on CUDA when there is a GPU, else through the Triton interpreter on the CPU
 (TRITON_INTERPRET=1 must be set before triton is imported: `make test` does it). Interpreter runs
@@ -53,7 +53,7 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def kernel_precision(dtype: str, d: int, dot_precision=None, block_mask=None):
-    from kernels.adapters import ours_precision
+    from flashcheck.adapters import ours_precision
 
     return ours_precision(TORCH_DTYPES[dtype], dot_precision, head_dim=d, interpret=INTERPRET,
                           block_mask=block_mask)

@@ -1,5 +1,6 @@
-"""`flashcheck validate` as a user runs it: exit codes (0 holds, 1 fails, 2 usage error), the table,
-the counterexample with a replay command that really replays, and the JSON file."""
+"""`flashcheck validate` as a user runs it: exit codes (0 no wrong result, 1 a wrong result, 2 usage
+error or everything refused), the table, refusals in words, the counterexample with a replay command
+that really replays, the causal-alignment hint, NaN never agreeing, and the JSON file."""
 import json
 import os
 import shlex
@@ -83,4 +84,58 @@ def test_torch_sdpa_cpu_backends_hold(kernel, tmp_path):
     proc = flashcheck("validate", kernel, "--device", "cpu", "--json", str(out))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     data = json.loads(out.read_text())
-    assert data["counts"]["passed"] >= 12 and data["backward_deterministic"] is True
+    assert data["counts"]["passed"] >= 12 and data["counts"]["failed"] == 0
+    (det,) = [r for r in data["results"] if r["property"] == "test_backward_is_bitwise_deterministic"]
+    assert det["outcome"] == "passed", det
+
+
+KERNELS = """
+import torch
+
+def nan_out(q, k, v, causal=False, scale=None):
+    return torch.full_like(q, float("nan"))
+
+def refuses_all(q, k, v, causal=False, scale=None):
+    raise RuntimeError("No available kernel")
+"""
+
+
+def test_nan_is_never_agreement(tmp_path):
+    """A kernel whose output is all NaN fails every property comparing outputs, incl. kernel-vs-kernel."""
+    src = tmp_path / "k.py"
+    src.write_text(KERNELS)
+    out = tmp_path / "r.json"
+    proc = flashcheck("validate", f"{src}:nan_out", "-k", "convex_hull or permuting or shift or forward_is",
+                      "--json", str(out))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    results = json.loads(out.read_text())["results"]
+    assert len(results) == 4 and all(r["outcome"] == "failed" for r in results), results
+
+
+def test_refusing_everything_is_an_error(tmp_path):
+    src = tmp_path / "k.py"
+    src.write_text(KERNELS)
+    proc = flashcheck("validate", f"{src}:refuses_all", "-k", "o_within_bound or permuting")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "refused every input" in proc.stderr and "No available kernel" in proc.stderr
+
+
+def test_refusals_are_listed_and_strict_fails_them(tmp_path):
+    out = tmp_path / "r.json"
+    args = ("validate", target("correct_refuses_nonsquare"), "-k", "o_within_bound", "--json", str(out))
+    proc = flashcheck(*args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "refuses Nq != Nk" in proc.stdout and "Nq != Nk is not implemented" in proc.stdout, proc.stdout
+    assert json.loads(out.read_text())["refused_domain"][0]["words"] == "Nq != Nk"
+    strict = flashcheck(*args, "--strict")
+    assert strict.returncode == 1 and "--strict" in strict.stdout, strict.stdout
+
+
+def test_a_kernel_of_the_other_causal_alignment_is_told_so():
+    proc = flashcheck("validate", target("top_left_means_bottom_right"), "--supports", "causal,scale",
+                      "-k", "o_within_bound")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "matches bottom-right causal alignment" in proc.stdout, proc.stdout[-3000:]
+    fixed = flashcheck("validate", target("top_left_means_bottom_right"), "--supports", "causal,scale",
+                       "--causal-alignment", "bottom-right", "-k", "o_within_bound")
+    assert fixed.returncode == 0, fixed.stdout[-3000:]

@@ -22,13 +22,18 @@ class Blocked:
     block_k = 64
     acc_dtype = torch.float32
     supports = "causal,scale,gqa,lse,backward,mask,window"
+    alignment = "top_left"  # what causal=True means when Nq != Nk (declared as causal_alignment)
+    domain: dict = {}  # declared Domain attributes (head_dims, seq_multiple, min_n, dtypes, ...)
+
+    def check(self, q, k, v, causal, mask):
+        """Raise on inputs the kernel does not take (restricted-domain kernels override it)."""
 
     # ---- masking ------------------------------------------------------------------------------
     def visible(self, Nq, Nk, j0, j1, causal, window, device):
         """(Nq, j1 − j0) bool: key j visible from query i (ARCHITECTURE.md conventions)."""
         i = torch.arange(Nq, device=device)[:, None]
         j = torch.arange(j0, j1, device=device)[None, :]
-        off = Nk - Nq if causal == "bottom_right" else 0
+        off = Nk - Nq if causal and self.alignment == "bottom_right" else 0
         ok = torch.ones(Nq, j1 - j0, dtype=torch.bool, device=device)
         if causal:
             ok &= j <= i + off
@@ -145,9 +150,13 @@ def kernel(impl: Blocked):
     """The user-facing function `attention(q, k, v, **kw) -> (O, LSE)` of an implementation."""
 
     def attention(q, k, v, *, causal=False, scale=None, window=None, mask=None):
+        impl.check(q, k, v, causal, mask)
         return _Attention.apply(impl, q, k, v, causal, scale, window, mask)
 
     attention.supports = impl.supports
+    attention.causal_alignment = impl.alignment
+    for name, value in impl.domain.items():
+        setattr(attention, name, value)
     return attention
 
 

@@ -10,7 +10,7 @@ class CausalOffByOne(Blocked):
 
             i = torch.arange(Nq, device=device)[:, None]
             j = torch.arange(j0, j1, device=device)[None, :]
-            off = Nk - Nq if causal == "bottom_right" else 0
+            off = Nk - Nq if self.alignment == "bottom_right" else 0
             ok &= j < i + off
         return ok
 

@@ -13,8 +13,7 @@ def attention(q, k, v, *, causal=False, scale=None):
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     s = scale * (q @ k.transpose(-1, -2))
     if causal:
-        off = Nk - Nq if causal == "bottom_right" else 0
-        keep = torch.ones(Nq, Nk, dtype=torch.bool, device=q.device).tril(off)
+        keep = torch.ones(Nq, Nk, dtype=torch.bool, device=q.device).tril()  # top-left
         s = s.masked_fill(~keep, float("-inf"))
     lse = torch.logsumexp(s, -1)
     dead = torch.isinf(lse)[..., None]  # fully masked rows: O = 0 instead of softmax's NaN

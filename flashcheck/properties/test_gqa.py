@@ -5,7 +5,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tests.properties.judge import check_within, forward_bound, masked_rows, prepare, property_cases, run
+from flashcheck.properties.judge import check_within, forward_bound, masked_rows, prepare, property_cases, run
 
 pytestmark = pytest.mark.requires("gqa")
 

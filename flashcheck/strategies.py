@@ -1,4 +1,4 @@
-"""Hypothesis strategies for attention problems (importable: `from tests.strategies import cases`).
+"""Hypothesis strategies for attention problems (`from flashcheck.strategies import cases`).
 
 A drawn `Case` is a small, printable description of one attention problem: the shape
 (B, Hq, Hkv, Nq, Nk, d) from a small finite set (each new shape recompiles a Triton kernel), the
@@ -12,7 +12,14 @@ Value distributions:
 - ``large_logits``: logits with a standard deviation up to the dtype's overflow edge;
 - ``dominant``: one key per problem gets a logit ~8·sqrt(d) above the rest in every row;
 - ``constant_rows``: half the query rows are zero (uniform attention) and every value row is the same;
-- ``tiny``: magnitudes near the bottom of the dtype's normal range.
+- ``tiny``: magnitudes near the bottom of the dtype's normal range;
+- the structured families of `flashcheck.structured` (uniform rows, constant and near-constant V
+  columns, V with a large mean, logits rising along the keys, repeated keys): systematic rather than
+  random rounding.
+
+`causal` in a Case is the reference's: False, True (top-left) or "bottom_right"; `adapt` gives a causal
+case (either alignment) the alignment the kernel under test declares, which is what it receives as
+`causal=True`. The kernel's own tests pass both alignments to kernels.attention directly.
 """
 from __future__ import annotations
 
@@ -20,6 +27,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from hypothesis import strategies as st
+
+from flashcheck.structured import FAMILIES, structured_inputs
 
 HEAD_DIMS = (16, 32, 48, 64, 80, 96, 111, 128, 192, 256)
 # (B, Hq, Hkv, Nq, Nk): N = 1, odd N, N just below/at/above the block multiples 64 and 128, Nq != Nk,
@@ -44,7 +53,7 @@ CAUSALS = (False, True, "bottom_right")
 SCALES = (1.0, 0.5, 1.75)
 WINDOWS = (None, (0, 0), (7, 0), (31, 4), (None, 3), (2, None))
 MASK_KINDS = (None, "random", "block_sparse", "fully_masked_rows", "padding")
-VALUE_KINDS = ("normal", "outliers", "large_logits", "dominant", "constant_rows", "tiny")
+VALUE_KINDS = ("normal", "outliers", "large_logits", "dominant", "constant_rows", "tiny") + FAMILIES
 DTYPES = ("float32", "float16", "bfloat16")
 # Logit standard deviation at each dtype's overflow edge: exp overflows fp32 above 88, and a score
 # stored in fp16 overflows above 65504; the largest drawn scores sit just under that edge.
@@ -98,18 +107,45 @@ class Inputs:
     scale: float
 
 
-def adapt(case: Case, supports, head_dims=None) -> Case:
-    """The nearest case a kernel declaring `supports` (and accepting `head_dims`) can run."""
+def _fit_n(n: int, domain) -> int:
+    """The nearest sequence length the domain accepts at or above n (below max_n)."""
+    m = domain.seq_multiple
+    n = max(n, domain.min_n)
+    n = -(-n // m) * m
+    if domain.max_n is not None and n > domain.max_n:
+        n = (domain.max_n // m) * m
+    return n
+
+
+def _fit_heads(Hq: int, Hkv: int, supports, domain) -> tuple[int, int]:
+    if "gqa" not in supports:
+        return Hq, Hq
+    ratios = domain.gqa_ratios
+    if ratios is None or Hq // Hkv in ratios:
+        return Hq, Hkv
+    group = min(ratios, key=lambda r: (abs(r - Hq // Hkv), r))
+    return Hkv * group, Hkv
+
+
+def adapt(case: Case, kernel) -> Case:
+    """The nearest case `kernel` (a KernelUnderTest: its declared capabilities and `Domain`) can run;
+    a causal case gets the kernel's declared alignment."""
+    supports, domain = kernel.supports, kernel.domain
     s = case.shape
-    if "gqa" not in supports and s.Hkv != s.Hq:
-        s = replace(s, Hkv=s.Hq)
-    if head_dims is not None and s.d not in head_dims:
-        fits = sorted(head_dims, key=lambda d: (abs(d - s.d), d))
-        s = replace(s, d=fits[0])
+    Hq, Hkv = _fit_heads(s.Hq, s.Hkv, supports, domain)
+    Nq, Nk = _fit_n(s.Nq, domain), _fit_n(s.Nk, domain)
+    if domain.square_only:
+        Nk = Nq
+    d = s.d
+    if domain.head_dims is not None and d not in domain.head_dims:
+        d = min(domain.head_dims, key=lambda x: (abs(x - d), x))
+    causal = False
+    if case.causal and "causal" in supports:
+        causal = "bottom_right" if domain.causal_alignment == "bottom_right" else True
     return replace(
         case,
-        shape=s,
-        causal=case.causal if "causal" in supports else False,
+        shape=Shape(s.B, Hq, Hkv, Nq, Nk, d),
+        causal=causal,
         window=case.window if "window" in supports else None,
         mask=case.mask if "mask" in supports else None,
         scale=case.scale if "scale" in supports else 1.0,
@@ -135,10 +171,6 @@ def windows():
 
 def mask_kinds():
     return st.sampled_from(MASK_KINDS)
-
-
-def value_kinds():
-    return st.sampled_from(VALUE_KINDS)
 
 
 def seeds():
@@ -202,9 +234,13 @@ def _values(case: Case, dtype: str, rng: np.random.Generator):
         q *= TINY[dtype]
         k *= TINY[dtype]
         v *= TINY[dtype]
+    elif kind in FAMILIES:
+        x = structured_inputs(kind, s.B, s.Hq, s.Hkv, s.Nq, s.Nk, s.d, rng, dv=s.dv,
+                              scale=case.scale / np.sqrt(s.d))
+        return x.q, x.k, x.v, x.do
     elif kind != "normal":
         raise ValueError(f"values: expected one of {VALUE_KINDS}, got {kind!r}")
-    return q, k, v
+    return q, k, v, rng.standard_normal(q.shape[:-1] + (s.dv,))
 
 
 def make_mask(case: Case, rng: np.random.Generator) -> np.ndarray | None:
@@ -237,8 +273,7 @@ def make_mask(case: Case, rng: np.random.Generator) -> np.ndarray | None:
 def materialize(case: Case, dtype: str) -> Inputs:
     """The exact inputs (float64 arrays of `dtype` values) that `case` describes."""
     rng = np.random.default_rng(case.seed)
-    q, k, v = _values(case, dtype, rng)
-    do = rng.standard_normal(q.shape[:-1] + (case.shape.dv,))
+    q, k, v, do = _values(case, dtype, rng)
     mask = make_mask(case, rng)
     return Inputs(q=round_to(q, dtype), k=round_to(k, dtype), v=round_to(v, dtype),
                   do=round_to(do, dtype), mask=mask, scale=case.scale / np.sqrt(case.shape.d))
@@ -259,13 +294,13 @@ def _c(B, Hq, Hkv, Nq, Nk, d, **kw):
 
 
 CANONICAL = (
-    _c(1, 4, 2, 65, 130, 32, causal="bottom_right", values="normal", seed=1),  # partial tile, GQA
+    _c(1, 4, 2, 65, 130, 32, causal=True, values="normal", seed=1),  # partial tile, GQA, non-square causal
     _c(1, 2, 2, 33, 129, 16, causal=True, values="large_logits", seed=2, scale=0.5),  # max grows late
     _c(1, 2, 1, 1, 1, 16, values="normal", seed=3),                            # N = 1: O = v exactly
     _c(2, 2, 2, 64, 64, 64, values="constant_rows", seed=4),                   # O = the constant row
 )
 CANONICAL_SMALL = (
-    _c(1, 4, 2, 17, 33, 32, causal="bottom_right", values="normal", seed=1),
+    _c(1, 4, 2, 17, 33, 32, causal=True, values="normal", seed=1),
     _c(1, 2, 2, 17, 63, 16, causal=True, values="large_logits", seed=2, scale=0.5),
     _c(1, 2, 1, 1, 1, 16, values="normal", seed=3),
     _c(1, 2, 2, 17, 17, 64, values="constant_rows", seed=4),

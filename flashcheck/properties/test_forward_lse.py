@@ -1,7 +1,7 @@
 """LSE (natural log) is within the derived bound of the float64 reference, fully masked rows exactly -inf."""
 import pytest
 
-from tests.properties.judge import check_within, expected, forward_bound, masked_rows, prepare, property_cases, run
+from flashcheck.properties.judge import check_within, expected, forward_bound, masked_rows, prepare, property_cases, run
 
 pytestmark = pytest.mark.requires("lse")
 

@@ -7,8 +7,8 @@ differ by that plus both derived bounds.
 """
 import numpy as np
 
-from tests.properties.judge import check_within, expected, forward_bound, masked_rows, prepare, property_cases, run
-from tests.strategies import round_to
+from flashcheck.properties.judge import check_within, expected, forward_bound, masked_rows, prepare, property_cases, run
+from flashcheck.strategies import round_to
 
 SHIFT_STD = 16.0  # per-row constants c_i ~ N(0, 16^2): large enough that exp(s) without a max shift overflows
 

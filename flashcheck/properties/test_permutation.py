@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from tests.properties.judge import check_within, forward_bound, masked_rows, prepare, property_cases, run
+from flashcheck.properties.judge import check_within, forward_bound, masked_rows, prepare, property_cases, run
 
 
 @property_cases()

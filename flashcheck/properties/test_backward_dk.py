@@ -1,7 +1,7 @@
 """dK (autograd through the kernel's O) is within the derived bound of the float64 FA2 backward."""
 import pytest
 
-from tests.properties.judge import backward_result, check_within, prepare, property_cases
+from flashcheck.properties.judge import backward_result, check_within, prepare, property_cases
 
 pytestmark = pytest.mark.requires("backward")
 

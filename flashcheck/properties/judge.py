@@ -1,6 +1,12 @@
 """How a property judges the kernel under test: run it on the exact inputs of a case, compute the
 float64 reference and the derived bound from those same inputs, and compare elementwise
-(`abs(kernel - reference) <= bound`, NaN always failing, fully masked rows compared exactly).
+(`abs(kernel - reference) <= bound`, fully masked rows compared exactly).
+
+`check_within` is the suite's one comparison: NaN is never agreement (not even NaN against NaN), and a
+non-finite kernel value where a finite one is expected fails whatever the bound. An exception from
+the kernel is a refusal of that input: recorded (`record_refusal`) and the input rejected, so hypothesis
+draws another; a property whose every input was refused is reported as refused, never as passed.
+Inputs a property cannot use are `discard`ed and counted, never passed.
 
 Failures say what differed, where, by how much, against which bound; every comparison is `note()`d
 and its worst error / bound recorded for `flashcheck validate`'s table.
@@ -8,14 +14,16 @@ and its worst error / bound recorded for `flashcheck validate`'s table.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
-from hypothesis import example, given, note
+from hypothesis import example, given, note, reject
 
-from flashcheck.pytest_plugin import hypothesis_settings, options, record
-from tests.strategies import BASE_SHAPES, CANONICAL, CANONICAL_SMALL, SMALL_SHAPES, Case, Inputs, adapt, cases, materialize
+from flashcheck.adapters import Refusal
+from flashcheck.pytest_plugin import hypothesis_settings, options, record, record_accepted, record_discard, record_refusal
+from flashcheck.strategies import (BASE_SHAPES, CANONICAL, CANONICAL_SMALL, SMALL_SHAPES, Case, Inputs, adapt, cases,
+                                   materialize, visible)
 
 
 # ---- the modules judged against: the float64 references and the derived bounds ----------------------
@@ -59,7 +67,7 @@ class Subject:
         return _precision(self.kernel, self.torch_dtype, head_dim)
 
     def adapt(self, case: Case) -> Case:
-        return adapt(case, self.kernel.supports, self.kernel.head_dims)
+        return adapt(case, self.kernel)
 
     def tensor(self, x, requires_grad=False):
         import torch
@@ -73,7 +81,7 @@ class Subject:
         sup = self.kernel.supports
         kw = {}
         if case.causal:
-            kw["causal"] = case.causal
+            kw["causal"] = True  # the case carries the kernel's declared alignment (adapt)
         if case.window is not None:
             kw["window"] = case.window
         m = inputs.mask if mask is None else mask
@@ -101,10 +109,32 @@ class Run:
     q_t: object
     k_t: object
     v_t: object
+    case: Case
+    subject: Subject
 
 
 def to_numpy(t):
     return t.detach().to("cpu", dtype=__import__("torch").float64).numpy()
+
+
+def refuse(subject: Subject, case: Case, refusal: Refusal):
+    """The kernel raised on this input: record the refusal and reject the input (hypothesis draws another)."""
+    record_refusal(case, subject.dtype, refusal)
+    note(f"refused: {case!r} dtype={subject.dtype}: {refusal}")
+    reject()
+
+
+def n_in_domain(kernel, n: int) -> bool:
+    """Whether a sequence length a property derives (a key removed, keys split) is inside the kernel's
+    declared domain; outside it, the property discards the input rather than provoke a refusal."""
+    dom = kernel.domain
+    return n >= dom.min_n and n % dom.seq_multiple == 0 and (dom.max_n is None or n <= dom.max_n)
+
+
+def discard(reason: str):
+    """This input says nothing about the property (e.g. no key left to remove): counted, then rejected."""
+    record_discard(reason)
+    reject()
 
 
 def run(subject: Subject, case: Case, inputs: Inputs, *, grad=False, q=None, k=None, v=None, mask=None) -> Run:
@@ -112,17 +142,30 @@ def run(subject: Subject, case: Case, inputs: Inputs, *, grad=False, q=None, k=N
     k = inputs.k if k is None else k
     v = inputs.v if v is None else v
     q_t, k_t, v_t = (subject.tensor(x, grad) for x in (q, k, v))
-    o_t, lse_t = subject.kernel(q_t, k_t, v_t, **subject.kwargs(case, inputs, mask))
+    try:
+        o_t, lse_t = subject.kernel(q_t, k_t, v_t, **subject.kwargs(case, inputs, mask))
+    except Refusal as refusal:
+        refuse(subject, case, refusal)
     expect = (q.shape[0], q.shape[1], q.shape[2], v.shape[-1])
     if tuple(o_t.shape) != expect:
         raise AssertionError(f"O has shape {tuple(o_t.shape)}, expected {expect} (B, Hq, Nq, dv)")
-    return Run(o=to_numpy(o_t), lse=None if lse_t is None else to_numpy(lse_t), o_t=o_t, q_t=q_t, k_t=k_t, v_t=v_t)
+    record_accepted(case, subject.dtype)
+    call = replace(case, shape=replace(case.shape, Nk=k.shape[2]))
+    dead = int(masked_rows(call, replace(inputs, mask=inputs.mask if mask is None else mask)).sum())
+    _dead_rows["count"] = max(_dead_rows["count"] or 0, dead)
+    return Run(o=to_numpy(o_t), lse=None if lse_t is None else to_numpy(lse_t), o_t=o_t, q_t=q_t, k_t=k_t, v_t=v_t,
+               case=case, subject=subject)
 
 
-def gradients(subject: Subject, r: Run, do: np.ndarray):
+def gradients(r: Run, do: np.ndarray):
+    """dQ, dK, dV through the kernel's O; an exception from its backward is a refusal of the input."""
     import torch
 
-    grads = torch.autograd.grad(r.o_t, (r.q_t, r.k_t, r.v_t), subject.tensor(do), allow_unused=True)
+    subject = r.subject
+    try:
+        grads = torch.autograd.grad(r.o_t, (r.q_t, r.k_t, r.v_t), subject.tensor(do), allow_unused=True)
+    except Exception as exc:  # noqa: BLE001 - the kernel's backward raised: its refusal
+        refuse(subject, r.case, Refusal(exc))
     out = []
     for g, x in zip(grads, (r.q_t, r.k_t, r.v_t)):
         out.append(np.zeros(tuple(x.shape)) if g is None else to_numpy(g))
@@ -164,38 +207,47 @@ def backward_bound(subject, case, inputs):
 
 def masked_rows(case: Case, inputs: Inputs) -> np.ndarray:
     """(B, Hq, Nq): rows that see no key."""
-    from tests.strategies import visible
-
     return ~visible(case, inputs.mask).any(-1)
 
 
 # ---- comparison ----------------------------------------------------------------------------------------
 
+# fully masked rows of the example being judged: its input's (`prepare`), or more in a call a property
+# derives from it (`run`: a key masked, half the keys): named in every failure, as what may explain it
+_dead_rows = {"count": None}
+
+
 def describe(case, subject) -> str:
+    dead = "" if _dead_rows["count"] is None else f" fully_masked_rows={_dead_rows['count']}"
     return (f"{case!r} dtype={subject.dtype} kernel={subject.kernel.name} precision={subject.precision(case.shape.d)} "
-            f"bound={bounds_source()}")
+            f"bound={bounds_source()}{dead}")
 
 
 def check_within(name: str, got, want, bound, *, case, subject, exact=None,
-                 against="the float64 reference") -> float:
+                 against="the float64 reference", hint=None) -> float:
     """Assert |got - want| <= bound elementwise; `exact` (broadcastable bool) marks entries compared exactly.
 
-    Returns the worst |got - want| / bound, records and notes it.
+    NaN never agrees (not with NaN either); a NaN or Inf in `got` fails whatever the bound, except on
+    `exact` entries where `want` holds the same infinity (LSE = -inf on fully masked rows).
+    `hint(worst_index)`, when given, is called on failure and its text appended (e.g. what another
+    causal alignment would explain). Returns the worst |got - want| / bound, records and notes it.
     """
     got = np.asarray(got, dtype=np.float64)
     want = np.asarray(want, dtype=np.float64)
-    bound = np.broadcast_to(np.asarray(bound, dtype=np.float64), want.shape)
     if got.shape != want.shape:
         raise AssertionError(f"{name} has shape {got.shape}, expected {want.shape}")
-    exact = np.zeros(want.shape, bool) if exact is None else np.broadcast_to(exact, want.shape)
-    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    bound = np.broadcast_to(np.asarray(bound, dtype=np.float64), want.shape)
+    exact = np.broadcast_to(np.asarray(False if exact is None else exact, bool), want.shape)
+    same = got == want  # False for NaN, True for equal infinities
     with np.errstate(invalid="ignore"):
         diff = np.where(same, 0.0, np.abs(got - want))
     diff = np.where(np.isnan(diff), np.inf, diff)
-    ok = np.where(exact, same, diff <= bound)
+    escaped = ~np.isfinite(got) & ~exact  # NaN/Inf from the kernel where a number is due
+    diff = np.where(escaped, np.inf, diff)
+    ok = np.where(exact, same, (diff <= bound) & ~escaped)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(diff == 0, 0.0, diff / bound)
-    ratio = np.where(exact & ~same, np.inf, ratio)
+    ratio = np.where((exact & ~same) | escaped | np.isnan(ratio), np.inf, ratio)
     worst_idx = np.unravel_index(int(np.argmax(ratio)), ratio.shape) if ratio.size else ()
     worst = float(ratio[worst_idx]) if ratio.size else 0.0
     # (batch, head, row, column): the row is a query for O/dQ/LSE and a key for dK/dV
@@ -206,13 +258,49 @@ def check_within(name: str, got, want, bound, *, case, subject, exact=None,
     record(ratio=worst, info=info)
     if not ok.all():
         bad = int((~ok).sum())
-        kind = "a fully masked row (compared exactly)" if exact[worst_idx] else "the derived bound"
+        kind = ("a fully masked row (compared exactly)" if exact[worst_idx] else
+                "finiteness (NaN/Inf from finite inputs)" if escaped[worst_idx] else "the derived bound")
+        extra = hint(worst_idx) if hint is not None else ""
         raise AssertionError(
             f"{name} differs from {against} beyond {kind}: {bad} of {ok.size} elements.\n"
             f"  worst at ({where}): kernel={float(got[worst_idx])!r} reference={float(want[worst_idx])!r} "
             f"|diff|={diff[worst_idx]:.6g} bound={bound[worst_idx]:.6g} (ratio {worst:.3g})\n"
-            f"  {describe(case, subject)}")
+            f"  {describe(case, subject)}" + (f"\n  {extra}" if extra else ""))
     return worst
+
+
+def check_finite(name: str, got, *, case, subject, neginf_ok=None) -> None:
+    """No NaN or Inf in `got` (from finite inputs); -inf allowed where `neginf_ok` (masked rows' LSE).
+    Stated through `check_within` (expected: some finite number, any distance allowed)."""
+    got = np.asarray(got, dtype=np.float64)
+    allowed = np.zeros(got.shape, bool) if neginf_ok is None else np.broadcast_to(neginf_ok, got.shape) & (got == -np.inf)
+    want = np.where(allowed, -np.inf, 0.0)
+    check_within(f"{name} (finite)", got, want, np.inf, case=case, subject=subject, exact=allowed,
+                 against="a finite value")
+
+
+def other_alignment_hint(subject: Subject, case: Case, inputs: Inputs, got_o: np.ndarray):
+    """A `hint` for O: on a non-square causal case, whether the other causal alignment explains the output."""
+    s = case.shape
+    if not case.causal or s.Nq == s.Nk:
+        return None
+    declared = "bottom-right" if case.causal == "bottom_right" else "top-left"
+    other = replace(case, causal=True if case.causal == "bottom_right" else "bottom_right")
+    other_name = "top-left" if declared == "bottom-right" else "bottom-right"
+    flag = "top-left" if other_name == "top-left" else "bottom-right"
+
+    def hint(_idx) -> str:
+        o_other, _ = expected(other, inputs)
+        bound_other = forward_bound(subject, other, inputs).o
+        dead = masked_rows(other, inputs)[..., None]
+        with np.errstate(invalid="ignore"):
+            fits = np.where(dead, got_o == 0, np.abs(got_o - o_other) <= bound_other).all()
+        if fits:
+            return (f"the output matches {other_name} causal alignment (the kernel was judged {declared}): "
+                    f"declare it with --causal-alignment {flag} or fn.causal_alignment = \"{other_name.replace('-', '_')}\"")
+        return ""
+
+    return hint
 
 
 # ---- decorators ------------------------------------------------------------------------------------
@@ -239,7 +327,9 @@ def prepare(kernel_under_test, dtype, case: Case):
     """(subject, adapted case, exact inputs) for one example."""
     subject = subject_for(kernel_under_test, dtype)
     case = subject.adapt(case)
-    return subject, case, materialize(case, dtype)
+    inputs = materialize(case, dtype)
+    _dead_rows["count"] = int(masked_rows(case, inputs).sum())
+    return subject, case, inputs
 
 
 _backward_memo: dict = {}
@@ -251,7 +341,7 @@ def backward_result(subject: Subject, case: Case, inputs: Inputs):
     key = (subject.kernel.name, subject.device, subject.dtype, case)
     if key not in _backward_memo:
         r = run(subject, case, inputs, grad=True)
-        got = gradients(subject, r, inputs.do)
+        got = gradients(r, inputs.do)
         o, lse = expected(case, inputs)
         want = expected_backward(case, inputs, o, lse)
         if len(_backward_memo) > 64:

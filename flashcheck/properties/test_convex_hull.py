@@ -2,8 +2,8 @@
 max of the visible values, up to the derived bound. Fully masked rows are exactly 0."""
 import numpy as np
 
-from tests.properties.judge import check_within, forward_bound, masked_rows, prepare, property_cases, run
-from tests.strategies import visible
+from flashcheck.properties.judge import check_within, forward_bound, masked_rows, prepare, property_cases, run
+from flashcheck.strategies import visible
 
 
 @property_cases()

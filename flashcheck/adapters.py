@@ -11,6 +11,13 @@
   ``fn(q, k, v, **kw)`` with only the declared capabilities in ``kw``; it returns O, or (O, LSE) when
   ``"lse"`` is declared.
 
+Causal: a kernel declaring ``"causal"`` receives ``causal=True`` (a bool) and declares which diagonal
+that means when Nq != Nk (`Domain.causal_alignment`): ``"top_left"`` (torch SDPA's convention, the
+default) or ``"bottom_right"`` (flash-attn's). A kernel may also declare the domain it accepts (head
+dims, a sequence-length multiple, min/max N, dtypes, Nq = Nk only, GQA ratios: `Domain`), as function
+attributes or options; inputs are generated inside it. An exception from the kernel itself is a
+`Refusal` of that input, not a wrong answer.
+
 Every kernel takes and returns (B, H, N, d) tensors; a ``layout="bnhd"`` kernel gets (B, N, H, d)
 tensors and its outputs are transposed back. Masks are always (B, Hq, Nq, Nk)-broadcastable booleans,
 True = attend. `precision(dtype)` states the arithmetic the kernel performs, the input of the derived
@@ -20,13 +27,16 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import inspect
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-CAPABILITIES = frozenset({"causal", "scale", "gqa", "lse", "backward", "mask", "window"})
+# "deterministic": the backward repeats bit for bit (a declared capability, so it can fail).
+CAPABILITIES = frozenset({"causal", "scale", "gqa", "lse", "backward", "mask", "window", "deterministic"})
+ALIGNMENTS = ("top_left", "bottom_right")
+DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64")
 LAYOUTS = ("bhnd", "bnhd")
 SDPA_BACKENDS = {
     "torch-sdpa-math": "MATH",
@@ -42,7 +52,6 @@ def _dtype_name(dtype) -> str:
 
 
 def _precision(**fields):
-    """A `proofs.bounds.Precision` (imported lazily: proofs/ is another part of the project)."""
     from proofs.bounds import Precision
 
     return Precision(**fields)
@@ -52,12 +61,112 @@ def _half_dot(dtype_name: str) -> str | None:
     return {"float16": "fp16", "bfloat16": "bf16"}.get(dtype_name)
 
 
+class Refusal(Exception):
+    """The kernel raised on an input: it refused it (recorded and reported, never counted as agreement)."""
+
+    def __init__(self, error: BaseException, why: str | None = None):
+        self.error = error
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        # the first line, and the last where the first only introduces it ("... raised:")
+        text = " ".join(lines[:1] + (lines[-1:] if len(lines) > 1 and lines[0].endswith(":") else []))
+        super().__init__(f"{type(error).__name__}: {text}"[:400] + (f" ({why})" if why else ""))
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The inputs a kernel declares it accepts; inputs are generated inside it.
+
+    head_dims: accepted head dimensions (None: any); seq_multiple: Nq and Nk multiples of it;
+    min_n/max_n: bounds on Nq and Nk; dtypes: accepted input dtypes (None: any); square_only: Nq = Nk;
+    gqa_ratios: accepted Hq / Hkv (None: any, when "gqa" is declared); causal_alignment: the
+    diagonal `causal=True` means when Nq != Nk.
+    """
+    head_dims: frozenset | None = None
+    seq_multiple: int = 1
+    min_n: int = 1
+    max_n: int | None = None
+    dtypes: tuple | None = None
+    square_only: bool = False
+    gqa_ratios: frozenset | None = None
+    causal_alignment: str = "top_left"
+
+    def __post_init__(self):
+        if self.causal_alignment not in ALIGNMENTS:
+            raise ValueError(f"causal_alignment: expected one of {ALIGNMENTS} (or top-left/bottom-right), "
+                             f"got {self.causal_alignment!r}")
+        if self.seq_multiple < 1 or self.min_n < 1 or (self.max_n is not None and self.max_n < self.min_n):
+            raise ValueError(f"domain: need seq_multiple >= 1, 1 <= min_n <= max_n; got seq_multiple="
+                             f"{self.seq_multiple}, min_n={self.min_n}, max_n={self.max_n}")
+        if self.dtypes is not None and set(self.dtypes) - set(DTYPE_NAMES):
+            raise ValueError(f"dtypes: unknown {sorted(set(self.dtypes) - set(DTYPE_NAMES))}; expected a subset "
+                             f"of {DTYPE_NAMES}")
+
+    def describe(self) -> str:
+        parts = []
+        if self.head_dims is not None:
+            parts.append("head dims " + ",".join(map(str, sorted(self.head_dims))))
+        if self.seq_multiple > 1:
+            parts.append(f"N a multiple of {self.seq_multiple}")
+        if self.min_n > 1:
+            parts.append(f"N >= {self.min_n}")
+        if self.max_n is not None:
+            parts.append(f"N <= {self.max_n}")
+        if self.dtypes is not None:
+            parts.append("dtypes " + ",".join(self.dtypes))
+        if self.square_only:
+            parts.append("Nq = Nk only")
+        if self.gqa_ratios is not None:
+            parts.append("GQA ratios " + ",".join(map(str, sorted(self.gqa_ratios))))
+        parts.append(f"causal {self.causal_alignment.replace('_', '-')}")
+        return "; ".join(parts)
+
+
+def _ints(value, name) -> frozenset | None:
+    if value is None or value == "":
+        return None
+    items = value.replace(" ", "").split(",") if isinstance(value, str) else list(value)
+    try:
+        return frozenset(int(x) for x in items if x != "")
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected comma-separated integers, got {value!r}") from None
+
+
+def domain_from(source=None, **overrides) -> Domain:
+    """A Domain from a function's attributes (`head_dims`, `seq_multiple`, `min_n`, `max_n`, `dtypes`,
+    `square_only`, `gqa_ratios`, `causal_alignment`), then `overrides` that are not None (options)."""
+    fields = {}
+    for name in ("head_dims", "seq_multiple", "min_n", "max_n", "dtypes", "square_only", "gqa_ratios",
+                 "causal_alignment"):
+        value = overrides.get(name)
+        if value is None and source is not None:
+            value = getattr(source, name, None)
+        if value is None:
+            continue
+        if name in ("head_dims", "gqa_ratios"):
+            value = _ints(value, name)
+        elif name in ("seq_multiple", "min_n", "max_n"):
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"{name}: expected an integer, got {value!r}") from None
+        elif name == "dtypes":
+            value = tuple(_dtype_name(x) for x in (value.replace(" ", "").split(",") if isinstance(value, str)
+                                                     else value) if x)
+        elif name == "square_only":
+            value = bool(value)
+        elif name == "causal_alignment":
+            value = str(value).replace("-", "_")
+        fields[name] = value
+    return Domain(**fields)
+
+
 @dataclass(eq=False)
 class KernelUnderTest:
     """One attention kernel, callable in the project's conventions.
 
     `fn(q, k, v, *, causal, scale, window, mask)` receives (B, H, N, d) tensors already in the
-    kernel's layout and only the capabilities it declares, and returns (O, LSE or None) in that layout.
+    kernel's layout and only the capabilities it declares (`causal` a bool), and returns
+    (O, LSE or None) in that layout.
     """
 
     name: str
@@ -66,8 +175,7 @@ class KernelUnderTest:
     layout: str = "bhnd"
     precision_fn: Callable | None = None
     availability_fn: Callable | None = None
-    head_dims: frozenset | None = None  # None = any head dimension
-    notes: dict = field(default_factory=dict)
+    domain: Domain = field(default_factory=Domain)
 
     def __repr__(self):
         return f"KernelUnderTest({self.name!r}, supports={','.join(sorted(self.supports)) or 'nothing'})"
@@ -81,14 +189,19 @@ class KernelUnderTest:
 
         if device.startswith("cuda") and not torch.cuda.is_available():
             return "CUDA is not available on this machine"
+        name = _dtype_name(dtype)
+        if self.domain.dtypes is not None and name not in self.domain.dtypes:
+            return f"it declares dtypes {','.join(self.domain.dtypes)} only"
         if self.availability_fn is not None:
             return self.availability_fn(device, dtype)
         return None
 
-    def accepts(self, d: int) -> bool:
-        return self.head_dims is None or d in self.head_dims
-
     def __call__(self, q, k, v, *, causal=False, scale=None, window=None, mask=None):
+        """(O, LSE or None) in (B, H, N, d); an exception from the kernel itself is raised as a `Refusal`.
+        A capability the kernel does not declare is a ValueError (the suite's mistake, never a refusal)."""
+        if causal not in (False, True):
+            raise ValueError(f"causal: the kernel under test takes a bool (its alignment is declared), "
+                             f"got {causal!r}")
         kw = {}
         for cap, value, unset in (("causal", causal, False), ("scale", scale, None),
                                   ("window", window, None), ("mask", mask, None)):
@@ -101,7 +214,17 @@ class KernelUnderTest:
             raise ValueError(f"{self.name} does not declare 'gqa'; got Hq={q.shape[1]}, Hkv={k.shape[1]}")
         if self.layout == "bnhd":
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        out = self.fn(q, k, v, **kw)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            try:
+                out = self.fn(q, k, v, **kw)
+            except Exception as exc:  # noqa: BLE001 - whatever the kernel raises is its refusal
+                # torch SDPA says why each backend declined only in warnings: keep the first reason
+                why = next((str(w.message).splitlines()[0] for w in said if "kernel" in str(w.message).lower()
+                            or "support" in str(w.message).lower()), None)
+                raise Refusal(exc, why) from exc
+        for w in said:  # warnings of a call that ran: passed on as they came
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         o, lse = (out if isinstance(out, (tuple, list)) else (out, None))[:2]
         if self.layout == "bnhd":
             o = o.transpose(1, 2)
@@ -117,9 +240,7 @@ class KernelUnderTest:
         depend on the head dimension."""
         if self.precision_fn is None:
             raise ValueError(f"{self.name}: no precision model is known")
-        if head_dim is not None and "head_dim" in inspect.signature(self.precision_fn).parameters:
-            return self.precision_fn(dtype, dot_precision, head_dim=head_dim)
-        return self.precision_fn(dtype, dot_precision)
+        return self.precision_fn(dtype, dot_precision, head_dim=head_dim)
 
 
 def parse_supports(supports: Iterable[str] | str | None) -> frozenset | None:
@@ -135,12 +256,14 @@ def parse_supports(supports: Iterable[str] | str | None) -> frozenset | None:
     return supports
 
 
-def resolve(target: str, *, supports: Iterable[str] | str | None = None, layout: str | None = "bhnd"
-            ) -> KernelUnderTest:
-    """The kernel named by `target` (see the module docstring); `supports` overrides what it declares.
+def resolve(target: str, *, supports: Iterable[str] | str | None = None, layout: str | None = "bhnd",
+            **domain) -> KernelUnderTest:
+    """The kernel named by `target` (see the module docstring); `supports` overrides what it declares,
+    and the `Domain` fields in `domain` (None: not given) override its declared domain.
 
     A user function may declare its own defaults as attributes: `fn.supports` ("causal,lse,..."),
-    `fn.layout` (used when `layout` is None), `fn.precision(dtype)` and `fn.head_dims`.
+    `fn.layout` (used when `layout` is None), `fn.precision(dtype)` and the `Domain` fields
+    (`fn.head_dims`, `fn.causal_alignment`, ...).
     """
     if not isinstance(target, str) or not target:
         raise ValueError(f"target: expected a built-in name {BUILTINS}, 'package.module:function' or "
@@ -167,6 +290,13 @@ def resolve(target: str, *, supports: Iterable[str] | str | None = None, layout:
             raise ValueError(f"supports: {target} does not support {sorted(extra)} "
                              f"(it supports {sorted(kut.supports)})")
         kut.supports = declared
+    given = {k: v for k, v in domain.items() if v is not None}
+    if given:
+        if target in BUILTINS and "causal_alignment" in given and \
+                given["causal_alignment"].replace("-", "_") != kut.domain.causal_alignment:
+            raise ValueError(f"causal alignment: {target} is {kut.domain.causal_alignment.replace('_', '-')} "
+                             f"(built in), got {given['causal_alignment']!r}")
+        kut.domain = domain_from(kut.domain, **given)
     return kut
 
 
@@ -206,7 +336,7 @@ def _user(target: str, supports: frozenset | None, layout: str | None) -> Kernel
     if layout not in LAYOUTS:
         raise ValueError(f"layout: {target} declares layout {layout!r}; expected one of {LAYOUTS}")
 
-    def precision(dtype, dot_precision=None):
+    def precision(dtype, dot_precision=None, *, head_dim=None):
         # A user kernel states its arithmetic with a `precision(dtype)` attribute; otherwise the
         # common contract of fused attention kernels: operands in the input format (fp32 inputs:
         # IEEE fp32 products unless told otherwise), fp32 accumulation, libm exp on the CPU.
@@ -218,10 +348,8 @@ def _user(target: str, supports: frozenset | None, layout: str | None) -> Kernel
         return _precision(input=name, dot=dot, accumulate="float64" if name == "float64" else "float32",
                           exp="libm")
 
-    head_dims = getattr(fn, "head_dims", None)
-    return KernelUnderTest(name=target, supports=supports, fn=fn, layout=layout,
-                           precision_fn=precision,
-                           head_dims=frozenset(head_dims) if head_dims else None)
+    return KernelUnderTest(name=target, supports=supports, fn=fn, layout=layout, precision_fn=precision,
+                           domain=domain_from(fn))
 
 
 # ---- ours ------------------------------------------------------------------------------------------
@@ -236,35 +364,25 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
 
 
 def _ours() -> KernelUnderTest:
-    def module():
-        try:
-            return importlib.import_module("kernels.attention")
-        except ImportError as exc:  # another part of the project; say so instead of a traceback
-            raise RuntimeError(f"kernels.attention is not importable: {exc}") from exc
+    from kernels.attention import attention
 
-    def fn(q, k, v, **kw):
-        mod = module()
-        params = inspect.signature(mod.attention).parameters
-        if "return_lse" in params:
-            kw["return_lse"] = True
-        return mod.attention(q, k, v, **kw)
+    def fn(q, k, v, *, causal=False, **kw):
+        # causal=True means the declared alignment, bottom-right (flash-attn's, kernels.attention's "bottom_right")
+        return attention(q, k, v, causal="bottom_right" if causal else False, return_lse=True, **kw)
 
     def availability(device, dtype):
-        try:
-            module()
-        except RuntimeError as exc:
-            return str(exc)
         if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
             return "the Triton kernel runs on the CPU only through TRITON_INTERPRET=1"
         if device == "cpu" and _dtype_name(dtype) == "bfloat16":
             return "the Triton interpreter does not support bfloat16 (verified on the GPU only)"
         return None
 
-    def precision(dtype, dot_precision=None, head_dim=None):
+    def precision(dtype, dot_precision=None, *, head_dim=None):
         return ours_precision(dtype, dot_precision, head_dim=head_dim)
 
     return KernelUnderTest(name="ours", supports=CAPABILITIES, fn=fn, precision_fn=precision,
-                           availability_fn=availability)
+                           availability_fn=availability,
+                           domain=Domain(dtypes=("float32", "float16", "bfloat16"), causal_alignment="bottom_right"))
 
 
 # ---- torch SDPA ------------------------------------------------------------------------------------
@@ -278,21 +396,11 @@ def _sdpa(target: str) -> KernelUnderTest:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         kw = {"scale": scale, "enable_gqa": q.shape[1] != k.shape[1]}
-        if causal == "bottom_right":
-            from torch.nn.attention.bias import causal_lower_right
-
-            if mask is not None:  # the bias object does not combine with a mask: materialize it
-                Nq, Nk = q.shape[2], k.shape[2]
-                tril = torch.ones(Nq, Nk, dtype=torch.bool, device=q.device).tril(Nk - Nq)
-                kw["attn_mask"] = mask & tril
-            else:
-                kw["attn_mask"] = causal_lower_right(q.shape[2], k.shape[2])
+        if causal and mask is not None:  # is_causal does not combine with attn_mask: materialize top-left
+            Nq, Nk = q.shape[2], k.shape[2]
+            kw["attn_mask"] = mask & torch.ones(Nq, Nk, dtype=torch.bool, device=q.device).tril()
         elif causal:
-            if mask is not None:
-                Nq, Nk = q.shape[2], k.shape[2]
-                kw["attn_mask"] = mask & torch.ones(Nq, Nk, dtype=torch.bool, device=q.device).tril()
-            else:
-                kw["is_causal"] = True
+            kw["is_causal"] = True  # top-left, the alignment declared below
         elif mask is not None:
             kw["attn_mask"] = mask
         # IEEE fp32 products: the precision model below says "ieee" for fp32 inputs.
@@ -317,7 +425,7 @@ def _sdpa(target: str) -> KernelUnderTest:
                 return "cuDNN is not available"
         return None
 
-    def precision(dtype, dot_precision=None):
+    def precision(dtype, dot_precision=None, *, head_dim=None):
         import torch
 
         name = _dtype_name(dtype)
@@ -343,50 +451,93 @@ def _sdpa(target: str) -> KernelUnderTest:
         return _precision(input=name, dot=dot, accumulate="float32", output=name, exp="ex2.approx",
                           block_k=block, block_q=block)
 
-    return KernelUnderTest(name=target, supports=frozenset({"causal", "scale", "gqa", "backward", "mask"}),
-                           fn=fn, precision_fn=precision, availability_fn=availability,
-                           notes={"lse": "torch SDPA does not return the LSE through its public API"})
+    import torch
+
+    supports = {"causal", "scale", "gqa", "backward", "mask"}
+    # the math backend's backward repeats bit for bit (fixed-order matmuls), and so does the CPU flash
+    # backend's; the CUDA fused kernels' backwards are not declared deterministic (atomic dQ adds)
+    if backend_name == "MATH" or (backend_name == "FLASH_ATTENTION" and not torch.cuda.is_available()):
+        supports.add("deterministic")
+    return KernelUnderTest(name=target, supports=frozenset(supports), domain=Domain(causal_alignment="top_left"),
+                           fn=fn, precision_fn=precision, availability_fn=availability)  # no LSE: SDPA's public API does not return it
 
 
 # ---- FlexAttention ---------------------------------------------------------------------------------
 
+FLEX_PAD_N = 128  # Flex's block size: sequence lengths are padded to a multiple of it on the GPU
+FLEX_RECOMPILES = 256  # distinct padded shapes x mask kinds of a thorough run stay below this
+
+
+def _pad_to(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
 def _flex() -> KernelUnderTest:
     compiled = {}
 
+    def compiled_flex():
+        """flex_attention compiled once, static shapes: the inputs are padded to a bounded set of shapes
+        (N to a multiple of 128, d to a power of two), so a run compiles a few kernels, not one per
+        example; the recompile limit is raised above that set."""
+        import torch
+        from torch.nn.attention.flex_attention import flex_attention
+
+        if "fn" not in compiled:
+            for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
+                         "accumulated_recompile_limit"):
+                if hasattr(torch._dynamo.config, name):
+                    setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), FLEX_RECOMPILES))
+            # past the limit dynamo would silently run eager (unfused) flex: make that an error instead
+            if hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
+                torch._dynamo.config.fail_on_recompile_limit_hit = True
+            compiled["fn"] = torch.compile(flex_attention, dynamic=False, fullgraph=True)
+        return compiled["fn"]
+
     def fn(q, k, v, *, causal=False, scale=None, window=None, mask=None):
         import torch
+        import torch.nn.functional as F
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-        B, Hq, Nq = q.shape[:3]
-        Nk = k.shape[2]
-        off = (Nk - Nq) if causal == "bottom_right" else 0
-        left, right = (window if window is not None else (None, None))
-        woff = off if causal else 0
-        dense = mask.expand(B, Hq, Nq, Nk) if mask is not None else None
-
-        def mask_mod(b, h, i, j):
-            ok = j >= 0
-            if causal:
-                ok = ok & (j <= i + off)
+        B, Hq, Nq, d = q.shape
+        Nk, dv = k.shape[2], v.shape[-1]
+        scale = 1.0 / (d ** 0.5) if scale is None else scale  # before padding d
+        pad = q.is_cuda
+        if pad:
+            Pq, Pk = _pad_to(Nq, FLEX_PAD_N), _pad_to(Nk, FLEX_PAD_N)
+            Pd = max(16, 1 << (max(d, dv) - 1).bit_length())
+            q = F.pad(q, (0, Pd - d, 0, Pq - Nq))  # zero columns leave q.k unchanged
+            k = F.pad(k, (0, Pd - d, 0, Pk - Nk))
+            v = F.pad(v, (0, Pd - dv, 0, Pk - Nk))
+        else:
+            Pq, Pk = Nq, Nk
+        # One mask_mod for every case, reading one captured dense visibility tensor (causal, window, mask
+        # and the padded keys folded in), so the compiled kernel depends on shapes only, not on N,
+        # windows or masks (a Python constant in mask_mod would be guarded on and recompile).
+        i = torch.arange(Pq, device=q.device)[:, None]
+        j = torch.arange(Pk, device=q.device)[None, :]
+        vis = j < Nk
+        if causal:
+            vis = vis & (j <= i)  # top-left, as declared below
+        if window is not None:
+            left, right = window
             if left is not None:
-                ok = ok & (j >= i + woff - left)
+                vis = vis & (j >= i - left)
             if right is not None:
-                ok = ok & (j <= i + woff + right)
-            if dense is not None:
-                ok = ok & dense[b, h, i, j]
-            return ok
+                vis = vis & (j <= i + right)
+        vis = vis.expand(B, Hq, Pq, Pk)
+        if mask is not None:
+            vis = vis & F.pad(mask.expand(B, Hq, Nq, Nk), (0, Pk - Nk, 0, Pq - Nq), value=False)
+        vis = vis.contiguous()
 
-        block_mask = None
-        if causal or window is not None or mask is not None:
-            block_mask = create_block_mask(mask_mod, B, Hq, Nq, Nk, device=q.device)
-        run = flex_attention
-        if q.is_cuda:
-            run = compiled.setdefault("fn", torch.compile(flex_attention))
-        o, lse = run(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=Hq != k.shape[1],
-                     return_lse=True)
-        return o, lse
+        def mask_mod(b, h, q_idx, kv_idx):
+            return vis[b, h, q_idx, kv_idx]
 
-    def precision(dtype, dot_precision=None):
+        block_mask = create_block_mask(mask_mod, B, Hq, Pq, Pk, device=q.device)
+        run = compiled_flex() if q.is_cuda else flex_attention
+        o, lse = run(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=Hq != k.shape[1], return_lse=True)
+        return o[:, :, :Nq, :dv], lse[:, :, :Nq]
+
+    def precision(dtype, dot_precision=None, *, head_dim=None):
         import torch
 
         name = _dtype_name(dtype)
@@ -403,7 +554,7 @@ def _flex() -> KernelUnderTest:
     import torch
 
     # FlexAttention has no backward on the CPU ("does not support backward on CPU"): declared on CUDA only.
-    supports = CAPABILITIES if torch.cuda.is_available() else CAPABILITIES - {"backward"}
+    supports = (CAPABILITIES if torch.cuda.is_available() else CAPABILITIES - {"backward"}) - {"deterministic"}
     return KernelUnderTest(name="flex", supports=supports, fn=fn, precision_fn=precision,
-                           notes={} if torch.cuda.is_available() else {"backward": "no CPU backward"})
+                           domain=Domain(causal_alignment="top_left"))
 

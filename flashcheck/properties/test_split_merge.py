@@ -17,8 +17,8 @@ from hypothesis import example
 import numpy as np
 import pytest
 
-from tests.strategies import Case, Shape
-from tests.properties.judge import (check_within, forward_bound, masked_rows, prepare, property_cases, reference_fn,
+from flashcheck.strategies import Case, Shape
+from flashcheck.properties.judge import (check_within, discard, forward_bound, n_in_domain, masked_rows, prepare, property_cases, reference_fn,
                                     run)
 
 pytestmark = pytest.mark.requires("lse")
@@ -51,8 +51,12 @@ def test_split_keys_and_merge_equals_whole(kernel_under_test, dtype, case):
     subject, case, inputs = prepare(kernel_under_test, dtype, replace(case, causal=False, window=None))
     Nk = case.shape.Nk
     if Nk < 2:
-        return
-    cut = int(np.random.default_rng(case.seed ^ 0x5B11).integers(1, Nk))
+        discard("Nk = 1: no split into two non-empty halves")
+    # both halves inside the declared domain (a sequence-length multiple, a minimum N)
+    cuts = [c for c in range(1, Nk) if n_in_domain(subject.kernel, c) and n_in_domain(subject.kernel, Nk - c)]
+    if not cuts or subject.kernel.domain.square_only:
+        discard("no split of the keys into two halves inside the declared domain")
+    cut = int(np.random.default_rng(case.seed ^ 0x5B11).choice(cuts))
     halves = []
     for part in (slice(0, cut), slice(cut, Nk)):
         sub = {"k": inputs.k[:, :, part], "v": inputs.v[:, :, part],
