@@ -1,5 +1,5 @@
 """Lemma 13 (proofs/masked_rows.md): fully masked rows -- O = 0, LSE = -inf, zero gradients -- and how
-the recurrences avoid (-inf) - (-inf). Relied on by every reference function; tests/properties/test_masked_rows.py."""
+the recurrences avoid (-inf) - (-inf). Relied on by every reference function; flashcheck/properties/test_masked_rows.py."""
 from __future__ import annotations
 
 import mpmath as mp

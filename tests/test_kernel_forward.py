@@ -3,7 +3,7 @@
 CPU: through TRITON_INTERPRET=1 in float32 and float16 (bf16 runs on the GPU, test_kernel_gpu.py).
 Every feature: GQA, Nq != Nk, N not a multiple of the tile, head dims 16..111 and dv != d, causal in
 both alignments, sliding windows, dense masks including fully masked rows; values from every
-distribution of tests/strategies.py. Outputs are poisoned (NaN) before each run.
+distribution of flashcheck/strategies.py. Outputs are poisoned (NaN) before each run.
 """
 import numpy as np
 from hypothesis import example, given, settings

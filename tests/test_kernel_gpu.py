@@ -1,5 +1,5 @@
 """GPU-only kernel tests (`pytest -m gpu` on the device machine): bf16 beside fp16/fp32, every head
-dim 16..256 (80, 96, 111, 192 padded), the full shape set of tests/strategies.py, long sequences
+dim 16..256 (80, 96, 111, 192 padded), the full shape set of flashcheck/strategies.py, long sequences
 (N = 16k), logits at each dtype's overflow edge, and torch.compile through inductor.
 
 Long sequences are checked on a slice of query rows: row i's O, LSE and dQ depend only on q_i, dO_i
