@@ -10,6 +10,9 @@ rounded O (delta_from="output"), ours default (Δ from O + O_res), ours accurate
 ‖round(O_exact) − O_exact‖ / ‖O_exact‖.
 Time: forward (no grad; and with grad, i.e. writing O_res), backward of each mode, do_bench median,
 at the accuracy shape and at B = 2, H = 16, N = 8192, d = 128.
+--ab: only the cost of the accurate backward, measured A/B interleaved (default and FA2-Δ backward
+alternately, 7 rounds, median of the per-round ratios) at the bench shapes: the two backwards run the
+same dK/dV and dQ kernels and differ only in the Δ preprocess, so single timings differ by noise.
 --base-kernels: also time `kernels_base` (the kernel before the tile-helper refactor, imported
 under another package name) beside ours, non-causal and causal, to check the refactor kept speed.
 Prints Markdown tables and writes accuracy_modes.json to --out.
@@ -168,6 +171,33 @@ def timing(with_base: bool):
     return rows
 
 
+def ab_backward(rounds=7):
+    rows = []
+    for shape in TIME_SHAPES[1:] or TIME_SHAPES:
+        for causal in (False, True):
+            q, k, v, do = _inputs("normal", shape)
+            q, k, v = (t.requires_grad_() for t in (q, k, v))
+            outs = {df: attention(q, k, v, causal=causal, delta_from=df) for df in ("output", "fp32")}
+            fwds = {df: (lambda df: lambda: attention(q, k, v, causal=causal, delta_from=df))(df)
+                    for df in ("output", "fp32")}
+            t = {"output": [], "fp32": [], "fwd_output": [], "fwd_fp32": []}
+            for _ in range(rounds):
+                for df, o in outs.items():
+                    t[df].append(do_bench(lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True),
+                                          warmup=10, rep=50, return_mode="median"))
+                    t["fwd_" + df].append(do_bench(fwds[df], warmup=10, rep=50, return_mode="median"))
+            med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+            ratio = med([a / b for a, b in zip(t["fp32"], t["output"])])
+            fratio = med([a / b for a, b in zip(t["fwd_fp32"], t["fwd_output"])])
+            rows.append({"shape": list(shape), "causal": causal, "bwd_ms_output": med(t["output"]),
+                         "bwd_ms_fp32": med(t["fp32"]), "bwd_ratio_fp32_over_output": ratio,
+                         "fwd_with_grad_ratio_fp32_over_output": fratio, "rounds": rounds})
+            print(f"A/B {shape} causal={causal}: bwd Δ-from-O {med(t['output']):.4f} ms, Δ-from-O+O_res "
+                  f"{med(t['fp32']):.4f} ms, ratio {ratio:.4f}; forward (grad enabled, writes O_res) ratio "
+                  f"{fratio:.4f}", flush=True)
+    return rows
+
+
 def _fmt(x):
     return f"{x:.3g}" if isinstance(x, float) else str(x)
 
@@ -176,11 +206,17 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench-results")
     ap.add_argument("--base-kernels", action="store_true")
+    ap.add_argument("--ab", action="store_true")
     a = ap.parse_args(argv)
     import triton
     header = {"device": torch.cuda.get_device_name() if CUDA else "cpu (interpreter)", "torch": torch.__version__,
               "triton": triton.__version__, "dtype": str(DTYPE), "accuracy shape (B, H, N, d)": SHAPE}
     print(header)
+    if a.ab:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "backward_cost_ab.json").write_text(json.dumps({"header": header, "ab": ab_backward()}, indent=1))
+        return
     acc = accuracy()
     print("\n| inputs | impl | O | O/floor | dQ | dK | dV |\n|---|---|---|---|---|---|---|")
     for r in acc:
