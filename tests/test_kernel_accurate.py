@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tests.strategies import Case, Shape, materialize
-from tests.test_kernel_support import (DEVICE, assert_within, kernel_precision, needs_kernel,
+from tests.test_kernel_support import (CUDA, DEVICE, assert_within, kernel_precision, needs_kernel,
                                        reference_backward, reference_forward, run_kernel)
 
 MODES = [dict(precision=p, delta_from=d) for p in ("default", "accurate") for d in ("output", "fp32")]
@@ -29,7 +29,7 @@ def _rel(got, want):
 
 @needs_kernel
 @pytest.mark.parametrize("modes", MODES, ids=lambda m: f"{m['precision']}-{m['delta_from']}")
-@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("dtype", ["float16", "float32"] + (["bfloat16"] if CUDA else []))
 def test_modes_within_default_bounds(modes, dtype):
     """Causal bottom-right, GQA, ragged N and fully masked rows, against the derived bounds."""
     from proofs.bounds import backward_bound, forward_bound
