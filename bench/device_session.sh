@@ -3,6 +3,8 @@
 #   bash bench/device_session.sh tests   # GPU-marked tests + `validate ours` in bf16/fp16/fp32 on CUDA
 #   bash bench/device_session.sh kernel  # every tests/test_kernel_*.py on CUDA + validate ours
 #   bash bench/device_session.sh speed   # bench/run.py side by side + the GPU audit
+#   bash bench/device_session.sh modes   # cost of the accurate backward (A/B), bench/run.py bf16 (+ memory)
+#                                        # and fp16, the kernel-mode tests on CUDA
 # Logs and reports go under $OUT (the device tool brings them back).
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1 CI=true
@@ -24,6 +26,15 @@ case "${1:-tests}" in
         2>&1 | tee "$W/kernel_tests.log" | tail -25
     timeout ${T2:-250} python3 -m flashcheck validate ours --device cuda --dtype bfloat16,float16,float32 --profile ci \
         -n 8 --json "$W/validate_ours.json" 2>&1 | tee "$W/validate_ours.log" | tail -25
+    ;;
+  modes)
+    timeout ${T1:-60} python3 bench/accuracy_modes.py --ab --out "$W" 2>&1 | tee "$W/ab.log" | grep "A/B"
+    timeout ${T2:-235} python3 bench/run.py --dtype bfloat16 --out "$W/bf16" > "$W/bench_bf16.log" 2>&1
+    timeout ${T3:-80} python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_kernel_accurate.py \
+        tests/test_kernel_gpu.py tests/test_kernel_compile.py 2>&1 | tee "$W/kernel_tests.log" | tail -4
+    timeout ${T4:-70} python3 bench/run.py --dtype float16 --backends ours,torch-sdpa-cudnn,torch-sdpa-flash \
+        --no-memory --out "$W/fp16" > "$W/bench_fp16.log" 2>&1
+    for f in bf16 fp16; do [ -f "$W/$f/bench.md" ] && sed -n '/ours\/peer/,$p' "$W/$f/bench.md"; done
     ;;
   speed)
     timeout ${T1:-240} python3 bench/run.py --out "$W/bench" 2>&1 | tee "$W/bench.log" | tail -30

@@ -129,10 +129,10 @@ def sweep(N=8192):
             fl = _flops(B, H, N, d, causal)
             best = None
             for c in fwd_cands:
-                ka.CONFIG_OVERRIDE[(d, torch.bfloat16)] = ka.KernelConfig(c, base.dkdv, base.dq)
+                tiles = ka.KernelConfig(c, base.dkdv, base.dq)
                 try:
-                    t = do_bench(lambda: attention(q, k, v, causal=causal), warmup=10, rep=40,
-                                 return_mode="median")
+                    t = do_bench(lambda: attention(q, k, v, causal=causal, tiles=tiles), warmup=10,
+                                 rep=40, return_mode="median")
                     tf = fl / t * 1e-9
                 except Exception as e:  # noqa: BLE001
                     print(f"  fwd d={d} {c}: {type(e).__name__}"[:200])
@@ -142,9 +142,9 @@ def sweep(N=8192):
             print(f"BEST fwd d={d} causal={causal}: {best}")
             best = None
             for c1, c2 in bwd_cands:
-                ka.CONFIG_OVERRIDE[(d, torch.bfloat16)] = ka.KernelConfig(base.fwd, c1, c2)
+                tiles = ka.KernelConfig(base.fwd, c1, c2)
                 try:
-                    o = attention(q, k, v, causal=causal)
+                    o = attention(q, k, v, causal=causal, tiles=tiles)
                     do = torch.randn_like(o)
                     t = do_bench(lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True),
                                  warmup=10, rep=40, return_mode="median")
@@ -155,7 +155,6 @@ def sweep(N=8192):
                 print(f"  bwd d={d} causal={causal} {c1} {c2}: {tf:.1f}")
                 best = max(best or (0, c1, c2), (tf, c1, c2), key=lambda x: x[0])
             print(f"BEST bwd d={d} causal={causal}: {best}")
-        ka.CONFIG_OVERRIDE.clear()
         del q, k, v
         torch.cuda.empty_cache()
 

@@ -4,13 +4,17 @@
     PYTHONPATH=. python3 bench/run.py --dry-run      # CPU, tiny shapes, torch-sdpa-math: code path only
     TRITON_INTERPRET=1 PYTHONPATH=. python3 bench/run.py --dry-run --backends ours --dtype float16
 
-Forward and backward TFLOP/s in one run, bf16, on the grid of the figures to beat (bench/NOTES.md):
-(d=64, N=16k), (d=128, N=4k), (d=128, N=16k), (d=128, N=16k causal), with B·N = 16k tokens and
-H·d = 2048 (the FlashAttention-2/3 papers' set-up: B = 16384 / N, H = 2048 / d).
+Forward and backward TFLOP/s in one run, bf16 and fp16, on the grid of the figures to beat
+(bench/NOTES.md): (d=64, N=16k), (d=128, N=4k), (d=128, N=16k), (d=128, N=16k causal), plus GQA 16:2
+(d=128, N=4k, 16 query heads over 2 K/V heads), with B·N = 16k tokens and H·d = 2048 (the
+FlashAttention-2/3 papers' set-up: B = 16384 / N, H = 2048 / d). Then the peak extra memory of one
+forward + backward at N = 16k, 64k, 128k (d = 128, B = 1, H = 16): torch.cuda.max_memory_allocated
+above what the inputs q, k, v, dO already hold. Ratios ours / peer are printed per cell.
 FLOPs: forward 4·B·H·Nq·Nk·d (two matmuls), backward 2.5× forward (five matmuls), halved when
 causal. Time: median of triton.testing.do_bench (which also flushes L2 between calls); inputs are
 rotated over several copies when one set would fit in L2. A backend that cannot run a shape is
-skipped with the reason. Prints a Markdown table and writes bench.json to --out.
+skipped with the reason. Prints Markdown tables and writes bench.json, bench.md and bench.png (TFLOP/s per cell, ours beside
+each peer) to --out.
 """
 from __future__ import annotations
 
@@ -44,6 +48,7 @@ class Config:
     causal: bool = False
     tokens: int = TOKENS
     hidden: int = HIDDEN
+    group: int = 1  # GQA: query heads per K/V head (Hkv = H / group)
 
     @property
     def B(self) -> int:
@@ -53,9 +58,14 @@ class Config:
     def H(self) -> int:
         return max(1, self.hidden // self.d)
 
+    @property
+    def Hkv(self) -> int:
+        return max(1, self.H // self.group)
+
     def label(self) -> str:
         n = f"{self.N // 1024}k" if self.N % 1024 == 0 else str(self.N)
-        return f"d={self.d} N={n}" + (" causal" if self.causal else "")
+        gqa = f" GQA {self.H}:{self.Hkv}" if self.group > 1 else ""
+        return f"d={self.d} N={n}" + (" causal" if self.causal else "") + gqa
 
     def flops(self, direction: str) -> float:
         f = 4.0 * self.B * self.H * self.N * self.N * self.d
@@ -63,12 +73,17 @@ class Config:
         return f / 2 if self.causal else f
 
 
-GPU_GRID = (Config(64, 16384), Config(128, 4096), Config(128, 16384), Config(128, 16384, True))
-DRY_GRID = (Config(16, 64, tokens=128, hidden=32), Config(32, 128, True, tokens=256, hidden=64))
+GPU_GRID = (Config(64, 16384), Config(128, 4096), Config(128, 16384), Config(128, 16384, True),
+            Config(128, 4096, group=8))
+DRY_GRID = (Config(16, 64, tokens=128, hidden=32), Config(32, 128, True, tokens=256, hidden=64),
+            Config(16, 64, tokens=128, hidden=64, group=2))
+MEMORY_NS = (16384, 65536, 131072)
+MEMORY_BACKENDS = ("ours", "torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa-efficient")
 
 
 def make_backend(name: str, causal: bool):
-    """fn(q, k, v) -> O for one backend (raises if it cannot be built here)."""
+    """fn(q, k, v) -> O for one backend (raises if it cannot be built here); k, v may have fewer
+    heads than q (GQA)."""
     import torch
 
     if name == "ours":
@@ -81,12 +96,21 @@ def make_backend(name: str, causal: bool):
         backend = getattr(SDPBackend, SDPA[name])
 
         def sdpa(q, k, v):
+            gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
             with sdpa_kernel(backend):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa)
         return sdpa
     if name == "flex":
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+        import torch._dynamo
+
+        # Every shape, mask and grad mode (the forward is timed under no_grad) is one more
+        # compiled graph; at the default limit (8) dynamo falls back to the unfused eager
+        # flex_attention, which is what the 2026-11-23 GQA cell measured (2 % of peak).
+        for knob in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, knob):
+                setattr(torch._dynamo.config, knob, max(getattr(torch._dynamo.config, knob), 64))
         compiled = torch.compile(flex_attention, dynamic=False)
         masks = {}
 
@@ -98,7 +122,8 @@ def make_backend(name: str, causal: bool):
                     masks[key] = create_block_mask(lambda b, h, i, j: j <= i, None, None,
                                                    q.shape[2], k.shape[2], device=q.device)
                 block_mask = masks[key]
-            return compiled(q, k, v, block_mask=block_mask)
+            gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+            return compiled(q, k, v, block_mask=block_mask, **gqa)
         return flex
     raise ValueError(f"backend: unknown {name!r}; expected one of {GPU_BACKENDS + ('torch-sdpa-math',)}")
 
@@ -141,8 +166,8 @@ def bench_one(name: str, cfg: Config, device: str, dtype, timer) -> dict:
         g = torch.Generator(device=device).manual_seed(0)
         sets = []
         for _ in range(_copies(cfg, device, dtype)):
-            q, k, v = (torch.randn(cfg.B, cfg.H, cfg.N, cfg.d, device=device, dtype=dtype,
-                                   generator=g).requires_grad_() for _ in range(3))
+            q, k, v = (torch.randn(cfg.B, h, cfg.N, cfg.d, device=device, dtype=dtype,
+                                   generator=g).requires_grad_() for h in (cfg.H, cfg.Hkv, cfg.Hkv))
             o = fn(q, k, v)  # also the availability check: a backend that cannot run raises here
             sets.append((q, k, v, o, torch.randn_like(o)))
         turn = [0]
@@ -172,19 +197,103 @@ def bench_one(name: str, cfg: Config, device: str, dtype, timer) -> dict:
             "bwd_tflops": cfg.flops("bwd") / bwd_ms * 1e-9}
 
 
+def peak_extra_memory(name: str, N: int, dtype, device: str, d=128, H=16) -> dict:
+    """{"extra_mib"}: peak allocated during one forward + backward above the inputs q, k, v, dO
+    (B = 1), or {"skipped": reason}."""
+    import torch
+
+    try:
+        fn = make_backend(name, False)
+        q, k, v, do = (torch.randn(1, H, N, d, device=device, dtype=dtype) for _ in range(4))
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        o = fn(q, k, v)
+        grads = torch.autograd.grad(o, (q, k, v), do)
+        torch.cuda.synchronize()
+        extra = torch.cuda.max_memory_allocated() - base
+        del o, grads
+    except Exception as exc:
+        return {"skipped": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300]}
+    finally:
+        torch.cuda.empty_cache()
+    return {"extra_mib": extra / 2**20}
+
+
 def markdown(rows: list[dict]) -> str:
-    lines = ["| shape | B | H | backend | fwd ms | fwd TFLOP/s "
+    lines = ["| shape | dtype | B | H | backend | fwd ms | fwd TFLOP/s "
              f"| bwd ms | bwd TFLOP/s | fwd % of {PEAK_TFLOPS:g} |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         c = r["config"]
-        head = f"| {r['label']} | {c['B']} | {c['H']} | {r['backend']} "
+        head = f"| {r['label']} | {r['dtype']} | {c['B']} | {c['H']}:{c['Hkv']} | {r['backend']} "
         if "skipped" in r:
             lines.append(head + f"| skipped: {r['skipped']} |||||")
             continue
         lines.append(head + f"| {r['fwd_ms']:.3f} | {r['fwd_tflops']:.4g} | {r['bwd_ms']:.3f} "
                      f"| {r['bwd_tflops']:.4g} | {100 * r['fwd_tflops'] / PEAK_TFLOPS:.0f}% |")
     return "\n".join(lines)
+
+
+def ratios(rows: list[dict]) -> list[dict]:
+    """ours / peer TFLOP/s, forward and backward, for every cell both ran."""
+    cells = {(r["label"], r["dtype"], r["backend"]): r for r in rows if "skipped" not in r}
+    out = []
+    for (label, dtype, name), r in cells.items():
+        ours = cells.get((label, dtype, "ours"))
+        if name == "ours" or ours is None:
+            continue
+        out.append({"label": label, "dtype": dtype, "peer": name,
+                    "fwd": ours["fwd_tflops"] / r["fwd_tflops"], "bwd": ours["bwd_tflops"] / r["bwd_tflops"]})
+    return out
+
+
+def ratio_markdown(rs: list[dict]) -> str:
+    lines = ["| shape | dtype | peer | ours/peer fwd | ours/peer bwd |", "|---|---|---|---|---|"]
+    lines += [f"| {r['label']} | {r['dtype']} | {r['peer']} | {r['fwd']:.2f} | {r['bwd']:.2f} |" for r in rs]
+    return "\n".join(lines)
+
+
+def memory_markdown(mem: list[dict]) -> str:
+    lines = ["| N | dtype | backend | peak extra MiB (fwd + bwd) | ours / this |", "|---|---|---|---|---|"]
+    ours = {(m["N"], m["dtype"]): m.get("extra_mib") for m in mem if m["backend"] == "ours"}
+    for m in mem:
+        if "skipped" in m:
+            lines.append(f"| {m['N']} | {m['dtype']} | {m['backend']} | skipped: {m['skipped']} | |")
+            continue
+        o = ours.get((m["N"], m["dtype"]))
+        r = f"{o / m['extra_mib']:.2f}" if o is not None and m["extra_mib"] > 0 else ""
+        lines.append(f"| {m['N']} | {m['dtype']} | {m['backend']} | {m['extra_mib']:.1f} | {r} |")
+    return "\n".join(lines)
+
+
+def chart(rows: list[dict], path: Path) -> str | None:
+    """bench.png: TFLOP/s per (shape, dtype) cell, forward and backward, one bar per backend."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        return f"no chart: {exc}"
+    cells = sorted({(r["label"], r["dtype"]) for r in rows}, key=lambda c: (c[1], c[0]))
+    names = list(dict.fromkeys(r["backend"] for r in rows))
+    val = {(r["label"], r["dtype"], r["backend"]): r for r in rows if "skipped" not in r}
+    fig, axes = plt.subplots(2, 1, figsize=(max(8, 1.6 * len(cells)), 8), sharex=True)
+    width = 0.8 / max(1, len(names))
+    for ax, key in zip(axes, ("fwd_tflops", "bwd_tflops")):
+        for i, name in enumerate(names):
+            ys = [val[(c[0], c[1], name)][key] if (c[0], c[1], name) in val else 0.0 for c in cells]
+            ax.bar([x + i * width for x in range(len(cells))], ys, width, label=name)
+        ax.set_ylabel(key.replace("_tflops", "") + " TFLOP/s")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8, ncol=len(names))
+    axes[1].set_xticks([x + 0.4 - width / 2 for x in range(len(cells))])
+    axes[1].set_xticklabels([f"{c[0]}\n{c[1]}" for c in cells], fontsize=7, rotation=30, ha="right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
 
 
 def _header(argv, device):
@@ -211,10 +320,16 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="bench-results", help="directory for bench.json")
     p.add_argument("--dry-run", action="store_true",
                    help="tiny shapes on the CPU with torch-sdpa-math (exercises the code path)")
-    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
-                   help="input dtype (default: %(default)s, the dtype of the figures to beat)")
+    p.add_argument("--dtype", default="bfloat16,float16",
+                   help="comma-separated input dtypes of bfloat16, float16, float32 (default: %(default)s; "
+                        "bf16 is the dtype of the figures to beat)")
     p.add_argument("--backends", default=None, help=f"comma-separated (default {','.join(GPU_BACKENDS)})")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory table")
     args = p.parse_args(argv)
+    dtypes = [x.strip() for x in args.dtype.split(",") if x.strip()]
+    for name in dtypes:
+        if name not in ("bfloat16", "float16", "float32"):
+            p.error(f"--dtype: {name!r} is not one of bfloat16, float16, float32")
     import torch
 
     if args.dry_run:
@@ -229,19 +344,35 @@ def main(argv=None) -> int:
         backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     timer = _timer(device)
     rows = []
-    for cfg in grid:
-        for name in backends:
-            print(f"bench: {cfg.label()} {name} ...", file=sys.stderr, flush=True)
-            result = bench_one(name, cfg, device, getattr(torch, args.dtype), timer)
-            rows.append({"label": cfg.label(), "backend": name,
-                         "config": {**asdict(cfg), "B": cfg.B, "H": cfg.H}, **result})
-    table = markdown(rows)
+    for dtype in dtypes:
+        for cfg in grid:
+            for name in backends:
+                print(f"bench: {cfg.label()} {dtype} {name} ...", file=sys.stderr, flush=True)
+                result = bench_one(name, cfg, device, getattr(torch, dtype), timer)
+                rows.append({"label": cfg.label(), "dtype": dtype, "backend": name,
+                             "config": {**asdict(cfg), "B": cfg.B, "H": cfg.H, "Hkv": cfg.Hkv}, **result})
+    mem = []
+    if device == "cuda" and not args.no_memory:
+        for dtype in dtypes[:1]:
+            for N in MEMORY_NS:
+                for name in [b for b in backends if b in MEMORY_BACKENDS]:
+                    print(f"bench: memory N={N} {dtype} {name} ...", file=sys.stderr, flush=True)
+                    mem.append({"N": N, "dtype": dtype, "backend": name,
+                                **peak_extra_memory(name, N, getattr(torch, dtype), device)})
+    rs = ratios(rows)
+    table = "\n\n".join([markdown(rows), ratio_markdown(rs)] + ([memory_markdown(mem)] if mem else []))
     print(table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    header = {**_header(argv, device), "dtype": args.dtype}
-    (out / "bench.json").write_text(json.dumps({"header": header, "rows": rows}, indent=1))
+    header = {**_header(argv, device), "dtype": ",".join(dtypes),
+              "memory": "peak torch.cuda.max_memory_allocated above q, k, v, dO during one fwd + bwd, "
+                        "d=128, B=1, H=16"}
+    (out / "bench.json").write_text(json.dumps({"header": header, "rows": rows, "ratios": rs,
+                                                "memory": mem}, indent=1))
     (out / "bench.md").write_text(table + "\n")
+    note = chart(rows, out / "bench.png")
+    if note:
+        print(note, file=sys.stderr)
     print(f"\nwrote {out / 'bench.json'}", file=sys.stderr)
     return 0
 

@@ -4,6 +4,13 @@ Input checks, tile configuration, the launches of the forward (`triton_fwd`) and
 (`triton_bwd`) kernels, their registration as torch custom ops (`flashcheck::attention_fwd`,
 `flashcheck::attention_bwd`, so `torch.compile` traces through without graph breaks) with autograd,
 and `arithmetic(...)`: what the kernel computes with (read by the bounds through flashcheck).
+
+Precision modes (proofs/accurate_modes.md):
+- backward `delta_from="fp32"` (default): when gradients are needed the forward also stores the
+  rounding residual O_res = round(O_fp32 − round(O_fp32)) (one more tensor the size of O, saved for
+  the backward) and Δ = rowsum(dO ∘ (O + O_res)) — Δ from an O accurate to ~2× the output precision
+  instead of the rounded O. `delta_from="output"` is FlashAttention-2's Δ from the rounded O.
+- forward `precision="accurate"` (opt-in): P·V as P_hi·V + P_lo·V (two tensor-core products).
 Conventions (causal alignment, window, masks, GQA, fully masked rows) are ARCHITECTURE.md's.
 """
 from __future__ import annotations
@@ -37,13 +44,24 @@ class TileConfig:
 
 @dataclass(frozen=True)
 class KernelConfig:
+    """Tiles of the three kernels: forward, backward dK/dV (block_n keys outer, block_m queries
+    inner) and backward dQ. Passed to `attention(..., tiles=...)` to override `kernel_config`."""
     fwd: TileConfig
     dkdv: TileConfig
     dq: TileConfig
 
+    def flat(self) -> list[int]:
+        """12 ints, the form a torch custom op can carry."""
+        return [x for t in (self.fwd, self.dkdv, self.dq)
+                for x in (t.block_m, t.block_n, t.num_warps, t.num_stages)]
 
-# Bench hook: maps (head-dim tile, dtype) to a KernelConfig that replaces the table below.
-CONFIG_OVERRIDE: dict = {}
+    @staticmethod
+    def unflat(xs) -> "KernelConfig":
+        return KernelConfig(*(TileConfig(*xs[i:i + 4]) for i in (0, 4, 8)))
+
+
+_PRECISIONS = ("default", "accurate")
+_DELTA_FROM = ("fp32", "output")
 
 
 def _interpreting() -> bool:
@@ -59,9 +77,6 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
         t = TileConfig(16, 16, 1, 1)
         return KernelConfig(t, t, t)
     bd = max(16, triton.next_power_of_2(head_dim))
-    key = (bd, dtype)
-    if key in CONFIG_OVERRIDE:
-        return CONFIG_OVERRIDE[key]
     if dtype == torch.float32:  # 4-byte tiles: half the rows for the same shared memory
         if bd <= 64:
             return KernelConfig(TileConfig(64, 32, 4, 2), TileConfig(32, 64, 4, 2), TileConfig(64, 32, 4, 2))
@@ -87,35 +102,63 @@ class Arithmetic:
     input/output: dtype names; dot: operand format of the tensor-core products ("fp16", "bf16",
     "tf32", "ieee"); exp: "ex2.approx" on the GPU, "libm" in the interpreter; block_k: K/V tile width
     of the forward inner loop (tl.dot(p, v, acc) adds each tile into the running accumulator);
-    block_q: Q tile height of the backward dK/dV inner loop (likewise into the dK, dV accumulators)."""
+    block_q: Q tile height of the backward dK/dV inner loop (likewise into the dK, dV accumulators);
+    p_split: the forward computes P·V as P_hi·V + P_lo·V (P_hi = round(P), P_lo = round(P − P_hi)
+    in the dot's operand format; precision="accurate"); delta_from: "output" when the backward's
+    Δ = rowsum(dO ∘ O) reads O rounded to the output dtype, "fp32" when it reads an O accurate to
+    fp32 (O + O_res, the forward's rounding residual; float32 outputs are that O already)."""
     input: str
     dot: str
     output: str
     exp: str
     block_k: int
     block_q: int
+    p_split: bool = False
+    delta_from: str = "fp32"
 
 
 def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None = None,
-               interpret: bool | None = None, block_mask: BlockSparseMask | None = None) -> Arithmetic:
-    """The kernel's arithmetic for inputs in `dtype`: tensor-core operands in `dtype` (fp32: "ieee"
-    unless dot_precision="tf32"), fp32 accumulation, outputs in `dtype`, exp2 via ex2.approx on the
-    GPU (libm/numpy in the interpreter), and the tile widths of the inner loops — those of
-    `block_mask` when one is used, since it fixes the kernel's tile grid."""
+               interpret: bool | None = None, block_mask: BlockSparseMask | None = None,
+               precision: str = "default", delta_from: str = "fp32",
+               tiles: KernelConfig | None = None) -> Arithmetic:
+    """The kernel's arithmetic for inputs in `dtype` run with these `attention` options:
+    tensor-core operands in `dtype` (fp32: "ieee" unless dot_precision="tf32"), fp32 accumulation,
+    outputs in `dtype`, exp2 via ex2.approx on the GPU (libm/numpy in the interpreter), the tile
+    widths of the inner loops — those of `block_mask` when one is used, since it fixes the kernel's
+    tile grid, else of `tiles` or `kernel_config` — and the precision modes (`Arithmetic`)."""
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     if dtype not in _DTYPES:
         raise TypeError(f"dtype must be float16, bfloat16 or float32, got {dtype}")
     name = _DTYPES[dtype]
     dot = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(dtype) or _dot_precision(dot_precision)
+    p_split = _p_split(precision, dtype, dot)
+    _check_choice("delta_from", delta_from, _DELTA_FROM)
     if interpret is None:
         interpret = _interpreting()
-    cfg = kernel_config(head_dim or 64, dtype, interpret=interpret)
+    cfg = tiles or kernel_config(head_dim or 64, dtype, interpret=interpret)
     block_k, block_q = cfg.fwd.block_n, cfg.dkdv.block_m
     if block_mask is not None:
         block_k, block_q = block_mask.block_k, block_mask.block_q
     return Arithmetic(input=name, dot=dot, output=name, exp="libm" if interpret else "ex2.approx",
-                      block_k=block_k, block_q=block_q)
+                      block_k=block_k, block_q=block_q, p_split=p_split, delta_from=delta_from)
+
+
+def _check_choice(name, value, allowed):
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+
+
+def _p_split(precision, dtype, dot: str) -> bool:
+    """Whether precision="accurate" splits P: for fp16/bf16 operands. fp32 with "ieee" products
+    has P exact already (nothing to split); with "tf32" a split is not implemented: refused."""
+    _check_choice("precision", precision, _PRECISIONS)
+    if precision == "default" or dtype != torch.float32:
+        return precision == "accurate"
+    if dot == "tf32":
+        raise ValueError("precision='accurate' with dot_precision='tf32' is not supported "
+                         "(use dot_precision='ieee', whose P·V is exact in fp32 already)")
+    return False
 
 
 def _dot_precision(dot_precision) -> str:
@@ -124,6 +167,19 @@ def _dot_precision(dot_precision) -> str:
     if dot_precision not in ("ieee", "tf32"):
         raise ValueError(f"dot_precision must be None, 'ieee' or 'tf32', got {dot_precision!r}")
     return dot_precision
+
+
+def _check_tiles(tiles) -> None:
+    if tiles is None:
+        return
+    if not isinstance(tiles, KernelConfig):
+        raise TypeError(f"tiles must be a kernels.attention.KernelConfig or None, got {type(tiles).__name__}")
+    for name in ("fwd", "dkdv", "dq"):
+        t = getattr(tiles, name)
+        for f in ("block_m", "block_n"):
+            b = getattr(t, f)
+            if not isinstance(b, int) or b < 16 or b & (b - 1):
+                raise ValueError(f"tiles.{name}.{f} must be a power of 2 >= 16, got {b!r}")
 
 
 # --------------------------------------------------------------------------- input checks
@@ -160,7 +216,7 @@ def _band(causal, window, nq: int, nk: int) -> tuple[bool, int, int]:
     return True, lo, hi
 
 
-def _normalize_mask(mask, B, Hq, nq, nk, causal, window, device, cfg: KernelConfig):
+def _normalize_mask(mask, B, Hq, nq, nk, causal, window, device):
     """Returns (dense int8 mask (B|1, H|1, Nq|1, Nk|1) or None, BlockSparseMask or None, causal, window)."""
     if mask is None:
         return None, None, causal, window
@@ -202,13 +258,17 @@ def _normalize_mask(mask, B, Hq, nq, nk, causal, window, device, cfg: KernelConf
 
 
 def attention(q, k, v, *, scale=None, causal=False, window=None, mask=None, return_lse=False,
-              dot_precision=None):
+              dot_precision=None, precision="default", delta_from="fp32", tiles=None):
     """Softmax(scale · Q Kᵀ, masked) V with FlashAttention-2 tiling.
 
     q (B, Hq, Nq, d), k (B, Hkv, Nk, d), v (B, Hkv, Nk, dv); Hq a multiple of Hkv; d, dv <= 256;
     float16 / bfloat16 / float32 (dot_precision "ieee" (default) or "tf32" for float32; ignored
     otherwise). causal: False | True | "top_left" | "bottom_right"; window: (left, right);
     mask: bool tensor broadcastable to (B, Hq, Nq, Nk), a `BlockSparseMask` or a flex `BlockMask`.
+    precision: "default" | "accurate" (forward P·V as P_hi·V + P_lo·V; fp16/bf16);
+    delta_from: "fp32" (default; the backward's Δ from O + its rounding residual, which the forward
+    then stores when q, k or v requires grad) | "output" (Δ from the rounded O, as FA2);
+    tiles: a `KernelConfig` replacing `kernel_config`'s table (benchmarks, tuning).
     Returns O (B, Hq, Nq, dv), and the natural-log LSE (B, Hq, Nq) float32 when return_lse.
     Differentiable in q, k, v (and through LSE). Tensors whose last dim is strided are copied.
     """
@@ -256,14 +316,20 @@ def attention(q, k, v, *, scale=None, causal=False, window=None, mask=None, retu
     else:
         _dot_precision(dot_precision)  # still reject unknown spellings
         dot = "tf32"  # no effect on fp16/bf16 operands (the backend default spelling)
-    cfg = kernel_config(max(d, dv), q.dtype)
-    dense, sparse, causal, window = _normalize_mask(mask, B, Hq, nq, nk, causal, window, q.device, cfg)
+    p_split = _p_split(precision, q.dtype, dot)
+    _check_choice("delta_from", delta_from, _DELTA_FROM)
+    _check_tiles(tiles)
+    # The residual is worth storing only when a backward can read it, and only below fp32 output.
+    save_res = (delta_from == "fp32" and q.dtype != torch.float32 and torch.is_grad_enabled()
+                and (q.requires_grad or k.requires_grad or v.requires_grad))
+    dense, sparse, causal, window = _normalize_mask(mask, B, Hq, nq, nk, causal, window, q.device)
     band, off_lo, off_hi = _band(causal, window, nq, nk)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     sparse_list = [] if sparse is None else sparse.tensors()
     bm = (sparse.block_q, sparse.block_k) if sparse is not None else (0, 0)
-    o, lse = torch.ops.flashcheck.attention_fwd(q, k, v, dense, sparse_list, float(scale), band,
-                                                off_lo, off_hi, bm[0], bm[1], dot)
+    o, lse, _ = torch.ops.flashcheck.attention_fwd(
+        q, k, v, dense, sparse_list, float(scale), band, off_lo, off_hi, bm[0], bm[1], dot,
+        p_split, save_res, tiles.flat() if tiles is not None else [])
     return (o, lse) if return_lse else o
 
 
@@ -281,9 +347,9 @@ def _sparse_strides(num, idx):
     return ns + is_
 
 
-def _tiles(q, v, block_q, block_k):
+def _tiles(q, v, block_q, block_k, tiles: list[int]):
     d, dv = q.shape[-1], v.shape[-1]
-    cfg = kernel_config(max(d, dv), q.dtype)
+    cfg = KernelConfig.unflat(tiles) if tiles else kernel_config(max(d, dv), q.dtype)
     if block_q:  # a block-sparse mask fixes the tile grid
         w = cfg.fwd
         fixed = TileConfig(block_q, block_k, w.num_warps, w.num_stages)
@@ -291,14 +357,17 @@ def _tiles(q, v, block_q, block_k):
     return cfg, max(16, triton.next_power_of_2(d)), max(16, triton.next_power_of_2(dv))
 
 
-def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot):
+def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot,
+              p_split, save_res, tiles):
     B, Hq, nq, d = q.shape
     Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
     o = torch.empty((B, Hq, nq, dv), dtype=q.dtype, device=q.device)
+    # O_res shares O's layout (the kernels index both with O's strides); empty when not asked for.
+    o_res = torch.empty_like(o) if save_res else o.new_empty((0,))
     lse = torch.empty((B, Hq, nq), dtype=torch.float32, device=q.device)
     if o.numel() == 0:
-        return o, lse.fill_(float("-inf"))
-    cfg, bd, bdv = _tiles(q, v, block_q, block_k)
+        return o, lse.fill_(float("-inf")), o_res
+    cfg, bd, bdv = _tiles(q, v, block_q, block_k, tiles)
     t = cfg.fwd
     mask_t = dense if dense is not None else q
     if sparse:
@@ -309,7 +378,7 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
         sp = (0,) * 6
     grid = (triton.cdiv(nq, t.block_m), B * Hq)
     attn_fwd_kernel[grid](
-        q, k, v, o, lse, mask_t, num, idx, fnum, fidx,
+        q, k, v, o, o_res if save_res else o, lse, mask_t, num, idx, fnum, fidx,
         scale, nq, nk, Hq, off_lo, off_hi,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
@@ -318,12 +387,13 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
         *_mask_strides(dense), *sp,
         GROUP=Hq // Hkv, HEAD_D=d, HEAD_DV=dv, BLOCK_D=bd, BLOCK_DV=bdv,
         BLOCK_M=t.block_m, BLOCK_N=t.block_n, BAND=band, HAS_MASK=dense is not None,
-        SPARSE=bool(sparse), DOT_PRECISION=dot, num_warps=t.num_warps, num_stages=t.num_stages)
-    return o, lse
+        SPARSE=bool(sparse), DOT_PRECISION=dot, P_SPLIT=p_split, WRITE_RES=save_res,
+        num_warps=t.num_warps, num_stages=t.num_stages)
+    return o, lse, o_res
 
 
-def _bwd_impl(q, k, v, o, lse, do, dlse, dense, sparse, scale, band, off_lo, off_hi,
-              block_q, block_k, dot):
+def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_lo, off_hi,
+              block_q, block_k, dot, tiles):
     B, Hq, nq, d = q.shape
     Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
     do = do if do.stride(-1) == 1 else do.contiguous()
@@ -332,12 +402,14 @@ def _bwd_impl(q, k, v, o, lse, do, dlse, dense, sparse, scale, band, off_lo, off
     dv_ = torch.empty_like(v)
     if q.numel() == 0 or k.numel() == 0:
         return dq.zero_(), dk.zero_(), dv_.zero_()
-    cfg, bd, bdv = _tiles(q, v, block_q, block_k)
+    cfg, bd, bdv = _tiles(q, v, block_q, block_k, tiles)
     delta = torch.empty((B, Hq, nq), dtype=torch.float32, device=q.device)
     pre_m = 64 if not _interpreting() else 16
+    has_res = o_res is not None and o_res.numel() > 0
     attn_bwd_preprocess_kernel[(triton.cdiv(nq, pre_m), B * Hq)](
-        o, do, delta, nq, Hq, o.stride(0), o.stride(1), o.stride(2),
-        do.stride(0), do.stride(1), do.stride(2), HEAD_DV=dv, BLOCK_DV=bdv, BLOCK_M=pre_m)
+        o, o_res if has_res else o, do, delta, nq, Hq, o.stride(0), o.stride(1), o.stride(2),
+        do.stride(0), do.stride(1), do.stride(2), HEAD_DV=dv, BLOCK_DV=bdv, BLOCK_M=pre_m,
+        HAS_RES=has_res)
     if dlse is not None:
         # LSE's own gradient: ∂LSE_i/∂S_ij = P_ij, so dS = P ∘ (dP − (Δ − dLSE)).
         delta = delta - dlse.to(torch.float32)
@@ -383,50 +455,62 @@ def _bwd_impl(q, k, v, o, lse, do, dlse, dense, sparse, scale, band, off_lo, off
 def _attention_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       dense: torch.Tensor | None, sparse: list[torch.Tensor], scale: float,
                       band: bool, off_lo: int, off_hi: int, block_q: int, block_k: int,
-                      dot: str) -> tuple[torch.Tensor, torch.Tensor]:
-    return _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot)
+                      dot: str, p_split: bool, save_res: bool,
+                      tiles: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(O, LSE, O_res); O_res is empty unless save_res."""
+    return _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot,
+                     p_split, save_res, tiles)
 
 
 @_attention_fwd_op.register_fake
-def _(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot):
+def _(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot, p_split,
+      save_res, tiles):
     B, Hq, nq, _ = q.shape
-    return (q.new_empty((B, Hq, nq, v.shape[3])),
-            q.new_empty((B, Hq, nq), dtype=torch.float32))
+    o = q.new_empty((B, Hq, nq, v.shape[3]))
+    return (o, q.new_empty((B, Hq, nq), dtype=torch.float32),
+            torch.empty_like(o) if save_res else q.new_empty((0,)))
 
 
 @torch.library.custom_op("flashcheck::attention_bwd", mutates_args=())
 def _attention_bwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                      lse: torch.Tensor, do: torch.Tensor, dlse: torch.Tensor | None,
-                      dense: torch.Tensor | None, sparse: list[torch.Tensor], scale: float,
-                      band: bool, off_lo: int, off_hi: int, block_q: int, block_k: int,
-                      dot: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _bwd_impl(q, k, v, o, lse, do, dlse, dense, sparse, scale, band, off_lo, off_hi,
-                     block_q, block_k, dot)
+                      o_res: torch.Tensor | None, lse: torch.Tensor, do: torch.Tensor,
+                      dlse: torch.Tensor | None, dense: torch.Tensor | None,
+                      sparse: list[torch.Tensor], scale: float, band: bool, off_lo: int,
+                      off_hi: int, block_q: int, block_k: int, dot: str,
+                      tiles: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_lo, off_hi,
+                     block_q, block_k, dot, tiles)
 
 
 @_attention_bwd_op.register_fake
-def _(q, k, v, o, lse, do, dlse, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot):
+def _(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_lo, off_hi, block_q,
+      block_k, dot, tiles):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot = inputs
-    o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse, *([dense] if dense is not None else []), *sparse)
+    (q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot, p_split, save_res,
+     tiles) = inputs
+    o, lse, o_res = output
+    ctx.save_for_backward(q, k, v, o, lse, *([o_res] if save_res else []),
+                          *([dense] if dense is not None else []), *sparse)
+    ctx.has_res = save_res
     ctx.has_dense = dense is not None
     ctx.n_sparse = len(sparse)
-    ctx.args = (scale, band, off_lo, off_hi, block_q, block_k, dot)
+    ctx.args = (scale, band, off_lo, off_hi, block_q, block_k, dot, tiles)
 
 
-def _backward(ctx, do, dlse):
+def _backward(ctx, do, dlse, _do_res):
     q, k, v, o, lse, *rest = ctx.saved_tensors
     if do is None:
         do = torch.zeros_like(o)
-    dense = rest[0] if ctx.has_dense else None
-    sparse = rest[1:] if ctx.has_dense else rest
-    dq, dk, dv = torch.ops.flashcheck.attention_bwd(q, k, v, o, lse, do, dlse, dense, list(sparse),
+    o_res = rest.pop(0) if ctx.has_res else None
+    dense = rest.pop(0) if ctx.has_dense else None
+    dq, dk, dv = torch.ops.flashcheck.attention_bwd(q, k, v, o, o_res, lse, do, dlse, dense, rest,
                                                     *ctx.args)
-    return dq, dk, dv, None, [None] * ctx.n_sparse, None, None, None, None, None, None, None
+    # One entry per op input: the `sparse` and `tiles` lists as lists of Nones.
+    return (dq, dk, dv, None, [None] * ctx.n_sparse, None, None, None, None, None, None, None,
+            None, None, [None] * len(ctx.args[-1]))
 
 
 _attention_fwd_op.register_autograd(_backward, setup_context=_setup_context)

@@ -52,6 +52,11 @@ BAD_KW = [
     ("does not broadcast", ValueError, dict(mask=torch.ones(3, 8, dtype=torch.bool))),
     ("does not broadcast", ValueError, dict(mask=torch.ones(1, 3, 8, 8, dtype=torch.bool))),
     ("mask must be a bool tensor, a kernels", TypeError, dict(mask=[[True]])),
+    ("precision must be one of", ValueError, dict(precision="high")),
+    ("precision='accurate' with dot_precision='tf32'", ValueError,
+     dict(precision="accurate", dot_precision="tf32")),
+    ("delta_from must be one of", ValueError, dict(delta_from="float64")),
+    ("tiles must be a kernels.attention.KernelConfig", TypeError, dict(tiles=(64, 64))),
 ]
 
 

@@ -23,9 +23,12 @@ def test_custom_op_passes_opcheck():
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, n, 16, generator=g).to(DEVICE).requires_grad_() for n in (12, 20, 20))
-    args = (q, k, v, None, [], 0.25, True, -3, 4, 0, 0, "ieee")
-    torch.library.opcheck(torch.ops.flashcheck.attention_fwd.default, args,
-                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+    # (…, dot, p_split, save_res, tiles): with and without the rounding residual O_res as output
+    for modes in ((False, False, []), (True, True, [16, 16, 1, 1] * 3)):
+        args = (q, k, v, None, [], 0.25, True, -3, 4, 0, 0, "ieee", *modes)
+        torch.library.opcheck(torch.ops.flashcheck.attention_fwd.default, args,
+                              test_utils=("test_schema", "test_faketensor",
+                                          "test_autograd_registration"))
 
 
 @needs_kernel

@@ -59,8 +59,9 @@ def kernel_precision(dtype: str, d: int, dot_precision=None, block_mask=None):
                           block_mask=block_mask)
 
 
-def run_kernel(inp, case, dtype: str, *, backward=False, dot_precision=None, mask=None):
-    """(o, lse[, dq, dk, dv]) as float64 arrays; outputs poisoned before the kernel runs."""
+def run_kernel(inp, case, dtype: str, *, backward=False, dot_precision=None, mask=None, **modes):
+    """(o, lse[, dq, dk, dv]) as float64 arrays; outputs poisoned before the kernel runs.
+    `modes`: the kernel's precision options (precision=..., delta_from=...)."""
     from kernels import attention
 
     q, k, v = (to_torch(x, dtype, backward) for x in (inp.q, inp.k, inp.v))
@@ -68,7 +69,7 @@ def run_kernel(inp, case, dtype: str, *, backward=False, dot_precision=None, mas
         mask = torch.from_numpy(inp.mask).to(DEVICE)
     with poisoned():
         o, lse = attention(q, k, v, scale=inp.scale, causal=case.causal, window=case.window,
-                           mask=mask, return_lse=True, dot_precision=dot_precision)
+                           mask=mask, return_lse=True, dot_precision=dot_precision, **modes)
         if not backward:
             return to_numpy(o), to_numpy(lse)
         do = to_torch(inp.do, dtype)
