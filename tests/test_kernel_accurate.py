@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.strategies import Case, Shape, materialize
+from flashcheck.strategies import Case, Shape, materialize
 from tests.test_kernel_support import (CUDA, DEVICE, assert_within, kernel_precision, needs_kernel,
                                        reference_backward, reference_forward, run_kernel)
 
