@@ -3,6 +3,8 @@
 #   bash bench/device_session.sh tests   # GPU-marked tests + `validate ours` in bf16/fp16/fp32 on CUDA
 #   bash bench/device_session.sh kernel  # every tests/test_kernel_*.py on CUDA + validate ours
 #   bash bench/device_session.sh speed   # bench/run.py side by side + the GPU audit
+#   bash bench/device_session.sh suite   # the whole pytest suite on CUDA (-n 12, answer key apart), then
+#                                        # the validate answer key (tests/test_validate_gpu.py) alone
 #   bash bench/device_session.sh modes   # cost of the accurate backward (A/B), bench/run.py bf16 (+ memory)
 #                                        # and fp16, the kernel-mode tests on CUDA
 # Logs and reports go under $OUT (the device tool brings them back).
@@ -35,6 +37,13 @@ case "${1:-tests}" in
     timeout ${T4:-70} python3 bench/run.py --dtype float16 --backends ours,torch-sdpa-cudnn,torch-sdpa-flash \
         --no-memory --out "$W/fp16" > "$W/bench_fp16.log" 2>&1
     for f in bf16 fp16; do [ -f "$W/$f/bench.md" ] && sed -n '/ours\/peer/,$p' "$W/$f/bench.md"; done
+    ;;
+  suite)
+    # the answer key runs validate with -n 8 itself: alone, after the rest, so the two do not share cores
+    timeout ${T1:-330} python3 -m pytest -q -n 12 -p no:cacheprovider -rf --durations=12 \
+        --deselect tests/test_validate_gpu.py 2>&1 | tee "$W/suite.log" | tail -30
+    FLASHCHECK_RESULTS="$W" timeout ${T2:-250} python3 -m pytest -q -s -p no:cacheprovider -rf \
+        tests/test_validate_gpu.py 2>&1 | tee "$W/answer_key.log" | grep -E "ANSWER-KEY|passed|failed"
     ;;
   speed)
     timeout ${T1:-240} python3 bench/run.py --out "$W/bench" 2>&1 | tee "$W/bench.log" | tail -30
