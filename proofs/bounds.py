@@ -88,9 +88,55 @@ LAMBDA = hoeffding_lambda()
 
 
 @dataclass(frozen=True)
+class HardwareConstants:
+    """The hardware hypotheses the bounds use, in ONE place (replaced by proofs/hardware.py
+    measurements at merge: the "hw" work measures them on the H100 and keeps the records in the repo).
+
+    ex2_rel_error: relative error of ex2.approx.f32 (vendor figure: 2 ulp = 2^-22).
+    ex2_exact_at_zero: ex2.approx(0) == 1 exactly (a rescale alpha = exp2(m - m) = 1 is then exact;
+      checked by bench/bounds_attack.py on the GPU).
+    lg2_abs_error: absolute error of lg2.approx.f32 per unit of (1 + |log2 x|) (vendor: 2^-22).
+    div_rel_error: relative error of Triton's fp32 '/' (div.full.f32, vendor: 2^-22).
+    mma_accumulation: how a tensor-core MMA step adds its products into the fp32 accumulator:
+      "truncation" (error <= 2u of |acc| + sum |products| per step, one-sided) or "round" (u, RN).
+    mma_k_step: products added per MMA step (a smaller step = more steps = a larger, safe bound)."""
+
+    ex2_rel_error: float = 2.0**-22
+    ex2_exact_at_zero: bool = True
+    lg2_abs_error: float = 2.0**-22
+    div_rel_error: float = 2.0**-22
+    mma_accumulation: str = "truncation"
+    mma_k_step: int = 8
+
+    def __post_init__(self):
+        if self.mma_accumulation not in ("truncation", "round"):
+            raise ValueError(f"HardwareConstants.mma_accumulation must be 'truncation' or 'round', "
+                             f"got {self.mma_accumulation!r}")
+        if not isinstance(self.mma_k_step, int) or self.mma_k_step < 1:
+            raise ValueError(f"HardwareConstants.mma_k_step must be a positive int, got {self.mma_k_step!r}")
+
+
+# Replaced by proofs/hardware.py measurements (vendor figures until then).
+HARDWARE = HardwareConstants()
+
+ACCUMULATIONS = ("recursive", "blocked")
+DELTA_SOURCES = ("output", "fp32")
+
+
+@dataclass(frozen=True)
 class Precision:
     """How a kernel computes (ARCHITECTURE.md): input dtype, tensor-core operand format, accumulator,
-    stored output dtype, the exp implementation and the blocking of the inner loops."""
+    stored output dtype, the exp implementation and the blocking of the inner loops.
+
+    accumulation: "recursive" (default, a fused FA2 kernel: every tile's products are added into the
+      running accumulator, tl.dot(a, b, acc): one chain of roundings over ALL keys, per product on
+      CUDA cores, per MMA k-step on tensor cores) or "blocked" (each tile's product summed on its own,
+      then added to the accumulator once).
+    p_split: the forward P.V is done as P_hi.V + P_lo.V with P_hi = round(P), P_lo = round(P - P_hi):
+      P's operand error is ~u^2 instead of u, at twice the accumulation steps.
+    delta_from: the backward's Delta = rowsum(dO o O) is formed from O rounded to the output dtype
+      ("output") or from an O accurate to fp32 ("fp32").
+    hardware: the hardware constants (HARDWARE unless overridden)."""
 
     input: str
     dot: str
@@ -99,6 +145,10 @@ class Precision:
     exp: str = "ex2.approx"
     block_k: int = 64
     block_q: int = 64
+    accumulation: str = "recursive"
+    p_split: bool = False
+    delta_from: str = "output"
+    hardware: HardwareConstants = HARDWARE
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -106,6 +156,8 @@ class Precision:
             ("dot", self.dot, DOTS),
             ("accumulate", self.accumulate, ACCUMULATORS),
             ("exp", self.exp, EXPS),
+            ("accumulation", self.accumulation, ACCUMULATIONS),
+            ("delta_from", self.delta_from, DELTA_SOURCES),
         ):
             if value not in allowed:
                 raise ValueError(f"Precision.{name} must be one of {allowed}, got {value!r}")
@@ -115,6 +167,10 @@ class Precision:
             b = getattr(self, name)
             if not isinstance(b, int) or isinstance(b, bool) or b < 1:
                 raise ValueError(f"Precision.{name} must be a positive int, got {b!r}")
+        if not isinstance(self.p_split, bool):
+            raise ValueError(f"Precision.p_split must be a bool, got {self.p_split!r}")
+        if not isinstance(self.hardware, HardwareConstants):
+            raise ValueError(f"Precision.hardware must be a HardwareConstants, got {self.hardware!r}")
 
     @property
     def out(self) -> str:
@@ -123,7 +179,7 @@ class Precision:
 
 # The float64 NumPy references: fp64 everything, libm exp, any summation order and blocking.
 REFERENCE_PRECISION = Precision(input="float64", dot="fp64", accumulate="float64", output="float64",
-                                exp="libm", block_k=1, block_q=1)
+                                exp="libm", block_k=1, block_q=1, accumulation="recursive")
 
 
 def gamma(n, u):
@@ -146,6 +202,7 @@ class _Model:
     u_w: float  # working (accumulator) format: every fp32 scalar op, exp argument, l sum, rescale
     u_in: float  # conversion of an input value into the dot operand format (0 when exact)
     u_p: float  # conversion of P / dS (working format) into the operand format before a product
+    u_pv: float  # that conversion for the forward's P in P.V (~u_p^2 with p_split)
     trunc: bool  # those conversions truncate (tf32): one-sided errors, deterministic, never random
     u_dacc: float  # accumulation inside a dot: 2u_w (truncation) on tensor cores, else u_w
     tensor_core: bool  # tensor-core accumulation is truncation: biased, so never treated as random
@@ -156,6 +213,11 @@ class _Model:
     floor_p: float  # absolute floor when rounding P/dS to the operand format (subnormals)
     floor_w: float  # absolute floor of a working-format exp result (ftz)
     approx: bool  # GPU approximate transcendental instructions (lg2.approx as well)
+    eps_lg2: float  # absolute error of log2 per unit of (1 + |log2 x|)
+    alpha_exact_at_zero: bool  # exp2(0) == 1 exactly: an unchanged running max rescales exactly
+    recursive: bool  # products added into the running accumulator (tl.dot(a, b, acc))
+    k_step: int  # products per accumulation rounding inside a dot (1 on CUDA cores: one FMA each)
+    pv_products: int  # products per key in the forward's P.V (2 with p_split)
 
 
 def _model(precision: Precision) -> _Model:
@@ -169,23 +231,48 @@ def _model(precision: Precision) -> _Model:
     floor_op = TRUNCATION_FLOOR[pr.dot] if trunc else UNDERFLOW_FLOOR[op]
     tc = pr.dot in TENSOR_CORE_DOTS
     approx = pr.exp == "ex2.approx"
+    hw = pr.hardware
+    u_p = 0.0 if _fits(pr.accumulate, op) else u_op
+    # p_split: P_lo = P - P_hi is exact in fp32 and |P_lo| <= u_op P, so rounding P_lo costs <= u_op^2 P
+    u_pv = u_p * u_op if pr.p_split else u_p
+    mma_round = hw.mma_accumulation == "round"
     return _Model(
         u_w=u_w,
         u_in=0.0 if _fits(pr.input, op) else u_op,
-        u_p=0.0 if _fits(pr.accumulate, op) else u_op,
+        u_p=u_p,
+        u_pv=u_pv,
         trunc=trunc,
-        u_dacc=2.0 * u_w if tc else u_w,
-        tensor_core=tc,
-        # ex2.approx.f32: <= 2 ulp, i.e. relative 2 * 2^-23; libm: <= 1 ulp = 2 u
-        eps_exp=2.0**-22 if approx else 2.0 * u_w,
-        # Triton's fp32 '/' is div.full.f32 (<= 2 ulp); IEEE division rounds once
-        eps_div=2.0**-22 if approx else u_w,
+        u_dacc=(u_w if mma_round else 2.0 * u_w) if tc else u_w,
+        tensor_core=tc and not mma_round,
+        eps_exp=hw.ex2_rel_error if approx else 2.0 * u_w,
+        # Triton's fp32 '/' is div.full.f32; IEEE division rounds once
+        eps_div=hw.div_rel_error if approx else u_w,
         u_out=UNIT_ROUNDOFF[pr.out],
         floor_out=UNDERFLOW_FLOOR[pr.out],
         floor_p=0.0 if _fits(pr.accumulate, op) else floor_op,
         floor_w=UNDERFLOW_FLOOR[pr.accumulate],
         approx=approx,
+        eps_lg2=hw.lg2_abs_error if approx else 2.0 * u_w,
+        alpha_exact_at_zero=hw.ex2_exact_at_zero if approx else True,
+        recursive=pr.accumulation == "recursive",
+        k_step=hw.mma_k_step if tc else 1,
+        pv_products=2 if pr.p_split else 1,
     )
+
+
+def _dot_steps(M: _Model, n: int, block: int, products: int = 1, repeats: int = 1) -> int:
+    """Roundings of the accumulator that one product of a length-n contraction, done in tiles of
+    `block` (repeated `repeats` times into the same accumulator, e.g. a GQA group), can go through
+    (proofs/bounds.md sec. 4).
+
+    recursive (tl.dot(a, b, acc)): the accumulator runs through every tile: one rounding per product on
+    CUDA cores (FMA), one per MMA k-step on tensor cores: T * ceil(min(n, block) / k_step) * products.
+    blocked: each tile's min(n, block) products summed, then one addition into the accumulator per tile."""
+    T = max(1, -(-n // block)) * repeats
+    width = min(n, block)
+    if M.recursive:
+        return T * (-(-width // M.k_step)) * products
+    return width * products + T
 
 
 def _conv(model: _Model):
@@ -365,10 +452,17 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     a_b = np.abs(s0) if has_bias else 0.0 * s0  # rounding of the bias add, on the sum
     a_t = np.abs(s0 - shift[..., None])
     u, ui = model.u_w, model.u_in
-    n_arg = 3 + (1 if has_bias else 0)
     coef_arg = 2.0 * a_qk + a_b + a_t
     dot_wc = ((1.0 + ui) ** 2 * (1.0 + gamma(d, model.u_dacc)) - 1.0) * absqk
-    arg_wc = gamma(n_arg, u) * coef_arg
+    # The argument's roundings in order, each <= u |computed value| = u (|exact value| + the error so
+    # far): the first-order part is u coef_arg (= arg_lin), the rest is the exact second-order majorant
+    # (not a gamma_n hand count: gamma_3 coef_arg put 2u coef_arg of first-order error into "second order").
+    x_hat = a_qk + dot_wc  # |fl(q.k)| in logit units
+    err_c = u * x_hat  # c = scale * log2(e) rounded once
+    err_p = u * (x_hat + err_c)  # fl(x * c)
+    err_b = u * (a_b + dot_wc + err_c + err_p) if has_bias else 0.0  # + bias
+    err_t = u * (a_t + dot_wc + err_c + err_p + err_b)  # - running max
+    arg_wc = err_c + err_p + err_b + err_t
     dot_lin = (2.0 * ui + d * model.u_dacc) * absqk
     arg_lin = u * coef_arg
     (ri, _), (di, _) = _conv(model)
@@ -458,6 +552,31 @@ def _cat_rows(chunks):
     return first  # scalars: the same for every block
 
 
+def _rescale_changes(s, wc, vis, block_k: int, exact_at_zero: bool):
+    """c_j: how many rescales alpha = exp2(m_old - m_new) with m_new != m_old can come AFTER key j's tile
+    (each multiplies key j's weight, in acc and in l alike, by a rounded alpha: sec. 5).
+
+    Tile t can move the computed running max only if max_{j in t} (s_j + e_j) > max_{j in earlier
+    tiles} (s_j - e_j); the first visible tile rescales an empty accumulator (no error). Without
+    exp2(0) == 1 exactly, every later visible tile counts."""
+    Nk = s.shape[-1]
+    T = max(1, -(-Nk // block_k))
+    pad = T * block_k - Nk
+
+    def tiles(x):
+        x = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, pad)], constant_values=-np.inf)
+        return x.reshape(*x.shape[:-1], T, block_k).max(axis=-1)
+
+    hi = tiles(np.where(vis, s + wc, -np.inf))
+    lo = tiles(np.where(vis, s - wc, -np.inf))
+    prev = np.maximum.accumulate(lo, axis=-1)
+    prev = np.concatenate([np.full_like(prev[..., :1], -np.inf), prev[..., :-1]], axis=-1)
+    seen = np.isfinite(prev)
+    change = seen & ((hi > prev) if exact_at_zero else np.isfinite(hi))
+    later = np.cumsum(change[..., ::-1], axis=-1)[..., ::-1] - change  # changes in tiles after t
+    return np.repeat(later, block_k, axis=-1)[..., :Nk].astype(np.float64)
+
+
 def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias) -> dict:
     """The forward analysis of a block of query rows (s, vis, qf restricted to those rows)."""
     m, A, l, lse, empty = _softmax_parts(s, vis)
@@ -466,40 +585,50 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     u = M.u_w
 
     lg = _logit_errors(qf, kf, s, m, vis, sc, M, d, has_bias)
-    # b_ij: relative error of p_ij = exp(s_ij - m) as computed: exp(e_ij) (1 + eps_exp) - 1
-    b_wc = np.where(vis, _exp_err(lg.wc, M.eps_exp), 0.0)
-    b_lin = np.where(vis, lg.lin + M.eps_exp, 0.0)
+    # the computed shift m_hat <= max_j (s_j + e_j) may exceed m by `excess`
+    excess = np.max(np.where(vis, s - m[..., None] + lg.wc, 0.0), axis=-1, initial=0.0)
+    # Rescales (sec. 5): key j's weight is multiplied, in acc and in l alike, by the computed alphas of
+    # the c_j later tiles that moved the max. Their arguments telescope: sum |m_old - m_new| over
+    # them <= m_hat - s_hat_j, each subtraction rounded (u); each exp2 has relative error eps_exp.
+    # Equal factors in numerator and denominator do NOT cancel between keys: a weight perturbation.
+    c = np.where(vis, _rescale_changes(s, lg.wc, vis, precision.block_k, M.alpha_exact_at_zero), 0.0)
+    with np.errstate(invalid="ignore"):
+        a_arg = np.where(vis, u * (m[..., None] - s + lg.wc + excess[..., None]), 0.0)
+    e_key = lg.wc + a_arg  # argument error of key j's total weight
+    eps_key = (1.0 + M.eps_exp) ** (1.0 + c) - 1.0  # exp2 of p_j and of the c_j alphas
+    # b_ij: relative error of key j's weight as computed: exp(e) (1 + eps)^(1 + c) - 1
+    b_wc = np.where(vis, _exp_err(e_key, eps_key), 0.0)
+    b_lin = np.where(vis, lg.lin + u * np.abs(s - m[..., None]) + (1.0 + c) * M.eps_exp, 0.0)
+    alpha_det = np.where(vis, u * np.abs(s - m[..., None]) + c * M.eps_exp, 0.0)  # not random: telescoped
 
     def log_a():
         return np.where(vis, s - m[..., None] - np.log(l)[..., None], -np.inf)
 
-    Ab_wc, Ab1_wc, _ = _weighted_exp_err(A, b_wc, lg.wc, M.eps_exp, vis, log_a)  # A b, A (1 + b)
+    Ab_wc, Ab1_wc, _ = _weighted_exp_err(A, b_wc, e_key, eps_key, vis, log_a)  # A b, A (1 + b)
 
-    # blocking (sec. 4): T_k key blocks; PV: block_k products per tile + T_k accumulations into acc
-    # (tensor core), T_k rescales acc*alpha (RN); l: block_k-wide fp32 sum + 2 roundings per block (RN)
+    # accumulation (sec. 4): P.V through the accumulator (recursive: over all keys, per product or per
+    # MMA k-step), T rescales acc*alpha (RN); l: block_k-wide fp32 sum + 2 roundings per tile (RN)
     T = max(1, -(-Nk // precision.block_k))
-    n_pv = min(Nk, precision.block_k) + T
+    n_pv = _dot_steps(M, Nk, precision.block_k, products=M.pv_products)
     n_l = min(Nk, precision.block_k) + 2 * T
-    nu_wc = (1 + M.u_p) * (1 + M.u_in) * (1 + gamma(n_pv, M.u_dacc)) * (1 + gamma(T, u)) - 1
-    nu_lin = M.u_p + M.u_in + n_pv * M.u_dacc + T * u
+    nu_wc = (1 + M.u_pv) * (1 + M.u_in) * (1 + gamma(n_pv, M.u_dacc)) * (1 + gamma(T, u)) - 1
+    nu_lin = M.u_pv + M.u_in + n_pv * M.u_dacc + T * u
     mu_wc = float(gamma(n_l, u))
     mu_lin = n_l * u
 
-    # absolute floors: ftz of exp results, subnormal rounding of P into the operand format; the
-    # shift used by the kernel, m_hat = max_j s_hat_j <= max_j (s_j + e_j), may exceed m by
-    # max_j (s_j - m + e_j)^+, so l is divided by exp of that (<= exp(max_j e_j): a key whose logit
-    # is far below m does not count with its own, possibly huge, error)
+    # absolute floors: ftz of exp results, subnormal rounding of P into the operand format; l is
+    # divided by exp(excess) (a key far below m does not count with its own, possibly huge, error)
     n_vis = vis.sum(axis=-1)
-    excess = np.max(np.where(vis, s - m[..., None] + lg.wc, 0.0), axis=-1, initial=0.0)
     l_eff = l * np.exp(-excess)
 
     absv = np.abs(vf)
     W_b = Ab_wc
     W_lin = A * b_lin
-    W_det = A * (lg.det + M.eps_exp)
+    W_det = A * (lg.det + alpha_det + M.eps_exp)
     W_sig = (A * lg.sigma) ** 2
     W_vis = vis.astype(np.float64)
-    (dev_b, dev_lin, dev_det, dev_vis), (dev_sig,) = _weighted_dev([W_b, W_lin, W_det, W_vis], [W_sig], vf, o)
+    (dev_b, dev_lin, dev_det, dev_vis, dev_A), (dev_sig, dev_AA) = _weighted_dev(
+        [W_b, W_lin, W_det, W_vis, A], [W_sig, A * A], vf, o)
     Av = Ab1_wc @ absv  # sum_j A_j (1 + b_j) |v_j|
     A_absv = A @ absv
     A1b = Ab1_wc.sum(axis=-1)  # sum_j A_j (1 + b_j)
@@ -509,9 +638,10 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     floors = (M.floor_w * (dev_vis + nu_wc * sum_absv + mu_wc * n_vis[..., None] * oabs)
               + M.floor_p * (1 + nu_wc) * sum_absv) / l_eff[..., None]
     num_wc = dev_b + nu_wc * Av + mu_wc * A1b[..., None] * oabs + floors
-    # D / l >= sum_j A_j e^{-e_j} (1 - eps_exp)(1 - mu) - floors > 0: the lower side of each perturbation
-    # is 1 + b_j >= e^{-e_j}(1 - eps_exp), so the denominator never vanishes even when e_j = O(1)
-    A1b_low = (A * np.where(vis, np.exp(-lg.wc), 0.0)).sum(axis=-1) * (1 - M.eps_exp)
+    # D / l >= sum_j A_j e^{-e_j} (1 - eps)^(1 + c_j) (1 - mu) - floors > 0: the lower side of each
+    # perturbation, so the denominator never vanishes even when e_j = O(1)
+    w_low = np.where(vis, np.exp(-e_key) * (1 - M.eps_exp) ** (1.0 + c), 0.0)
+    A1b_low = (A * w_low).sum(axis=-1)
     den_low = A1b_low * (1 - mu_wc) - n_vis * M.floor_w / l_eff
     with np.errstate(divide="ignore", invalid="ignore"):
         inv_den = np.where(empty, 1.0, np.where(den_low > 0, 1.0 / np.maximum(den_low, 1e-300), np.inf))[..., None]
@@ -519,51 +649,50 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     if kind == "worst_case":
         pre = num_wc * inv_den
     else:
-        # first-order part: random (Azuma) + deterministic; the rest is the majorant remainder
+        # first-order part: random (Azuma) + deterministic; the rest is the majorant remainder.
+        # Round to nearest is only modelled as random where the summands are not systematic (sec. 6):
+        # every first-order term sum_s delta_s X_s is split into its part along O (X_s = C_s O, bounded
+        # worst-case: u |O| sum_s C_s <= n u |O|) and the fluctuation around O (random). Constant or
+        # near-constant V, uniform rows, a large mean: the systematic part is then all deterministic.
         num_lin = dev_lin + nu_lin * A_absv + mu_lin * oabs
         remainder = np.maximum(num_wc - num_lin, 0.0)
         (ri, rp), (di, dp) = _conv(M)
-        var = (dev_sig
-               + (rp**2 + ri**2) * ((A * A) @ (vf * vf))
-               + ((0 if M.tensor_core else n_pv) + T) * u**2 * A_absv**2
-               + n_l * u**2 * oabs**2)
-        det = dev_det + (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
+        rp = M.u_pv if rp else 0.0
+        n_rn = (0 if M.tensor_core else n_pv) + T  # accumulation roundings to nearest
+        var = dev_sig + (rp**2 + ri**2) * dev_AA + n_rn * u**2 * dev_A**2
+        det = dev_det + ((rp + ri) + n_rn * u + mu_lin) * oabs
+        det = det + (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
         if M.trunc:  # sum_j A_j v_jc theta_jc, theta in [-(u_p + u_in), 0]: one-sided (bounds.md sec. 6)
-            det = det + (dp + di) * 0.5 * (A_absv + oabs)
+            det = det + ((M.u_pv if dp else 0.0) + di) * 0.5 * (A_absv + oabs)
         # the worst case always holds, so it caps the probabilistic bound (concentrated rows)
         pre = np.minimum((lam * np.sqrt(var) + det + remainder) * inv_den, num_wc * inv_den)
-    # final division acc / l and the store in the output dtype
-    err = pre + M.eps_div * (oabs + pre)
-    err = err + M.u_out * (oabs + err) + M.floor_out
+    # final division acc / l (fp32 O, what Delta uses with delta_from="fp32") and the store
+    err32 = pre + M.eps_div * (oabs + pre)
+    err = err32 + M.u_out * (oabs + err32) + M.floor_out
     err = np.where(empty[..., None], 0.0, err)
 
-    # LSE = ln2 (m2 + log2 l): |log(l_hat / l)| + the rounding of the sum, of the ln2 product and of
-    # ln2 itself (gamma_3 |LSE|), and the log2 error. Rescale factors alpha = exp2(m_old - m_new)
-    # do not cancel here: T - 1 of them, each with exp error and the subtraction's rounding.
-    s_min = np.min(np.where(vis, s, np.inf), axis=-1, initial=np.inf)
-    rng = np.where(empty, 0.0, m - np.where(empty, 0.0, s_min))
-    a_wc = np.exp(float(gamma(1, u)) * rng) * (1 + M.eps_exp) - 1.0
-    chain_wc = (1 + a_wc) ** (T - 1) - 1.0
-    x_lse = A1b * (1 + mu_wc) * (1 + chain_wc) - 1.0 + n_vis * M.floor_w / l_eff  # l_hat / l <= 1 + x_lse
-    a_low = (np.exp(-float(gamma(1, u)) * rng) * (1 - M.eps_exp)) ** (T - 1)
-    lse_low = den_low * a_low  # l_hat / l >= lse_low
+    # LSE = ln2 (m2 + log2 l): |log(l_hat / l)| (the rescales are in b: their arguments telescope,
+    # sum |dm| <= m - s_j, not (T - 1) u R), the rounding of the sum, of the ln2 product and of ln2
+    # itself (gamma_3 |LSE|), and the log2 error.
+    x_lse = A1b * (1 + mu_wc) - 1.0 + n_vis * M.floor_w / l_eff  # l_hat / l <= 1 + x_lse
+    lse_low = den_low  # l_hat / l >= lse_low
     with np.errstate(divide="ignore", invalid="ignore"):
         log_wc = np.maximum(np.log1p(x_lse), np.where(lse_low > 0, -np.log(np.maximum(lse_low, 1e-300)), np.inf))
     lse_abs = np.abs(np.where(empty, 0.0, lse))
     log2l = np.abs(np.log2(l))
-    log_err = (2.0**-22 if M.approx else 2.0 * u) * (1.0 + log2l) * math.log(2.0)
+    log_err = M.eps_lg2 * (1.0 + log2l) * math.log(2.0)
     rounding = float(gamma(3, u)) * lse_abs + log_err
     if kind == "worst_case":
         lse_err = log_wc + rounding
         lse_sigma, lse_det = np.zeros_like(lse_err), lse_err
     else:
-        lin = (A * b_lin).sum(axis=-1) + mu_lin + (T - 1) * (u * rng + M.eps_exp)
+        lin = (A * b_lin).sum(axis=-1) + mu_lin
         # majorant series of |log(l_hat / l)|: -log(1 - x+) (its linear part is lin)
         with np.errstate(divide="ignore", invalid="ignore"):
             series = np.where(x_lse < 1.0, -np.log1p(-np.minimum(x_lse, 0.999999)), np.inf)
         remainder = np.maximum(series - lin, 0.0)
-        var = ((A * lg.sigma) ** 2).sum(axis=-1) + n_l * u**2
-        det = (A * (lg.det + M.eps_exp)).sum(axis=-1) + (T - 1) * (u * rng + M.eps_exp)
+        var = ((A * lg.sigma) ** 2).sum(axis=-1)
+        det = (A * (lg.det + alpha_det + M.eps_exp)).sum(axis=-1) + mu_lin  # l's sum: systematic, worst case
         lse_err = np.minimum(lam * np.sqrt(var) + det + remainder, log_wc) + rounding
         # split for the backward (random part sigma, the rest det), where the cap did not bind
         capped = lam * np.sqrt(var) + det + remainder >= log_wc
@@ -572,11 +701,12 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     lse_err = np.where(empty, 0.0, lse_err)
 
     o_shape = (p.B, p.Hq, s.shape[-2], vf.shape[-1])
+    final = (err32 if precision.delta_from == "fp32" else err) - np.where(empty[..., None], 0.0, pre)
     return dict(err=np.broadcast_to(err, o_shape).copy(), lse_err=lse_err, A=A, o=o, lse=lse, m=m, empty=empty,
                 parts=dict(b_wc=b_wc, Ab_wc=Ab_wc, Ab1_wc=Ab1_wc, b_lin=b_lin, qk=lg.qk, l=l,
-                           sigma=lg.sigma, det=lg.det, nu_wc=nu_wc, nu_lin=nu_lin,
+                           sigma=lg.sigma, det=lg.det + alpha_det, nu_wc=nu_wc, nu_lin=nu_lin,
                            mu_wc=mu_wc, mu_lin=mu_lin, inv_den=inv_den, floors=floors,
-                           final=err - np.where(empty[..., None], 0.0, pre), n_pv=n_pv, T=T, n_l=n_l,
+                           final=final, n_pv=n_pv, T=T, n_l=n_l,
                            lam=lam, lse_sigma=np.where(empty, 0.0, lse_sigma),
                            lse_det=np.where(empty, 0.0, lse_det)))
 
@@ -638,16 +768,22 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind):
     if kind == "worst_case":
         return wc + rounding, np.zeros_like(wc), wc + rounding
     oabs_do = abs_do * np.abs(o)
+    u_store = M.u_out if F.bound.precision.delta_from == "output" else 0.0
     lin = ((A * P["b_lin"] * absg).sum(-1) + P["nu_lin"] * (A * absdov).sum(-1) + P["mu_lin"] * aD
-           + (M.eps_div + M.u_out) * oabs_do.sum(-1))
+           + (M.eps_div + u_store) * oabs_do.sum(-1))
     Av = A @ np.abs(vf)  # (A |V|)_c
     n_pv, T, n_l = P["n_pv"], P["T"], P["n_l"]
     (ri, rp), (di, dp) = _conv(M)
-    var = (((A * P["sigma"] * g) ** 2).sum(-1) + rp**2 * ((A * dP) ** 2).sum(-1)
+    rp = M.u_pv if rp else 0.0
+    n_rn = (0 if M.tensor_core else n_pv) + T
+    # as for O (sec. 6): the parts of the accumulation and P-rounding errors along O (resp. Delta) are
+    # systematic on structured inputs: worst case; only the fluctuation around them is random
+    # (sum_j A_j |v_jc - O_c| <= (A|V|)_c + |O_c|)
+    var = (((A * P["sigma"] * g) ** 2).sum(-1) + rp**2 * ((A * g) ** 2).sum(-1)
            + ri**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
-           + ((0 if M.tensor_core else n_pv) + T) * u**2 * ((dof * Av) ** 2).sum(-1)
-           + n_l * u**2 * delta**2 + M.u_out**2 * ((dof * o) ** 2).sum(-1))
-    det = ((A * (P["det"] + M.eps_exp) * absg).sum(-1)
+           + n_rn * u**2 * ((dof * (Av + np.abs(o))) ** 2).sum(-1)
+           + u_store**2 * ((dof * o) ** 2).sum(-1))
+    det = ((A * (P["det"] + M.eps_exp) * absg).sum(-1) + (rp + P["mu_lin"]) * aD + n_rn * u * oabs_do.sum(-1)
            + (n_pv * M.u_dacc if M.tensor_core else 0.0) * (abs_do * Av).sum(-1) + M.eps_div * oabs_do.sum(-1))
     if M.trunc:  # P_j truncated (coefficients A_j dP_j), v_jc truncated (A_j dO_c v_jc), both summing
         # to Delta: one-sided errors, u (sum |coefficient| + |Delta|) / 2 each (bounds.md sec. 6)
@@ -724,10 +860,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     # dV = P^T dO: P rounded to the operand format, dO exact unless input does not fit (u_in);
     # accumulation over query tiles: block_q products per tile, T_q * group tiles (GQA heads add up)
     Nq, Nk = pr.Nq, pr.Nk
-    Tq = max(1, -(-Nq // precision.block_q)) * group
-    Tk = max(1, -(-Nk // precision.block_k))
-    n_q = min(Nq, precision.block_q) + Tq
-    n_k = min(Nk, precision.block_k) + Tk
+    # dK, dV: one accumulator through every query tile of every head of the GQA group; dQ: through
+    # every key tile (recursive, sec. 4)
+    n_q = _dot_steps(M, Nq, precision.block_q, repeats=group)
+    n_k = _dot_steps(M, Nk, precision.block_k)
     nu_q_wc = (1 + M.u_p) * (1 + M.u_in) * (1 + gamma(n_q, M.u_dacc)) - 1
     nu_q_lin = M.u_p + M.u_in + n_q * M.u_dacc
     rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
@@ -927,8 +1063,7 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
         raise ValueError(f"dlse must have LSE's shape {(pr.B, pr.Hq, pr.Nq)}, got {w.shape}")
     lam = hoeffding_lambda(2.0)
     u, sc, kf = M.u_w, F.scale, F.kf
-    Tk = max(1, -(-pr.Nk // precision.block_k))
-    n_k = min(pr.Nk, precision.block_k) + Tk
+    n_k = _dot_steps(M, pr.Nk, precision.block_k)
     # dS = P_hat * w_i (gamma_2 kept from backward_bound: conservative, the kernel rounds once),
     # then converted to the operand format (u_p: rounded, or truncated for tf32)
     rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
