@@ -105,15 +105,14 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do):
     return out, ours_precision(tdt, dp, head_dim=q.shape[-1], interpret=device == "cpu")
 
 
-def attack(source: str, device: str, dtype: str, dot: str, family: str, nk: int, nq: int, h: int, d: int,
-           seed: int) -> Case:
+def judge(source, dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, seconds) -> Case:
+    """The float64 references, both bounds and the ratios for one case (no GPU: runs in a worker)."""
     from proofs.bounds import backward_bound, forward_bound
     from reference.attention import attention
     from reference.backward import attention_backward
 
     t0 = time.time()
-    q, k, v, do = inputs(family, dtype, nq, nk, h, d, seed)
-    got, precision = run_source(source, device, dtype, dot, q, k, v, do)
+    q, k, v, do = xs
     O, L = attention(q, k, v)
     exact = (O, L, *attention_backward(q, k, v, O, L, do))
     errs = [np.abs(g - e) for g, e in zip(got, exact)]
@@ -123,7 +122,51 @@ def attack(source: str, device: str, dtype: str, dot: str, family: str, nk: int,
         bb = backward_bound(q, k, v, do, precision=precision, kind=kind)
         for name, err, b in zip(QUANTITIES, errs, (fb.o, fb.lse, bb.dq, bb.dk, bb.dv)):
             out.append(ratio(name, kind, err, b))
-    return Case(source, dtype, dot, family, nk, nq, h, d, seed, time.time() - t0, tuple(out))
+    return Case(source, dtype, dot, family, nk, nq, h, d, seed, seconds + time.time() - t0, tuple(out))
+
+
+def produce(source, device, dtype, dot, family, nk, nq, h, d, seed):
+    """Arguments of `judge` for one case: the inputs and what the source computed from them."""
+    t0 = time.time()
+    xs = inputs(family, dtype, nq, nk, h, d, seed)
+    got, precision = run_source(source, device, dtype, dot, *xs)
+    return (source, dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, time.time() - t0)
+
+
+def attack(source: str, device: str, dtype: str, dot: str, family: str, nk: int, nq: int, h: int, d: int,
+           seed: int) -> Case:
+    return judge(*produce(source, device, dtype, dot, family, nk, nq, h, d, seed))
+
+
+def check_exp2(device: str) -> dict:
+    """The hypothesis HardwareConstants.ex2_exact_at_zero (an unchanged running max rescales by exactly
+    1) and, as a data point beside the "hw" probes, tl.math.exp2's largest relative error on the
+    arguments a softmax feeds it ([-126, 0], fp32)."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _exp2(X, Y, N, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(X + offs, mask=offs < N, other=0.0)
+        tl.store(Y + offs, tl.math.exp2(x), mask=offs < N)
+
+    def run(x):
+        y = torch.empty_like(x)
+        _exp2[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y
+
+    zeros = torch.tensor([0.0, -0.0] * 512, dtype=torch.float32, device=device)
+    n = 1 << (22 if device != "cpu" else 12)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.cat([-126.0 * torch.rand(n, generator=gen), -torch.rand(n, generator=gen)]).to(device)
+    y = run(x).double().cpu().numpy()
+    exact = np.exp2(x.double().cpu().numpy())
+    rel = np.abs(y - exact) / exact
+    return {"device": device, "exp2_zero_is_one": bool((run(zeros) == 1.0).all().item()),
+            "exp2_max_rel_error": float(rel.max()), "exp2_max_rel_error_over_2^-22": float(rel.max() / 2.0**-22),
+            "samples": int(x.numel())}
 
 
 def table(cases) -> str:
@@ -154,7 +197,7 @@ def table(cases) -> str:
     return "\n".join(lines)
 
 
-def load(path: str):
+def load(path: str) -> list:
     cases = []
     with open(path) as f:
         for line in f:
@@ -177,25 +220,55 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--precisions", nargs="+", default=[f"{a}:{b}" for a, b in PRECISIONS])
     ap.add_argument("--families", nargs="+", default=list(FAMILIES) + ["random"])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--workers", type=int, default=1, help="processes for the references and bounds")
+    ap.add_argument("--check-exp2", default=None, help="write check_exp2's JSON here first")
+    ap.add_argument("--table-from", default=None, help="only print the table of this JSONL file")
+    ap.add_argument("--out", default=None)
     ap.add_argument("--table", default=None, help="write the markdown table here as well")
     a = ap.parse_args(argv)
+    if a.table_from:
+        print(table(load(a.table_from)))
+        return 0
+    if not a.out:
+        ap.error("--out is required")
+    if a.check_exp2:
+        res = check_exp2(a.device)
+        print(json.dumps(res), flush=True)
+        with open(a.check_exp2, "w") as f:
+            json.dump(res, f, indent=1)
     cases = []
+    jobs = [(nk, pr, fam, seed) for nk in a.nk for pr in a.precisions for fam in a.families for seed in a.seeds]
+
+    def report(c, f):
+        cases.append(c)
+        f.write(json.dumps(asdict(c)) + "\n")
+        f.flush()
+        worst = min(c.ratios, key=lambda r: r.min)
+        print(f"{c.source} {c.dtype}/{c.dot} {c.family:16s} nk={c.nk:6d} seed={c.seed} {c.seconds:6.1f}s "
+              f"min {worst.min:.3g} ({worst.quantity} {worst.kind}) over={sum(r.over for r in c.ratios)}",
+              flush=True)
+
     with open(a.out, "a") as f:
-        for nk in a.nk:
-            for pr in a.precisions:
+        if a.workers <= 1:
+            for nk, pr, fam, seed in jobs:
                 dt, dot = pr.split(":")
-                for fam in a.families:
-                    for seed in a.seeds:
-                        c = attack(a.source, a.device, dt, dot, fam, nk, a.nq, a.h, a.d, seed)
-                        cases.append(c)
-                        d = asdict(c)
-                        f.write(json.dumps(d) + "\n")
-                        f.flush()
-                        worst = min(c.ratios, key=lambda r: r.min)
-                        print(f"{c.source} {dt}/{dot} {fam:16s} nk={nk:6d} seed={seed} {c.seconds:6.1f}s "
-                              f"min {worst.min:.3g} ({worst.quantity} {worst.kind}) over={sum(r.over for r in c.ratios)}",
-                              flush=True)
+                report(attack(a.source, a.device, dt, dot, fam, nk, a.nq, a.h, a.d, seed), f)
+        else:  # the source runs here (one GPU), the references and bounds in worker processes
+            import multiprocessing as mp
+            from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+            with ProcessPoolExecutor(a.workers, mp_context=mp.get_context("spawn")) as pool:
+                pending = set()
+                for nk, pr, fam, seed in jobs:
+                    dt, dot = pr.split(":")
+                    pending.add(pool.submit(judge, *produce(a.source, a.device, dt, dot, fam, nk, a.nq, a.h,
+                                                            a.d, seed)))
+                    while len(pending) > 2 * a.workers:  # keep the inputs in flight bounded
+                        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                        for fut in done:
+                            report(fut.result(), f)
+                for fut in pending:
+                    report(fut.result(), f)
     t = table(cases)
     print(t)
     if a.table:
