@@ -66,7 +66,7 @@ def ratio(quantity: str, kind: str, err, bound) -> Ratio:
         r = np.where(nan[hit], 0.0, bound[hit] / np.where(nan[hit], 1.0, err[hit]))
     return Ratio(quantity, kind, float(r.min()) if r.size else math.inf,
                  float(np.median(r)) if r.size else math.inf, int((r < 1.0).sum()), int(r.size),
-                 float(np.nanmax(err)) if err.size else 0.0)
+                 float(np.max(np.where(nan, np.inf, err))) if err.size else 0.0)
 
 
 def inputs(family: str, dtype: str, nq: int, nk: int, h: int, d: int, seed: int):

@@ -1,0 +1,57 @@
+"""The bounds against the structured input families of issue 8 (flashcheck/structured.py): inputs on
+which round-to-nearest errors are systematic (equal summands, a running max that moves every tile,
+large means). CPU: the emulation (accumulating like tl.dot(a, b, acc)) and the interpreter kernel at
+small N; GPU (@pytest.mark.gpu): our kernel at N_k = 65536. Both kinds must hold on every entry;
+bench/bounds_attack.py runs the full grid and writes the table."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.bounds_attack import Case, attack
+from flashcheck.structured import FAMILIES
+
+FAMILIES_AND_RANDOM = list(FAMILIES) + ["random"]
+
+
+def _assert_holds(c: Case):
+    bad = [r for r in c.ratios if r.over or not r.min >= 1.0]
+    assert not bad, (f"{c.source} {c.dtype}/{c.dot} {c.family} Nk={c.nk}: the observed error exceeds the bound: "
+                     + "; ".join(f"{r.quantity} {r.kind}: {r.over}/{r.compared} entries over, "
+                                 f"min bound/observed {r.min:.3g}, max error {r.max_err:.3g}" for r in bad))
+    assert all(r.compared > 0 or r.max_err == 0 for r in c.ratios)
+
+
+@pytest.mark.parametrize("family", FAMILIES_AND_RANDOM)
+@pytest.mark.parametrize("dtype,dot", [("float32", "ieee"), ("float32", "tf32"), ("float16", "fp16"),
+                                       ("bfloat16", "bf16")])
+def test_emulation_within_both_bounds_on_structured_inputs(dtype, dot, family):
+    _assert_holds(attack("emulation", "cpu", dtype, dot, family, nk=640, nq=16, h=1, d=32, seed=1))
+
+
+@pytest.mark.parametrize("family", FAMILIES_AND_RANDOM)
+@pytest.mark.parametrize("dtype,dot", [("float32", "ieee"), ("float16", "fp16")])
+def test_interpreter_kernel_within_both_bounds_on_structured_inputs(dtype, dot, family):
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the Triton kernel runs on the CPU only through TRITON_INTERPRET=1")
+    _assert_holds(attack("kernel", "cpu", dtype, dot, family, nk=192, nq=16, h=1, d=32, seed=2))
+
+
+def test_a_bound_that_ignores_the_accumulation_chain_is_caught():
+    """The attack can fail: a kernel whose O is off by 3x the worst-case bound is reported."""
+    from bench.bounds_attack import ratio
+
+    err = np.array([1.0, 3.0])
+    r = ratio("O", "worst_case", err, np.array([2.0, 1.0]))
+    assert r.over == 1 and r.min == pytest.approx(1 / 3)
+    assert ratio("O", "worst_case", np.array([np.nan]), np.array([1.0])).over == 1  # NaN is never agreement
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMILIES_AND_RANDOM)
+@pytest.mark.parametrize("dtype,dot", [("float32", "ieee"), ("float32", "tf32"), ("float16", "fp16"),
+                                       ("bfloat16", "bf16")])
+def test_gpu_kernel_within_both_bounds_at_long_nk(dtype, dot, family):
+    _assert_holds(attack("kernel", "cuda", dtype, dot, family, nk=65536, nq=16, h=1, d=64, seed=0))
