@@ -55,3 +55,32 @@ def test_a_bound_that_ignores_the_accumulation_chain_is_caught():
                                        ("bfloat16", "bf16")])
 def test_gpu_kernel_within_both_bounds_at_long_nk(dtype, dot, family):
     _assert_holds(attack("kernel", "cuda", dtype, dot, family, nk=65536, nq=16, h=1, d=64, seed=0))
+
+
+@pytest.mark.parametrize("dtype,dot", [("float16", "fp16"), ("float32", "tf32")])
+@pytest.mark.parametrize("p_split,delta_from", [(False, "output"), (True, "output"), (True, "fp32")])
+def test_p_split_and_delta_from_modes_are_bounded_and_tighter(dtype, dot, p_split, delta_from):
+    """The kernel engineer's modes: emulated, within their bounds; p_split's O bound below the plain one."""
+    from proofs.bounds import Precision, backward_bound, forward_bound
+    from proofs.emulation import fa2_backward, fa2_forward, round_to
+    from reference.attention import attention
+    from reference.backward import attention_backward
+
+    rng = np.random.default_rng(5)
+    q, k, v, do = (round_to(rng.standard_normal(s), dtype) for s in ((1, 1, 16, 32), (1, 1, 320, 32),
+                                                                    (1, 1, 320, 32), (1, 1, 16, 32)))
+    O, L = attention(q, k, v)
+    exact = attention_backward(q, k, v, O, L, do)
+    pr = Precision(dtype, dot, exp="libm", p_split=p_split, delta_from=delta_from)
+    o, lse, o32 = fa2_forward(q, k, v, dtype=dtype, dot=dot, p_split=p_split, return_fp32_o=True)
+    g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, delta_o=o32 if delta_from == "fp32" else None)
+    for kind in ("worst_case", "probabilistic"):
+        fb = forward_bound(q, k, v, precision=pr, kind=kind)
+        bb = backward_bound(q, k, v, do, precision=pr, kind=kind)
+        for name, got, ex, b in (("O", o, O, fb.o), ("dQ", g[0], exact[0], bb.dq), ("dK", g[1], exact[1], bb.dk),
+                                 ("dV", g[2], exact[2], bb.dv)):
+            err = np.abs(got - ex)
+            assert np.all(err <= b), f"{name} {kind}: max err/bound {np.max(err / b):.3g}"
+        if p_split:
+            plain = forward_bound(q, k, v, precision=Precision(dtype, dot, exp="libm"), kind=kind)
+            assert np.all(fb.o <= plain.o * (1 + 1e-12)) and np.median(fb.o) < np.median(plain.o)
