@@ -995,9 +995,14 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dQ_blocks.append(dQ_exact)
 
     AabsdO = acc["AabsdO"]
+    # systematic parts (sec. 6): a partial sum s of the accumulation is C_s dV + F_s, C_s in [0, 1],
+    # |F_s| <= sum_i A_ij |dO_ic| + |dV_jc|; the part along dV (and P's rounding along dV) worst case
+    abs_dV = np.abs(acc["dV"])
+    n_rn_q = 0 if M.tensor_core else n_q
     dv_var = (acc["dv_var1"] + (r_p**2 + r_in**2) * acc["dv_var2"]
-              + (0 if M.tensor_core else n_q) * u**2 * AabsdO**2)
-    dv_det = acc["dv_det"] + (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO
+              + n_rn_q * u**2 * (AabsdO + abs_dV)**2)
+    dv_det = (acc["dv_det"] + (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO
+              + (n_rn_q * u + r_p + r_in) * abs_dV)
     if M.trunc:  # P and dO truncated to tf32, one-sided: (u_p + u_in) (sum_i A_ij |dO_ic| + |dV_jc|) / 2
         dv_det = dv_det + (d_p + d_in) * 0.5 * (AabsdO + np.abs(acc["dV"]))
     dV_exact = _kv(acc["dV"])
@@ -1029,8 +1034,15 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     wc = sc * (kap_wc * (wcS_ao + base) + wcS_ao)
     lin = sc * (linS_ao + kap_lin * base)
     (r_in, _), (d_in, d_p) = _conv(M)
-    var = sc**2 * (varS_oo + r_in**2 * SS_oo + (0 if M.tensor_core else n) * u**2 * base**2)
-    det = sc * (detS_ao + (n * M.u_dacc if M.tensor_core else 0.0) * base)
+    # systematic parts (sec. 6): each partial sum of the accumulation is C_s R + F_s with R = S @ other,
+    # C_s in [0, 1], |F_s| <= base + |R|; the part along R, and the conversions of dS (two fp32
+    # roundings, then the operand format) along R, are charged worst case
+    n_rn = 0 if M.tensor_core else n
+    (_, r_p), _ = _conv(M)
+    abs_r = np.abs(S_other)
+    var = sc**2 * (varS_oo + r_in**2 * SS_oo + n_rn * u**2 * (base + abs_r)**2)
+    det = sc * (detS_ao + (n * M.u_dacc if M.tensor_core else 0.0) * base
+                + (n_rn * u + 2 * u + r_p + r_in) * abs_r)
     if M.trunc:  # dS and `other` (K or Q) truncated to tf32: sum_j dS_j o_j theta_j, theta in
         # [-(u_p + u_in), 0]: one-sided, (u_p + u_in) (|S| @ |other| + |S @ other|) / 2, not random
         det = det + sc * (d_p + d_in) * 0.5 * (base + np.abs(S_other))
