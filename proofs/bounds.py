@@ -577,6 +577,33 @@ def _rescale_changes(s, wc, vis, block_k: int, exact_at_zero: bool):
     return np.repeat(later, block_k, axis=-1)[..., :Nk].astype(np.float64)
 
 
+def _step_ends(Nk: int, block: int, k_step: int):
+    """Key indices after which the accumulator is rounded (each MMA/FMA step: the last key of each
+    k_step group within each tile) and after which each tile ends (the rescale acc * alpha)."""
+    ends, tile_ends = [], []
+    for t0 in range(0, Nk, block):
+        t1 = min(Nk, t0 + block)
+        ends.extend(range(min(t0 + k_step, t1) - 1, t1 - 1, k_step))
+        ends.append(t1 - 1)
+        tile_ends.append(t1 - 1)
+    return np.unique(np.asarray(ends)), np.asarray(tile_ends)
+
+
+def _partial_sums(A, vf, o, ends, tile_ends, products: int):
+    """For keys added in ascending order: sum over the accumulation steps s of F_s^2 and of C_s, with
+    C_s = sum_{j<=s} A_j, F_s = sum_{j<=s} A_j (v_j - O) (the partial sum's fluctuation around O, sec. 6);
+    each product step counted `products` times, plus the rescale at each tile end."""
+    Nq, Nk = A.shape[-2:]
+    dv = vf.shape[-1]
+    C = np.cumsum(A, axis=-1)
+    c_sum = products * C[..., ends].sum(-1) + C[..., tile_ends].sum(-1)
+    f_sq = np.zeros((*np.broadcast_shapes(A.shape[:-1], o.shape[:-1]), dv))
+    for r in _rows_chunks(Nq, Nk, dv, budget=1 << 20):
+        F = np.cumsum(A[..., r, :, None] * (vf[..., None, :, :] - o[..., r, None, :]), axis=-2)
+        f_sq[..., r, :] = products * (F[..., ends, :] ** 2).sum(-2) + (F[..., tile_ends, :] ** 2).sum(-2)
+    return f_sq, c_sum
+
+
 def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias) -> dict:
     """The forward analysis of a block of query rows (s, vis, qf restricted to those rows)."""
     m, A, l, lse, empty = _softmax_parts(s, vis)
@@ -659,8 +686,15 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         (ri, rp), (di, dp) = _conv(M)
         rp = M.u_pv if rp else 0.0
         n_rn = (0 if M.tensor_core else n_pv) + T  # accumulation roundings to nearest
-        var = dev_sig + (rp**2 + ri**2) * dev_AA + n_rn * u**2 * dev_A**2
-        det = dev_det + ((rp + ri) + n_rn * u + mu_lin) * oabs
+        acc_sq = n_rn * dev_A**2  # sum_s F_s^2 <= n (max |F_s|)^2, any order
+        acc_c = np.full(oabs.shape, float(n_rn))  # sum_s C_s <= n
+        if n_rn and M.recursive and vis.all():  # unmasked: the kernel adds the key tiles in ascending order
+            ends, tile_ends = _step_ends(Nk, precision.block_k, M.k_step)
+            f_sq, c_sum = _partial_sums(A, vf, o, ends, tile_ends, M.pv_products)
+            acc_sq = np.minimum(acc_sq, f_sq)
+            acc_c = np.minimum(acc_c, c_sum[..., None])
+        var = dev_sig + (rp**2 + ri**2) * dev_AA + u**2 * acc_sq
+        det = dev_det + ((rp + ri) + acc_c * u + mu_lin) * oabs
         det = det + (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
         if M.trunc:  # sum_j A_j v_jc theta_jc, theta in [-(u_p + u_in), 0]: one-sided (bounds.md sec. 6)
             det = det + ((M.u_pv if dp else 0.0) + di) * 0.5 * (A_absv + oabs)
