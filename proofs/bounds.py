@@ -130,8 +130,9 @@ class Precision:
 
     accumulation: "recursive" (default, a fused FA2 kernel: every tile's products are added into the
       running accumulator, tl.dot(a, b, acc): one chain of roundings over ALL keys, per product on
-      CUDA cores, per MMA k-step on tensor cores) or "blocked" (each tile's product summed on its own,
-      then added to the accumulator once).
+      CUDA cores, per MMA k-step on tensor cores, the key tiles of an unmasked row in ascending order,
+      which the probabilistic O bound uses for its exact partial sums) or "blocked" (each tile's
+      product summed on its own, then added to the accumulator once; with block 1: any order).
     p_split: the forward P.V is done as P_hi.V + P_lo.V with P_hi = round(P), P_lo = round(P - P_hi):
       P's operand error is ~u^2 instead of u, at twice the accumulation steps.
     delta_from: the backward's Delta = rowsum(dO o O) is formed from O rounded to the output dtype
@@ -177,9 +178,10 @@ class Precision:
         return self.output or self.input
 
 
-# The float64 NumPy references: fp64 everything, libm exp, any summation order and blocking.
+# The float64 NumPy references: fp64 everything, libm exp, any summation order and blocking ("blocked"
+# with blocks of 1: n + 1 roundings per term, which bounds every order; no ascending-order refinement).
 REFERENCE_PRECISION = Precision(input="float64", dot="fp64", accumulate="float64", output="float64",
-                                exp="libm", block_k=1, block_q=1, accumulation="recursive")
+                                exp="libm", block_k=1, block_q=1, accumulation="blocked")
 
 
 def gamma(n, u):
