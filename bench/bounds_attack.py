@@ -1,4 +1,4 @@
-"""Attack proofs/bounds.py with the structured input families (issue 8): observed error vs both
+"""Attack proofs/bounds with the structured input families (issue 8): observed error vs both
 bounds, elementwise, for O, LSE, dQ, dK, dV.
 
 Sources: "emulation" (proofs/emulation.py, CPU), "kernel" (our Triton kernel: on CUDA, or on the CPU

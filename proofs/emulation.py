@@ -1,6 +1,6 @@
 """CPU emulation of the FA2 kernel's rounding (kernels/triton_fwd.py, kernels/triton_bwd.py), in torch.
 
-Used to measure how tight proofs/bounds.py is without a GPU. It rounds where the kernel rounds:
+Used to measure how tight proofs/bounds is without a GPU. It rounds where the kernel rounds:
 inputs in their dtype, logits and all accumulators in float32, base-2 exponent with the running max,
 P (and dS in the backward) rounded to the operand dtype before the products, one division at the
 end, the result stored in the output dtype. Products are added into the running accumulator as

@@ -1,4 +1,4 @@
-"""proofs/bounds.py: the derived tolerances hold for a kernel that rounds like ours, and they can fail.
+"""proofs/bounds: the derived tolerances hold for a kernel that rounds like ours, and they can fail.
 
 Observed errors come from proofs/emulation.py (the FA2 kernel's rounding on the CPU) and from torch
 SDPA math; the float64 references are checked against the mpmath oracle with `reference_bound`.
