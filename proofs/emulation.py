@@ -1,9 +1,13 @@
 """CPU emulation of the FA2 kernel's rounding (kernels/triton_fwd.py, kernels/triton_bwd.py), in torch.
 
-Used to measure how tight proofs/bounds.py is without a GPU. It rounds where the kernel rounds:
+Used to measure how tight proofs/bounds is without a GPU. It rounds where the kernel rounds:
 inputs in their dtype, logits and all accumulators in float32, base-2 exponent with the running max,
 P (and dS in the backward) rounded to the operand dtype before the products, one division at the
-end, the result stored in the output dtype. What it cannot reproduce: the GPU's ex2.approx / div.full
+end, the result stored in the output dtype. Products are added into the running accumulator as
+tl.dot(a, b, acc) does (accumulation="recursive", the default): one rounding per product on CUDA
+cores (an exact FMA: product and sum formed in float64, rounded once to fp32), one per `k_step`
+products on tensor cores (fp16/bf16/tf32: the k_step products summed exactly, one rounding), through
+ALL tiles; "blocked" sums each tile's product on its own, then adds it. What it cannot reproduce: the GPU's ex2.approx / div.full
 approximation errors (torch uses correctly rounded-ish libm) and tensor-core truncation (torch's fp32
 matmul rounds to nearest); so it is compared against bounds computed with exp="libm" as well.
 
@@ -55,6 +59,28 @@ def _operand(x: torch.Tensor, dot: str, dtype) -> torch.Tensor:
     return x.float()
 
 
+def _k_step(dot: str, k_step: int | None) -> int:
+    if k_step is not None:
+        return k_step
+    if dot in ("fp16", "bf16", "tf32"):
+        from proofs.bounds import HARDWARE
+
+        return HARDWARE.mma_k_step
+    return 1
+
+
+def _dot_acc(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, accumulation: str, k_step: int) -> torch.Tensor:
+    """acc + a @ b as the kernel's tl.dot(a, b, acc): recursive (one rounding of acc per k_step
+    products, each step exact before its rounding) or blocked (a @ b in acc's format, then added)."""
+    if acc.dtype == torch.float64 or accumulation == "blocked":
+        return acc + (a.to(acc.dtype) @ b.to(acc.dtype))
+    a64, b64 = a.double(), b.double()
+    for s0 in range(0, a.shape[-1], k_step):
+        s1 = s0 + k_step
+        acc = (acc.double() + a64[..., s0:s1] @ b64[..., s0:s1, :]).to(acc.dtype)
+    return acc
+
+
 def _visibility(B, H, Nq, Nk, causal, window, mask):
     from reference.masks import visibility
 
@@ -100,8 +126,12 @@ def _problem(q, k, v, dtype, dot, scale, causal, window, mask) -> _Problem:
 
 
 def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
-                scale=None, causal=False, window=None, mask=None, block_k: int = 64):
-    """(O, LSE) as the FA2 forward kernel computes them, see the module docstring."""
+                scale=None, causal=False, window=None, mask=None, block_k: int = 64,
+                accumulation: str = "recursive", k_step: int | None = None, p_split: bool = False,
+                return_fp32_o: bool = False):
+    """(O, LSE) as the FA2 forward kernel computes them, see the module docstring (with
+    return_fp32_o also O = acc / l before the store, what Delta uses with delta_from="fp32")."""
+    ks = _k_step(dot, k_step)
     pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask)
     tdt, acc_t, qk_scale, vis, kt, vt = pb.tdt, pb.acc_t, pb.qk_scale, pb.vis, pb.kt, pb.vt
     B, Hq, Nq, Nk = pb.B, pb.Hq, pb.Nq, pb.Nk
@@ -123,19 +153,27 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
         alpha = torch.exp2(m - m_shift)
         l = l * alpha + p.sum(dim=-1)
         acc = acc * alpha[..., None]
-        acc = acc + _operand(p, dot, tdt).to(acc_t) @ vb
+        p_hi = _operand(p, dot, tdt).to(acc_t)
+        acc = _dot_acc(p_hi, vb, acc, accumulation, ks)
+        if p_split:  # P_lo = P - P_hi (exact in fp32), rounded to the operand format
+            acc = _dot_acc(_operand(p - p_hi, dot, tdt).to(acc_t), vb, acc, accumulation, ks)
         m = m_new
     empty = l == 0
     l_safe = torch.where(empty, torch.ones_like(l), l)
-    o = (acc / l_safe[..., None]).to(_TORCH[out or dtype])
+    o32 = acc / l_safe[..., None]
+    o = o32.to(_TORCH[out or dtype])
     lse = torch.where(empty, torch.tensor(-math.inf, dtype=acc_t), (m + torch.log2(l_safe)) * LN2)
+    if return_fp32_o:
+        return o.double().numpy(), lse.double().numpy(), o32.double().numpy()
     return o.double().numpy(), lse.double().numpy()
 
 
 def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
-                 scale=None, causal=False, window=None, mask=None):
+                 scale=None, causal=False, window=None, mask=None, accumulation: str = "recursive",
+                 k_step: int | None = None, delta_o=None):
     """(dQ, dK, dV) as the FA2 backward kernel computes them from its own (O, LSE): Delta from the
-    stored O, P recomputed from the stored LSE in base 2, P and dS rounded to the operand dtype
+    stored O (or from `delta_o`, the fp32 O of fa2_forward(..., return_fp32_o=True), for
+    delta_from="fp32"), P recomputed from the stored LSE in base 2, P and dS rounded to the operand dtype
     before the products, fp32 accumulation, scale applied once at the end, stored in `out`."""
     pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask)
     tdt, acc_t, qk_scale, vis, sc = pb.tdt, pb.acc_t, pb.qk_scale, pb.vis, pb.sc
@@ -145,20 +183,28 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     vt = _operand(pb.vt, dot, tdt).to(acc_t)
     dot_ = torch.as_tensor(do).to(tdt)
     dop = _operand(dot_, dot, tdt).to(acc_t)
-    ot = torch.as_tensor(o).to(_TORCH[out or dtype])
+    ks = _k_step(dot, k_step)
+    # Delta from the stored O, or (delta_from="fp32") from the fp32 O before the store
+    ot = torch.as_tensor(o).to(_TORCH[out or dtype]) if delta_o is None else torch.as_tensor(delta_o).to(acc_t)
     lset = torch.as_tensor(lse).to(acc_t)
     # Δ = rowsum(dO ∘ O) from the stored O
     delta = (dot_.to(acc_t) * ot.to(acc_t)).sum(-1)
     lse2 = torch.where(torch.isinf(lset), torch.zeros_like(lset), lset * torch.tensor(LOG2E, dtype=acc_t))
     s = (qt @ kt.transpose(-1, -2)) * qk_scale
     p = torch.where(vis, torch.exp2(s - lse2[..., None]), torch.zeros_like(s))
-    dv = _operand(p, dot, tdt).to(acc_t).transpose(-1, -2) @ dop
+    Nq, Hq, dvd = pb.Nq, pb.Hq, v.shape[-1]
+    pr = _operand(p, dot, tdt).to(acc_t)
     dp = dop @ vt.transpose(-1, -2)
     ds = p * (dp - delta[..., None])
     dsr = _operand(ds, dot, tdt).to(acc_t)
-    dq = (dsr @ kt) * torch.tensor(sc, dtype=acc_t)
-    dk = (dsr.transpose(-1, -2) @ qt)
-    dk = dk.reshape(B, Hkv, group, Nk, d).sum(2) * torch.tensor(sc, dtype=acc_t)
-    dv = dv.reshape(B, Hkv, group, Nk, v.shape[-1]).sum(2)
+
+    def over_rows(a, b, n):  # sum over the group's query rows, one accumulator (kernel: g outer, tiles inner)
+        aT = a.transpose(-1, -2).reshape(B, Hkv, group, Nk, Nq).permute(0, 1, 3, 2, 4).reshape(B, Hkv, Nk, group * Nq)
+        bb = b.reshape(B, Hkv, group * Nq, n)
+        return _dot_acc(aT, bb, torch.zeros((B, Hkv, Nk, n), dtype=acc_t), accumulation, ks)
+
+    dv = over_rows(pr, dop, dvd)
+    dq = _dot_acc(dsr, kt, torch.zeros((B, Hq, Nq, d), dtype=acc_t), accumulation, ks) * torch.tensor(sc, dtype=acc_t)
+    dk = over_rows(dsr, qt, d) * torch.tensor(sc, dtype=acc_t)
     odt = _TORCH[out or dtype]
     return tuple(x.to(odt).double().numpy() for x in (dq, dk, dv))

@@ -1,4 +1,4 @@
-"""Tightness of proofs/bounds.py: observed worst error / bound, per dtype, quantity and input distribution.
+"""Tightness of proofs/bounds: observed worst error / bound, per dtype, quantity and input distribution.
 
     PYTHONPATH=. python proofs/tightness.py [--n 512] [--d 64] [--exp libm|ex2.approx] [--long]
 

@@ -1,4 +1,4 @@
-"""proofs/bounds.py: the derived tolerances hold for a kernel that rounds like ours, and they can fail.
+"""proofs/bounds: the derived tolerances hold for a kernel that rounds like ours, and they can fail.
 
 Observed errors come from proofs/emulation.py (the FA2 kernel's rounding on the CPU) and from torch
 SDPA math; the float64 references are checked against the mpmath oracle with `reference_bound`.
@@ -297,7 +297,7 @@ def test_row_blocks_give_the_same_bounds(dtype, dot, monkeypatch):
         one = [forward_bound(q, k, v, mask=mask, precision=pr, kind=kind),
                backward_bound(q, k, v, do, mask=mask, precision=pr, kind=kind)]
         with monkeypatch.context() as mp:
-            mp.setattr(pb, "ROW_BLOCK_ENTRIES", 100)  # 100 // 45 = 2 rows per block
+            mp.setattr(pb.forward, "ROW_BLOCK_ENTRIES", 100)  # 100 // 45 = 2 rows per block
             many = [forward_bound(q, k, v, mask=mask, precision=pr, kind=kind),
                     backward_bound(q, k, v, do, mask=mask, precision=pr, kind=kind)]
         for name in ("o", "lse", "dq", "dk", "dv"):
@@ -413,7 +413,7 @@ def test_round_to_nearest_tf32_model_misses_truncation(monkeypatch):
     err = np.abs(lse - ref_lse)
     new = forward_bound(inp.q, inp.k, inp.v, scale=inp.scale, precision=pr).lse
     with monkeypatch.context() as mp:
-        mp.setattr(pb, "TRUNCATING_DOTS", ())  # the round-to-nearest model of the earlier derivation
+        mp.setattr(pb.precision, "TRUNCATING_DOTS", ())  # the round-to-nearest model of the earlier derivation
         old = forward_bound(inp.q, inp.k, inp.v, scale=inp.scale, precision=pr).lse
     assert worst_ratio(err, old) > 1.0 and (err > old).sum() > 10, (
         f"LSE: worst err/old bound {worst_ratio(err, old):.3g}, {(err > old).sum()} entries outside")
@@ -431,7 +431,7 @@ def test_rounding_dots_do_not_depend_on_the_truncation_model(dtype, dot, monkeyp
         a = [forward_bound(q, k, v, causal=True, precision=pr, kind=kind),
              backward_bound(q, k, v, do, causal=True, precision=pr, kind=kind)]
         with monkeypatch.context() as mp:
-            mp.setattr(pb, "TRUNCATING_DOTS", ())
+            mp.setattr(pb.precision, "TRUNCATING_DOTS", ())
             b = [forward_bound(q, k, v, causal=True, precision=pr, kind=kind),
                  backward_bound(q, k, v, do, causal=True, precision=pr, kind=kind)]
         for name in ("o", "lse", "dq", "dk", "dv"):

@@ -1,0 +1,346 @@
+"""The backward bounds on dQ, dK, dV (proofs/bounds.md sec. 8) and the float64 references' bound (sec. 9)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from .precision import (FAILURE_PROBABILITY, LAMBDA, Precision, REFERENCE_PRECISION, UNIT_ROUNDOFF, _Model, _check_kind, _conv, _dot_steps, _model, gamma, hoeffding_lambda)
+from .results import (BackwardBound, ForwardBound)
+from .common import (_exp_err, _fix_bad, _no_nan, _rows_chunks, _weighted_exp_err)
+from .logits import (_logit_errors)
+from . import forward as _forward_module
+from .forward import (_Forward, _forward)
+
+
+def _combine(wc, lin, var, det, lam, kind):
+    """worst_case: the majorant wc. probabilistic: lam sqrt(var) + det + (wc - lin), capped by wc."""
+    if kind == "worst_case":
+        return wc
+    return np.minimum(lam * np.sqrt(np.maximum(var, 0.0)) + det + np.maximum(wc - lin, 0.0), wc)
+
+
+def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind):
+    """Bound on |Delta_hat_i - Delta_i|, Delta_hat = fl(sum_c dO_ic O_hat_ic) with the kernel's own O_hat.
+
+    Contracting the exact O-error identity of sec. 5 with dO (bounds.md sec. 8):
+    sum_c dO_c (N_c/D - O_c) = [sum_j p_j (b_j g_j + (1 + b_j)(sum_c dO_c nu_jc v_jc - mu_j Delta))] / D,
+    g_j = dP_j - Delta, so the logit errors enter through |g_j| (not sum_c |dO_c||v_jc - O_c|); then the
+    division and the store per column, and the fp32 sum of dv products."""
+    P = F.parts
+    A, o, u = F.A, F.o, M.u_w
+    abs_do = np.abs(dof)
+    absg = np.abs(g)
+    delta = (dof * o).sum(-1)
+    aD = np.abs(delta)
+    inv = P["inv_den"][..., 0]
+    sum_fin = (abs_do * (P["floors"] * P["inv_den"] + P["final"])).sum(-1)
+    wc = (((P["Ab_wc"] * absg).sum(-1) + (P["Ab1_wc"] * (P["nu_wc"] * absdov)).sum(-1)
+           + P["Ab1_wc"].sum(-1) * P["mu_wc"] * aD) * inv + sum_fin)
+    rounding = float(gamma(F.problem.dv, u)) * (abs_do * (np.abs(o) + F.bound.o)).sum(-1)
+    if kind == "worst_case":
+        return wc + rounding, np.zeros_like(wc), wc + rounding
+    oabs_do = abs_do * np.abs(o)
+    u_store = M.u_out if F.bound.precision.delta_from == "output" else 0.0
+    lin = ((A * P["b_lin"] * absg).sum(-1) + P["nu_lin"] * (A * absdov).sum(-1) + P["mu_lin"] * aD
+           + (M.eps_div + u_store) * oabs_do.sum(-1))
+    Av = A @ np.abs(vf)  # (A |V|)_c
+    n_pv, T, n_l = P["n_pv"], P["T"], P["n_l"]
+    (ri, rp), (di, dp) = _conv(M)
+    rp = M.u_pv if rp else 0.0
+    n_rn = (0 if M.tensor_core else n_pv) + T
+    # as for O (sec. 6): the parts of the accumulation and P-rounding errors along O (resp. Delta) are
+    # systematic on structured inputs: worst case; only the fluctuation around them is random
+    # (sum_j A_j |v_jc - O_c| <= (A|V|)_c + |O_c|)
+    var = (((A * P["sigma"] * g) ** 2).sum(-1) + rp**2 * ((A * g) ** 2).sum(-1)
+           + ri**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
+           + n_rn * u**2 * ((dof * (Av + np.abs(o))) ** 2).sum(-1)
+           + u_store**2 * ((dof * o) ** 2).sum(-1))
+    det = ((A * (P["det"] + M.eps_exp) * absg).sum(-1) + (rp + P["mu_lin"]) * aD + n_rn * u * oabs_do.sum(-1)
+           + (n_pv * M.u_dacc if M.tensor_core else 0.0) * (abs_do * Av).sum(-1) + M.eps_div * oabs_do.sum(-1))
+    if M.trunc:  # P_j truncated (coefficients A_j dP_j), v_jc truncated (A_j dO_c v_jc), both summing
+        # to Delta: one-sided errors, u (sum |coefficient| + |Delta|) / 2 each (bounds.md sec. 6)
+        det = det + 0.5 * (dp * ((A * np.abs(dP)).sum(-1) + aD) + di * ((abs_do * Av).sum(-1) + aD))
+    lam = F.parts.get("lam", LAMBDA)
+    prob = lam * np.sqrt(var) + det + np.maximum(wc - lin, 0.0)
+    capped = prob >= wc
+    return (np.minimum(prob, wc) + rounding, np.where(capped, 0.0, np.sqrt(var)),
+            np.where(capped, wc, det + np.maximum(wc - lin, 0.0)) + rounding)
+
+
+def _store(err, exact_abs, u_scale, M: _Model):
+    """The last multiply by scale (scale itself rounded: gamma_2) and the store in the output dtype
+    (relative u_out, absolute floor in its subnormal range)."""
+    err = err + u_scale * (exact_abs + err)
+    return err + M.u_out * (exact_abs + err) + M.floor_out
+
+
+def backward_bound(q, k, v, do, *, scale=None, causal=False, window=None, mask=None, bias=None,
+                   precision: Precision, kind: str = "probabilistic") -> BackwardBound:
+    """Elementwise bound on |dQ_kernel - dQ|, |dK_kernel - dK|, |dV_kernel - dV| (proofs/bounds.md, sec. 7).
+
+    The kernel's backward uses its own forward outputs: LSE (error <= forward_bound(...).lse) to
+    recompute P, and O stored in the output dtype (error <= forward_bound(...).o) in
+    Delta = rowsum(dO o O). Both are folded in; for "probabilistic" the forward bounds are taken at a
+    failure probability small enough that the union over every row feeding one gradient entry stays
+    below FAILURE_PROBABILITY."""
+    return _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind)[0]
+
+
+def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
+    kind = _check_kind(kind)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # as in _forward
+        bb, exact = _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, kind)
+    return BackwardBound(dq=_no_nan(bb.dq), dk=_no_nan(bb.dk), dv=_no_nan(bb.dv), kind=kind,
+                         precision=precision), exact
+
+
+def _rows_of(x, r):
+    """Query rows r of a per-row quantity (axis 2 of (B, H, Nq, ...)); scalars and None unchanged."""
+    if isinstance(x, np.ndarray) and x.ndim >= 3:
+        return x[:, :, r]
+    if isinstance(x, tuple):
+        return tuple(_rows_of(y, r) for y in x)
+    return x
+
+
+def _forward_rows_view(F: _Forward, r) -> _Forward:
+    """F restricted to the query rows r (what _delta_error and the per-row backward terms read)."""
+    fb = F.bound
+    return dataclasses.replace(
+        F, bound=ForwardBound(o=fb.o[:, :, r], lse=fb.lse[:, :, r], kind=fb.kind, precision=fb.precision),
+        s=F.s[:, :, r], vis=F.vis[:, :, r], A=F.A[:, :, r], o=F.o[:, :, r], lse=F.lse[:, :, r],
+        m=F.m[:, :, r], empty=F.empty[:, :, r], qf=F.qf[:, :, r],
+        parts={key: _rows_of(val, r) for key, val in F.parts.items()})
+
+
+def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
+    M = _model(precision)
+    from reference.shapes import check_attention_args
+
+    pr = check_attention_args(q, k, v, scale=scale, causal=causal, window=window, mask=mask, bias=bias)
+    dof = np.asarray(do, dtype=np.float64)
+    if dof.shape != (pr.B, pr.Hq, pr.Nq, pr.dv):
+        raise ValueError(f"do must have O's shape {(pr.B, pr.Hq, pr.Nq, pr.dv)}, got {dof.shape}")
+    n_events = 2.0 * pr.Nq * pr.group * (1 + pr.dv)
+    F = _forward(q, k, v, scale, causal, window, mask, bias, precision, kind,
+                 eta=FAILURE_PROBABILITY / n_events)
+    lam = hoeffding_lambda(2.0)
+    u, sc, group = M.u_w, F.scale, pr.group
+    kf, vf = F.kf, F.vf
+    d, dv = pr.d, pr.dv
+
+    # dV = P^T dO: P rounded to the operand format, dO exact unless input does not fit (u_in);
+    # accumulation over query tiles: block_q products per tile, T_q * group tiles (GQA heads add up)
+    Nq, Nk = pr.Nq, pr.Nk
+    # dK, dV: one accumulator through every query tile of every head of the GQA group; dQ: through
+    # every key tile (recursive, sec. 4)
+    n_q = _dot_steps(M, Nq, precision.block_q, repeats=group)
+    n_k = _dot_steps(M, Nk, precision.block_k)
+    nu_q_wc = (1 + M.u_p) * (1 + M.u_in) * (1 + gamma(n_q, M.u_dacc)) - 1
+    nu_q_lin = M.u_p + M.u_in + n_q * M.u_dacc
+    rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
+    rho_lin = 2 * u + M.u_p
+    g2 = float(gamma(2, u))
+    (r_in, r_p), (d_in, d_p) = _conv(M)
+    kap_k = (1 + M.u_in) * (1 + gamma(n_k, M.u_dacc)) - 1.0
+    dP_kw = (1 + M.u_in) ** 2 * (1 + gamma(dv, M.u_dacc)) - 1.0
+
+    def _t(x):  # (B, Hq, rows, Nk) -> (B, Hq, Nk, rows)
+        return np.swapaxes(x, -1, -2)
+
+    def _kv(x):  # sum the group's query heads into their kv head
+        return x.reshape(pr.B, pr.Hkv, group, *x.shape[2:]).sum(axis=2)
+
+    abs_vT, vT, vvT = _t(np.abs(vf)), _t(vf), _t(vf * vf)
+    abs_k = np.abs(kf)
+    # sums over query rows (dV, dK), accumulated block by block; dQ is per row
+    acc = {}
+
+    def _add(name, x):
+        acc[name] = x if name not in acc else acc[name] + x
+
+    dq_blocks, dQ_blocks = [], []
+    # every term below belongs to one query row i, except the sums over i of dV and dK: blocks of rows
+    # keep the (rows, Nk) temporaries small; dV and dK add up the blocks' products
+    for r in _rows_chunks(Nq, Nk, 1, budget=_forward_module.ROW_BLOCK_ENTRIES):
+        Fr = _forward_rows_view(F, r)
+        vis, A, qf, o, empty = Fr.vis, Fr.A, Fr.qf, Fr.o, Fr.empty
+        do_r = dof[:, :, r]
+        abs_do = np.abs(do_r)
+        lse0 = np.where(empty, 0.0, Fr.lse)
+        eps_L = Fr.bound.lse  # error of the stored LSE
+
+        # P_ij = exp2(fl(s c) - fl(LSE log2 e)): the logit errors with shift LSE, the LSE error, exp error
+        lg = _logit_errors(qf, kf, Fr.s, lse0, vis, sc, M, d, bias is not None, qk=Fr.parts["qk"])
+        e_lse = u * np.abs(lse0)  # rounding of LSE * log2(e)
+        e_wc = lg.wc + (float(gamma(1, u)) * np.abs(lse0) + eps_L)[..., None]
+        b_wc = np.where(vis, _exp_err(e_wc, M.eps_exp), 0.0)
+
+        def log_a(Fr=Fr, vis=vis):
+            return np.where(vis, Fr.s - Fr.m[..., None] - np.log(Fr.parts["l"])[..., None], -np.inf)
+
+        _, Ab1_wc, bad = _weighted_exp_err(A, b_wc, e_wc, M.eps_exp, vis, log_a)
+        b_lin = np.where(vis, lg.lin + (e_lse + eps_L)[..., None] + M.eps_exp, 0.0)
+        # probabilistic: the stored LSE's error splits into its random first-order part (std sig_L, from
+        # the forward's roundings, independent from row to row: it joins this entry's Azuma sum) and the rest
+        sig_L, det_L = Fr.parts["lse_sigma"], Fr.parts["lse_det"]
+        b_det = np.where(vis, lg.det + (det_L + e_lse)[..., None] + M.eps_exp, 0.0)
+        b_sig = lg.sigma  # e_lse is one rounding shared by the row: kept in b_det
+        floor_P = np.where(vis, M.floor_w * (1 + nu_q_wc) + M.floor_p * (1 + gamma(n_q, M.u_dacc)), 0.0)
+
+        dodo = do_r * do_r
+        _add("AabsdO", _t(A) @ abs_do)
+        _add("dv_wc", _t(_fix_bad(A * ((1 + b_wc) * (1 + nu_q_wc) - 1.0), bad,
+                                  lambda: Ab1_wc * (1 + nu_q_wc) - A) + floor_P) @ abs_do)
+        _add("dv_lin", _t(A * (b_lin + nu_q_lin)) @ abs_do)
+        _add("dv_var1", _t((A * b_sig) ** 2 + (A * sig_L[..., None]) ** 2) @ dodo)
+        _add("dv_var2", _t(A * A) @ dodo)
+        _add("dv_det", _t(A * b_det) @ abs_do)
+        _add("dV", _t(A) @ do_r)
+
+        # dP = dO V^T (dv-long dot), g = dP - Delta, dS = P o g in fp32, rounded to the operand format
+        dP = do_r @ vT
+        absdov = abs_do @ abs_vT
+        sqdov = np.sqrt(dodo @ vvT)
+        dP_wc = dP_kw * absdov
+        dP_lin = (2 * M.u_in + dv * M.u_dacc) * absdov
+        dP_sig = math.sqrt(2.0) * r_in * sqdov + (0.0 if M.tensor_core else math.sqrt(dv) * u * absdov)
+        dP_det = (dv * M.u_dacc if M.tensor_core else 0.0) * absdov
+        if d_in:  # dO and V truncated to tf32, one-sided: u_in (sum_c |dO_c v_jc| + |dP_j|), not random
+            dP_det = dP_det + d_in * (absdov + np.abs(dP))
+        g = np.where(vis, dP - (do_r * o).sum(-1)[..., None], 0.0)
+        absg = np.abs(g)
+        eps_D, sig_D, det_D = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind)
+        eD = eps_D[..., None]
+        dS_abs = A * absg
+        dS = A * g
+
+        def _dS_errors(bw, Abw1, badw, bl, bd, eD=eD, dD=det_D[..., None], extra_var=0.0,
+                       vis=vis, A=A, absg=absg, dP_wc=dP_wc, dP_lin=dP_lin, dP_sig=dP_sig, dP_det=dP_det,
+                       b_sig=b_sig):
+            """(wc, lin, var, det) of dS_hat - dS for P_hat = A (1 + b), |b| <= bw (A (1 + bw) = Abw1, stable
+            where `badw`; linear part bl, of which bd is not random), Delta off by <= eD (dD not random)."""
+            X = absg + dP_wc + eD
+            wcS = np.where(vis, _fix_bad(A * ((1 + bw) * (1 + rho_wc) * X - absg), badw,
+                                         lambda: Abw1 * (1 + rho_wc) * X - A * absg)
+                           + M.floor_w * (1 + rho_wc) * X + M.floor_p, 0.0)
+            linS = np.where(vis, A * ((bl + rho_lin) * absg + dP_lin + eD), 0.0)
+            varS = np.where(vis, A * A * ((b_sig * absg) ** 2 + dP_sig**2 + (2 * u**2 + r_p**2) * absg**2)
+                            + extra_var, 0.0)
+            # (a truncation of dS to tf32 is counted in _grad, with the other operand's)
+            detS = np.where(vis, A * (bd * absg + dP_det + dD), 0.0)
+            return wcS, linS, varS, detS
+
+        # the LSE and Delta errors of row i come from the same forward roundings: (a + b)^2 <= 2a^2 + 2b^2
+        dS_wc, dS_lin, dS_var, dS_det = _dS_errors(
+            b_wc, Ab1_wc, bad, b_lin, b_det,
+            extra_var=2 * A * A * ((sig_L[..., None] * absg) ** 2 + sig_D[..., None] ** 2))
+        # dK = scale dS^T Q: its pieces summed over the query rows (finished after the loop, _grad)
+        aq, qq = np.abs(qf), qf * qf
+        _add("dk_base", _t(dS_abs) @ aq)
+        _add("dk_wcS", _t(dS_wc) @ aq)
+        _add("dk_lin", _t(dS_lin) @ aq)
+        _add("dk_var", _t(dS_var) @ qq)
+        _add("dk_SS", _t(dS * dS) @ qq)
+        _add("dk_det", _t(dS_det) @ aq)
+        _add("dK", _t(dS) @ qf)
+
+        # For dQ_i the LSE error is one factor (1 + c_i) on the whole row i of P, and sum_j dS_ij = 0
+        # (Lemma 9), so it costs c_i |dQ_i| instead of c_i sum_j |dS_ij||k_j|: dQ_hat = (1 + c_i) dQ'_hat,
+        # where dQ' has P' = A (1 + b') with the LSE part removed from b.
+        c_row = (np.exp(float(gamma(1, u)) * np.abs(lse0) + eps_L) - 1.0)[..., None]
+        b_wc_row = np.where(vis, _exp_err(lg.wc, M.eps_exp), 0.0)
+        _, Ab1_row, bad_row = _weighted_exp_err(A, b_wc_row, lg.wc, M.eps_exp, vis, log_a)
+        b_lin_row = np.where(vis, lg.lin + M.eps_exp, 0.0)
+        b_det_row = np.where(vis, lg.det + M.eps_exp, 0.0)
+        # Likewise the Delta error is one number per row: it adds -delta_i sum_j P_ij k_j, bounded with
+        # |sum_j A_ij k_jc| (dq_delta), so dQ's dS errors leave it out.
+        wcS, linS, varS, detS = _dS_errors(b_wc_row, Ab1_row, bad_row, b_lin_row, b_det_row, eD=0.0, dD=0.0)
+        wc, lin, var, det, dQ_exact = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
+                                            varS @ (kf * kf), (dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf)
+        dq_delta = sc * eD * (np.abs(A @ kf)
+                              + _fix_bad(A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0), bad_row,
+                                         lambda: Ab1_row * ((1 + kap_k) * (1 + rho_wc)) - A) @ abs_k)
+        dq_err = (1 + c_row) * (_combine(wc, lin, var, det, lam, kind) + dq_delta) + c_row * np.abs(dQ_exact)
+        dq_err = _store(dq_err, np.abs(dQ_exact), g2, M)
+        dq_blocks.append(np.where(empty[..., None], 0.0, dq_err))
+        dQ_blocks.append(dQ_exact)
+
+    AabsdO = acc["AabsdO"]
+    # systematic parts (sec. 6): a partial sum s of the accumulation is C_s dV + F_s, C_s in [0, 1],
+    # |F_s| <= sum_i A_ij |dO_ic| + |dV_jc|; the part along dV (and P's rounding along dV) worst case
+    abs_dV = np.abs(acc["dV"])
+    n_rn_q = 0 if M.tensor_core else n_q
+    dv_var = (acc["dv_var1"] + (r_p**2 + r_in**2) * acc["dv_var2"]
+              + n_rn_q * u**2 * (AabsdO + abs_dV)**2)
+    dv_det = (acc["dv_det"] + (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO
+              + (n_rn_q * u + r_p + r_in) * abs_dV)
+    if M.trunc:  # P and dO truncated to tf32, one-sided: (u_p + u_in) (sum_i A_ij |dO_ic| + |dV_jc|) / 2
+        dv_det = dv_det + (d_p + d_in) * 0.5 * (AabsdO + np.abs(acc["dV"]))
+    dV_exact = _kv(acc["dV"])
+    dv_err = _combine(_kv(acc["dv_wc"]), _kv(acc["dv_lin"]), _kv(dv_var), _kv(dv_det), lam, kind)
+    dv_err = _store(dv_err, np.abs(dV_exact), 0.0, M)
+
+    wc, lin, var, det, dK_exact = _grad(M, sc, n_q, acc["dk_base"], acc["dk_wcS"], acc["dk_lin"],
+                                        acc["dk_var"], acc["dk_SS"], acc["dk_det"], acc["dK"])
+    dk_err = _combine(_kv(wc), _kv(lin), _kv(var), _kv(det), lam, kind)
+    dk_err = _store(dk_err, np.abs(_kv(dK_exact)), g2, M)
+    dq_err = np.concatenate(dq_blocks, axis=2)
+    dQ_exact = np.concatenate(dQ_blocks, axis=2)
+    bound = BackwardBound(dq=dq_err, dk=dk_err, dv=dv_err, kind=kind, precision=precision)
+    return bound, (dQ_exact, _kv(dK_exact), dV_exact)
+
+
+def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_other):
+    """scale * S @ other with S's error (wc, lin, var, det), the operand rounding of `other` (u_in) and
+    the accumulation of n terms (tensor core or RN), from the products base = |S| @ |other|,
+    wcS @ |other|, linS @ |other|, varS @ other^2, (S * S) @ other^2, detS @ |other| and S @ other
+    (sums over the contraction index, which may be added up block by block).
+
+    wc = (1 + kappa) (wcS + |S|) @ |other| - base, evaluated as kappa (wcS_ao + base) + wcS_ao: the same
+    number without the cancellation of the literal form (kappa ~ n u, so its rounding error was up to
+    1e-16 / kappa of the result: ~1e-9 relative in fp32, ~10% for the fp64 reference bound)."""
+    u = M.u_w
+    kap_wc = (1 + M.u_in) * (1 + gamma(n, M.u_dacc)) - 1.0
+    kap_lin = M.u_in + n * M.u_dacc
+    wc = sc * (kap_wc * (wcS_ao + base) + wcS_ao)
+    lin = sc * (linS_ao + kap_lin * base)
+    (r_in, _), (d_in, d_p) = _conv(M)
+    # systematic parts (sec. 6): each partial sum of the accumulation is C_s R + F_s with R = S @ other,
+    # C_s in [0, 1], |F_s| <= base + |R|; the part along R, and the conversions of dS (two fp32
+    # roundings, then the operand format) along R, are charged worst case
+    n_rn = 0 if M.tensor_core else n
+    (_, r_p), _ = _conv(M)
+    abs_r = np.abs(S_other)
+    var = sc**2 * (varS_oo + r_in**2 * SS_oo + n_rn * u**2 * (base + abs_r)**2)
+    det = sc * (detS_ao + (n * M.u_dacc if M.tensor_core else 0.0) * base
+                + (n_rn * u + 2 * u + r_p + r_in) * abs_r)
+    if M.trunc:  # dS and `other` (K or Q) truncated to tf32: sum_j dS_j o_j theta_j, theta in
+        # [-(u_p + u_in), 0]: one-sided, (u_p + u_in) (|S| @ |other| + |S @ other|) / 2, not random
+        det = det + sc * (d_p + d_in) * 0.5 * (base + np.abs(S_other))
+    return wc, lin, var, det, sc * S_other
+
+
+
+def reference_bound(q, k, v, do=None, *, scale=None, causal=False, window=None, mask=None, bias=None,
+                    kind: str = "worst_case"):
+    """Bound on the float64 references (reference/) against the mpmath oracle (reference/exact.py).
+
+    The references compute in float64 with libm exp and an unspecified summation order; the same
+    derivation applies with u = 2^-53, block size 1 (any blocking) and one extra half-ulp for the
+    rounding of the mpmath value to float64 in the comparison. Returns a ForwardBound, or a
+    BackwardBound when `do` is given."""
+    kw = dict(scale=scale, causal=causal, window=window, mask=mask, bias=bias)
+    u = UNIT_ROUNDOFF["float64"]
+    if do is None:
+        ref = _forward(q, k, v, scale, causal, window, mask, bias, REFERENCE_PRECISION, kind)
+        fb = ref.bound
+        o_abs = np.abs(ref.o)
+        lse_abs = np.abs(np.where(ref.empty, 0.0, ref.lse))
+        return ForwardBound(o=fb.o + u * o_abs, lse=fb.lse + u * lse_abs, kind=kind,
+                            precision=REFERENCE_PRECISION)
+    bb, exact = _backward(q, k, v, do, scale, causal, window, mask, bias, REFERENCE_PRECISION, kind)
+    return BackwardBound(dq=bb.dq + u * np.abs(exact[0]), dk=bb.dk + u * np.abs(exact[1]),
+                         dv=bb.dv + u * np.abs(exact[2]), kind=kind, precision=REFERENCE_PRECISION)

@@ -1,0 +1,109 @@
+"""Pieces every analysis shares: the exact problem, softmax parts, row blocks, weighted deviations and the
+exp-error helpers that avoid 0 * inf."""
+from __future__ import annotations
+
+import numpy as np
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared pieces
+# ----------------------------------------------------------------------------------------------
+
+
+def _problem(q, k, v, scale, causal, window, mask, bias):
+    """Exact logits S (masked to -inf), visibility, the float64 arrays, scale and sizes."""
+    from reference.attention import expand_kv, masked_logits, resolve_scale
+    from reference.shapes import check_attention_args
+
+    p = check_attention_args(q, k, v, scale=scale, causal=causal, window=window, mask=mask, bias=bias)
+    qf = np.asarray(q, dtype=np.float64)
+    kf = expand_kv(np.asarray(k, dtype=np.float64), p.group)
+    vf = expand_kv(np.asarray(v, dtype=np.float64), p.group)
+    s, vis = masked_logits(q, k, p, scale=scale, causal=causal, window=window, mask=mask, bias=bias)
+    return p, qf, kf, vf, s, vis, abs(resolve_scale(scale, p.d))
+
+
+def _softmax_parts(s, vis):
+    """Row max m (0 for empty rows), A = softmax(S) (0 where invisible), l = sum exp(S - m), LSE."""
+    empty = ~vis.any(axis=-1)
+    m = np.where(empty, 0.0, np.max(np.where(vis, s, -np.inf), axis=-1))
+    e = np.exp(np.where(vis, s - m[..., None], -np.inf))  # invisible: exp(-inf) = 0, no 0 - m overflow
+    l = e.sum(axis=-1)
+    l_safe = np.where(empty, 1.0, l)
+    A = e / l_safe[..., None]
+    lse = np.where(empty, -np.inf, m + np.log(l_safe))
+    return m, A, l_safe, lse, empty
+
+
+def _rows_chunks(Nq: int, Nk: int, dv: int, budget: int = 1 << 21):
+    step = max(1, budget // max(1, Nk * dv))
+    for r0 in range(0, Nq, step):
+        yield slice(r0, min(Nq, r0 + step))
+
+
+def _weighted_dev(weights_abs, weights_sq, v, o):
+    """For (..., Nq, Nk) weights W and rows o (..., Nq, dv): sum_j W_ij |v_jc - o_ic| and
+    sum_j W_ij (v_jc - o_ic)^2, computed directly (no cancellation), chunked over query rows.
+
+    All weights of one kind are stacked, so each chunk is one einsum (rows, n_w, Nk) x (rows, Nk, dv),
+    and |v - o|, (v - o)^2 are formed in place in one small buffer. (Not np.matmul: these are many
+    small products, and a threaded BLAS on a loaded machine made them ~50x slower.)"""
+    Nq, Nk = weights_abs[0].shape[-2:] if weights_abs else weights_sq[0].shape[-2:]
+    dv = v.shape[-1]
+    lead = np.broadcast_shapes(o.shape[:-2], v.shape[:-2])
+    out_a = np.zeros((*lead, Nq, len(weights_abs), dv))
+    out_s = np.zeros((*lead, Nq, len(weights_sq), dv))
+    for r in _rows_chunks(Nq, Nk, dv, budget=1 << 18):
+        D = v[..., None, :, :] - o[..., r, None, :]  # (..., rows, Nk, dv)
+        np.abs(D, out=D)
+        if weights_abs:
+            Wa = np.stack([W[..., r, :] for W in weights_abs], axis=-2)  # (..., rows, n_abs, Nk)
+            out_a[..., r, :, :] = np.einsum("...iwj,...ijc->...iwc", Wa, D)
+        if weights_sq:
+            np.multiply(D, D, out=D)
+            Ws = np.stack([W[..., r, :] for W in weights_sq], axis=-2)
+            out_s[..., r, :, :] = np.einsum("...iwj,...ijc->...iwc", Ws, D)
+    return ([out_a[..., t, :] for t in range(len(weights_abs))],
+            [out_s[..., t, :] for t in range(len(weights_sq))])
+
+
+def _exp_err(e, eps):
+    """b = exp(e) (1 + eps) - 1, the relative-error bound of an exp whose argument is off by <= e:
+    +inf where exp(e) overflows (intended: that factor is vacuous)."""
+    with np.errstate(over="ignore"):
+        return np.exp(e) * (1.0 + eps) - 1.0
+
+
+def _weighted_exp_err(A, b, e, eps, vis, log_a):
+    """(A b, A (1 + b), bad) for b = exp(e)(1 + eps) - 1 (0 off `vis`).
+
+    Where exp(e) overflows (b = inf, `bad`), the product A b would be 0 * inf = NaN for an A that
+    underflowed; there A (1 + b) is evaluated as exp(log A + e)(1 + eps), which is 0 when the
+    perturbed weight itself underflows (the entry's contribution is then provably 0) and +inf
+    (vacuous, honest) otherwise. Elsewhere the plain products, bit for bit. `log_a()` returns
+    log A_ij = s_ij - m_i - log l_i (only called when some entry is bad)."""
+    bad = vis & ~np.isfinite(b)
+    with np.errstate(invalid="ignore"):
+        Ab = A * b
+        Ab1 = A * (1.0 + b)
+    if bad.any():
+        with np.errstate(over="ignore", invalid="ignore"):
+            stable = np.exp(np.where(bad, log_a() + e, -np.inf)) * (1.0 + eps)
+        Ab1 = np.where(bad, stable, Ab1)
+        Ab = np.where(bad, stable - A, Ab)
+    return Ab, Ab1, bad
+
+
+def _fix_bad(value, bad, stable):
+    """`value` where not `bad`, else `stable()` (an expression of A (1 + b) that avoids 0 * inf)."""
+    if not np.any(bad):
+        return value
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.where(bad, stable(), value)
+
+
+def _no_nan(x):
+    """A bound is a number or +inf: a NaN can only come from inf * 0 or inf - inf inside a piece that
+    is already vacuous, so it is +inf (honest)."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(np.isnan(x), np.inf, x)

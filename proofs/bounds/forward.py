@@ -1,0 +1,282 @@
+"""The forward bounds on O and LSE (proofs/bounds.md sec. 4-7)."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+import math
+
+import numpy as np
+
+from .precision import (FAILURE_PROBABILITY, Precision, _Model, _check_kind, _conv, _dot_steps, _model, gamma, hoeffding_lambda)
+from .results import (ForwardBound)
+from .common import (_exp_err, _no_nan, _problem, _rows_chunks, _softmax_parts, _weighted_dev, _weighted_exp_err)
+from .logits import (_logit_errors)
+
+
+# ----------------------------------------------------------------------------------------------
+# Forward
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Forward:
+    """Everything backward_bound reuses from the forward analysis."""
+
+    bound: ForwardBound
+    s: np.ndarray
+    vis: np.ndarray
+    A: np.ndarray
+    o: np.ndarray
+    lse: np.ndarray
+    m: np.ndarray
+    empty: np.ndarray
+    qf: np.ndarray
+    kf: np.ndarray
+    vf: np.ndarray
+    scale: float
+    problem: object
+    parts: dict  # the per-entry pieces of the O analysis, reused for Delta in the backward (sec. 8)
+
+
+def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, kind: str,
+             eta: float = FAILURE_PROBABILITY) -> _Forward:
+    kind = _check_kind(kind)
+    # Infinite intermediates are intended (a vacuous factor, e.g. exp of a logit error > 709): they
+    # give +inf bounds; zero contributions are computed without 0 * inf (_weighted_exp_err).
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        F = _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, eta)
+    fb = F.bound
+    bound = ForwardBound(o=_no_nan(fb.o), lse=_no_nan(fb.lse), kind=fb.kind, precision=fb.precision)
+    return dataclasses.replace(F, bound=bound)
+
+
+def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, eta) -> _Forward:
+    M = _model(precision)
+    p, qf, kf, vf, s, vis, sc = _problem(q, k, v, scale, causal, window, mask, bias)
+    lam = hoeffding_lambda(1.0, eta)
+    # every quantity of the forward analysis belongs to one query row: blocks of rows keep the
+    # (rows, Nk) temporaries small (cache-sized, no page faults of fresh 32 MB arrays at N = 2048)
+    R = _cat_rows([_forward_rows(p, M, precision, kind, lam, qf[..., r, :], kf, vf, s[..., r, :],
+                                 vis[..., r, :], sc, bias is not None)
+                   for r in _rows_chunks(p.Nq, p.Nk, 1, budget=ROW_BLOCK_ENTRIES)])
+    fb = ForwardBound(o=R["err"], lse=R["lse_err"], kind=kind, precision=precision)
+    return _Forward(bound=fb, s=s, vis=vis, A=R["A"], o=R["o"], lse=R["lse"], m=R["m"], empty=R["empty"],
+                    qf=qf, kf=kf, vf=vf, scale=sc, problem=p, parts=R["parts"])
+
+
+# (rows x Nk) entries per block of query rows in the forward analysis
+ROW_BLOCK_ENTRIES = 1 << 17
+
+
+def _cat_rows(chunks):
+    """Join the per-block results of _forward_rows along the query-row axis (axis 2 of (B, H, rows, ...))."""
+    if len(chunks) == 1:
+        return chunks[0]
+    first = chunks[0]
+    if isinstance(first, dict):
+        return {key: _cat_rows([c[key] for c in chunks]) for key in first}
+    if isinstance(first, tuple):
+        return tuple(_cat_rows([c[i] for c in chunks]) for i in range(len(first)))
+    if isinstance(first, np.ndarray) and first.ndim >= 3:
+        return np.concatenate(chunks, axis=2)
+    return first  # scalars: the same for every block
+
+
+def _rescale_changes(s, wc, vis, block_k: int, exact_at_zero: bool):
+    """c_j: how many rescales alpha = exp2(m_old - m_new) with m_new != m_old can come AFTER key j's tile
+    (each multiplies key j's weight, in acc and in l alike, by a rounded alpha: sec. 5).
+
+    Tile t can move the computed running max only if max_{j in t} (s_j + e_j) > max_{j in earlier
+    tiles} (s_j - e_j); the first visible tile rescales an empty accumulator (no error). Without
+    exp2(0) == 1 exactly, every later visible tile counts."""
+    Nk = s.shape[-1]
+    T = max(1, -(-Nk // block_k))
+    pad = T * block_k - Nk
+
+    def tiles(x):
+        x = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, pad)], constant_values=-np.inf)
+        return x.reshape(*x.shape[:-1], T, block_k).max(axis=-1)
+
+    hi = tiles(np.where(vis, s + wc, -np.inf))
+    lo = tiles(np.where(vis, s - wc, -np.inf))
+    prev = np.maximum.accumulate(lo, axis=-1)
+    prev = np.concatenate([np.full_like(prev[..., :1], -np.inf), prev[..., :-1]], axis=-1)
+    seen = np.isfinite(prev)
+    change = seen & ((hi > prev) if exact_at_zero else np.isfinite(hi))
+    later = np.cumsum(change[..., ::-1], axis=-1)[..., ::-1] - change  # changes in tiles after t
+    return np.repeat(later, block_k, axis=-1)[..., :Nk].astype(np.float64)
+
+
+def _step_ends(Nk: int, block: int, k_step: int):
+    """Key indices after which the accumulator is rounded (each MMA/FMA step: the last key of each
+    k_step group within each tile) and after which each tile ends (the rescale acc * alpha)."""
+    ends, tile_ends = [], []
+    for t0 in range(0, Nk, block):
+        t1 = min(Nk, t0 + block)
+        ends.extend(range(min(t0 + k_step, t1) - 1, t1 - 1, k_step))
+        ends.append(t1 - 1)
+        tile_ends.append(t1 - 1)
+    return np.unique(np.asarray(ends)), np.asarray(tile_ends)
+
+
+def _partial_sums(A, vf, o, ends, tile_ends, products: int):
+    """For keys added in ascending order: sum over the accumulation steps s of F_s^2 and of C_s, with
+    C_s = sum_{j<=s} A_j, F_s = sum_{j<=s} A_j (v_j - O) (the partial sum's fluctuation around O, sec. 6);
+    each product step counted `products` times, plus the rescale at each tile end."""
+    Nq, Nk = A.shape[-2:]
+    dv = vf.shape[-1]
+    C = np.cumsum(A, axis=-1)
+    c_sum = products * C[..., ends].sum(-1) + C[..., tile_ends].sum(-1)
+    f_sq = np.zeros((*np.broadcast_shapes(A.shape[:-1], o.shape[:-1]), dv))
+    for r in _rows_chunks(Nq, Nk, dv, budget=1 << 20):
+        F = np.cumsum(A[..., r, :, None] * (vf[..., None, :, :] - o[..., r, None, :]), axis=-2)
+        f_sq[..., r, :] = products * (F[..., ends, :] ** 2).sum(-2) + (F[..., tile_ends, :] ** 2).sum(-2)
+    return f_sq, c_sum
+
+
+def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias) -> dict:
+    """The forward analysis of a block of query rows (s, vis, qf restricted to those rows)."""
+    m, A, l, lse, empty = _softmax_parts(s, vis)
+    o = A @ vf
+    d, Nk = p.d, p.Nk
+    u = M.u_w
+
+    lg = _logit_errors(qf, kf, s, m, vis, sc, M, d, has_bias)
+    # the computed shift m_hat <= max_j (s_j + e_j) may exceed m by `excess`
+    excess = np.max(np.where(vis, s - m[..., None] + lg.wc, 0.0), axis=-1, initial=0.0)
+    # Rescales (sec. 5): key j's weight is multiplied, in acc and in l alike, by the computed alphas of
+    # the c_j later tiles that moved the max. Their arguments telescope: sum |m_old - m_new| over
+    # them <= m_hat - s_hat_j, each subtraction rounded (u); each exp2 has relative error eps_exp.
+    # Equal factors in numerator and denominator do NOT cancel between keys: a weight perturbation.
+    c = np.where(vis, _rescale_changes(s, lg.wc, vis, precision.block_k, M.alpha_exact_at_zero), 0.0)
+    with np.errstate(invalid="ignore"):
+        a_arg = np.where(vis, u * (m[..., None] - s + lg.wc + excess[..., None]), 0.0)
+    e_key = lg.wc + a_arg  # argument error of key j's total weight
+    eps_key = (1.0 + M.eps_exp) ** (1.0 + c) - 1.0  # exp2 of p_j and of the c_j alphas
+    # b_ij: relative error of key j's weight as computed: exp(e) (1 + eps)^(1 + c) - 1
+    b_wc = np.where(vis, _exp_err(e_key, eps_key), 0.0)
+    b_lin = np.where(vis, lg.lin + u * np.abs(s - m[..., None]) + (1.0 + c) * M.eps_exp, 0.0)
+    alpha_det = np.where(vis, u * np.abs(s - m[..., None]) + c * M.eps_exp, 0.0)  # not random: telescoped
+
+    def log_a():
+        return np.where(vis, s - m[..., None] - np.log(l)[..., None], -np.inf)
+
+    Ab_wc, Ab1_wc, _ = _weighted_exp_err(A, b_wc, e_key, eps_key, vis, log_a)  # A b, A (1 + b)
+
+    # accumulation (sec. 4): P.V through the accumulator (recursive: over all keys, per product or per
+    # MMA k-step), T rescales acc*alpha (RN); l: block_k-wide fp32 sum + 2 roundings per tile (RN)
+    T = max(1, -(-Nk // precision.block_k))
+    n_pv = _dot_steps(M, Nk, precision.block_k, products=M.pv_products)
+    n_l = min(Nk, precision.block_k) + 2 * T
+    nu_wc = (1 + M.u_pv) * (1 + M.u_in) * (1 + gamma(n_pv, M.u_dacc)) * (1 + gamma(T, u)) - 1
+    nu_lin = M.u_pv + M.u_in + n_pv * M.u_dacc + T * u
+    mu_wc = float(gamma(n_l, u))
+    mu_lin = n_l * u
+
+    # absolute floors: ftz of exp results, subnormal rounding of P into the operand format; l is
+    # divided by exp(excess) (a key far below m does not count with its own, possibly huge, error)
+    n_vis = vis.sum(axis=-1)
+    l_eff = l * np.exp(-excess)
+
+    absv = np.abs(vf)
+    W_b = Ab_wc
+    W_lin = A * b_lin
+    W_det = A * (lg.det + alpha_det + M.eps_exp)
+    W_sig = (A * lg.sigma) ** 2
+    W_vis = vis.astype(np.float64)
+    (dev_b, dev_lin, dev_det, dev_vis, dev_A), (dev_sig, dev_AA) = _weighted_dev(
+        [W_b, W_lin, W_det, W_vis, A], [W_sig, A * A], vf, o)
+    Av = Ab1_wc @ absv  # sum_j A_j (1 + b_j) |v_j|
+    A_absv = A @ absv
+    A1b = Ab1_wc.sum(axis=-1)  # sum_j A_j (1 + b_j)
+    sum_absv = W_vis @ absv
+    oabs = np.abs(o)
+
+    floors = (M.floor_w * (dev_vis + nu_wc * sum_absv + mu_wc * n_vis[..., None] * oabs)
+              + M.floor_p * (1 + nu_wc) * sum_absv) / l_eff[..., None]
+    num_wc = dev_b + nu_wc * Av + mu_wc * A1b[..., None] * oabs + floors
+    # D / l >= sum_j A_j e^{-e_j} (1 - eps)^(1 + c_j) (1 - mu) - floors > 0: the lower side of each
+    # perturbation, so the denominator never vanishes even when e_j = O(1)
+    w_low = np.where(vis, np.exp(-e_key) * (1 - M.eps_exp) ** (1.0 + c), 0.0)
+    A1b_low = (A * w_low).sum(axis=-1)
+    den_low = A1b_low * (1 - mu_wc) - n_vis * M.floor_w / l_eff
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv_den = np.where(empty, 1.0, np.where(den_low > 0, 1.0 / np.maximum(den_low, 1e-300), np.inf))[..., None]
+
+    if kind == "worst_case":
+        pre = num_wc * inv_den
+    else:
+        # first-order part: random (Azuma) + deterministic; the rest is the majorant remainder.
+        # Round to nearest is only modelled as random where the summands are not systematic (sec. 6):
+        # every first-order term sum_s delta_s X_s is split into its part along O (X_s = C_s O, bounded
+        # worst-case: u |O| sum_s C_s <= n u |O|) and the fluctuation around O (random). Constant or
+        # near-constant V, uniform rows, a large mean: the systematic part is then all deterministic.
+        num_lin = dev_lin + nu_lin * A_absv + mu_lin * oabs
+        remainder = np.maximum(num_wc - num_lin, 0.0)
+        (ri, rp), (di, dp) = _conv(M)
+        rp = M.u_pv if rp else 0.0
+        n_rn = (0 if M.tensor_core else n_pv) + T  # accumulation roundings to nearest
+        acc_sq = n_rn * dev_A**2  # sum_s F_s^2 <= n (max |F_s|)^2, any order
+        acc_c = np.full(oabs.shape, float(n_rn))  # sum_s C_s <= n
+        if n_rn and M.recursive and vis.all():  # unmasked: the kernel adds the key tiles in ascending order
+            ends, tile_ends = _step_ends(Nk, precision.block_k, M.k_step)
+            f_sq, c_sum = _partial_sums(A, vf, o, ends, tile_ends, M.pv_products)
+            acc_sq = np.minimum(acc_sq, f_sq)
+            acc_c = np.minimum(acc_c, c_sum[..., None])
+        var = dev_sig + (rp**2 + ri**2) * dev_AA + u**2 * acc_sq
+        det = dev_det + ((rp + ri) + acc_c * u + mu_lin) * oabs
+        det = det + (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
+        if M.trunc:  # sum_j A_j v_jc theta_jc, theta in [-(u_p + u_in), 0]: one-sided (bounds.md sec. 6)
+            det = det + ((M.u_pv if dp else 0.0) + di) * 0.5 * (A_absv + oabs)
+        # the worst case always holds, so it caps the probabilistic bound (concentrated rows)
+        pre = np.minimum((lam * np.sqrt(var) + det + remainder) * inv_den, num_wc * inv_den)
+    # final division acc / l (fp32 O, what Delta uses with delta_from="fp32") and the store
+    err32 = pre + M.eps_div * (oabs + pre)
+    err = err32 + M.u_out * (oabs + err32) + M.floor_out
+    err = np.where(empty[..., None], 0.0, err)
+
+    # LSE = ln2 (m2 + log2 l): |log(l_hat / l)| (the rescales are in b: their arguments telescope,
+    # sum |dm| <= m - s_j, not (T - 1) u R), the rounding of the sum, of the ln2 product and of ln2
+    # itself (gamma_3 |LSE|), and the log2 error.
+    x_lse = A1b * (1 + mu_wc) - 1.0 + n_vis * M.floor_w / l_eff  # l_hat / l <= 1 + x_lse
+    lse_low = den_low  # l_hat / l >= lse_low
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_wc = np.maximum(np.log1p(x_lse), np.where(lse_low > 0, -np.log(np.maximum(lse_low, 1e-300)), np.inf))
+    lse_abs = np.abs(np.where(empty, 0.0, lse))
+    log2l = np.abs(np.log2(l))
+    log_err = M.eps_lg2 * (1.0 + log2l) * math.log(2.0)
+    rounding = float(gamma(3, u)) * lse_abs + log_err
+    if kind == "worst_case":
+        lse_err = log_wc + rounding
+        lse_sigma, lse_det = np.zeros_like(lse_err), lse_err
+    else:
+        lin = (A * b_lin).sum(axis=-1) + mu_lin
+        # majorant series of |log(l_hat / l)|: -log(1 - x+) (its linear part is lin)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            series = np.where(x_lse < 1.0, -np.log1p(-np.minimum(x_lse, 0.999999)), np.inf)
+        remainder = np.maximum(series - lin, 0.0)
+        var = ((A * lg.sigma) ** 2).sum(axis=-1)
+        det = (A * (lg.det + alpha_det + M.eps_exp)).sum(axis=-1) + mu_lin  # l's sum: systematic, worst case
+        lse_err = np.minimum(lam * np.sqrt(var) + det + remainder, log_wc) + rounding
+        # split for the backward (random part sigma, the rest det), where the cap did not bind
+        capped = lam * np.sqrt(var) + det + remainder >= log_wc
+        lse_sigma = np.where(capped, 0.0, np.sqrt(var))
+        lse_det = np.where(capped, log_wc, det + remainder) + rounding
+    lse_err = np.where(empty, 0.0, lse_err)
+
+    o_shape = (p.B, p.Hq, s.shape[-2], vf.shape[-1])
+    final = (err32 if precision.delta_from == "fp32" else err) - np.where(empty[..., None], 0.0, pre)
+    return dict(err=np.broadcast_to(err, o_shape).copy(), lse_err=lse_err, A=A, o=o, lse=lse, m=m, empty=empty,
+                parts=dict(b_wc=b_wc, Ab_wc=Ab_wc, Ab1_wc=Ab1_wc, b_lin=b_lin, qk=lg.qk, l=l,
+                           sigma=lg.sigma, det=lg.det + alpha_det, nu_wc=nu_wc, nu_lin=nu_lin,
+                           mu_wc=mu_wc, mu_lin=mu_lin, inv_den=inv_den, floors=floors,
+                           final=final, n_pv=n_pv, T=T, n_l=n_l,
+                           lam=lam, lse_sigma=np.where(empty, 0.0, lse_sigma),
+                           lse_det=np.where(empty, 0.0, lse_det)))
+
+
+def forward_bound(q, k, v, *, scale=None, causal=False, window=None, mask=None, bias=None,
+                  precision: Precision, kind: str = "probabilistic") -> ForwardBound:
+    """Elementwise bound on |O_kernel - O| (.o) and |LSE_kernel - LSE| (.lse) for a kernel that
+    computes like `precision` on exactly these float64 inputs (proofs/bounds.md, sec. 5)."""
+    return _forward(q, k, v, scale, causal, window, mask, bias, precision, kind).bound

@@ -1,0 +1,80 @@
+"""The bound on the gradient of LSE alone (proofs/bounds.md sec. 8a)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .precision import (FAILURE_PROBABILITY, Precision, _check_kind, _conv, _dot_steps, _model, gamma, hoeffding_lambda)
+from .common import (_exp_err, _fix_bad, _no_nan, _rows_chunks, _weighted_exp_err)
+from .logits import (_logit_errors)
+from . import forward as _forward_module
+from .forward import (_forward)
+from .backward import (_combine, _forward_rows_view, _grad, _store)
+
+
+def lse_gradient_bound(q, k, *, scale=None, causal=False, window=None, mask=None, bias=None, dlse=None,
+                       precision: Precision, kind: str = "probabilistic") -> np.ndarray:
+    """Elementwise bound (q's shape) on |dQ_kernel - dQ| for dQ = d(sum_i w_i LSE_i)/dq = scale w_i
+    sum_j A_ij k_j, w = `dlse` (B, Hq, Nq) (default ones; values exact in fp32), and dO = 0
+    (proofs/bounds.md, sec. 8a).
+
+    The dQ kernel then has dP = 0, Delta = -w_i exactly, so dS = P_hat o w_i (one fp32 rounding):
+    the dQ analysis of backward_bound with g_ij = w_i, no dP and no Delta error. P_hat is recomputed
+    from the kernel's own stored LSE (error forward_bound(...).lse, one factor (1 + c_i) per row).
+    "probabilistic": two events per entry (the row's LSE bound and the entry's Azuma sum)."""
+    kind = _check_kind(kind)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # as in _forward
+        return _no_nan(_lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision, kind)[0])
+
+
+def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision, kind):
+    M = _model(precision)
+    qa, ka = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
+    v = np.zeros((*ka.shape[:-1], 1))  # the LSE bound does not depend on v
+    F = _forward(qa, ka, v, scale, causal, window, mask, bias, precision, kind, eta=FAILURE_PROBABILITY / 2)
+    pr = F.problem
+    w = np.ones((pr.B, pr.Hq, pr.Nq)) if dlse is None else np.asarray(dlse, dtype=np.float64)
+    if w.shape != (pr.B, pr.Hq, pr.Nq):
+        raise ValueError(f"dlse must have LSE's shape {(pr.B, pr.Hq, pr.Nq)}, got {w.shape}")
+    lam = hoeffding_lambda(2.0)
+    u, sc, kf = M.u_w, F.scale, F.kf
+    n_k = _dot_steps(M, pr.Nk, precision.block_k)
+    # dS = P_hat * w_i (gamma_2 kept from backward_bound: conservative, the kernel rounds once),
+    # then converted to the operand format (u_p: rounded, or truncated for tf32)
+    rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
+    rho_lin = 2 * u + M.u_p
+    (r_in, r_p), _ = _conv(M)
+    abs_k, kk = np.abs(kf), kf * kf
+    out, exact = [], []
+    for r in _rows_chunks(pr.Nq, pr.Nk, 1, budget=_forward_module.ROW_BLOCK_ENTRIES):
+        Fr = _forward_rows_view(F, r)
+        vis, A, empty = Fr.vis, Fr.A, Fr.empty
+        lse0 = np.where(empty, 0.0, Fr.lse)
+        absg = np.where(vis, np.abs(w[:, :, r])[..., None], 0.0)
+        g = np.where(vis, w[:, :, r][..., None], 0.0)
+        # P_hat = A (1 + c_i)(1 + b_ij): c_i from the stored LSE and the rounding of LSE log2(e)
+        # (one factor per row), b_ij from the logit error (shift LSE) and exp2, as in backward_bound
+        lg = _logit_errors(Fr.qf, kf, Fr.s, lse0, vis, sc, M, pr.d, bias is not None, qk=Fr.parts["qk"])
+        c_row = (np.exp(float(gamma(1, u)) * np.abs(lse0) + Fr.bound.lse) - 1.0)[..., None]
+        b_wc = np.where(vis, _exp_err(lg.wc, M.eps_exp), 0.0)
+
+        def log_a(Fr=Fr, vis=vis):
+            return np.where(vis, Fr.s - Fr.m[..., None] - np.log(Fr.parts["l"])[..., None], -np.inf)
+
+        _, Ab1, bad = _weighted_exp_err(A, b_wc, lg.wc, M.eps_exp, vis, log_a)
+        b_lin = np.where(vis, lg.lin + M.eps_exp, 0.0)
+        b_det = np.where(vis, lg.det + M.eps_exp, 0.0)
+        # error of dS_hat: the _dS_errors of backward_bound with dP = 0 and no Delta error (X = |w_i|)
+        wcS = np.where(vis, _fix_bad(A * ((1 + b_wc) * (1 + rho_wc) * absg - absg), bad,
+                                     lambda: Ab1 * (1 + rho_wc) * absg - A * absg)
+                       + M.floor_w * (1 + rho_wc) * absg + M.floor_p, 0.0)
+        linS = np.where(vis, A * (b_lin + rho_lin) * absg, 0.0)
+        varS = np.where(vis, A * A * ((lg.sigma * absg) ** 2 + (2 * u**2 + r_p**2) * absg**2), 0.0)
+        detS = np.where(vis, A * b_det * absg, 0.0)
+        dS = A * g
+        wc, lin, var, det, dQ = _grad(M, sc, n_k, (A * absg) @ abs_k, wcS @ abs_k, linS @ abs_k,
+                                      varS @ kk, (dS * dS) @ kk, detS @ abs_k, dS @ kf)
+        err = (1 + c_row) * _combine(wc, lin, var, det, lam, kind) + c_row * np.abs(dQ)
+        err = _store(err, np.abs(dQ), float(gamma(2, u)), M)
+        out.append(np.where(empty[..., None], 0.0, err))
+        exact.append(dQ)
+    return np.concatenate(out, axis=2), np.concatenate(exact, axis=2)

@@ -1,0 +1,270 @@
+"""The precision model (proofs/bounds.md sec. 2, 2a): what a kernel computes with (`Precision`), the
+hardware hypotheses (`HardwareConstants`), unit roundoffs, and the derived counts (`_Model`, `_dot_steps`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+import math
+
+import numpy as np
+
+
+# ----------------------------------------------------------------------------------------------
+# Precision: what the kernel does
+# ----------------------------------------------------------------------------------------------
+
+INPUTS = ("float16", "bfloat16", "float32", "float64")
+DOTS = ("fp16", "bf16", "tf32", "ieee", "fp64")
+ACCUMULATORS = ("float32", "float64")
+EXPS = ("ex2.approx", "libm")
+KINDS = ("worst_case", "probabilistic")
+
+# unit roundoff u = 2^-p of each format (round to nearest), p = significand bits including the hidden one
+UNIT_ROUNDOFF = {
+    "float16": 2.0**-11,
+    "bfloat16": 2.0**-8,
+    "tf32": 2.0**-11,
+    "float32": 2.0**-24,
+    "float64": 2.0**-53,
+}
+# half the smallest subnormal: the absolute error floor of rounding into the format
+UNDERFLOW_FLOOR = {
+    "float16": 2.0**-25,
+    "bfloat16": 2.0**-134,
+    "tf32": 2.0**-127,  # fp32 exponent range, treated as flush-to-zero at 2^-126 / 2
+    "float32": 2.0**-126,  # ftz: |x| < 2^-126 may be flushed to 0
+    "float64": 2.0**-1022,
+}
+# significand bits / exponent bits, to decide whether an input dtype is exact in an operand format
+_FORMAT_BITS = {
+    "float16": (11, 5),
+    "bfloat16": (8, 8),
+    "tf32": (11, 8),
+    "float32": (24, 8),
+    "float64": (53, 11),
+}
+_DOT_OPERAND = {"fp16": "float16", "bf16": "bfloat16", "tf32": "tf32", "ieee": "float32", "fp64": "float64"}
+TENSOR_CORE_DOTS = ("fp16", "bf16", "tf32")
+# Operand formats that fp32 values enter by TRUNCATION, not rounding: Triton on NVIDIA hands the raw
+# fp32 bits to mma/wgmma .tf32, which ignores the low 13 significand bits (triton-lang/triton#4574).
+# Relative error in (-2^-10, 0] (one ulp of an 11-bit significand, always shrinking |x|): one-sided,
+# not mean-zero, so never treated as random (proofs/bounds.md, sec. 2 and 6).
+TRUNCATING_DOTS = ("tf32",)
+TRUNCATION_ERROR = {"tf32": 2.0**-10}
+# absolute floor of that conversion: subnormals truncated (< 2^-136) or flushed to zero (< 2^-126)
+TRUNCATION_FLOOR = {"tf32": 2.0**-126}
+
+# Per-entry failure probability of a "probabilistic" bound, and the matching Azuma-Hoeffding
+# multiplier: P(|sum_t c_t delta_t| >= lam * sqrt(sum_t c_t^2 u_t^2)) <= 2 exp(-lam^2 / 2).
+FAILURE_PROBABILITY = 2.0**-30
+
+
+def hoeffding_lambda(events: float = 1.0, eta: float = FAILURE_PROBABILITY) -> float:
+    """lam with `events` * 2 exp(-lam^2/2) = eta (union bound over `events` Azuma events)."""
+    return math.sqrt(2.0 * math.log(2.0 * events / eta))
+
+
+LAMBDA = hoeffding_lambda()
+
+
+@dataclass(frozen=True)
+class HardwareConstants:
+    """The hardware hypotheses the bounds use, in ONE place (replaced by proofs/hardware.py
+    measurements at merge: the "hw" work measures them on the H100 and keeps the records in the repo).
+
+    ex2_rel_error: relative error of ex2.approx.f32 (vendor figure: 2 ulp = 2^-22).
+    ex2_exact_at_zero: ex2.approx(0) == 1 exactly (a rescale alpha = exp2(m - m) = 1 is then exact;
+      checked by bench/bounds_attack.py on the GPU).
+    lg2_abs_error: absolute error of lg2.approx.f32 per unit of (1 + |log2 x|) (vendor: 2^-22).
+    div_rel_error: relative error of Triton's fp32 '/' (div.full.f32, vendor: 2^-22).
+    mma_accumulation: how a tensor-core MMA step adds its products into the fp32 accumulator:
+      "truncation" (error <= 2u of |acc| + sum |products| per step, one-sided) or "round" (u, RN).
+    mma_k_step: products added per MMA step (a smaller step = more steps = a larger, safe bound)."""
+
+    ex2_rel_error: float = 2.0**-22
+    ex2_exact_at_zero: bool = True
+    lg2_abs_error: float = 2.0**-22
+    div_rel_error: float = 2.0**-22
+    mma_accumulation: str = "truncation"
+    mma_k_step: int = 8
+
+    def __post_init__(self):
+        if self.mma_accumulation not in ("truncation", "round"):
+            raise ValueError(f"HardwareConstants.mma_accumulation must be 'truncation' or 'round', "
+                             f"got {self.mma_accumulation!r}")
+        if not isinstance(self.mma_k_step, int) or self.mma_k_step < 1:
+            raise ValueError(f"HardwareConstants.mma_k_step must be a positive int, got {self.mma_k_step!r}")
+
+
+# Replaced by proofs/hardware.py measurements (vendor figures until then).
+HARDWARE = HardwareConstants()
+
+ACCUMULATIONS = ("recursive", "blocked")
+DELTA_SOURCES = ("output", "fp32")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How a kernel computes (ARCHITECTURE.md): input dtype, tensor-core operand format, accumulator,
+    stored output dtype, the exp implementation and the blocking of the inner loops.
+
+    accumulation: "recursive" (default, a fused FA2 kernel: every tile's products are added into the
+      running accumulator, tl.dot(a, b, acc): one chain of roundings over ALL keys, per product on
+      CUDA cores, per MMA k-step on tensor cores, the key tiles of an unmasked row in ascending order,
+      which the probabilistic O bound uses for its exact partial sums) or "blocked" (each tile's
+      product summed on its own, then added to the accumulator once; with block 1: any order).
+    p_split: the forward P.V is done as P_hi.V + P_lo.V with P_hi = round(P), P_lo = round(P - P_hi):
+      P's operand error is ~u^2 instead of u, at twice the accumulation steps.
+    delta_from: the backward's Delta = rowsum(dO o O) is formed from O rounded to the output dtype
+      ("output") or from an O accurate to fp32 ("fp32").
+    hardware: the hardware constants (HARDWARE unless overridden)."""
+
+    input: str
+    dot: str
+    accumulate: str = "float32"
+    output: str | None = None
+    exp: str = "ex2.approx"
+    block_k: int = 64
+    block_q: int = 64
+    accumulation: str = "recursive"
+    p_split: bool = False
+    delta_from: str = "output"
+    hardware: HardwareConstants = HARDWARE
+
+    def __post_init__(self):
+        for name, value, allowed in (
+            ("input", self.input, INPUTS),
+            ("dot", self.dot, DOTS),
+            ("accumulate", self.accumulate, ACCUMULATORS),
+            ("exp", self.exp, EXPS),
+            ("accumulation", self.accumulation, ACCUMULATIONS),
+            ("delta_from", self.delta_from, DELTA_SOURCES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"Precision.{name} must be one of {allowed}, got {value!r}")
+        if self.output is not None and self.output not in INPUTS:
+            raise ValueError(f"Precision.output must be None or one of {INPUTS}, got {self.output!r}")
+        for name in ("block_k", "block_q"):
+            b = getattr(self, name)
+            if not isinstance(b, int) or isinstance(b, bool) or b < 1:
+                raise ValueError(f"Precision.{name} must be a positive int, got {b!r}")
+        if not isinstance(self.p_split, bool):
+            raise ValueError(f"Precision.p_split must be a bool, got {self.p_split!r}")
+        if not isinstance(self.hardware, HardwareConstants):
+            raise ValueError(f"Precision.hardware must be a HardwareConstants, got {self.hardware!r}")
+
+    @property
+    def out(self) -> str:
+        return self.output or self.input
+
+
+# The float64 NumPy references: fp64 everything, libm exp, any summation order and blocking ("blocked"
+# with blocks of 1: n + 1 roundings per term, which bounds every order; no ascending-order refinement).
+REFERENCE_PRECISION = Precision(input="float64", dot="fp64", accumulate="float64", output="float64",
+                                exp="libm", block_k=1, block_q=1, accumulation="blocked")
+
+
+def gamma(n, u):
+    """Higham's gamma_n = n u / (1 - n u) (inf when n u >= 1)."""
+    nu = np.asarray(n, dtype=np.float64) * u
+    with np.errstate(divide="ignore"):
+        return np.where(nu < 1.0, nu / np.maximum(1.0 - nu, 0.0), np.inf)
+
+
+def _fits(fmt: str, into: str) -> bool:
+    p1, e1 = _FORMAT_BITS[fmt]
+    p2, e2 = _FORMAT_BITS[into]
+    return p1 <= p2 and e1 <= e2
+
+
+@dataclass(frozen=True)
+class _Model:
+    """The unit roundoffs and operation counts the derivation needs (proofs/bounds.md, sec. 2)."""
+
+    u_w: float  # working (accumulator) format: every fp32 scalar op, exp argument, l sum, rescale
+    u_in: float  # conversion of an input value into the dot operand format (0 when exact)
+    u_p: float  # conversion of P / dS (working format) into the operand format before a product
+    u_pv: float  # that conversion for the forward's P in P.V (~u_p^2 with p_split)
+    trunc: bool  # those conversions truncate (tf32): one-sided errors, deterministic, never random
+    u_dacc: float  # accumulation inside a dot: 2u_w (truncation) on tensor cores, else u_w
+    tensor_core: bool  # tensor-core accumulation is truncation: biased, so never treated as random
+    eps_exp: float  # relative error of exp2
+    eps_div: float  # relative error of the final division
+    u_out: float  # rounding of the stored result
+    floor_out: float  # its absolute floor (subnormal range of the output dtype)
+    floor_p: float  # absolute floor when rounding P/dS to the operand format (subnormals)
+    floor_w: float  # absolute floor of a working-format exp result (ftz)
+    approx: bool  # GPU approximate transcendental instructions (lg2.approx as well)
+    eps_lg2: float  # absolute error of log2 per unit of (1 + |log2 x|)
+    alpha_exact_at_zero: bool  # exp2(0) == 1 exactly: an unchanged running max rescales exactly
+    recursive: bool  # products added into the running accumulator (tl.dot(a, b, acc))
+    k_step: int  # products per accumulation rounding inside a dot (1 on CUDA cores: one FMA each)
+    pv_products: int  # products per key in the forward's P.V (2 with p_split)
+
+
+def _model(precision: Precision) -> _Model:
+    if not isinstance(precision, Precision):
+        raise TypeError(f"precision must be a proofs.bounds.Precision, got {type(precision).__name__}")
+    pr = precision
+    u_w = UNIT_ROUNDOFF[pr.accumulate]
+    op = _DOT_OPERAND[pr.dot]
+    trunc = pr.dot in TRUNCATING_DOTS
+    u_op = TRUNCATION_ERROR[pr.dot] if trunc else UNIT_ROUNDOFF[op]
+    floor_op = TRUNCATION_FLOOR[pr.dot] if trunc else UNDERFLOW_FLOOR[op]
+    tc = pr.dot in TENSOR_CORE_DOTS
+    approx = pr.exp == "ex2.approx"
+    hw = pr.hardware
+    u_p = 0.0 if _fits(pr.accumulate, op) else u_op
+    # p_split: P_lo = P - P_hi is exact in fp32 and |P_lo| <= u_op P, so rounding P_lo costs <= u_op^2 P
+    u_pv = u_p * u_op if pr.p_split else u_p
+    mma_round = hw.mma_accumulation == "round"
+    return _Model(
+        u_w=u_w,
+        u_in=0.0 if _fits(pr.input, op) else u_op,
+        u_p=u_p,
+        u_pv=u_pv,
+        trunc=trunc,
+        u_dacc=(u_w if mma_round else 2.0 * u_w) if tc else u_w,
+        tensor_core=tc and not mma_round,
+        eps_exp=hw.ex2_rel_error if approx else 2.0 * u_w,
+        # Triton's fp32 '/' is div.full.f32; IEEE division rounds once
+        eps_div=hw.div_rel_error if approx else u_w,
+        u_out=UNIT_ROUNDOFF[pr.out],
+        floor_out=UNDERFLOW_FLOOR[pr.out],
+        floor_p=0.0 if _fits(pr.accumulate, op) else floor_op,
+        floor_w=UNDERFLOW_FLOOR[pr.accumulate],
+        approx=approx,
+        eps_lg2=hw.lg2_abs_error if approx else 2.0 * u_w,
+        alpha_exact_at_zero=hw.ex2_exact_at_zero if approx else True,
+        recursive=pr.accumulation == "recursive",
+        k_step=hw.mma_k_step if tc else 1,
+        pv_products=2 if pr.p_split else 1,
+    )
+
+
+def _dot_steps(M: _Model, n: int, block: int, products: int = 1, repeats: int = 1) -> int:
+    """Roundings of the accumulator that one product of a length-n contraction, done in tiles of
+    `block` (repeated `repeats` times into the same accumulator, e.g. a GQA group), can go through
+    (proofs/bounds.md sec. 4).
+
+    recursive (tl.dot(a, b, acc)): the accumulator runs through every tile: one rounding per product on
+    CUDA cores (FMA), one per MMA k-step on tensor cores: T * ceil(min(n, block) / k_step) * products.
+    blocked: each tile's min(n, block) products summed, then one addition into the accumulator per tile."""
+    T = max(1, -(-n // block)) * repeats
+    width = min(n, block)
+    if M.recursive:
+        return T * (-(-width // M.k_step)) * products
+    return width * products + T
+
+
+def _conv(model: _Model):
+    """(u_in, u_p) split into the random part (round to nearest: mean-zero, enters the variance) and the
+    deterministic part (truncation: one-sided, added linearly): ((rand_in, rand_p), (det_in, det_p))."""
+    if model.trunc:
+        return (0.0, 0.0), (model.u_in, model.u_p)
+    return (model.u_in, model.u_p), (0.0, 0.0)
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    return kind
