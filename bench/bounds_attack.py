@@ -93,7 +93,7 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do):
         return (o, lse, *g), Precision(dtype, dot, exp="libm")
     import torch
 
-    from kernels.adapters import ours_precision
+    from flashcheck.adapters import ours_precision
     from kernels.attention import attention
 
     tdt = getattr(torch, dtype)

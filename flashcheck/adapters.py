@@ -354,13 +354,19 @@ def _user(target: str, supports: frozenset | None, layout: str | None) -> Kernel
 
 # ---- ours ------------------------------------------------------------------------------------------
 
-def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, block_mask=None):
-    """Our kernel's `kernels.attention.arithmetic(...)` as the `proofs.bounds.Precision` the bounds read."""
+def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, block_mask=None,
+                   precision="default", delta_from="fp32", tiles=None):
+    """Our kernel's `kernels.attention.arithmetic(...)` (for these `attention` options) as the
+    `proofs.bounds.Precision` the bounds read: tile by tile into the accumulator ("recursive"), the
+    measured H100 hardware on the GPU, the CPU's IEEE arithmetic in the interpreter (exp "libm")."""
     from kernels.attention import arithmetic
+    from proofs.hardware import h100, interpreter
 
-    a = arithmetic(dtype, dot_precision, head_dim=head_dim, interpret=interpret, block_mask=block_mask)
+    a = arithmetic(dtype, dot_precision, head_dim=head_dim, interpret=interpret, block_mask=block_mask,
+                   precision=precision, delta_from=delta_from, tiles=tiles)
     return _precision(input=a.input, dot=a.dot, accumulate="float32", output=a.output, exp=a.exp,
-                      block_k=a.block_k, block_q=a.block_q)
+                      block_k=a.block_k, block_q=a.block_q, accumulation="recursive", p_split=a.p_split,
+                      delta_from=a.delta_from, hardware=interpreter() if a.exp == "libm" else h100())
 
 
 def _ours() -> KernelUnderTest:
@@ -445,11 +451,13 @@ def _sdpa(target: str) -> KernelUnderTest:
             return _precision(input=name, dot=dot, accumulate=acc, output=name, exp="libm",
                               block_k=512, block_q=512)
         # CUDA fused kernels: tensor-core products in the input format, fp32 accumulation,
-        # ex2.approx; memory-efficient fp32 runs SIMT fp32 FMAs.
+        # ex2.approx; memory-efficient fp32 runs SIMT fp32 FMAs. With GQA they compute dK, dV per query
+        # head, store them in the input dtype and sum the group afterwards (flash-attn's dk_expanded +
+        # sum; repeated K/V under autograd): gqa_reduction="rounded_heads".
         dot = dot_precision or _half_dot(name) or "ieee"
         block = {"FLASH_ATTENTION": 128, "EFFICIENT_ATTENTION": 64, "CUDNN_ATTENTION": 128}[backend_name]
         return _precision(input=name, dot=dot, accumulate="float32", output=name, exp="ex2.approx",
-                          block_k=block, block_q=block)
+                          block_k=block, block_q=block, gqa_reduction="rounded_heads")
 
     import torch
 

@@ -65,7 +65,7 @@ def _k_step(dot: str, k_step: int | None) -> int:
     if dot in ("fp16", "bf16", "tf32"):
         from proofs.bounds import HARDWARE
 
-        return HARDWARE.mma_k_step
+        return HARDWARE.mma_for(dot).k_step
     return 1
 
 

@@ -98,6 +98,9 @@ class HardwareConstants:
     tf32_operand: str  # "truncate" | "round"
     mma: tuple[MmaBehaviour, ...] = ()
     source: str = ""
+    # ex2.approx(0) == 1 exactly, so a rescale alpha = exp2(m - m) by an unchanged running max is exact:
+    # checked on the H100 by bench/bounds_attack.py (bench/results/h100-2026-11-23/bounds/)
+    ex2_exact_at_zero: bool = True
 
     def mma_for(self, dot: str) -> MmaBehaviour:
         for m in self.mma:
@@ -202,6 +205,23 @@ def h100() -> HardwareConstants:
     src = f"{H100_JSON.name}: {v.get('device')} driver {v.get('driver')} torch {v.get('torch')} " \
           f"triton {v.get('triton')} {v.get('date')}"
     return constants_from(measured_from(report), source=src)
+
+
+@lru_cache(maxsize=None)
+def interpreter() -> HardwareConstants:
+    """Triton's interpreter (TRITON_INTERPRET=1): tl.dot is a NumPy float32 matmul whatever the operand
+    format, i.e. IEEE round-to-nearest additions in some order. Any order of n additions is covered by
+    n accumulator roundings of u = 2^-24 each (Higham, Thm 4.4 form), so every format is modelled as one
+    product per step with round-to-nearest: step_error = 2^-24 (+ 2^-53 for the exact-product
+    alignment that the record's form always charges). exp and division are libm/IEEE there (exp="libm"
+    in the Precision), so the transcendental fields are not used; they keep the H100 values."""
+    hw = h100()
+    mma = tuple(MmaBehaviour(dot=d, k_step=1, extra_bits=29, alignment="round", normalization="round")
+                for d in TENSOR_CORE_DOTS)
+    return HardwareConstants(
+        ex2_rel_error=hw.ex2_rel_error, ex2_abs_floor=hw.ex2_abs_floor, lg2_abs_error=hw.lg2_abs_error,
+        div_rel_error=hw.div_rel_error, mma_accumulation="round", mma_k_step=1, mma_extra_bits=29,
+        tf32_operand="round", mma=mma, source="Triton interpreter (NumPy float32, round to nearest)")
 
 
 def exceeded(constants: HardwareConstants, m: Measured) -> list[str]:

@@ -523,3 +523,40 @@ def test_lse_gradient_bound_agrees_with_backward_bound_machinery():
     np.testing.assert_allclose(b2[:, :, :5], 2 * b[:, :, :5], rtol=0.01)
     with pytest.raises(ValueError):
         lse_gradient_bound(q, k, dlse=w[..., :3], precision=pr)
+
+
+@pytest.mark.parametrize("dtype,dot", [("float16", "fp16"), ("bfloat16", "bf16")])
+def test_gqa_reduced_after_rounding_is_within_its_bound(dtype, dot):
+    """torch SDPA's fused backends form a GQA group's dK, dV per query head, store each in the output
+    dtype and sum afterwards (gqa_reduction="rounded_heads", bounds.md sec. 7c). Emulated exactly so
+    (per-head FA2 backward, each head rounded, fp32 sum, one rounding), the result is within that bound,
+    which is never below the in-kernel one's per-head part."""
+    import torch
+
+    from proofs.bounds import Precision, backward_bound
+    from proofs.emulation import fa2_backward, fa2_forward, round_to
+    from reference.attention import attention
+    from reference.backward import attention_backward
+
+    group = 4
+    rng = np.random.default_rng(11)
+    q, do = (round_to(rng.standard_normal((1, 8, 48, 32)), dtype) for _ in range(2))
+    k, v = (round_to(rng.standard_normal((1, 2, 96, 32)), dtype) for _ in range(2))
+    O, L = attention(q, k, v)
+    _, dk, dv = attention_backward(q, k, v, O, L, do)
+    ke, ve = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    o, lse = fa2_forward(q, ke, ve, dtype=dtype, dot=dot)
+    _, dk_h, dv_h = fa2_backward(q, ke, ve, o, lse, do, dtype=dtype, dot=dot)
+    tdt = getattr(torch, dtype)
+
+    def reduce(x_h):  # stored per head in the dtype, summed in fp32, rounded once
+        x = torch.as_tensor(round_to(x_h, dtype)).float().reshape(1, 2, group, *x_h.shape[2:]).sum(2)
+        return x.to(tdt).double().numpy()
+
+    pr = Precision(dtype, dot, exp="libm", gqa_reduction="rounded_heads")
+    for kind in ("worst_case", "probabilistic"):
+        bb = backward_bound(q, k, v, do, precision=pr, kind=kind)
+        for name, got, exact, bound in (("dK", reduce(dk_h), dk, bb.dk), ("dV", reduce(dv_h), dv, bb.dv)):
+            err = np.abs(got - exact)
+            assert np.all(err <= bound), (f"{name} {kind}: max error/bound {np.max(err / bound):.3g} at "
+                                          f"{np.unravel_index(np.argmax(err / bound), err.shape)}")

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from .precision import (FAILURE_PROBABILITY, LAMBDA, Precision, REFERENCE_PRECISION, UNIT_ROUNDOFF, _Model, _check_kind, _conv, _dot_steps, _model, gamma, hoeffding_lambda)
+from .precision import (FAILURE_PROBABILITY, LAMBDA, Precision, REFERENCE_PRECISION, UNDERFLOW_FLOOR, UNIT_ROUNDOFF, _Model, _check_kind, _conv, _dot_steps, _model, _within_dot, gamma, hoeffding_lambda)
 from .results import (BackwardBound, ForwardBound)
 from .common import (_exp_err, _fix_bad, _no_nan, _rows_chunks, _weighted_exp_err)
 from .logits import (_logit_errors)
@@ -90,10 +90,41 @@ def backward_bound(q, k, v, do, *, scale=None, causal=False, window=None, mask=N
 
 def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
     kind = _check_kind(kind)
+    group = q.shape[1] // max(k.shape[1], 1)
+    if precision.gqa_reduction == "rounded_heads" and group > 1:
+        return _backward_rounded_heads(q, k, v, do, scale, causal, window, mask, bias, precision, kind, group)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # as in _forward
         bb, exact = _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, kind)
     return BackwardBound(dq=_no_nan(bb.dq), dk=_no_nan(bb.dk), dv=_no_nan(bb.dv), kind=kind,
                          precision=precision), exact
+
+
+def _backward_rounded_heads(q, k, v, do, scale, causal, window, mask, bias, precision, kind, group):
+    """GQA formed after the kernel (bounds.md sec. 7c): each query head h of a group computes dK_h, dV_h
+    as for ordinary multi-head attention and stores them in the output dtype (error <= B_h, the bound
+    of that head's problem with K, V repeated); then dK = round_out(sum_h of the stored dK_h), the sum
+    in fp32 in any order. With S = sum_h (|dK_h| + B_h):
+        |dK_kernel - dK| <= sum_h B_h + gamma_{G-1}(u_w) S + u_out (|dK| + sum_h B_h + gamma_{G-1}(u_w) S)
+                            + floor_out.
+    dQ is per query head already: its bound is the repeated problem's."""
+    per_head = dataclasses.replace(precision, gqa_reduction="in_accumulator")
+    ke, ve = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    bb, (dq, dk_h, dv_h) = _backward(q, ke, ve, do, scale, causal, window, mask, bias, per_head, kind)
+    u_w, u_out = UNIT_ROUNDOFF[precision.accumulate], UNIT_ROUNDOFF[precision.out]
+    floor_out = UNDERFLOW_FLOOR[precision.out]
+    g_sum = float(gamma(group - 1, u_w))
+
+    def reduce(b_h, x_h):
+        shape = (x_h.shape[0], x_h.shape[1] // group, group) + x_h.shape[2:]
+        b_h, x_h = b_h.reshape(shape), x_h.reshape(shape)
+        e_heads = b_h.sum(2)
+        e_sum = g_sum * (np.abs(x_h) + b_h).sum(2)
+        x = x_h.sum(2)
+        return e_heads + e_sum + u_out * (np.abs(x) + e_heads + e_sum) + floor_out, x
+
+    bdk, dk = reduce(bb.dk, dk_h)
+    bdv, dv = reduce(bb.dv, dv_h)
+    return BackwardBound(dq=bb.dq, dk=_no_nan(bdk), dv=_no_nan(bdv), kind=kind, precision=precision), (dq, dk, dv)
 
 
 def _rows_of(x, r):
@@ -145,7 +176,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     g2 = float(gamma(2, u))
     (r_in, r_p), (d_in, d_p) = _conv(M)
     kap_k = (1 + M.u_in) * (1 + gamma(n_k, M.u_dacc)) - 1.0
-    dP_kw = (1 + M.u_in) ** 2 * (1 + gamma(dv, M.u_dacc)) - 1.0
+    n_dv = _within_dot(M, dv)  # accumulator roundings of the dv-long dot dO.v
+    dP_kw = (1 + M.u_in) ** 2 * (1 + gamma(n_dv, M.u_dacc)) - 1.0
 
     def _t(x):  # (B, Hq, rows, Nk) -> (B, Hq, Nk, rows)
         return np.swapaxes(x, -1, -2)
@@ -205,9 +237,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         absdov = abs_do @ abs_vT
         sqdov = np.sqrt(dodo @ vvT)
         dP_wc = dP_kw * absdov
-        dP_lin = (2 * M.u_in + dv * M.u_dacc) * absdov
+        dP_lin = (2 * M.u_in + n_dv * M.u_dacc) * absdov
         dP_sig = math.sqrt(2.0) * r_in * sqdov + (0.0 if M.tensor_core else math.sqrt(dv) * u * absdov)
-        dP_det = (dv * M.u_dacc if M.tensor_core else 0.0) * absdov
+        dP_det = (n_dv * M.u_dacc if M.tensor_core else 0.0) * absdov
         if d_in:  # dO and V truncated to tf32, one-sided: u_in (sum_c |dO_c v_jc| + |dP_j|), not random
             dP_det = dP_det + d_in * (absdov + np.abs(dP))
         g = np.where(vis, dP - (do_r * o).sum(-1)[..., None], 0.0)

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from .precision import (_Model, _conv, gamma)
+from .precision import (_Model, _conv, _within_dot, gamma)
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,8 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     a_t = np.abs(s0 - shift[..., None])
     u, ui = model.u_w, model.u_in
     coef_arg = 2.0 * a_qk + a_b + a_t
-    dot_wc = ((1.0 + ui) ** 2 * (1.0 + gamma(d, model.u_dacc)) - 1.0) * absqk
+    nd = _within_dot(model, d)  # accumulator roundings of the d-long dot
+    dot_wc = ((1.0 + ui) ** 2 * (1.0 + gamma(nd, model.u_dacc)) - 1.0) * absqk
     # The argument's roundings in order, each <= u |computed value| = u (|exact value| + the error so
     # far): the first-order part is u coef_arg (= arg_lin), the rest is the exact second-order majorant
     # (not a gamma_n hand count: gamma_3 coef_arg put 2u coef_arg of first-order error into "second order").
@@ -52,11 +53,11 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     err_b = u * (a_b + dot_wc + err_c + err_p) if has_bias else 0.0  # + bias
     err_t = u * (a_t + dot_wc + err_c + err_p + err_b)  # - running max
     arg_wc = err_c + err_p + err_b + err_t
-    dot_lin = (2.0 * ui + d * model.u_dacc) * absqk
+    dot_lin = (2.0 * ui + nd * model.u_dacc) * absqk
     arg_lin = u * coef_arg
     (ri, _), (di, _) = _conv(model)
     sig_dot = math.sqrt(2.0) * ri * sqqk + (0.0 if model.tensor_core else math.sqrt(d) * u * absqk)
-    det_dot = (d * model.u_dacc if model.tensor_core else 0.0) * absqk
+    det_dot = (nd * model.u_dacc if model.tensor_core else 0.0) * absqk
     if di:  # truncated q, k: sum_k q_k k_k theta_k, theta_k in [-2 u_in, 0] (first order), not random:
         # <= 2 u_in max(positive part, negative part) = u_in (sum_k |q_k k_k| + |q.k|)  (bounds.md sec. 6)
         det_dot = det_dot + di * (absqk + a_qk)

@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 
+from proofs.hardware import HardwareConstants, h100
+
 
 # ----------------------------------------------------------------------------------------------
 # Precision: what the kernel does
@@ -66,37 +68,10 @@ def hoeffding_lambda(events: float = 1.0, eta: float = FAILURE_PROBABILITY) -> f
 LAMBDA = hoeffding_lambda()
 
 
-@dataclass(frozen=True)
-class HardwareConstants:
-    """The hardware hypotheses the bounds use, in ONE place (replaced by proofs/hardware.py
-    measurements at merge: the "hw" work measures them on the H100 and keeps the records in the repo).
-
-    ex2_rel_error: relative error of ex2.approx.f32 (vendor figure: 2 ulp = 2^-22).
-    ex2_exact_at_zero: ex2.approx(0) == 1 exactly (a rescale alpha = exp2(m - m) = 1 is then exact;
-      checked by bench/bounds_attack.py on the GPU).
-    lg2_abs_error: absolute error of lg2.approx.f32 per unit of (1 + |log2 x|) (vendor: 2^-22).
-    div_rel_error: relative error of Triton's fp32 '/' (div.full.f32, vendor: 2^-22).
-    mma_accumulation: how a tensor-core MMA step adds its products into the fp32 accumulator:
-      "truncation" (error <= 2u of |acc| + sum |products| per step, one-sided) or "round" (u, RN).
-    mma_k_step: products added per MMA step (a smaller step = more steps = a larger, safe bound)."""
-
-    ex2_rel_error: float = 2.0**-22
-    ex2_exact_at_zero: bool = True
-    lg2_abs_error: float = 2.0**-22
-    div_rel_error: float = 2.0**-22
-    mma_accumulation: str = "truncation"
-    mma_k_step: int = 8
-
-    def __post_init__(self):
-        if self.mma_accumulation not in ("truncation", "round"):
-            raise ValueError(f"HardwareConstants.mma_accumulation must be 'truncation' or 'round', "
-                             f"got {self.mma_accumulation!r}")
-        if not isinstance(self.mma_k_step, int) or self.mma_k_step < 1:
-            raise ValueError(f"HardwareConstants.mma_k_step must be a positive int, got {self.mma_k_step!r}")
-
-
-# Replaced by proofs/hardware.py measurements (vendor figures until then).
-HARDWARE = HardwareConstants()
+# The hardware hypotheses: measured on the H100, not quoted (proofs/hardware.py, the record and the
+# rules that turn the measured maxima into bound-side constants; proofs/measurements/h100.json).
+HARDWARE = h100()
+GQA_REDUCTIONS = ("in_accumulator", "rounded_heads")
 
 ACCUMULATIONS = ("recursive", "blocked")
 DELTA_SOURCES = ("output", "fp32")
@@ -116,7 +91,10 @@ class Precision:
       P's operand error is ~u^2 instead of u, at twice the accumulation steps.
     delta_from: the backward's Delta = rowsum(dO o O) is formed from O rounded to the output dtype
       ("output") or from an O accurate to fp32 ("fp32").
-    hardware: the hardware constants (HARDWARE unless overridden)."""
+    hardware: the hardware constants (HARDWARE unless overridden).
+    gqa_reduction: how dK, dV of a GQA group are formed: "in_accumulator" (one accumulator runs through
+      every query head of the group, our kernel) or "rounded_heads" (per query head, each stored in the
+      output dtype, then summed in fp32 and rounded once: torch SDPA's fused backends; bounds.md sec. 7c)."""
 
     input: str
     dot: str
@@ -129,6 +107,7 @@ class Precision:
     p_split: bool = False
     delta_from: str = "output"
     hardware: HardwareConstants = HARDWARE
+    gqa_reduction: str = "in_accumulator"
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -138,6 +117,7 @@ class Precision:
             ("exp", self.exp, EXPS),
             ("accumulation", self.accumulation, ACCUMULATIONS),
             ("delta_from", self.delta_from, DELTA_SOURCES),
+            ("gqa_reduction", self.gqa_reduction, GQA_REDUCTIONS),
         ):
             if value not in allowed:
                 raise ValueError(f"Precision.{name} must be one of {allowed}, got {value!r}")
@@ -185,7 +165,7 @@ class _Model:
     u_p: float  # conversion of P / dS (working format) into the operand format before a product
     u_pv: float  # that conversion for the forward's P in P.V (~u_p^2 with p_split)
     trunc: bool  # those conversions truncate (tf32): one-sided errors, deterministic, never random
-    u_dacc: float  # accumulation inside a dot: 2u_w (truncation) on tensor cores, else u_w
+    u_dacc: float  # accumulation error per step of a dot: the measured MMA step error on tensor cores, else u_w
     tensor_core: bool  # tensor-core accumulation is truncation: biased, so never treated as random
     eps_exp: float  # relative error of exp2
     eps_div: float  # relative error of the final division
@@ -216,14 +196,17 @@ def _model(precision: Precision) -> _Model:
     u_p = 0.0 if _fits(pr.accumulate, op) else u_op
     # p_split: P_lo = P - P_hi is exact in fp32 and |P_lo| <= u_op P, so rounding P_lo costs <= u_op^2 P
     u_pv = u_p * u_op if pr.p_split else u_p
-    mma_round = hw.mma_accumulation == "round"
+    # a tensor-core step adds k_step exact products into the fp32 accumulator with a relative error
+    # <= step_error of |acc| + sum |products| (measured model, proofs/hardware.py)
+    mma = hw.mma_for(pr.dot) if tc else None
+    mma_round = mma is not None and mma.normalization == "round" and mma.alignment == "round"
     return _Model(
         u_w=u_w,
         u_in=0.0 if _fits(pr.input, op) else u_op,
         u_p=u_p,
         u_pv=u_pv,
         trunc=trunc,
-        u_dacc=(u_w if mma_round else 2.0 * u_w) if tc else u_w,
+        u_dacc=mma.step_error if tc else u_w,
         tensor_core=tc and not mma_round,
         eps_exp=hw.ex2_rel_error if approx else 2.0 * u_w,
         # Triton's fp32 '/' is div.full.f32; IEEE division rounds once
@@ -236,7 +219,7 @@ def _model(precision: Precision) -> _Model:
         eps_lg2=hw.lg2_abs_error if approx else 2.0 * u_w,
         alpha_exact_at_zero=hw.ex2_exact_at_zero if approx else True,
         recursive=pr.accumulation == "recursive",
-        k_step=hw.mma_k_step if tc else 1,
+        k_step=mma.k_step if tc else 1,
         pv_products=2 if pr.p_split else 1,
     )
 
@@ -254,6 +237,12 @@ def _dot_steps(M: _Model, n: int, block: int, products: int = 1, repeats: int = 
     if M.recursive:
         return T * (-(-width // M.k_step)) * products
     return width * products + T
+
+
+def _within_dot(M: _Model, n: int) -> int:
+    """Accumulator roundings inside one tl.dot over a length-n contraction (q.k over d, dO.v over dv):
+    one per product on CUDA cores, one per MMA k-step on tensor cores."""
+    return -(-n // M.k_step)
 
 
 def _conv(model: _Model):
