@@ -18,7 +18,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
 case "${1:-tests}" in
   tests)
-    timeout ${T1:-330} python3 -m pytest -m gpu -q -n 8 -p no:cacheprovider tests 2>&1 | tee "$W/gpu_tests.log" | tail -40
+    timeout ${T1:-330} python3 -m pytest -m "gpu and not slow" -q -n 8 -p no:cacheprovider tests 2>&1 | tee "$W/gpu_tests.log" | tail -40
     timeout ${T2:-170} python3 -m flashcheck validate ours --device cuda --dtype bfloat16,float16,float32 --profile ci \
         -n 4 --json "$W/validate_ours.json" 2>&1 | tee "$W/validate_ours.log" | tail -60
     ;;
