@@ -38,8 +38,9 @@ KEY_POOL = 3  # distinct key rows in ``repeated_keys``
 
 
 @dataclass(frozen=True)
-class Inputs:
-    """float64 q, k, v and the upstream gradient do, before rounding to any dtype."""
+class Unrounded:
+    """float64 q, k, v and the upstream gradient do, before rounding to any dtype (what
+    `flashcheck.strategies.Inputs` holds after rounding, with the mask and scale)."""
     q: np.ndarray
     k: np.ndarray
     v: np.ndarray
@@ -48,7 +49,7 @@ class Inputs:
 
 def structured_inputs(family: str, B: int, Hq: int, Hkv: int, Nq: int, Nk: int, d: int,
                       rng: np.random.Generator, *, dv: int | None = None,
-                      scale: float | None = None) -> Inputs:
+                      scale: float | None = None) -> Unrounded:
     """One draw of `family` (see the module docstring) at this shape; `scale` is the logit scale the
     kernel will use (default 1/sqrt(d)), needed where the family fixes the logits themselves."""
     if family not in FAMILIES:
@@ -84,4 +85,4 @@ def structured_inputs(family: str, B: int, Hq: int, Hkv: int, Nq: int, Nk: int, 
         q = rng.standard_normal(qs)
         pool = rng.standard_normal((B, Hkv, KEY_POOL, d))
         k = np.take_along_axis(pool, rng.integers(0, KEY_POOL, (B, Hkv, Nk, 1)), axis=2)
-    return Inputs(q=q, k=k, v=v, do=do)
+    return Unrounded(q=q, k=k, v=v, do=do)
