@@ -92,15 +92,29 @@ class HardwareConstants:
     ex2_abs_floor: float
     lg2_abs_error: float  # eps in |lg2(x) - log2 x| <= eps (1 + |log2 x|)
     div_rel_error: float
-    mma_accumulation: str  # "truncation" | "round": the normalization of the worst format
-    mma_k_step: int  # of the worst format (largest per-product error)
-    mma_extra_bits: int
     tf32_operand: str  # "truncate" | "round"
     mma: tuple[MmaBehaviour, ...] = ()
     source: str = ""
     # ex2.approx(0) == 1 exactly, so a rescale alpha = exp2(m - m) by an unchanged running max is exact:
     # checked on the H100 by bench/bounds_attack.py (bench/results/h100-2026-11-23/bounds/)
     ex2_exact_at_zero: bool = True
+
+    @property
+    def worst_mma(self) -> MmaBehaviour:
+        """The format with the largest per-product error (then step error): the summary of `mma`."""
+        return max(self.mma, key=lambda b: (b.per_product_error, b.step_error))
+
+    @property
+    def mma_accumulation(self) -> str:  # "truncation" | "round": the worst format's normalization
+        return self.worst_mma.normalization
+
+    @property
+    def mma_k_step(self) -> int:
+        return self.worst_mma.k_step
+
+    @property
+    def mma_extra_bits(self) -> int:
+        return self.worst_mma.extra_bits
 
     def mma_for(self, dot: str) -> MmaBehaviour:
         for m in self.mma:
@@ -182,13 +196,11 @@ def constants_from(m: Measured, source: str = "") -> HardwareConstants:
     else:
         raise ValueError(f"tf32 operand conversion: {m.tf32_match_truncation} of {m.tf32_cases} probes match "
                          f"truncation, {m.tf32_match_round} rounding: neither explains all")
-    top = max(worst.values(), key=lambda b: (b.per_product_error, b.step_error))
     return HardwareConstants(
         ex2_rel_error=_up(m.ex2_rel_error + F64_REFERENCE),
         ex2_abs_floor=_up(m.ex2_abs_floor + 2.0**-1074),
         lg2_abs_error=_up(m.lg2_abs_error + F64_REFERENCE),
         div_rel_error=max(_up(m.div_rel_error + 2.0**-53), DOCUMENTED_DIV[m.div_instruction]),
-        mma_accumulation=top.normalization, mma_k_step=top.k_step, mma_extra_bits=top.extra_bits,
         tf32_operand=tf32, mma=tuple(worst[d] for d in TENSOR_CORE_DOTS if d in worst), source=source)
 
 
@@ -220,7 +232,7 @@ def interpreter() -> HardwareConstants:
                 for d in TENSOR_CORE_DOTS)
     return HardwareConstants(
         ex2_rel_error=hw.ex2_rel_error, ex2_abs_floor=hw.ex2_abs_floor, lg2_abs_error=hw.lg2_abs_error,
-        div_rel_error=hw.div_rel_error, mma_accumulation="round", mma_k_step=1, mma_extra_bits=29,
+        div_rel_error=hw.div_rel_error,
         tf32_operand="round", mma=mma, source="Triton interpreter (NumPy float32, round to nearest)")
 
 
