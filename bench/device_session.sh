@@ -5,6 +5,8 @@
 #   bash bench/device_session.sh speed   # bench/run.py side by side + the GPU audit
 #   bash bench/device_session.sh suite   # the whole pytest suite on CUDA (-n 12, answer key apart), then
 #                                        # the validate answer key (tests/test_validate_gpu.py) alone
+#   bash bench/device_session.sh variants  # ncu profile of the forward (d=128 default, d=64 accurate),
+#                                        # then bench/kernel_speed.py --variants (fwd variants beside cuDNN)
 #   bash bench/device_session.sh modes   # cost of the accurate backward (A/B), bench/run.py bf16 (+ memory)
 #                                        # and fp16, the kernel-mode tests on CUDA
 # Logs and reports go under $OUT (the device tool brings them back).
@@ -44,6 +46,20 @@ case "${1:-tests}" in
         --deselect tests/test_validate_gpu.py 2>&1 | tee "$W/suite.log" | tail -30
     FLASHCHECK_RESULTS="$W" timeout ${T2:-250} python3 -m pytest -q -s -p no:cacheprovider -rf \
         tests/test_validate_gpu.py 2>&1 | tee "$W/answer_key.log" | grep -E "ANSWER-KEY|passed|failed"
+    ;;
+  variants)
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    for prof in "128 default" "64 accurate"; do
+      set -- $prof
+      [ -n "$NCU" ] && timeout ${T0:-80} "$NCU" --clock-control none --kernel-name regex:attn_fwd_kernel \
+          --launch-skip 2 --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
+          --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
+          python3 bench/kernel_speed.py --profile-once --d "$1" --precision "$2" > "$W/ncu_d$1_$2.log" 2>&1
+      grep -E "Throughput|Registers Per|Occupancy|Warp Cycles Per Issued|Issue Slots Busy|Executed Ipc A|No Eligible|Active Warps Per|Shared Memory Per Block|Block Limit|Duration|==PROF==|==ERROR==" \
+          "$W/ncu_d$1_$2.log" | head -40
+    done
+    timeout ${T1:-300} python3 bench/kernel_speed.py --variants --out "$W" 2>&1 | tee "$W/variants.log" | grep -E "BEST|^d=|Error" | tail -24
+    timeout ${T2:-100} python3 bench/kernel_speed.py --variants --ws --out "$W" 2>&1 | tee "$W/variants_ws.log" | grep -E "BEST|^d=|Error" | tail -14
     ;;
   speed)
     timeout ${T1:-240} python3 bench/run.py --out "$W/bench" 2>&1 | tee "$W/bench.log" | tail -30

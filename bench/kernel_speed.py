@@ -2,6 +2,9 @@
 
     PYTHONPATH=. python3 bench/kernel_speed.py            # table: ours vs SDPA flash, fwd and bwd
     PYTHONPATH=. python3 bench/kernel_speed.py --sweep    # try tile configs, print the best per d
+    PYTHONPATH=. python3 bench/kernel_speed.py --variants --out DIR   # forward code-generation variants
+        (tiles, TMA descriptors, warp specialization, the accurate mode's one-dot split) beside the
+        default and cuDNN, in one process; writes variants.json
 
 TFLOP/s counts 4·B·H·Nq·Nk·d for the forward (two matmuls) and 2.5× that for the backward
 (five matmuls), halved when causal; time is the median of triton.testing.do_bench.
@@ -159,12 +162,148 @@ def sweep(N=8192):
         torch.cuda.empty_cache()
 
 
+def _cudnn(causal):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def fn(q, k, v):
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return fn
+
+
+def _variant_configs(d, ws=False):
+    """Forward candidates per head dim: (precision, TileConfig). The first of each precision is the
+    current table's choice (the reference for ratios and for bitwise equality). ws: only the
+    warp-specialized candidates (run in a process of their own: a compiler crash there must not
+    take the other measurements with it), else all others."""
+    T = ka.TileConfig
+    base = ka.kernel_config(d, torch.bfloat16).fwd
+    acc_base = ka.kernel_config(d, torch.bfloat16, precision="accurate").fwd
+    default = [T(128, 64, 4, 3), T(128, 64, 8, 3), T(128, 128, 8, 3), T(128, 128, 8, 2),
+               T(64, 64, 4, 3, kv_desc=True), T(128, 64, 4, 3, kv_desc=True),
+               T(128, 64, 8, 3, kv_desc=True), T(128, 128, 8, 3, kv_desc=True),
+               T(128, 128, 8, 2, kv_desc=True),
+               T(128, 128, 4, 3, kv_desc=True, warp_specialize=True),
+               T(128, 64, 4, 3, kv_desc=True, warp_specialize=True),
+               T(128, 128, 8, 3, kv_desc=True, warp_specialize=True)]
+    accurate = [T(64, 64, 4, 2), T(64, 32, 4, 3), T(128, 64, 8, 3), T(128, 64, 8, 2),
+                T(64, 64, 4, 3, kv_desc=True), T(128, 64, 8, 3, kv_desc=True),
+                T(64, 64, 4, 3, split_one_dot=True), T(128, 64, 8, 3, split_one_dot=True),
+                T(64, 64, 4, 3, kv_desc=True, split_one_dot=True),
+                T(128, 64, 8, 3, kv_desc=True, warp_specialize=True)]
+    default = [c for c in default if c != base and c.warp_specialize == ws]
+    accurate = [c for c in accurate if c != acc_base and c.warp_specialize == ws]
+    return [("default", c) for c in [base] + default] + [("accurate", c) for c in [acc_base] + accurate]
+
+
+def _label(c) -> str:
+    flags = "".join(f"+{f}" for f in ("kv_desc", "warp_specialize", "split_one_dot") if getattr(c, f))
+    return f"{c.block_m}x{c.block_n}/{c.num_warps}w/{c.num_stages}s{flags}"
+
+
+def variants(out=None, N=16384, rep=60, ws=False):
+    """Forward time of every candidate of `_variant_configs` at B·N = 16k, H·d = 2048, bf16,
+    non-causal and causal, d = 64 and 128, beside cuDNN in the same process. Prints, per cell,
+    TFLOP/s, ours/cuDNN, time / the default's, and max |O − O_base| against the current config of
+    the same precision mode (0 means bitwise equal: the arithmetic did not change)."""
+    import time
+    rows = []
+    t_start = time.time()
+    for d in (64, 128):
+        H, B = 2048 // d, max(1, 16384 // N)
+        q, k, v = _inputs(B, H, N, d)
+        base_cfg = ka.kernel_config(d, torch.bfloat16)
+        for causal in (False, True):
+            fl = _flops(B, H, N, d, causal)
+            with torch.no_grad():
+                t_cudnn = do_bench(lambda: _cudnn(causal)(q, k, v), warmup=25, rep=rep, return_mode="median")
+                ref = {}
+                t_ref = {}
+                for mode, c in _variant_configs(d, ws):
+                    tiles = ka.KernelConfig(c, base_cfg.dkdv, base_cfg.dq)
+                    run = lambda: attention(q, k, v, causal=causal, precision=mode, tiles=tiles)  # noqa: E731
+                    try:
+                        o = run()
+                        t = do_bench(run, warmup=25, rep=rep, return_mode="median")
+                    except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported
+                        print(f"d={d} causal={causal} {mode} {_label(c)}: {type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}"[:240], flush=True)
+                        continue
+                    ref.setdefault(mode, o)
+                    t_ref.setdefault(mode, t)
+                    diff = (o.float() - ref[mode].float()).abs().max().item()
+                    r = dict(d=d, N=N, B=B, H=H, causal=causal, mode=mode, config=_label(c), ms=t,
+                             tflops=fl / t * 1e-9, vs_cudnn=t_cudnn / t, vs_mode_base=t / t_ref[mode],
+                             vs_default_base=t / t_ref["default"], max_diff_vs_base=diff,
+                             cudnn_ms=t_cudnn)
+                    rows.append(r)
+                    print(f"d={d:3} causal={causal!s:5} {mode:8} {_label(c):42} {r['tflops']:6.1f} TF/s "
+                          f"x{r['vs_cudnn']:.2f} cuDNN  t/base {r['vs_mode_base']:.3f}  "
+                          f"t/default {r['vs_default_base']:.3f}  diff {diff:.1e}  "
+                          f"[{time.time() - t_start:.0f}s]", flush=True)
+            if out:  # after every cell: a time-limited run still brings back what it measured
+                _write_variants(out, rows, "ws" if ws else "main")
+        del q, k, v
+        torch.cuda.empty_cache()
+    print("\nBEST per cell (default: fastest; accurate: fastest, its time over the fastest default):")
+    for d in (64, 128):
+        for causal in (False, True):
+            cell = [r for r in rows if r["d"] == d and r["causal"] == causal]
+            if not cell:
+                continue
+            bd = min((r for r in cell if r["mode"] == "default"), key=lambda r: r["ms"])
+            ba = min((r for r in cell if r["mode"] == "accurate"), key=lambda r: r["ms"], default=None)
+            base = cell[0]
+            line = (f"d={d} causal={causal!s:5} cuDNN {fl_str(base)}  default {base['tflops']:.0f} -> best "
+                    f"{bd['config']} {bd['tflops']:.0f} TF/s (x{bd['vs_cudnn']:.2f} cuDNN)")
+            if ba:
+                acc0 = next(r for r in cell if r["mode"] == "accurate")
+                line += (f" | accurate {acc0['ms'] / base['ms']:.2f}x -> best {ba['config']} "
+                         f"{ba['ms'] / base['ms']:.2f}x of base default, {ba['ms'] / bd['ms']:.2f}x of best default")
+            print(line)
+
+
+def _write_variants(out, rows, tag):
+    import json
+    from pathlib import Path
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / f"variants_{tag}.json").write_text(json.dumps(dict(
+        device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+        rows=rows), indent=1))
+
+
+def fl_str(r) -> str:
+    return f"{r['tflops'] * r['ms'] / r['cudnn_ms']:.0f} TF/s"
+
+
+def profile_once(d=128, N=16384, causal=False, precision="default"):
+    """A few launches of the default forward (for ncu --launch-skip/--launch-count)."""
+    H, B = 2048 // d, max(1, 16384 // N)
+    q, k, v = _inputs(B, H, N, d)
+    with torch.no_grad():
+        for _ in range(5):
+            attention(q, k, v, causal=causal, precision=precision)
+    torch.cuda.synchronize()
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--variants", action="store_true")
+    ap.add_argument("--ws", action="store_true", help="with --variants: the warp-specialized ones")
+    ap.add_argument("--profile-once", action="store_true")
+    ap.add_argument("--precision", default="default")
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--out", default=None)
     ap.add_argument("--no-check", action="store_true")
     a = ap.parse_args()
     print(torch.__version__, triton.__version__, torch.cuda.get_device_name())
+    if a.profile_once:
+        profile_once(d=a.d, precision=a.precision)
+        sys.exit(0)
+    if a.variants:
+        variants(a.out, ws=a.ws)
+        sys.exit(0)
     if not a.no_check:
         check()
     if a.sweep:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -35,11 +35,23 @@ _INT32_MAX = 2**31 - 1
 
 @dataclass(frozen=True)
 class TileConfig:
-    """Tile shape and pipelining of one kernel: block_m query rows × block_n key rows."""
+    """Tile shape and pipelining of one kernel: block_m query rows × block_n key rows.
+
+    The flags are code-generation choices of the forward (ignored by the backward kernels) that
+    leave the arithmetic as it is (`triton_fwd`): kv_desc, K/V tiles through tensor descriptors
+    (TMA; used where the strides allow it, else pointer loads); warp_specialize, the unmasked-tile
+    loop split into producer/consumer warps; split_one_dot, precision="accurate"'s two products
+    as one dot [P_hi | P_lo]·[V; V]."""
     block_m: int
     block_n: int
     num_warps: int = 4
     num_stages: int = 2
+    kv_desc: bool = False
+    warp_specialize: bool = False
+    split_one_dot: bool = False
+
+
+_TILE_FIELDS = 7  # ints per TileConfig in KernelConfig.flat()
 
 
 @dataclass(frozen=True)
@@ -51,13 +63,16 @@ class KernelConfig:
     dq: TileConfig
 
     def flat(self) -> list[int]:
-        """12 ints, the form a torch custom op can carry."""
-        return [x for t in (self.fwd, self.dkdv, self.dq)
-                for x in (t.block_m, t.block_n, t.num_warps, t.num_stages)]
+        """3 × 7 ints, the form a torch custom op can carry."""
+        return [int(x) for t in (self.fwd, self.dkdv, self.dq)
+                for x in (t.block_m, t.block_n, t.num_warps, t.num_stages, t.kv_desc,
+                          t.warp_specialize, t.split_one_dot)]
 
     @staticmethod
     def unflat(xs) -> "KernelConfig":
-        return KernelConfig(*(TileConfig(*xs[i:i + 4]) for i in (0, 4, 8)))
+        def one(x):
+            return TileConfig(*x[:4], *(bool(b) for b in x[4:]))
+        return KernelConfig(*(one(xs[i:i + _TILE_FIELDS]) for i in range(0, 3 * _TILE_FIELDS, _TILE_FIELDS)))
 
 
 _PRECISIONS = ("default", "accurate")
@@ -68,14 +83,27 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None = None) -> KernelConfig:
-    """Tiles per head dim and dtype (H100 tuned; the interpreter uses 16 × 16 tiles so that
-    small test shapes still cross several tile boundaries)."""
+def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None = None,
+                  precision: str = "default") -> KernelConfig:
+    """Tiles per head dim, dtype and forward precision mode (H100 tuned; the interpreter uses
+    16 × 16 tiles so that small test shapes still cross several tile boundaries)."""
     if interpret is None:
         interpret = _interpreting()
     if interpret:
         t = TileConfig(16, 16, 1, 1)
         return KernelConfig(t, t, t)
+    cfg = _h100_config(head_dim, dtype)
+    if precision == "accurate" and dtype != torch.float32:
+        return KernelConfig(_ACCURATE_FWD.get(cfg.fwd, cfg.fwd), cfg.dkdv, cfg.dq)
+    return cfg
+
+
+# precision="accurate" runs three products per tile for two: its best forward tiles may differ
+# (bench/NOTES.md); keyed by the default forward tile of the same head dim.
+_ACCURATE_FWD: dict[TileConfig, TileConfig] = {}
+
+
+def _h100_config(head_dim: int, dtype: torch.dtype) -> KernelConfig:
     bd = max(16, triton.next_power_of_2(head_dim))
     if dtype == torch.float32:  # 4-byte tiles: half the rows for the same shared memory
         if bd <= 64:
@@ -136,7 +164,7 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
     _check_choice("delta_from", delta_from, _DELTA_FROM)
     if interpret is None:
         interpret = _interpreting()
-    cfg = tiles or kernel_config(head_dim or 64, dtype, interpret=interpret)
+    cfg = tiles or kernel_config(head_dim or 64, dtype, interpret=interpret, precision=precision)
     block_k, block_q = cfg.fwd.block_n, cfg.dkdv.block_m
     if block_mask is not None:
         block_k, block_q = block_mask.block_k, block_mask.block_q
@@ -347,13 +375,14 @@ def _sparse_strides(num, idx):
     return ns + is_
 
 
-def _tiles(q, v, block_q, block_k, tiles: list[int]):
+def _tiles(q, v, block_q, block_k, tiles: list[int], precision: str = "default"):
     d, dv = q.shape[-1], v.shape[-1]
-    cfg = KernelConfig.unflat(tiles) if tiles else kernel_config(max(d, dv), q.dtype)
+    cfg = KernelConfig.unflat(tiles) if tiles else kernel_config(max(d, dv), q.dtype,
+                                                                 precision=precision)
     if block_q:  # a block-sparse mask fixes the tile grid
         w = cfg.fwd
         fixed = TileConfig(block_q, block_k, w.num_warps, w.num_stages)
-        cfg = KernelConfig(fixed, fixed, fixed)
+        cfg = KernelConfig(replace(w, block_m=block_q, block_n=block_k), fixed, fixed)
     return cfg, max(16, triton.next_power_of_2(d)), max(16, triton.next_power_of_2(dv))
 
 
@@ -367,8 +396,11 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     lse = torch.empty((B, Hq, nq), dtype=torch.float32, device=q.device)
     if o.numel() == 0:
         return o, lse.fill_(float("-inf")), o_res
-    cfg, bd, bdv = _tiles(q, v, block_q, block_k, tiles)
+    cfg, bd, bdv = _tiles(q, v, block_q, block_k, tiles, "accurate" if p_split else "default")
     t = cfg.fwd
+    kv_desc = t.kv_desc and _descriptor_ok(k) and _descriptor_ok(v)
+    if kv_desc:
+        _use_descriptor_allocator()
     mask_t = dense if dense is not None else q
     if sparse:
         num, idx, fnum, fidx = sparse[:4]
@@ -388,8 +420,31 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
         GROUP=Hq // Hkv, HEAD_D=d, HEAD_DV=dv, BLOCK_D=bd, BLOCK_DV=bdv,
         BLOCK_M=t.block_m, BLOCK_N=t.block_n, BAND=band, HAS_MASK=dense is not None,
         SPARSE=bool(sparse), DOT_PRECISION=dot, P_SPLIT=p_split, WRITE_RES=save_res,
+        KV_DESC=kv_desc, WARP_SPEC=t.warp_specialize, SPLIT_ONE_DOT=t.split_one_dot and p_split,
         num_warps=t.num_warps, num_stages=t.num_stages)
     return o, lse, o_res
+
+
+def _descriptor_ok(t: torch.Tensor) -> bool:
+    """A (Nk, d) tensor descriptor per head needs a 16-byte aligned head base and row stride
+    (TMA); the last dim is contiguous already (attention() copies it otherwise)."""
+    es = t.element_size()
+    return t.data_ptr() % 16 == 0 and all((t.stride(i) * es) % 16 == 0 for i in range(3))
+
+
+_allocator_set = False
+
+
+def _use_descriptor_allocator() -> None:
+    """Device-side descriptors (tl.make_tensor_descriptor) need global scratch memory from the
+    allocator Triton is given (set once per process; torch's caching allocator)."""
+    global _allocator_set
+    if not _allocator_set:
+        def alloc(size: int, alignment: int, stream):
+            return torch.empty(size, dtype=torch.int8,
+                               device="cpu" if _interpreting() else "cuda")
+        triton.set_allocator(alloc)
+        _allocator_set = True
 
 
 def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_lo, off_hi,

@@ -16,6 +16,13 @@ Two precision options (proofs/accurate_modes.md):
   dtype, so P enters the tensor-core product with ~2× the operand precision (two products).
 - WRITE_RES: also store O_res = round(O_fp32 − round(O_fp32)), the rounding residual of the output,
   so that the backward can form Δ = rowsum(dO ∘ O) from O_fp32 ≈ O + O_res.
+
+Code-generation choices that leave every rounding where it was (`TileConfig`):
+- KV_DESC: K and V tiles through tensor descriptors (TMA on Hopper) instead of pointer loads; rows
+  past Nk and head-dim columns past HEAD_D read as 0 exactly as the masked loads do.
+- WARP_SPEC: the loop over fully visible tiles warp-specialized (producer/consumer warps).
+- SPLIT_ONE_DOT (with P_SPLIT): [P_hi | P_lo] · [V; V] as one dot with K = 2·BLOCK_N instead of
+  two dots of K = BLOCK_N: the same products, added into the accumulator in the same k-step order.
 """
 import triton
 import triton.language as tl
@@ -25,15 +32,20 @@ from kernels.tiles import (LN2, LOG2E, full_start, head_ptr, inner_tiles, load_r
 
 
 @triton.jit
-def _fwd_tile(acc, l_i, m2_i, q, k_base, v_base, mask_base, start_n, offs_m, offs_d, offs_dv,
+def _fwd_tile(acc, l_i, m2_i, q, k_src, v_src, mask_base, start_n, offs_m, offs_d, offs_dv,
               Nq, Nk, stride_kn, stride_vn, stride_mm, stride_mn, off_lo, off_hi, qk_scale2,
               MASKED: tl.constexpr, BAND: tl.constexpr, HAS_MASK: tl.constexpr,
               BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr,
-              DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr):
-    """One key/value tile of the online-softmax recurrence (seed 002, FA2 Algorithm 1 body)."""
+              DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr, KV_DESC: tl.constexpr,
+              SPLIT_ONE_DOT: tl.constexpr):
+    """One key/value tile of the online-softmax recurrence (seed 002, FA2 Algorithm 1 body).
+    k_src, v_src: tensor descriptors of the head's K and V (KV_DESC) or its base pointers."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    # K tile loaded transposed, (BLOCK_D, BLOCK_N); padded head-dim columns read as 0.
-    kT = load_rows_t(k_base, offs_n, offs_d, stride_kn, Nk, HEAD_D, MASKED)
+    # K tile transposed, (BLOCK_D, BLOCK_N); rows past Nk and padded head-dim columns read as 0.
+    if KV_DESC:
+        kT = k_src.load([start_n, 0]).T
+    else:
+        kT = load_rows_t(k_src, offs_n, offs_d, stride_kn, Nk, HEAD_D, MASKED)
     # S2 = Q Kᵀ · scale · log2(e)   /   s2[i,j] = scale · log2(e) · Σ_c q[i,c] k[j,c]
     s2 = tl.dot(q, kT, input_precision=DOT_PRECISION) * qk_scale2
     if MASKED or HAS_MASK:
@@ -54,16 +66,31 @@ def _fwd_tile(acc, l_i, m2_i, q, k_base, v_base, mask_base, start_n, offs_m, off
     alpha = tl.math.exp2(m2_i - m2_shift)
     # l_new = alpha · l_old + rowsum(P̃)
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = load_rows(v_base, offs_n, offs_dv, stride_vn, Nk, HEAD_DV, MASKED)
+    if KV_DESC:
+        v = v_src.load([start_n, 0])
+    else:
+        v = load_rows(v_src, offs_n, offs_dv, stride_vn, Nk, HEAD_DV, MASKED)
     # acc = diag(alpha) acc + P̃ V   /   acc[i,c] = alpha[i] acc[i,c] + Σ_j p[i,j] v[j,c]
     acc = acc * alpha[:, None]
     p_hi = p.to(v.dtype)
-    acc = tl.dot(p_hi, v, acc, input_precision=DOT_PRECISION)
-    if P_SPLIT:
+    if not P_SPLIT:
+        acc = tl.dot(p_hi, v, acc, input_precision=DOT_PRECISION)
+    else:
         # P − P_hi is exact in fp32 (Sterbenz: P/2 <= P_hi <= 2P); its rounding P_lo carries the
         # next 8 (bf16) / 11 (fp16) bits of P into a second product.
         p_lo = (p - p_hi.to(tl.float32)).to(v.dtype)
-        acc = tl.dot(p_lo, v, acc, input_precision=DOT_PRECISION)
+        if SPLIT_ONE_DOT:
+            # acc += [P_hi | P_lo] · [V; V]   /   acc[i,c] += Σ_j p_hi[i,j] v[j,c] + Σ_j p_lo[i,j] v[j,c]
+            # (columns 0..BLOCK_N−1 of the wide operand are P_hi, BLOCK_N.. are P_lo: the k-steps
+            # run through the P_hi products first, as two dots would.)
+            BM: tl.constexpr = p_hi.shape[0]
+            BDV: tl.constexpr = v.shape[1]
+            p_wide = tl.reshape(tl.permute(tl.join(p_hi, p_lo), (0, 2, 1)), (BM, 2 * BLOCK_N))
+            v_tall = tl.reshape(tl.permute(tl.join(v, v), (2, 0, 1)), (2 * BLOCK_N, BDV))
+            acc = tl.dot(p_wide, v_tall, acc, input_precision=DOT_PRECISION)
+        else:
+            acc = tl.dot(p_hi, v, acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(p_lo, v, acc, input_precision=DOT_PRECISION)
     return acc, l_i, m2_new
 
 
@@ -84,6 +111,7 @@ def attn_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BAND: tl.constexpr, HAS_MASK: tl.constexpr, SPARSE: tl.constexpr,
     DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr, WRITE_RES: tl.constexpr,
+    KV_DESC: tl.constexpr, WARP_SPEC: tl.constexpr, SPLIT_ONE_DOT: tl.constexpr,
 ):
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
     tl.static_assert(BLOCK_D >= HEAD_D and BLOCK_DV >= HEAD_DV, "head dim padded to the tile")
@@ -96,6 +124,15 @@ def attn_fwd_kernel(
     k_base = head_ptr(K, off_b, off_hkv, stride_kb, stride_kh)
     v_base = head_ptr(V, off_b, off_hkv, stride_vb, stride_vh)
     mask_base = head_ptr(Mask, off_b, off_h, stride_mb, stride_mh)
+    if KV_DESC:
+        # One (Nk, d) descriptor per head: tiles crossing Nk or the head dim are zero-filled.
+        k_src = tl.make_tensor_descriptor(k_base, shape=[Nk, HEAD_D], strides=[stride_kn, 1],
+                                          block_shape=[BLOCK_N, BLOCK_D])
+        v_src = tl.make_tensor_descriptor(v_base, shape=[Nk, HEAD_DV], strides=[stride_vn, 1],
+                                          block_shape=[BLOCK_N, BLOCK_DV])
+    else:
+        k_src = k_base
+        v_src = v_base
 
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -116,19 +153,19 @@ def attn_fwd_kernel(
     # Partial tiles: bounds, band and dense mask applied elementwise.
     for t in range(0, n_partial):
         start_n = partial_start(t, ib, lo, f_lo, f_hi, SPARSE, BLOCK_N)
-        acc, l_i, m2_i = _fwd_tile(acc, l_i, m2_i, q, k_base, v_base, mask_base, start_n,
+        acc, l_i, m2_i = _fwd_tile(acc, l_i, m2_i, q, k_src, v_src, mask_base, start_n,
                                    offs_m, offs_d, offs_dv, Nq, Nk, stride_kn, stride_vn,
                                    stride_mm, stride_mn, off_lo, off_hi, qk_scale2,
                                    True, BAND, HAS_MASK, BLOCK_N, HEAD_D, HEAD_DV,
-                                   DOT_PRECISION, P_SPLIT)
+                                   DOT_PRECISION, P_SPLIT, KV_DESC, SPLIT_ONE_DOT)
     # Full tiles: no elementwise mask (a band-full tile still needs the dense mask, if any).
-    for t in range(0, n_full):
+    for t in tl.range(0, n_full, warp_specialize=WARP_SPEC):
         start_n = full_start(t, fib, f_lo, SPARSE, BLOCK_N)
-        acc, l_i, m2_i = _fwd_tile(acc, l_i, m2_i, q, k_base, v_base, mask_base, start_n,
+        acc, l_i, m2_i = _fwd_tile(acc, l_i, m2_i, q, k_src, v_src, mask_base, start_n,
                                    offs_m, offs_d, offs_dv, Nq, Nk, stride_kn, stride_vn,
                                    stride_mm, stride_mn, off_lo, off_hi, qk_scale2,
                                    False, BAND, HAS_MASK and not SPARSE, BLOCK_N, HEAD_D, HEAD_DV,
-                                   DOT_PRECISION, P_SPLIT)
+                                   DOT_PRECISION, P_SPLIT, KV_DESC, SPLIT_ONE_DOT)
 
     # O = diag(l)^−1 acc, the one division; a row with nothing visible has l = 0 and acc = 0 → O = 0.
     empty = l_i == 0.0
