@@ -7,6 +7,9 @@
 #                                        # the validate answer key (tests/test_validate_gpu.py) alone
 #   bash bench/device_session.sh variants  # ncu profile of the forward (d=128 default, d=64 accurate),
 #                                        # then bench/kernel_speed.py --variants (fwd variants beside cuDNN)
+#   bash bench/device_session.sh tuned   # after a tile/code-generation change: accurate/default forward
+#                                        # cost A/B, kernel + audit tests on CUDA, the GPU audit with both
+#                                        # modes (bf16, N sweep + published), bench/run.py ours/cuDNN/FA2 bf16
 #   bash bench/device_session.sh modes   # cost of the accurate backward (A/B), bench/run.py bf16 (+ memory)
 #                                        # and fp16, the kernel-mode tests on CUDA
 # Logs and reports go under $OUT (the device tool brings them back).
@@ -60,6 +63,17 @@ case "${1:-tests}" in
     done
     timeout ${T1:-300} python3 bench/kernel_speed.py --variants --out "$W" 2>&1 | tee "$W/variants.log" | grep -E "BEST|^d=|Error" | tail -24
     timeout ${T2:-100} python3 bench/kernel_speed.py --variants --ws --out "$W" 2>&1 | tee "$W/variants_ws.log" | grep -E "BEST|^d=|Error" | tail -14
+    ;;
+  tuned)
+    timeout ${T1:-80} python3 bench/kernel_speed.py --accurate-ab --out "$W" 2>&1 | tee "$W/accurate_ab.log" | grep -E "^AB|Error"
+    timeout ${T2:-150} python3 -m pytest -q -n 8 -p no:cacheprovider -m "not slow" tests/test_kernel_*.py tests/test_audit.py \
+        2>&1 | tee "$W/kernel_tests.log" | tail -6
+    timeout ${T3:-140} python3 -m flashcheck audit --device cuda --out "$W/audit" --dtype bfloat16 --N 128,256 \
+        --sweeps N,published 2>&1 | tail -3
+    [ -f "$W/audit/report.md" ] && sed -n '/^## bf16, N=2048/,/^## /p' "$W/audit/report.md" | head -16
+    timeout ${T4:-100} python3 bench/run.py --dtype bfloat16 --backends ours,torch-sdpa-cudnn,torch-sdpa-flash \
+        --no-memory --out "$W/bench" > "$W/bench.log" 2>&1
+    [ -f "$W/bench/bench.md" ] && sed -n '/ours\/peer/,$p' "$W/bench/bench.md"
     ;;
   speed)
     timeout ${T1:-240} python3 bench/run.py --out "$W/bench" 2>&1 | tee "$W/bench.log" | tail -30

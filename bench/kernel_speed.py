@@ -3,8 +3,10 @@
     PYTHONPATH=. python3 bench/kernel_speed.py            # table: ours vs SDPA flash, fwd and bwd
     PYTHONPATH=. python3 bench/kernel_speed.py --sweep    # try tile configs, print the best per d
     PYTHONPATH=. python3 bench/kernel_speed.py --variants --out DIR   # forward code-generation variants
-        (tiles, TMA descriptors, warp specialization, the accurate mode's one-dot split) beside the
-        default and cuDNN, in one process; writes variants.json
+        (tiles, TMA descriptors, warp specialization) beside the current config and cuDNN, in one
+        process; writes variants_main.json (--ws: the warp-specialized ones, variants_ws.json)
+    PYTHONPATH=. python3 bench/kernel_speed.py --accurate-ab --out DIR   # precision="accurate" / default
+        forward time, A/B interleaved, for candidate accurate-mode tiles; writes accurate_ab.json
 
 TFLOP/s counts 4·B·H·Nq·Nk·d for the forward (two matmuls) and 2.5× that for the backward
 (five matmuls), halved when causal; time is the median of triton.testing.do_bench.
@@ -188,8 +190,6 @@ def _variant_configs(d, ws=False):
                T(128, 128, 8, 3, kv_desc=True, warp_specialize=True)]
     accurate = [T(64, 64, 4, 2), T(64, 32, 4, 3), T(128, 64, 8, 3), T(128, 64, 8, 2),
                 T(64, 64, 4, 3, kv_desc=True), T(128, 64, 8, 3, kv_desc=True),
-                T(64, 64, 4, 3, split_one_dot=True), T(128, 64, 8, 3, split_one_dot=True),
-                T(64, 64, 4, 3, kv_desc=True, split_one_dot=True),
                 T(128, 64, 8, 3, kv_desc=True, warp_specialize=True)]
     default = [c for c in default if c != base and c.warp_specialize == ws]
     accurate = [c for c in accurate if c != acc_base and c.warp_specialize == ws]
@@ -197,7 +197,7 @@ def _variant_configs(d, ws=False):
 
 
 def _label(c) -> str:
-    flags = "".join(f"+{f}" for f in ("kv_desc", "warp_specialize", "split_one_dot") if getattr(c, f))
+    flags = "".join(f"+{f}" for f in ("kv_desc", "warp_specialize") if getattr(c, f))
     return f"{c.block_m}x{c.block_n}/{c.num_warps}w/{c.num_stages}s{flags}"
 
 
@@ -276,6 +276,61 @@ def fl_str(r) -> str:
     return f"{r['tflops'] * r['ms'] / r['cudnn_ms']:.0f} TF/s"
 
 
+def accurate_ab(out=None, N=16384, rounds=5, rep=30):
+    """Cost of precision="accurate" over the default forward (each at its kernel_config tiles, or a
+    candidate tile for the accurate one), and the previous default tile against today's, measured
+    A/B interleaved: per round one timing of each, the ratio of the medians over the rounds;
+    B·N = 16k, H·d = 2048, bf16."""
+    import json
+    import statistics
+    from pathlib import Path
+    T = ka.TileConfig
+    candidates = {  # (precision, forward tile or None for kernel_config's)
+        64: [("accurate", None), ("accurate", T(64, 64, 4, 4, kv_desc=True)),
+             ("accurate", T(64, 128, 4, 3, kv_desc=True)), ("accurate", T(64, 64, 8, 3, kv_desc=True)),
+             ("accurate", T(128, 64, 8, 3, kv_desc=True)), ("accurate", T(128, 64, 8, 4, kv_desc=True)),
+             ("accurate", T(64, 32, 4, 4, kv_desc=True))],
+        128: [("accurate", None), ("accurate", T(64, 64, 4, 3, kv_desc=True)),
+              ("accurate", T(128, 64, 8, 3, kv_desc=True)), ("default", T(64, 64, 4, 3))]}
+    rows = []
+    for d, cands in candidates.items():
+        H, B = 2048 // d, max(1, 16384 // N)
+        q, k, v = _inputs(B, H, N, d)
+        cfg = ka.kernel_config(d, torch.bfloat16)
+        for causal in (False, True):
+            with torch.no_grad():
+                default = lambda: attention(q, k, v, causal=causal)  # noqa: E731
+                ref = attention(q, k, v, causal=causal, precision="accurate")
+                for mode, tile in cands:
+                    tiles = None if tile is None else ka.KernelConfig(tile, cfg.dkdv, cfg.dq)
+                    cand = lambda: attention(q, k, v, causal=causal, precision=mode, tiles=tiles)  # noqa: E731
+                    try:
+                        diff = (cand().float() - ref.float()).abs().max().item() if mode == "accurate" else 0.0
+                        t_def, t_cand = [], []
+                        for _ in range(rounds):
+                            t_def.append(do_bench(default, warmup=10, rep=rep, return_mode="median"))
+                            t_cand.append(do_bench(cand, warmup=10, rep=rep, return_mode="median"))
+                    except Exception as e:  # noqa: BLE001 - report and go on
+                        print(f"d={d} causal={causal} {mode} {tile}: {type(e).__name__}"[:200], flush=True)
+                        continue
+                    name = "kernel_config" if tile is None else _label(tile)
+                    r = dict(d=d, N=N, causal=causal, precision=mode, tile=name, default=_label(cfg.fwd),
+                             default_ms=statistics.median(t_def), ms=statistics.median(t_cand),
+                             ratio=statistics.median(t_cand) / statistics.median(t_def),
+                             max_diff_vs_accurate_kernel_config=diff)
+                    rows.append(r)
+                    print(f"AB d={d:3} causal={causal!s:5} {mode:8} {name:24} / default {r['default']:14}"
+                          f" = {r['ratio']:.3f}  ({r['ms']:.3f} / {r['default_ms']:.3f} ms)  diff {diff:.1e}",
+                          flush=True)
+        del q, k, v
+        torch.cuda.empty_cache()
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "accurate_ab.json").write_text(json.dumps(dict(
+            device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+            rounds=rounds, rows=rows), indent=1))
+
+
 def profile_once(d=128, N=16384, causal=False, precision="default"):
     """A few launches of the default forward (for ncu --launch-skip/--launch-count)."""
     H, B = 2048 // d, max(1, 16384 // N)
@@ -292,6 +347,8 @@ if __name__ == "__main__":
     ap.add_argument("--variants", action="store_true")
     ap.add_argument("--ws", action="store_true", help="with --variants: the warp-specialized ones")
     ap.add_argument("--profile-once", action="store_true")
+    ap.add_argument("--accurate-ab", action="store_true",
+                    help="cost of precision='accurate' over the default forward, A/B interleaved")
     ap.add_argument("--precision", default="default")
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--out", default=None)
@@ -303,6 +360,9 @@ if __name__ == "__main__":
         sys.exit(0)
     if a.variants:
         variants(a.out, ws=a.ws)
+        sys.exit(0)
+    if a.accurate_ab:
+        accurate_ab(a.out)
         sys.exit(0)
     if not a.no_check:
         check()

@@ -3,6 +3,7 @@
 `resolve(target)` turns a target string into a `KernelUnderTest`:
 
 - ``"ours"``: `kernels.attention` (the Triton kernel; on the CPU it needs ``TRITON_INTERPRET=1``);
+  ``"ours-accurate"``: the same with ``precision="accurate"`` (the split-P forward);
 - ``"torch-sdpa-math"``, ``"torch-sdpa-flash"``, ``"torch-sdpa-efficient"``, ``"torch-sdpa-cudnn"``:
   `torch.nn.functional.scaled_dot_product_attention` pinned to one backend with
   `torch.nn.attention.sdpa_kernel`;
@@ -44,7 +45,7 @@ SDPA_BACKENDS = {
     "torch-sdpa-efficient": "EFFICIENT_ATTENTION",
     "torch-sdpa-cudnn": "CUDNN_ATTENTION",
 }
-BUILTINS = ("ours", *SDPA_BACKENDS, "flex")
+BUILTINS = ("ours", "ours-accurate", *SDPA_BACKENDS, "flex")
 
 
 def _dtype_name(dtype) -> str:
@@ -275,6 +276,8 @@ def resolve(target: str, *, supports: Iterable[str] | str | None = None, layout:
         raise ValueError(f"layout: the built-in kernel {target} takes (B, H, N, d) tensors (bhnd), got {layout!r}")
     if target == "ours":
         kut = _ours()
+    elif target == "ours-accurate":
+        kut = _ours_accurate()
     elif target in SDPA_BACKENDS:
         kut = _sdpa(target)
     elif target == "flex":
@@ -389,6 +392,26 @@ def _ours() -> KernelUnderTest:
     return KernelUnderTest(name="ours", supports=CAPABILITIES, fn=fn, precision_fn=precision,
                            availability_fn=availability,
                            domain=Domain(dtypes=("float32", "float16", "bfloat16"), causal_alignment="bottom_right"))
+
+
+# ---- ours, accurate forward (kernel owner's block) -------------------------------------------------
+
+def _ours_accurate() -> KernelUnderTest:
+    """Our kernel with precision="accurate" (P·V as P_hi·V + P_lo·V, proofs/accurate_modes.md) and
+    its default accurate backward: the same kernel under another name, its own precision model."""
+    from kernels.attention import attention
+
+    kut = _ours()
+
+    def fn(q, k, v, *, causal=False, **kw):
+        return attention(q, k, v, causal="bottom_right" if causal else False, return_lse=True,
+                         precision="accurate", **kw)
+
+    def precision(dtype, dot_precision=None, *, head_dim=None):
+        return ours_precision(dtype, dot_precision, head_dim=head_dim, precision="accurate")
+
+    kut.name, kut.fn, kut.precision_fn = "ours-accurate", fn, precision
+    return kut
 
 
 # ---- torch SDPA ------------------------------------------------------------------------------------

@@ -4,8 +4,8 @@ For each kernel and dtype: the error of O, LSE, dQ, dK, dV against the float64 r
 the derived bound, swept over N (three input distributions) and over the logit scale (1 up to the
 dtype's overflow edge); fully masked rows checked against the convention. Writes report.md,
 report.json and plots/*.png to --out. Defaults: on the CPU ours (through TRITON_INTERPRET=1) and
-torch-sdpa-math; on a GPU every torch SDPA backend and flex next to ours, plus the bf16, N=2048,
-d=128 comparison with published figures.
+torch-sdpa-math; on a GPU every torch SDPA backend and flex next to both modes of ours (`ours`, and
+`ours-accurate`: precision="accurate"), plus the bf16, N=2048, d=128 comparison with published figures.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 CPU_TARGETS = ("ours", "torch-sdpa-math")
-GPU_TARGETS = ("ours", "torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa-efficient",
+GPU_TARGETS = ("ours", "ours-accurate", "torch-sdpa-flash", "torch-sdpa-cudnn", "torch-sdpa-efficient",
                "torch-sdpa-math", "flex")
 
 
@@ -85,7 +85,7 @@ class Progress:
 def _parse(argv):
     p = argparse.ArgumentParser(prog="flashcheck audit", description=__doc__.split("\n\n")[0])
     p.add_argument("targets", nargs="*", metavar="TARGET",
-                   help="built-in name (ours, torch-sdpa-math|flash|efficient|cudnn, flex), "
+                   help="built-in name (ours, ours-accurate, torch-sdpa-math|flash|efficient|cudnn, flex), "
                         "package.module:function or path/file.py:function "
                         f"(default: CPU {' '.join(CPU_TARGETS)}; GPU {' '.join(GPU_TARGETS)})")
     p.add_argument("--out", default="audit-report", help="output directory (default: %(default)s)")

@@ -208,7 +208,7 @@ def measure(kut, case: Case, device: str, parts: dict, kinds=BOUND_KINDS, cache=
         record["bounds_missing"] = why
     else:
         try:
-            precision = kut.precision(dtype)
+            precision = kut.precision(dtype, head_dim=case.d)  # the tiles (block_k) follow d
         except Exception as exc:
             record["bounds_missing"] = f"no precision model: {type(exc).__name__}: {exc}"
         else:

@@ -40,18 +40,16 @@ class TileConfig:
     The flags are code-generation choices of the forward (ignored by the backward kernels) that
     leave the arithmetic as it is (`triton_fwd`): kv_desc, K/V tiles through tensor descriptors
     (TMA; used where the strides allow it, else pointer loads); warp_specialize, the unmasked-tile
-    loop split into producer/consumer warps; split_one_dot, precision="accurate"'s two products
-    as one dot [P_hi | P_lo]·[V; V]."""
+    loop split into producer/consumer warps (Triton's automatic warp specialization)."""
     block_m: int
     block_n: int
     num_warps: int = 4
     num_stages: int = 2
     kv_desc: bool = False
     warp_specialize: bool = False
-    split_one_dot: bool = False
 
 
-_TILE_FIELDS = 7  # ints per TileConfig in KernelConfig.flat()
+_TILE_FIELDS = 6  # ints per TileConfig in KernelConfig.flat()
 
 
 @dataclass(frozen=True)
@@ -63,13 +61,16 @@ class KernelConfig:
     dq: TileConfig
 
     def flat(self) -> list[int]:
-        """3 × 7 ints, the form a torch custom op can carry."""
+        """3 × 6 ints, the form a torch custom op can carry."""
         return [int(x) for t in (self.fwd, self.dkdv, self.dq)
                 for x in (t.block_m, t.block_n, t.num_warps, t.num_stages, t.kv_desc,
-                          t.warp_specialize, t.split_one_dot)]
+                          t.warp_specialize)]
 
     @staticmethod
     def unflat(xs) -> "KernelConfig":
+        if len(xs) != 3 * _TILE_FIELDS:
+            raise ValueError(f"tiles: expected {3 * _TILE_FIELDS} ints (KernelConfig.flat()), got {len(xs)}")
+
         def one(x):
             return TileConfig(*x[:4], *(bool(b) for b in x[4:]))
         return KernelConfig(*(one(xs[i:i + _TILE_FIELDS]) for i in range(0, 3 * _TILE_FIELDS, _TILE_FIELDS)))
@@ -92,18 +93,6 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     if interpret:
         t = TileConfig(16, 16, 1, 1)
         return KernelConfig(t, t, t)
-    cfg = _h100_config(head_dim, dtype)
-    if precision == "accurate" and dtype != torch.float32:
-        return KernelConfig(_ACCURATE_FWD.get(cfg.fwd, cfg.fwd), cfg.dkdv, cfg.dq)
-    return cfg
-
-
-# precision="accurate" runs three products per tile for two: its best forward tiles may differ
-# (bench/NOTES.md); keyed by the default forward tile of the same head dim.
-_ACCURATE_FWD: dict[TileConfig, TileConfig] = {}
-
-
-def _h100_config(head_dim: int, dtype: torch.dtype) -> KernelConfig:
     bd = max(16, triton.next_power_of_2(head_dim))
     if dtype == torch.float32:  # 4-byte tiles: half the rows for the same shared memory
         if bd <= 64:
@@ -111,13 +100,19 @@ def _h100_config(head_dim: int, dtype: torch.dtype) -> KernelConfig:
         if bd <= 128:  # dK and dV accumulators (2 × 64 × 128 fp32) want 8 warps of registers
             return KernelConfig(TileConfig(64, 32, 4, 2), TileConfig(32, 64, 8, 2), TileConfig(64, 32, 4, 2))
         return KernelConfig(TileConfig(32, 32, 8, 1), TileConfig(32, 32, 8, 1), TileConfig(32, 32, 8, 1))
-    # bf16/fp16, measured on the H100 (bench/kernel_speed.py --sweep, N = 8k, d = 64 and 128):
-    # fwd 64×64 tiles, 4 warps, 3 stages beat 128-row tiles at both head dims; the d = 128
-    # backward prefers 128-wide dK/dV tiles with 8 warps.
+    # bf16/fp16, measured on the H100 (bench/NOTES.md "2026-11-23b"; bench/kernel_speed.py --variants,
+    # B·N = 16k, H·d = 2048, side by side in one process). Forward: d <= 64 keeps 64×64 tiles, 4
+    # warps, 3 stages (128-row tiles, TMA descriptors: 0.88–1.02×); d = 128 takes 128×128 tiles with
+    # 8 warps (1.06× non-causal, 1.08× causal over 64×64: half the K/V traffic from L2 per row).
+    # precision="accurate" (three products per tile for two): d <= 64 loads K/V through tensor
+    # descriptors (1.04× over pointer loads, 1.02× causal), d = 128 keeps 64×64 (128×128 with its
+    # extra P_lo registers: not better). The backward: d = 128 prefers 128-wide dK/dV tiles, 8 warps.
     if bd <= 64:
-        return KernelConfig(TileConfig(64, 64, 4, 3), TileConfig(64, 64, 4, 3), TileConfig(64, 64, 4, 3))
+        fwd = TileConfig(64, 64, 4, 3, kv_desc=precision == "accurate")
+        return KernelConfig(fwd, TileConfig(64, 64, 4, 3), TileConfig(64, 64, 4, 3))
     if bd <= 128:
-        return KernelConfig(TileConfig(64, 64, 4, 3), TileConfig(64, 128, 8, 3), TileConfig(128, 64, 8, 3))
+        fwd = TileConfig(64, 64, 4, 3) if precision == "accurate" else TileConfig(128, 128, 8, 3)
+        return KernelConfig(fwd, TileConfig(64, 128, 8, 3), TileConfig(128, 64, 8, 3))
     # d in (128, 256]: fp32 accumulators of 64 × 256 (fwd) and 2 × 32 × 256 (dK, dV) need 8 warps
     return KernelConfig(TileConfig(64, 32, 8, 2), TileConfig(32, 32, 8, 2), TileConfig(32, 32, 8, 2))
 
@@ -381,8 +376,10 @@ def _tiles(q, v, block_q, block_k, tiles: list[int], precision: str = "default")
                                                                  precision=precision)
     if block_q:  # a block-sparse mask fixes the tile grid
         w = cfg.fwd
-        fixed = TileConfig(block_q, block_k, w.num_warps, w.num_stages)
-        cfg = KernelConfig(replace(w, block_m=block_q, block_n=block_k), fixed, fixed)
+        # 8 warps are two warpgroups of 64 rows each: only for tiles of 128 rows and more
+        warps = w.num_warps if block_q >= 128 else min(w.num_warps, 4)
+        fixed = TileConfig(block_q, block_k, warps, w.num_stages)
+        cfg = KernelConfig(replace(w, block_m=block_q, block_n=block_k, num_warps=warps), fixed, fixed)
     return cfg, max(16, triton.next_power_of_2(d)), max(16, triton.next_power_of_2(dv))
 
 
@@ -420,7 +417,7 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
         GROUP=Hq // Hkv, HEAD_D=d, HEAD_DV=dv, BLOCK_D=bd, BLOCK_DV=bdv,
         BLOCK_M=t.block_m, BLOCK_N=t.block_n, BAND=band, HAS_MASK=dense is not None,
         SPARSE=bool(sparse), DOT_PRECISION=dot, P_SPLIT=p_split, WRITE_RES=save_res,
-        KV_DESC=kv_desc, WARP_SPEC=t.warp_specialize, SPLIT_ONE_DOT=t.split_one_dot and p_split,
+        KV_DESC=kv_desc, WARP_SPEC=t.warp_specialize,
         num_warps=t.num_warps, num_stages=t.num_stages)
     return o, lse, o_res
 

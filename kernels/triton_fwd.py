@@ -21,8 +21,6 @@ Code-generation choices that leave every rounding where it was (`TileConfig`):
 - KV_DESC: K and V tiles through tensor descriptors (TMA on Hopper) instead of pointer loads; rows
   past Nk and head-dim columns past HEAD_D read as 0 exactly as the masked loads do.
 - WARP_SPEC: the loop over fully visible tiles warp-specialized (producer/consumer warps).
-- SPLIT_ONE_DOT (with P_SPLIT): [P_hi | P_lo] · [V; V] as one dot with K = 2·BLOCK_N instead of
-  two dots of K = BLOCK_N: the same products, added into the accumulator in the same k-step order.
 """
 import triton
 import triton.language as tl
@@ -36,8 +34,7 @@ def _fwd_tile(acc, l_i, m2_i, q, k_src, v_src, mask_base, start_n, offs_m, offs_
               Nq, Nk, stride_kn, stride_vn, stride_mm, stride_mn, off_lo, off_hi, qk_scale2,
               MASKED: tl.constexpr, BAND: tl.constexpr, HAS_MASK: tl.constexpr,
               BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr,
-              DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr, KV_DESC: tl.constexpr,
-              SPLIT_ONE_DOT: tl.constexpr):
+              DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr, KV_DESC: tl.constexpr):
     """One key/value tile of the online-softmax recurrence (seed 002, FA2 Algorithm 1 body).
     k_src, v_src: tensor descriptors of the head's K and V (KV_DESC) or its base pointers."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -73,24 +70,13 @@ def _fwd_tile(acc, l_i, m2_i, q, k_src, v_src, mask_base, start_n, offs_m, offs_
     # acc = diag(alpha) acc + P̃ V   /   acc[i,c] = alpha[i] acc[i,c] + Σ_j p[i,j] v[j,c]
     acc = acc * alpha[:, None]
     p_hi = p.to(v.dtype)
-    if not P_SPLIT:
-        acc = tl.dot(p_hi, v, acc, input_precision=DOT_PRECISION)
-    else:
+    acc = tl.dot(p_hi, v, acc, input_precision=DOT_PRECISION)
+    if P_SPLIT:
         # P − P_hi is exact in fp32 (Sterbenz: P/2 <= P_hi <= 2P); its rounding P_lo carries the
-        # next 8 (bf16) / 11 (fp16) bits of P into a second product.
+        # next 8 (bf16) / 11 (fp16) bits of P into a second product. (One dot [P_hi | P_lo]·[V; V]
+        # instead of two ran 2.8–7× slower on the H100: the operand reshuffle; bench/NOTES.md.)
         p_lo = (p - p_hi.to(tl.float32)).to(v.dtype)
-        if SPLIT_ONE_DOT:
-            # acc += [P_hi | P_lo] · [V; V]   /   acc[i,c] += Σ_j p_hi[i,j] v[j,c] + Σ_j p_lo[i,j] v[j,c]
-            # (columns 0..BLOCK_N−1 of the wide operand are P_hi, BLOCK_N.. are P_lo: the k-steps
-            # run through the P_hi products first, as two dots would.)
-            BM: tl.constexpr = p_hi.shape[0]
-            BDV: tl.constexpr = v.shape[1]
-            p_wide = tl.reshape(tl.permute(tl.join(p_hi, p_lo), (0, 2, 1)), (BM, 2 * BLOCK_N))
-            v_tall = tl.reshape(tl.permute(tl.join(v, v), (2, 0, 1)), (2 * BLOCK_N, BDV))
-            acc = tl.dot(p_wide, v_tall, acc, input_precision=DOT_PRECISION)
-        else:
-            acc = tl.dot(p_hi, v, acc, input_precision=DOT_PRECISION)
-            acc = tl.dot(p_lo, v, acc, input_precision=DOT_PRECISION)
+        acc = tl.dot(p_lo, v, acc, input_precision=DOT_PRECISION)
     return acc, l_i, m2_new
 
 
@@ -111,7 +97,7 @@ def attn_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BAND: tl.constexpr, HAS_MASK: tl.constexpr, SPARSE: tl.constexpr,
     DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr, WRITE_RES: tl.constexpr,
-    KV_DESC: tl.constexpr, WARP_SPEC: tl.constexpr, SPLIT_ONE_DOT: tl.constexpr,
+    KV_DESC: tl.constexpr, WARP_SPEC: tl.constexpr,
 ):
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
     tl.static_assert(BLOCK_D >= HEAD_D and BLOCK_DV >= HEAD_DV, "head dim padded to the tile")
@@ -157,7 +143,7 @@ def attn_fwd_kernel(
                                    offs_m, offs_d, offs_dv, Nq, Nk, stride_kn, stride_vn,
                                    stride_mm, stride_mn, off_lo, off_hi, qk_scale2,
                                    True, BAND, HAS_MASK, BLOCK_N, HEAD_D, HEAD_DV,
-                                   DOT_PRECISION, P_SPLIT, KV_DESC, SPLIT_ONE_DOT)
+                                   DOT_PRECISION, P_SPLIT, KV_DESC)
     # Full tiles: no elementwise mask (a band-full tile still needs the dense mask, if any).
     for t in tl.range(0, n_full, warp_specialize=WARP_SPEC):
         start_n = full_start(t, fib, f_lo, SPARSE, BLOCK_N)
@@ -165,7 +151,7 @@ def attn_fwd_kernel(
                                    offs_m, offs_d, offs_dv, Nq, Nk, stride_kn, stride_vn,
                                    stride_mm, stride_mn, off_lo, off_hi, qk_scale2,
                                    False, BAND, HAS_MASK and not SPARSE, BLOCK_N, HEAD_D, HEAD_DV,
-                                   DOT_PRECISION, P_SPLIT, KV_DESC, SPLIT_ONE_DOT)
+                                   DOT_PRECISION, P_SPLIT, KV_DESC)
 
     # O = diag(l)^−1 acc, the one division; a row with nothing visible has l = 0 and acc = 0 → O = 0.
     empty = l_i == 0.0

@@ -103,11 +103,12 @@ def test_gpu_audit_puts_every_backend_side_by_side_and_ours_within_its_bound(tmp
     for kernel in GPU_TARGETS:
         for dtype in sweep.dtypes:
             assert (kernel, dtype) in seen | skipped, (kernel, dtype)
-    ours = [r for r in report["results"] if r["case"]["kernel"] == "ours"
-            and r["case"]["sweep"] == "N"]
-    assert ours and not any(r["error"] for r in ours), [r["error"] for r in ours]
-    worst = max(v for r in ours for s in r["quantities"].values() for v in s["ratio"].values())
-    assert worst <= 1, f"ours exceeds its bound on the GPU: worst error/bound {worst:.3g}"
+    for mode in ("ours", "ours-accurate"):
+        ours = [r for r in report["results"] if r["case"]["kernel"] == mode
+                and r["case"]["sweep"] == "N"]
+        assert ours and not any(r["error"] for r in ours), [r["error"] for r in ours]
+        worst = max(v for r in ours for s in r["quantities"].values() for v in s["ratio"].values())
+        assert worst <= 1, f"{mode} exceeds its bound on the GPU: worst error/bound {worst:.3g}"
 
 
 def _bench_module():
@@ -137,3 +138,20 @@ def test_bench_refuses_to_run_without_cuda(tmp_path, capsys):
         pytest.skip("a CUDA GPU is present: the real benchmark would run")
     assert _bench_module().main(["--out", str(tmp_path)]) == 2
     assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_audit_ours_accurate_is_a_target_with_its_own_precision(tmp_path):
+    """`ours-accurate` (precision="accurate") is audited beside `ours`, judged by its own
+    precision model (p_split) and within its bound."""
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
+        pytest.skip("the Triton kernel needs CUDA or TRITON_INTERPRET=1")
+    report, _ = _quick_audit(tmp_path, ["ours-accurate"], dtypes=("float16",), Ns=(16,),
+                             distributions=("normal",), parts=("N",))
+    assert report["results"] and all(r["case"]["kernel"] == "ours-accurate" and not r["error"]
+                                     for r in report["results"]), report["results"]
+    assert all("p_split=True" in r["precision"] for r in report["results"])
+    worst = max(v for r in report["results"] for s in r["quantities"].values()
+                for v in s["ratio"].values())
+    assert worst <= 1, f"ours-accurate exceeds its bound: worst error/bound {worst:.3g}"

@@ -19,12 +19,13 @@ def _fn(q, k, v, mask):
 @needs_kernel
 def test_custom_op_passes_opcheck():
     """torch.library.opcheck: schema, fake (meta) implementation and autograd registration agree."""
-    import kernels.attention  # noqa: F401 - registers the ops
+    from kernels.attention import KernelConfig, TileConfig  # importing registers the ops
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, n, 16, generator=g).to(DEVICE).requires_grad_() for n in (12, 20, 20))
+    tiles = KernelConfig(*[TileConfig(16, 16, 1, 1)] * 3).flat()  # the tile choice as the op carries it
     # (…, dot, p_split, save_res, tiles): with and without the rounding residual O_res as output
-    for modes in ((False, False, []), (True, True, [16, 16, 1, 1] * 3)):
+    for modes in ((False, False, []), (True, True, tiles)):
         args = (q, k, v, None, [], 0.25, True, -3, 4, 0, 0, "ieee", *modes)
         torch.library.opcheck(torch.ops.flashcheck.attention_fwd.default, args,
                               test_utils=("test_schema", "test_faketensor",

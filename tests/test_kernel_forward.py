@@ -6,6 +6,7 @@ both alignments, sliding windows, dense masks including fully masked rows; value
 distribution of flashcheck/strategies.py. Outputs are poisoned (NaN) before each run.
 """
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -103,3 +104,35 @@ def test_forward_non_contiguous_inputs_are_copied():
 def test_interpreter_shapes_are_small():
     """The CPU suite stays within its time budget: every interpreter shape is tiny."""
     assert all(max(s[3], s[4]) <= 64 for s in KERNEL_SHAPES)
+
+
+@needs_kernel
+@pytest.mark.parametrize("precision", ["default", "accurate"])
+@pytest.mark.parametrize("d", [24, 20])  # rows of 48 bytes: descriptors; 40 bytes: pointer loads
+def test_forward_kv_descriptors_change_nothing(precision, d):
+    """K/V tiles through tensor descriptors (TileConfig.kv_desc, TMA on Hopper) are a
+    code-generation choice: O and LSE bit for bit those of pointer loads — ragged N (tiles crossing
+    Nk read zeros either way), GQA, causal bottom-right, a dense mask with a fully masked row."""
+    import dataclasses
+
+    import torch
+
+    from kernels.attention import KernelConfig, attention, kernel_config
+    from tests.test_kernel_support import CUDA, DEVICE
+
+    dtype = torch.bfloat16 if CUDA else torch.float16
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 4, 45, d, generator=g).to(DEVICE, dtype)
+    k, v = (torch.randn(1, 2, 77, d, generator=g).to(DEVICE, dtype) for _ in range(2))
+    mask = torch.rand(1, 1, 45, 77, generator=g).to(DEVICE) > 0.3
+    mask[..., 5, :] = False
+    base = kernel_config(d, dtype, precision=precision)
+    outs = []
+    for kv_desc in (False, True):
+        fwd = dataclasses.replace(base.fwd, kv_desc=kv_desc)
+        outs.append(attention(q, k, v, causal="bottom_right", mask=mask, return_lse=True,
+                              precision=precision, tiles=KernelConfig(fwd, base.dkdv, base.dq)))
+    (o0, lse0), (o1, lse1) = outs
+    assert torch.equal(o0, o1), f"O differs: max |diff| {(o0.float() - o1.float()).abs().max().item():.3g}"
+    assert torch.equal(lse0, lse1), f"LSE differs: max |diff| {(lse0 - lse1).abs().max().item():.3g}"
+    assert bool((o0[..., 5, :] == 0).all()) and bool(torch.isneginf(lse0[..., 5]).all())
