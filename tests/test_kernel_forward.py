@@ -136,3 +136,32 @@ def test_forward_kv_descriptors_change_nothing(precision, d):
     assert torch.equal(o0, o1), f"O differs: max |diff| {(o0.float() - o1.float()).abs().max().item():.3g}"
     assert torch.equal(lse0, lse1), f"LSE differs: max |diff| {(lse0 - lse1).abs().max().item():.3g}"
     assert bool((o0[..., 5, :] == 0).all()) and bool(torch.isneginf(lse0[..., 5]).all())
+
+
+@needs_kernel
+@pytest.mark.skipif(not INTERPRET, reason="on the GPU every test runs these tiles already")
+@pytest.mark.parametrize("precision", ["default", "accurate"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_forward_h100_tiles_within_their_bound_in_the_interpreter(precision, d):
+    """The H100 forward tiles (`kernel_config(..., interpret=False)`: 128×128 at d = 128, K/V
+    descriptors for the accurate mode at d = 64) through the interpreter, within the bound of their
+    own block_k: ragged N, Nq != Nk, GQA, causal bottom-right and fully masked rows across them."""
+    import torch
+
+    from flashcheck.adapters import ours_precision
+    from kernels.attention import kernel_config
+    from proofs.bounds import forward_bound
+
+    case = Case(Shape(1, 2, 1, 150, 200, d), causal="bottom_right", mask="fully_masked_rows",
+                values="outliers", seed=4)
+    inp = materialize(case, "float16")
+    tiles = kernel_config(d, torch.float16, interpret=False, precision=precision)
+    o, lse = run_kernel(inp, case, "float16", precision=precision, tiles=tiles)
+    prec = ours_precision(torch.float16, head_dim=d, interpret=True, precision=precision, tiles=tiles)
+    assert prec.block_k == tiles.fwd.block_n
+    ref_o, ref_lse = reference_forward(inp, case)
+    b = forward_bound(inp.q, inp.k, inp.v, scale=inp.scale, causal=case.causal, mask=inp.mask,
+                      precision=prec)
+    r_o = assert_within("O", o, ref_o, b.o)
+    r_l = assert_within("LSE", lse, ref_lse, b.lse)
+    record(f"{case} {tiles.fwd}: worst |err|/bound O {r_o:.3f}, LSE {r_l:.3f}")
