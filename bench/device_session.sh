@@ -71,7 +71,7 @@ case "${1:-tests}" in
     timeout ${T3:-140} python3 -m flashcheck audit --device cuda --out "$W/audit" --dtype bfloat16 --N 128,256 \
         --sweeps N,published 2>&1 | tail -3
     [ -f "$W/audit/report.md" ] && sed -n '/^## bf16, N=2048/,/^## /p' "$W/audit/report.md" | head -16
-    timeout ${T4:-100} python3 bench/run.py --dtype bfloat16 --backends ours,torch-sdpa-cudnn,torch-sdpa-flash \
+    timeout ${T4:-120} python3 bench/run.py --dtype bfloat16 --backends ours,ours-accurate,torch-sdpa-cudnn,torch-sdpa-flash \
         --no-memory --out "$W/bench" > "$W/bench.log" 2>&1
     [ -f "$W/bench/bench.md" ] && sed -n '/ours\/peer/,$p' "$W/bench/bench.md"
     ;;

@@ -86,10 +86,11 @@ def make_backend(name: str, causal: bool):
     heads than q (GQA)."""
     import torch
 
-    if name == "ours":
+    if name in ("ours", "ours-accurate"):  # ours-accurate: precision="accurate" (issue 11's cost)
         from kernels.attention import attention
 
-        return lambda q, k, v: attention(q, k, v, causal=causal)
+        precision = "accurate" if name == "ours-accurate" else "default"
+        return lambda q, k, v: attention(q, k, v, causal=causal, precision=precision)
     if name in SDPA:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -125,7 +126,8 @@ def make_backend(name: str, causal: bool):
             gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
             return compiled(q, k, v, block_mask=block_mask, **gqa)
         return flex
-    raise ValueError(f"backend: unknown {name!r}; expected one of {GPU_BACKENDS + ('torch-sdpa-math',)}")
+    raise ValueError(f"backend: unknown {name!r}; expected one of "
+                     f"{GPU_BACKENDS + ('ours-accurate', 'torch-sdpa-math')}")
 
 
 def _copies(cfg: Config, device: str, dtype) -> int:

@@ -5,7 +5,7 @@ import json
 import math
 from pathlib import Path
 
-from flashcheck.audit_plots import QUANTITY_TITLES, plot_sweep, slug
+from flashcheck.audit_plots import QUANTITY_TITLES, plot_kernels, plot_sweep, slug
 
 # Published figures (bf16, N=2048, d=128, relative error vs float64), for the comparison table.
 PUBLISHED = {
@@ -116,6 +116,23 @@ def _published_table(results):
     return "\n".join(lines)
 
 
+def _side_by_side(results, dtype):
+    """Rows (distribution, N) of the N sweep in `dtype`, one column per kernel: rel. error of O / dQ."""
+    rows = [r for r in results if r["case"]["sweep"] == "N" and r["case"]["dtype"] == dtype]
+    kernels = list(dict.fromkeys(r["case"]["kernel"] for r in rows))
+    if len(kernels) < 2:
+        return None
+    cell = {(r["case"]["kernel"], r["case"]["distribution"], r["case"]["N"]): r["quantities"] for r in rows}
+    lines = ["| distribution | N | " + " | ".join(kernels) + " |", "|---|---|" + "---|" * len(kernels)]
+    for dist, n in sorted({(r["case"]["distribution"], r["case"]["N"]) for r in rows}):
+        cells = []
+        for k in kernels:
+            qs = cell.get((k, dist, n), {})
+            cells.append(" / ".join(_fmt(qs[q]["rel_err"]) if q in qs else "—" for q in ("o", "dq")))
+        lines.append(f"| {dist} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def write_report(report: dict, out: Path) -> tuple[Path, Path]:
     """Write report.json, report.md and plots/*.png under `out`; return the two report paths."""
     out.mkdir(parents=True, exist_ok=True)
@@ -166,6 +183,20 @@ def write_report(report: dict, out: Path) -> tuple[Path, Path]:
                "4 (logit std 16). Errors only (the bounds at this size take minutes per kernel); "
                "the published rows are the figures quoted in the brief, for comparison.", "",
                published, ""]
+
+    for dtype in dict.fromkeys(r["case"]["dtype"] for r in results):
+        table = _side_by_side(results, dtype)
+        if not table:
+            continue
+        sub = [r for r in results if r["case"]["sweep"] == "N" and r["case"]["dtype"] == dtype]
+        c0 = sub[0]["case"]
+        md += [f"## {dtype}: every kernel side by side (N sweep, logit scale 1)", "",
+               f"Relative error of O / dQ (‖err‖₂/‖ref‖₂), B={c0['B']}, H={c0['H']}, d={c0['d']}; "
+               "the bound ratios are in the summary and the per-kernel sections.", "", table, ""]
+        png = plot_kernels(sub, f"{dtype}: every kernel, normal inputs (d={c0['d']}, logit scale 1)",
+                           out / "plots" / f"kernels_side_by_side_{dtype}.png")
+        if png:
+            md += [f"![{dtype} side by side]({png.relative_to(out).as_posix()})", ""]
 
     missing = sorted({r["bounds_missing"] for r in results if r.get("bounds_missing")})
     if missing:

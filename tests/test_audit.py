@@ -140,18 +140,21 @@ def test_bench_refuses_to_run_without_cuda(tmp_path, capsys):
     assert "no CUDA GPU" in capsys.readouterr().err
 
 
-def test_audit_ours_accurate_is_a_target_with_its_own_precision(tmp_path):
+def test_audit_ours_accurate_is_a_target_beside_ours_with_its_own_precision(tmp_path):
     """`ours-accurate` (precision="accurate") is audited beside `ours`, judged by its own
-    precision model (p_split) and within its bound."""
+    precision model (p_split) and within its bound; the report puts the kernels side by side
+    (a table of errors per kernel and a plot)."""
     import os
 
     if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
         pytest.skip("the Triton kernel needs CUDA or TRITON_INTERPRET=1")
-    report, _ = _quick_audit(tmp_path, ["ours-accurate"], dtypes=("float16",), Ns=(16,),
+    report, _ = _quick_audit(tmp_path, ["ours", "ours-accurate"], dtypes=("float16",), Ns=(16,),
                              distributions=("normal",), parts=("N",))
-    assert report["results"] and all(r["case"]["kernel"] == "ours-accurate" and not r["error"]
-                                     for r in report["results"]), report["results"]
-    assert all("p_split=True" in r["precision"] for r in report["results"])
-    worst = max(v for r in report["results"] for s in r["quantities"].values()
-                for v in s["ratio"].values())
+    accurate = [r for r in report["results"] if r["case"]["kernel"] == "ours-accurate"]
+    assert accurate and not any(r["error"] for r in report["results"]), report["results"]
+    assert all("p_split=True" in r["precision"] for r in accurate)
+    worst = max(v for r in accurate for s in r["quantities"].values() for v in s["ratio"].values())
     assert worst <= 1, f"ours-accurate exceeds its bound: worst error/bound {worst:.3g}"
+    md = (tmp_path / "report.md").read_text()
+    assert "## float16: every kernel side by side" in md and "| distribution | N | ours | ours-accurate |" in md
+    assert (tmp_path / "plots" / "kernels_side_by_side_float16.png").is_file()
