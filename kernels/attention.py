@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 import torch
 import triton
+from triton.runtime.errors import OutOfResources
 
 from kernels.block_mask import BlockSparseMask, build_block_mask, from_flex_block_mask
 from kernels.triton_bwd import (attn_bwd_dkdv_kernel, attn_bwd_dq_kernel,
@@ -406,7 +407,8 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
         num = idx = fnum = fidx = lse
         sp = (0,) * 6
     grid = (triton.cdiv(nq, t.block_m), B * Hq)
-    attn_fwd_kernel[grid](
+    _launch_fitting(
+        attn_fwd_kernel, grid, t.num_stages,
         q, k, v, o, o_res if save_res else o, lse, mask_t, num, idx, fnum, fidx,
         scale, nq, nk, Hq, off_lo, off_hi,
         q.stride(0), q.stride(1), q.stride(2),
@@ -417,9 +419,22 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
         GROUP=Hq // Hkv, HEAD_D=d, HEAD_DV=dv, BLOCK_D=bd, BLOCK_DV=bdv,
         BLOCK_M=t.block_m, BLOCK_N=t.block_n, BAND=band, HAS_MASK=dense is not None,
         SPARSE=bool(sparse), DOT_PRECISION=dot, P_SPLIT=p_split, WRITE_RES=save_res,
-        KV_DESC=kv_desc, WARP_SPEC=t.warp_specialize,
-        num_warps=t.num_warps, num_stages=t.num_stages)
+        KV_DESC=kv_desc, WARP_SPEC=t.warp_specialize, num_warps=t.num_warps)
     return o, lse, o_res
+
+
+def _launch_fitting(kernel, grid, num_stages: int, *args, **kwargs):
+    """kernel[grid](*args, **kwargs, num_stages=...), with one pipeline stage fewer while the compiled
+    variant needs more shared memory than the GPU has (Triton raises OutOfResources before anything
+    runs). The tiles are sized for the plain variant; a dense mask or block-sparse lists add buffers
+    per stage. Fewer stages only prefetch fewer tiles: the arithmetic is the same."""
+    while True:
+        try:
+            return kernel[grid](*args, **kwargs, num_stages=num_stages)
+        except OutOfResources:
+            if num_stages <= 1:
+                raise
+            num_stages -= 1
 
 
 def _descriptor_ok(t: torch.Tensor) -> bool:

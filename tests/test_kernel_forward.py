@@ -165,3 +165,30 @@ def test_forward_h100_tiles_within_their_bound_in_the_interpreter(precision, d):
     r_o = assert_within("O", o, ref_o, b.o)
     r_l = assert_within("LSE", lse, ref_lse, b.lse)
     record(f"{case} {tiles.fwd}: worst |err|/bound O {r_o:.3f}, LSE {r_l:.3f}")
+
+
+def test_launch_retries_with_fewer_stages_when_shared_memory_does_not_fit():
+    """A forward variant whose pipelined buffers exceed the GPU's shared memory (OutOfResources,
+    raised before anything runs) is launched with one stage fewer, down to 1, then the error."""
+    from triton.runtime.errors import OutOfResources
+
+    from kernels.attention import _launch_fitting
+
+    class Kernel:
+        def __init__(self, fits):
+            self.fits, self.tried = fits, []
+
+        def __getitem__(self, grid):
+            def launch(*args, num_stages, **kwargs):
+                self.tried.append(num_stages)
+                if num_stages > self.fits:
+                    raise OutOfResources(1000 * num_stages, 1000 * self.fits, "shared memory")
+                return args, kwargs
+            return launch
+
+    k = Kernel(fits=2)
+    assert _launch_fitting(k, (1,), 4, "a", b=1) == (("a",), {"b": 1}) and k.tried == [4, 3, 2]
+    k = Kernel(fits=0)
+    with pytest.raises(OutOfResources):
+        _launch_fitting(k, (1,), 3)
+    assert k.tried == [3, 2, 1]
