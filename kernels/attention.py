@@ -103,8 +103,9 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
         return KernelConfig(TileConfig(32, 32, 8, 1), TileConfig(32, 32, 8, 1), TileConfig(32, 32, 8, 1))
     # bf16/fp16, measured on the H100 (bench/NOTES.md "2026-11-23b"; bench/kernel_speed.py --variants,
     # B·N = 16k, H·d = 2048, side by side in one process). Forward: d <= 64 keeps 64×64 tiles, 4
-    # warps, 3 stages (128-row tiles, TMA descriptors: 0.88–1.02×); d = 128 takes 128×128 tiles with
-    # 8 warps (1.06× non-causal, 1.08× causal over 64×64: half the K/V traffic from L2 per row).
+    # warps, 3 stages (128-row tiles, TMA descriptors: 0.81–1.02× its speed); d = 128 takes 128×128
+    # tiles with 8 warps (1.06× non-causal, 1.08× causal over 64×64: half the K/V traffic from L2
+    # per query row).
     # precision="accurate" (three products per tile for two): d <= 64 loads K/V through tensor
     # descriptors (1.04× over pointer loads, 1.02× causal), d = 128 keeps 64×64 (128×128 with its
     # extra P_lo registers: not better). The backward: d = 128 prefers 128-wide dK/dV tiles, 8 warps.
