@@ -207,12 +207,13 @@ _kernels = {}
 
 
 def kernel_for(opts: Options):
-    key = (opts.target, opts.supports, opts.layout, opts.domain)
+    key = (opts.target, opts.supports, opts.layout, opts.device, opts.domain)
     if key not in _kernels:
         from flashcheck.adapters import resolve
 
         try:
-            _kernels[key] = resolve(opts.target, supports=opts.supports, layout=opts.layout, **dict(opts.domain))
+            _kernels[key] = resolve(opts.target, supports=opts.supports, layout=opts.layout, device=opts.device,
+                                    **dict(opts.domain))
         except ValueError as exc:
             raise pytest.UsageError(str(exc))
     return _kernels[key]

@@ -87,9 +87,10 @@ def check_target(args):
     """Resolve the kernel here first, so a bad target or option is a usage error (exit 2)."""
     from flashcheck.adapters import parse_supports, resolve
 
+    device = device_of(args)
     try:
         parse_supports(args.supports)
-        kut = resolve(args.target, supports=args.supports, layout=args.layout,
+        kut = resolve(args.target, supports=args.supports, layout=args.layout, device=device,
                       **{f: getattr(args, f) for f in DOMAIN_FLAGS})
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -99,7 +100,6 @@ def check_target(args):
             raise UsageError(f"--dtype: unknown dtype {name!r}; expected float32, float16 or bfloat16")
     import torch
 
-    device = device_of(args)
     if device == "cpu" and args.target == "ours":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # what the subprocess gets (environment())
     reasons = [kut.available(device, getattr(torch, name)) for name in names]

@@ -48,3 +48,42 @@ def test_function_attributes_then_options():
         domain_from(fn, causal_alignment="diagonal")
     with pytest.raises(ValueError, match="built in"):
         resolve("torch-sdpa-math", causal_alignment="bottom-right")
+
+
+def test_builtins_follow_the_device_they_run_on_not_the_machine():
+    """On a GPU machine `--device cpu` still validates torch's CPU kernels: the CPU flash backend's
+    backward is deterministic and its exp is libm, whatever torch.cuda.is_available() says."""
+    import torch
+
+    cpu, cuda = resolve("torch-sdpa-flash", device="cpu"), resolve("torch-sdpa-flash", device="cuda")
+    assert "deterministic" in cpu.supports and "deterministic" not in cuda.supports
+    assert cpu.precision(torch.float16).exp == "libm" and cuda.precision(torch.float16).exp == "ex2.approx"
+    assert "backward" not in resolve("flex", device="cpu").supports
+    assert "backward" in resolve("flex", device="cuda").supports
+
+
+@pytest.mark.parametrize("shape, causal, window, masked", [
+    ((1, 2, 1, 1, 17, 16), False, None, False),
+    ((2, 4, 2, 63, 65, 80), True, None, True),
+    ((1, 6, 3, 31, 1, 111), False, (2, None), False),
+    ((1, 1, 1, 129, 63, 48), True, (7, 0), True),
+])
+def test_flex_padding_to_its_compiled_shapes_is_exact(shape, causal, window, masked):
+    """Flex on CUDA runs on inputs padded to a few compiled shapes (flex_padded_shape) with the scale in a
+    score_mod; the same code path, run eagerly on the CPU in float64, equals the float64 reference."""
+    import numpy as np
+    import torch
+
+    import reference
+    from flashcheck.adapters import _flex
+
+    B, Hq, Hkv, Nq, Nk, d = shape
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, h, n, d, generator=g, dtype=torch.float64) for h, n in ((Hq, Nq), (Hkv, Nk), (Hkv, Nk)))
+    mask = torch.rand(B, Hq, Nq, Nk, generator=g) < 0.7 if masked else None
+    o, lse = _flex(on_cuda=True).fn(q, k, v, causal=causal, scale=0.3, window=window, mask=mask)
+    want_o, want_lse = reference.attention(q.numpy(), k.numpy(), v.numpy(), scale=0.3, causal=causal, window=window,
+                                           mask=None if mask is None else mask.numpy())
+    assert o.shape == (B, Hq, Nq, d)
+    np.testing.assert_allclose(o.numpy(), want_o, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(lse.numpy(), want_lse, rtol=0, atol=1e-12)
