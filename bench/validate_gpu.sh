@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `flashcheck validate` on the GPU machine, in one device call each (from the repo root):
-#   bash bench/validate_gpu.sh diag   # ours cold vs warm Triton cache (where its time goes), flex alone
-#                                     # (its refusals and recompiles), the validate/compile tests of the
-#                                     # suite with -v and stack dumps when they overrun
+#   bash bench/validate_gpu.sh diag   # ours from a cold Triton cache with the warm-up (where its time goes),
+#                                     # flex alone (its refusals and recompiles), the validate/compile tests
+#                                     # of the suite with -v and stack dumps when they overrun
 #   bash bench/validate_gpu.sh key    # the answer key (tests/test_validate_gpu.py: six targets, bf16, -n 8)
 #   bash bench/validate_gpu.sh suite  # the whole suite (-n 14, -v, failing node ids, stacks on a hang)
 # Every step runs under `timeout`, so a hang costs its own limit, not the call; on a timeout every
@@ -62,19 +62,18 @@ case "${1:-diag}" in
     rm -f tests/test_zz_selftest_sleeps.py
     ;;
   diag)
-    step "ours, cold Triton cache (fresh TRITON_CACHE_DIR)"
+    step "ours with the warm-up (flashcheck.warmup), cold Triton cache (fresh TRITON_CACHE_DIR)"
     export TRITON_CACHE_DIR=/tmp/triton-cold-$$
     rm -rf "$TRITON_CACHE_DIR"
-    validate ours ${T1:-150} ours-cold
-    echo "Triton cache entries after the cold run: $(ls "$TRITON_CACHE_DIR" | wc -l)"
-    step "ours again, warm cache (the same TRITON_CACHE_DIR)"
-    validate ours ${T2:-80} ours-warm
+    validate ours ${T1:-150} ours-warmup
+    grep -E "^warm-up" "$W/ours-warmup.log"
+    echo "Triton cache entries: $(ls "$TRITON_CACHE_DIR" | wc -l)"
     unset TRITON_CACHE_DIR
     step "flex alone (-n 8)"
-    TORCH_LOGS=recompiles validate flex ${T3:-130} flex
-    grep -ciE "recompil" "$W/flex.log" | sed 's/^/recompile lines in flex.log: /'
+    TORCH_LOGS=recompiles validate flex ${T2:-140} flex
+    echo "recompile lines in flex.log: $(grep -ciE "recompil" "$W/flex.log")"
     step "the suite's validate/compile tests (-n 8, -v)"
-    pytest_step ${T4:-90} subset -n 8 tests/test_validate_cli.py tests/test_refusals.py tests/test_domain.py \
+    pytest_step ${T3:-120} subset -n 8 tests/test_validate_cli.py tests/test_refusals.py tests/test_domain.py \
         tests/test_kernel_compile.py "tests/test_kernel_gpu.py::test_gpu_torch_compile_inductor_fullgraph"
     ;;
   key)
