@@ -508,7 +508,9 @@ def flex_padded_shape(B, Hq, Hkv, Nq, Nk, d, dv) -> tuple:
             max(FLEX_MIN_N, _pad_to(Nk, FLEX_PAD_N)), D)
 
 
-def _flex(on_cuda: bool) -> KernelUnderTest:
+def _flex(on_cuda: bool, compile: bool | None = None) -> KernelUnderTest:
+    """FlexAttention; `compile` (default: on CUDA) runs it through torch.compile on padded shapes."""
+    compile = on_cuda if compile is None else compile
     compiled = {}
 
     def compiled_flex():
@@ -581,7 +583,7 @@ def _flex(on_cuda: bool) -> KernelUnderTest:
             def score_mod(score, b, h, q_idx, kv_idx):
                 return score * factor
 
-            run = compiled_flex() if q.is_cuda else flex_attention
+            run = compiled_flex() if compile else flex_attention
             o, lse = run(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=1.0, enable_gqa=gqa,
                          return_lse=True)
         else:

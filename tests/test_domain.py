@@ -87,3 +87,33 @@ def test_flex_padding_to_its_compiled_shapes_is_exact(shape, causal, window, mas
     assert o.shape == (B, Hq, Nq, d)
     np.testing.assert_allclose(o.numpy(), want_o, rtol=0, atol=1e-12)
     np.testing.assert_allclose(lse.numpy(), want_lse, rtol=0, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_compiled_flex_compiles_once_per_padded_shape(monkeypatch):
+    """torch.compile'd Flex (the CUDA path, here on the CPU, forward only: CPU inductor Flex has no LSE)
+    compiles once per `flex_padded_shape`, not per N, scale, mask or causal flag of the examples."""
+    import torch
+    import torch.nn.attention.flex_attention as fa
+    from torch._dynamo.utils import counters
+
+    from flashcheck.adapters import _flex, flex_padded_shape
+
+    flex = fa.flex_attention
+
+    def without_lse(q, k, v, *, return_lse=False, **kw):
+        o = flex(q, k, v, **kw)
+        return o, o.new_zeros(o.shape[:-1])
+
+    monkeypatch.setattr(fa, "flex_attention", without_lse)
+    torch._dynamo.reset()
+    counters.clear()
+    kernel = _flex(on_cuda=True, compile=True)
+    padded = set()
+    for i, (B, Hq, Hkv, Nq, Nk, d) in enumerate([(1, 2, 1, 33, 129, 64), (1, 4, 2, 65, 130, 48), (1, 2, 1, 1, 17, 64),
+                                                 (1, 2, 2, 17, 17, 32), (1, 2, 2, 128, 128, 32), (1, 2, 1, 7, 127, 16)]):
+        q, k, v = torch.randn(B, Hq, Nq, d), torch.randn(B, Hkv, Nk, d), torch.randn(B, Hkv, Nk, d)
+        mask = torch.rand(B, Hq, Nq, Nk) < 0.7 if i % 2 else None
+        kernel.fn(q, k, v, causal=bool(i % 3), scale=(0.5, 1.0, 1.75)[i % 3] / d ** 0.5, mask=mask)
+        padded.add(flex_padded_shape(B, Hq, Hkv, Nq, Nk, d, d))
+    assert counters["stats"]["unique_graphs"] == len(padded) == 2
