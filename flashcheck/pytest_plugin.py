@@ -291,7 +291,7 @@ def record_accepted(case, dtype: str):
         return
     stats["examples"] += 1
     if len(stats["accepted"]) < MAX_KEPT:
-        f = Features.of(case, dtype).__dict__
+        f = Features.of(case, dtype).to_dict()
         if f not in stats["accepted"]:
             stats["accepted"].append(f)
 
@@ -303,7 +303,7 @@ def record_refusal(case, dtype: str, refusal):
     stats["refused"] += 1
     if len(stats["refusals"]) < MAX_KEPT:
         error = str(refusal)[:400]
-        stats["refusals"].append(Features.of(case, dtype).__dict__ | {"error": error})
+        stats["refusals"].append(Features.of(case, dtype).to_dict() | {"error": error})
 
 
 def record_discard(reason: str):

@@ -344,9 +344,11 @@ def main(argv=None) -> int:
     print(f"flashcheck validate {args.target} on {device} ({args.dtype or 'default dtype'}), profile {args.profile}; "
           f"declared: {','.join(sorted(kut.supports)) or 'nothing'}; domain: {kut.domain.describe()}", flush=True)
     start = time.monotonic()
+    warmed = None
     with tempfile.TemporaryDirectory() as tmp:
         if args.warm_up == "on" or (args.warm_up == "auto" and args.target == "ours" and device == "cuda"):
-            print(warm_up(args, device, tmp), flush=True)
+            warmed = warm_up(args, device, tmp)
+            print(warmed, flush=True)
         report = os.path.join(tmp, "report.json")
         code, log = run_pytest(args, device, report)
         records = json.load(open(report))["records"] if os.path.exists(report) else []
@@ -391,7 +393,8 @@ def main(argv=None) -> int:
                        "profile": args.profile, "supports": sorted(kut.supports), "layout": args.layout,
                        "domain": kut.domain.describe(), "strict": args.strict,
                        "results": results, "counts": counts, "refused_domain": refusals,
-                       "exit_code": exit_code, "verdict": verdict, "duration_s": round(elapsed, 2)}, f, indent=1)
+                       "exit_code": exit_code, "verdict": verdict, "warm_up": warmed,
+                       "duration_s": round(elapsed, 2)}, f, indent=1)
     return exit_code
 
 

@@ -22,7 +22,7 @@ from hypothesis import example, given, note, reject
 
 from flashcheck.adapters import Refusal
 from flashcheck.pytest_plugin import hypothesis_settings, options, record, record_accepted, record_discard, record_refusal
-from flashcheck.strategies import (BASE_SHAPES, CANONICAL, CANONICAL_SMALL, SMALL_SHAPES, Case, Inputs, adapt, cases,
+from flashcheck.strategies import (CANONICAL, CANONICAL_SMALL, SMALL_SHAPES, SUITE_SHAPES, Case, Inputs, adapt, cases,
                                    materialize, visible)
 
 
@@ -317,11 +317,15 @@ def other_alignment_hint(subject: Subject, case: Case, inputs: Inputs, got_o: np
 # ---- decorators ------------------------------------------------------------------------------------
 
 def property_cases(*, examples=None, shape_filter=None, **case_kw):
-    """@given(case=cases(**case_kw)) with the canonical examples first and the shared example database
-    (the reduced set under `--budget reduced`: small shapes, few examples)."""
+    """@given(case=cases(**case_kw)) with the canonical examples first and the shared example database:
+    shapes from SUITE_SHAPES (the reduced set under `--budget reduced`: small shapes, head dims <= 64,
+    few examples). `shape_filter` reads (B, Hq, Hkv, Nq, Nk)."""
+    if options().reduced:
+        base = [b for b in SMALL_SHAPES if shape_filter is None or shape_filter(b)]
+        strategy = cases(base=tuple(base), max_d=64, **case_kw)
+    else:
+        strategy = cases(pairs=[p for p in SUITE_SHAPES if shape_filter is None or shape_filter(p[:5])], **case_kw)
     reduced = options().reduced
-    base = [b for b in (SMALL_SHAPES if reduced else BASE_SHAPES) if shape_filter is None or shape_filter(b)]
-    strategy = cases(base=tuple(base), **({"max_d": 64} if reduced else {}), **case_kw)
     if examples is None:
         examples = CANONICAL_SMALL if reduced else CANONICAL
 
