@@ -176,6 +176,9 @@ class KernelUnderTest:
     precision_fn: Callable | None = None
     availability_fn: Callable | None = None
     domain: Domain = field(default_factory=Domain)
+    # calls with equal compile_key(signature) run the same compiled code (flashcheck.warmup compiles one
+    # of each); None: every distinct call signature may compile its own
+    compile_key: Callable | None = None
 
     def __repr__(self):
         return f"KernelUnderTest({self.name!r}, supports={','.join(sorted(self.supports)) or 'nothing'})"
@@ -602,8 +605,12 @@ def _flex(on_cuda: bool, compile: bool | None = None) -> KernelUnderTest:
         return _precision(input=name, dot=dot, accumulate=acc, output=name, exp="libm",
                           block_k=1 << 20, block_q=1 << 20)
 
+    def compile_key(sig):
+        B, Hq, Nq, d = sig.q
+        return flex_padded_shape(B, Hq, sig.k[1], Nq, sig.k[2], d, sig.v[-1]), sig.dtype, sig.grad
+
     # FlexAttention has no backward on the CPU ("does not support backward on CPU"): declared on CUDA only.
     supports = (CAPABILITIES if on_cuda else CAPABILITIES - {"backward"}) - {"deterministic"}
     return KernelUnderTest(name="flex", supports=supports, fn=fn, precision_fn=precision,
-                           domain=Domain(causal_alignment="top_left"))
+                           domain=Domain(causal_alignment="top_left"), compile_key=compile_key if compile else None)
 

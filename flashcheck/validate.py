@@ -68,7 +68,7 @@ def parser() -> argparse.ArgumentParser:
                    help="reduced property set (small shapes, few examples); auto: reduced for ours on the CPU")
     p.add_argument("--warm-up", choices=("auto", "on", "off"), default="auto",
                    help="before the suite, compile the kernel for every input it will get, in one process per "
-                        "core (flashcheck.warmup); auto: on for ours on CUDA (Triton JIT)")
+                        "core (flashcheck.warmup); auto: on for ours and flex on CUDA (Triton JIT, torch.compile)")
     p.add_argument("--example-db", default=None, metavar="DIR",
                    help="hypothesis example database directory, shareable between runs and machines")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
@@ -202,16 +202,17 @@ def suite_command(args, device: str, *extra: str) -> list[str]:
 def warm_up(args, device: str, tmp: str) -> str:
     """flashcheck.warmup: record the suite's calls on a stand-in, compile them on the real kernel in one
     process per core. Returns what it did, in words."""
-    from flashcheck.warmup import run_parts, signatures
+    from flashcheck.adapters import resolve
+    from flashcheck.warmup import distinct, run_parts, signatures
 
     start = time.monotonic()
     path = os.path.join(tmp, "signatures.jsonl")
     subprocess.run(suite_command(args, device, "--flashcheck-dry-run", path, "-q"),
                    env=environment(args, device), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     recorded = time.monotonic() - start
-    n = len(signatures([path]))
+    options = {"supports": args.supports, "layout": args.layout, **{f: getattr(args, f) for f in DOMAIN_FLAGS}}
+    n = len(distinct(resolve(args.target, device=device, **options), signatures([path])))
     if n:
-        options = {"supports": args.supports, "layout": args.layout, **{f: getattr(args, f) for f in DOMAIN_FLAGS}}
         run_parts(args.target, device, path, min(n, os.cpu_count() or 1), options, environment(args, device))
     return (f"warm-up: {n} distinct kernel calls recorded in {recorded:.1f} s and compiled in "
             f"{time.monotonic() - start - recorded:.1f} s")
@@ -346,7 +347,7 @@ def main(argv=None) -> int:
     start = time.monotonic()
     warmed = None
     with tempfile.TemporaryDirectory() as tmp:
-        if args.warm_up == "on" or (args.warm_up == "auto" and args.target == "ours" and device == "cuda"):
+        if args.warm_up == "on" or (args.warm_up == "auto" and args.target in ("ours", "flex") and device == "cuda"):
             warmed = warm_up(args, device, tmp)
             print(warmed, flush=True)
         report = os.path.join(tmp, "report.json")

@@ -117,6 +117,16 @@ def signatures(paths) -> list[Signature]:
     return list(seen)
 
 
+def distinct(kernel, sigs: list[Signature]) -> list[Signature]:
+    """One signature per compiled code: all of them, or one per `kernel.compile_key` (Flex: per padded shape)."""
+    if kernel.compile_key is None:
+        return sigs
+    keys = {}
+    for sig in sigs:
+        keys.setdefault(kernel.compile_key(sig), sig)
+    return list(keys.values())
+
+
 def call(kernel, sig: Signature, device: str):
     """The kernel on random inputs of `sig`'s shapes (and its backward when `sig.grad`)."""
     import torch
@@ -138,7 +148,7 @@ def warm(target: str, device: str, path: str, part: int, parts: int, options: di
     from flashcheck.adapters import resolve
 
     kernel = resolve(target, device=device, **options)
-    mine = signatures([path])[part::parts]
+    mine = distinct(kernel, signatures([path]))[part::parts]
     for sig in mine:
         try:
             call(kernel, sig, device)

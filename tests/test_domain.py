@@ -117,3 +117,18 @@ def test_compiled_flex_compiles_once_per_padded_shape(monkeypatch):
         kernel.fn(q, k, v, causal=bool(i % 3), scale=(0.5, 1.0, 1.75)[i % 3] / d ** 0.5, mask=mask)
         padded.add(flex_padded_shape(B, Hq, Hkv, Nq, Nk, d, d))
     assert counters["stats"]["unique_graphs"] == len(padded) == 2
+
+
+def test_the_warm_up_compiles_flex_once_per_padded_shape():
+    """flashcheck.warmup calls compiled Flex once per compile_key (padded shape, dtype, grad): the suite's
+    shapes with and without gradients are 2 x (padded shapes <= 9) compiles, not one per distinct call."""
+    from flashcheck.adapters import _flex, flex_padded_shape
+    from flashcheck.strategies import SUITE_SHAPES
+    from flashcheck.warmup import Signature, distinct
+
+    sigs = [Signature(q=(B, Hq, Nq, d), k=(B, Hkv, Nk, d), v=(B, Hkv, Nk, d), dtype="bfloat16", grad=grad,
+                      causal=False, window=None, mask=None, scale=True)
+            for B, Hq, Hkv, Nq, Nk, d in SUITE_SHAPES for grad in (False, True)]
+    padded = {flex_padded_shape(B, Hq, Hkv, Nq, Nk, d, d) for B, Hq, Hkv, Nq, Nk, d in SUITE_SHAPES}
+    assert len(padded) <= 9 and len(distinct(_flex(on_cuda=True), sigs)) == 2 * len(padded)
+    assert len(distinct(_flex(on_cuda=False), sigs)) == len(sigs)  # eager on the CPU: nothing to share
