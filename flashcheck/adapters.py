@@ -177,6 +177,9 @@ class KernelUnderTest:
     precision_fn: Callable | None = None
     availability_fn: Callable | None = None
     domain: Domain = field(default_factory=Domain)
+    # calls with equal compile_key(signature) run the same compiled code (flashcheck.warmup compiles one
+    # of each); None: every distinct call signature may compile its own
+    compile_key: Callable | None = None
 
     def __repr__(self):
         return f"KernelUnderTest({self.name!r}, supports={','.join(sorted(self.supports)) or 'nothing'})"
@@ -257,10 +260,20 @@ def parse_supports(supports: Iterable[str] | str | None) -> frozenset | None:
     return supports
 
 
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def resolve(target: str, *, supports: Iterable[str] | str | None = None, layout: str | None = "bhnd",
-            **domain) -> KernelUnderTest:
-    """The kernel named by `target` (see the module docstring); `supports` overrides what it declares,
-    and the `Domain` fields in `domain` (None: not given) override its declared domain.
+            device: str | None = None, **domain) -> KernelUnderTest:
+    """The kernel named by `target` (see the module docstring) as it runs on `device` (default: cuda
+    when available, else cpu); `supports` overrides what it declares, and the `Domain` fields in
+    `domain` (None: not given) override its declared domain.
+
+    A built-in's capabilities and precision model follow the device it runs on, not the machine: torch
+    SDPA's CPU flash backend on a GPU machine is still the CPU kernel (deterministic, libm exp).
 
     A user function may declare its own defaults as attributes: `fn.supports` ("causal,lse,..."),
     `fn.layout` (used when `layout` is None), `fn.precision(dtype)` and the `Domain` fields
@@ -274,14 +287,18 @@ def resolve(target: str, *, supports: Iterable[str] | str | None = None, layout:
     declared = parse_supports(supports)
     if target in BUILTINS and layout not in (None, "bhnd"):
         raise ValueError(f"layout: the built-in kernel {target} takes (B, H, N, d) tensors (bhnd), got {layout!r}")
+    device = device or default_device()
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
+    on_cuda = device.startswith("cuda")
     if target == "ours":
         kut = _ours()
     elif target == "ours-accurate":
         kut = _ours_accurate()
     elif target in SDPA_BACKENDS:
-        kut = _sdpa(target)
+        kut = _sdpa(target, on_cuda)
     elif target == "flex":
-        kut = _flex()
+        kut = _flex(on_cuda)
     elif ":" in target:
         kut = _user(target, declared, layout)
     else:
@@ -416,7 +433,7 @@ def _ours_accurate() -> KernelUnderTest:
 
 # ---- torch SDPA ------------------------------------------------------------------------------------
 
-def _sdpa(target: str) -> KernelUnderTest:
+def _sdpa(target: str, on_cuda: bool) -> KernelUnderTest:
     backend_name = SDPA_BACKENDS[target]
 
     def fn(q, k, v, *, causal=False, scale=None, mask=None):
@@ -465,9 +482,9 @@ def _sdpa(target: str) -> KernelUnderTest:
             # a full-row softmax (no K/V blocking) and rounds O to the input dtype at the end.
             dot = dot_precision or ("fp64" if name == "float64" else "ieee")
             return _precision(input=name, dot=dot, accumulate=acc, output=name,
-                              exp="libm" if not torch.cuda.is_available() else "ex2.approx",
+                              exp="ex2.approx" if on_cuda else "libm",
                               block_k=1 << 20, block_q=1 << 20)
-        if backend_name == "FLASH_ATTENTION" and not torch.cuda.is_available():
+        if backend_name == "FLASH_ATTENTION" and not on_cuda:
             # The CPU flash kernel converts fp16/bf16 to fp32 (exact products), accumulates in fp32
             # over K/V splits of up to 512 keys with vectorized (<= 1 ulp) exp.
             dot = dot_precision or ("fp64" if name == "float64" else "ieee")
@@ -482,12 +499,10 @@ def _sdpa(target: str) -> KernelUnderTest:
         return _precision(input=name, dot=dot, accumulate="float32", output=name, exp="ex2.approx",
                           block_k=block, block_q=block, gqa_reduction="rounded_heads")
 
-    import torch
-
     supports = {"causal", "scale", "gqa", "backward", "mask"}
     # the math backend's backward repeats bit for bit (fixed-order matmuls), and so does the CPU flash
     # backend's; the CUDA fused kernels' backwards are not declared deterministic (atomic dQ adds)
-    if backend_name == "MATH" or (backend_name == "FLASH_ATTENTION" and not torch.cuda.is_available()):
+    if backend_name == "MATH" or (backend_name == "FLASH_ATTENTION" and not on_cuda):
         supports.add("deterministic")
     return KernelUnderTest(name=target, supports=frozenset(supports), domain=Domain(causal_alignment="top_left"),
                            fn=fn, precision_fn=precision, availability_fn=availability)  # no LSE: SDPA's public API does not return it
@@ -496,21 +511,43 @@ def _sdpa(target: str) -> KernelUnderTest:
 # ---- FlexAttention ---------------------------------------------------------------------------------
 
 FLEX_PAD_N = 128  # Flex's block size: sequence lengths are padded to a multiple of it on the GPU
-FLEX_RECOMPILES = 256  # distinct padded shapes x mask kinds of a thorough run stay below this
+FLEX_MIN_N = 256  # ... and to at least this, so every N of the suite's shapes (<= 130) is one compiled shape
+FLEX_MIN_D = 64  # head dims padded to a power of two, at least this: 64, 128 or 256
+FLEX_MIN_B, FLEX_MIN_HKV = 2, 4  # batch and kv heads padded up to these (query heads: Hkv x group)
+FLEX_RECOMPILES = 64  # compiled graphs per process: GQA groups x head dims x (forward, forward+backward)
 
 
 def _pad_to(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
-def _flex() -> KernelUnderTest:
+def flex_padded_shape(B, Hq, Hkv, Nq, Nk, d, dv) -> tuple:
+    """The shape (B, Hq, Hkv, Nq, Nk, d) FlexAttention is compiled for: a bounded set (one per GQA group
+    and head-dim class for the suite's shapes), so torch.compile does not recompile per example.
+    Padding is exact: zero head-dim columns leave q.k unchanged, padded keys are masked out, padded
+    query rows, heads and batches are sliced off; the GQA map h -> h // group is kept (the padded
+    query heads read only padded kv heads)."""
+    group = Hq // Hkv
+    Hkv_p = max(Hkv, FLEX_MIN_HKV)
+    D = max(FLEX_MIN_D, 1 << (max(d, dv) - 1).bit_length())
+    return (max(B, FLEX_MIN_B), Hkv_p * group, Hkv_p, max(FLEX_MIN_N, _pad_to(Nq, FLEX_PAD_N)),
+            max(FLEX_MIN_N, _pad_to(Nk, FLEX_PAD_N)), D)
+
+
+def _flex(on_cuda: bool, compile: bool | None = None) -> KernelUnderTest:
+    """FlexAttention; `compile` (default: on CUDA) runs it through torch.compile on padded shapes."""
+    compile = on_cuda if compile is None else compile
     compiled = {}
 
     def compiled_flex():
-        """flex_attention compiled once, static shapes: the inputs are padded to a bounded set of shapes
-        (N to a multiple of 128, d to a power of two), so a run compiles a few kernels, not one per
-        example; the recompile limit is raised above that set."""
+        """flex_attention compiled once per process for static padded shapes (`flex_padded_shape`). The
+        softmax scale is a constexpr of Flex's Triton template (SM_SCALE), so it is passed as 1.0 and
+        applied by a score_mod reading a captured fp32 scalar: the same one fp32 product per logit,
+        without a compile per scale. Past the recompile limit dynamo would silently run unfused flex:
+        made an error instead. Inductor compiles in this process (compile_threads=1): under
+        pytest-xdist each worker would otherwise start a pool of one compile subprocess per core."""
         import torch
+        import torch._inductor.config as inductor_config
         from torch.nn.attention.flex_attention import flex_attention
 
         if "fn" not in compiled:
@@ -518,9 +555,9 @@ def _flex() -> KernelUnderTest:
                          "accumulated_recompile_limit"):
                 if hasattr(torch._dynamo.config, name):
                     setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), FLEX_RECOMPILES))
-            # past the limit dynamo would silently run eager (unfused) flex: make that an error instead
             if hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
                 torch._dynamo.config.fail_on_recompile_limit_hit = True
+            inductor_config.compile_threads = 1
             compiled["fn"] = torch.compile(flex_attention, dynamic=False, fullgraph=True)
         return compiled["fn"]
 
@@ -530,17 +567,15 @@ def _flex() -> KernelUnderTest:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
         B, Hq, Nq, d = q.shape
-        Nk, dv = k.shape[2], v.shape[-1]
+        Hkv, Nk, dv = k.shape[1], k.shape[2], v.shape[-1]
         scale = 1.0 / (d ** 0.5) if scale is None else scale  # before padding d
-        pad = q.is_cuda
-        if pad:
-            Pq, Pk = _pad_to(Nq, FLEX_PAD_N), _pad_to(Nk, FLEX_PAD_N)
-            Pd = max(16, 1 << (max(d, dv) - 1).bit_length())
-            q = F.pad(q, (0, Pd - d, 0, Pq - Nq))  # zero columns leave q.k unchanged
-            k = F.pad(k, (0, Pd - d, 0, Pk - Nk))
-            v = F.pad(v, (0, Pd - dv, 0, Pk - Nk))
+        if on_cuda:  # (the padded path runs eagerly on CPU tensors too: tests/test_domain.py checks it)
+            PB, PHq, PHkv, Pq, Pk, Pd = flex_padded_shape(B, Hq, Hkv, Nq, Nk, d, dv)
+            q = F.pad(q, (0, Pd - d, 0, Pq - Nq, 0, PHq - Hq, 0, PB - B))
+            k = F.pad(k, (0, Pd - d, 0, Pk - Nk, 0, PHkv - Hkv, 0, PB - B))
+            v = F.pad(v, (0, Pd - dv, 0, Pk - Nk, 0, PHkv - Hkv, 0, PB - B))
         else:
-            Pq, Pk = Nq, Nk
+            PB, PHq, Pq, Pk = B, Hq, Nq, Nk
         # One mask_mod for every case, reading one captured dense visibility tensor (causal, window, mask
         # and the padded keys folded in), so the compiled kernel depends on shapes only, not on N,
         # windows or masks (a Python constant in mask_mod would be guarded on and recompile).
@@ -555,24 +590,35 @@ def _flex() -> KernelUnderTest:
                 vis = vis & (j >= i - left)
             if right is not None:
                 vis = vis & (j <= i + right)
-        vis = vis.expand(B, Hq, Pq, Pk)
+        vis = vis.expand(PB, PHq, Pq, Pk)
         if mask is not None:
-            vis = vis & F.pad(mask.expand(B, Hq, Nq, Nk), (0, Pk - Nk, 0, Pq - Nq), value=False)
+            vis = vis & F.pad(mask.expand(B, Hq, Nq, Nk), (0, Pk - Nk, 0, Pq - Nq, 0, PHq - Hq, 0, PB - B),
+                              value=False)
         vis = vis.contiguous()
 
         def mask_mod(b, h, q_idx, kv_idx):
             return vis[b, h, q_idx, kv_idx]
 
-        block_mask = create_block_mask(mask_mod, B, Hq, Pq, Pk, device=q.device)
-        run = compiled_flex() if q.is_cuda else flex_attention
-        o, lse = run(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=Hq != k.shape[1], return_lse=True)
-        return o[:, :, :Nq, :dv], lse[:, :, :Nq]
+        block_mask = create_block_mask(mask_mod, PB, PHq, Pq, Pk, device=q.device)
+        gqa = Hq != Hkv
+        if on_cuda:
+            # the dtype Flex forms q.k in: fp32, or fp64 for fp64 inputs
+            factor = torch.tensor(scale, dtype=torch.float64 if q.dtype == torch.float64 else torch.float32,
+                                  device=q.device)
+
+            def score_mod(score, b, h, q_idx, kv_idx):
+                return score * factor
+
+            run = compiled_flex() if compile else flex_attention
+            o, lse = run(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=1.0, enable_gqa=gqa,
+                         return_lse=True)
+        else:
+            o, lse = flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa, return_lse=True)
+        return o[:B, :Hq, :Nq, :dv], lse[:B, :Hq, :Nq]
 
     def precision(dtype, dot_precision=None, *, head_dim=None):
-        import torch
-
         name = _dtype_name(dtype)
-        if torch.cuda.is_available():
+        if on_cuda:
             dot = dot_precision or _half_dot(name) or "tf32"
             return _precision(input=name, dot=dot, accumulate="float32", output=name, exp="ex2.approx",
                               block_k=128, block_q=128)
@@ -582,10 +628,12 @@ def _flex() -> KernelUnderTest:
         return _precision(input=name, dot=dot, accumulate=acc, output=name, exp="libm",
                           block_k=1 << 20, block_q=1 << 20)
 
-    import torch
+    def compile_key(sig):
+        B, Hq, Nq, d = sig.q
+        return flex_padded_shape(B, Hq, sig.k[1], Nq, sig.k[2], d, sig.v[-1]), sig.dtype, sig.grad
 
     # FlexAttention has no backward on the CPU ("does not support backward on CPU"): declared on CUDA only.
-    supports = (CAPABILITIES if torch.cuda.is_available() else CAPABILITIES - {"backward"}) - {"deterministic"}
+    supports = (CAPABILITIES if on_cuda else CAPABILITIES - {"backward"}) - {"deterministic"}
     return KernelUnderTest(name="flex", supports=supports, fn=fn, precision_fn=precision,
-                           domain=Domain(causal_alignment="top_left"))
+                           domain=Domain(causal_alignment="top_left"), compile_key=compile_key if compile else None)
 

@@ -86,6 +86,9 @@ def pytest_addoption(parser):
                          "Triton interpreter on the CPU, full otherwise")
     group.addoption("--flashcheck-progress", action="store_true",
                     help="print one machine-readable line per finished test (used by `flashcheck validate`)")
+    group.addoption("--flashcheck-dry-run", default=None, metavar="PATH",
+                    help="run the suite on an exact float64 stand-in for the kernel (same capabilities, domain, "
+                         "precision model) and record each call's signature to PATH (flashcheck.warmup)")
     group.addoption("--flashcheck-report", default=None, metavar="PATH",
                     help="write one JSON record per test (outcome, worst error / bound, failure)")
 
@@ -100,6 +103,7 @@ class Options:
     domain: tuple  # (field, value) overrides of the kernel's declared Domain
     example_db: str | None
     reduced: bool = False
+    dry_run: str | None = None  # record call signatures on a stand-in instead of running the kernel
 
 
 def _split(value):
@@ -127,10 +131,11 @@ def options_from(config) -> Options:
     target = config.getoption("--kernel")
     budget = config.getoption("--budget")
     if budget == "auto":
-        budget = "reduced" if target == "ours" and device == "cpu" else "full"
+        budget = "reduced" if target in ("ours", "ours-accurate") and device == "cpu" else "full"
     return Options(target=target, layout=config.getoption("--layout"), device=device,
                    dtypes=dtypes, supports=frozenset(_split(supports)) if supports is not None else None,
-                   domain=domain, example_db=config.getoption("--example-db"), reduced=budget == "reduced")
+                   domain=domain, example_db=config.getoption("--example-db"), reduced=budget == "reduced",
+                   dry_run=config.getoption("--flashcheck-dry-run"))
 
 
 def dtypes_of(opts: Options) -> tuple:
@@ -207,14 +212,20 @@ _kernels = {}
 
 
 def kernel_for(opts: Options):
-    key = (opts.target, opts.supports, opts.layout, opts.domain)
+    key = (opts.target, opts.supports, opts.layout, opts.device, opts.domain, opts.dry_run)
     if key not in _kernels:
         from flashcheck.adapters import resolve
 
         try:
-            _kernels[key] = resolve(opts.target, supports=opts.supports, layout=opts.layout, **dict(opts.domain))
+            kernel = resolve(opts.target, supports=opts.supports, layout=opts.layout, device=opts.device,
+                             **dict(opts.domain))
         except ValueError as exc:
             raise pytest.UsageError(str(exc))
+        if opts.dry_run:
+            from flashcheck.warmup import stand_in_for
+
+            kernel = stand_in_for(kernel, opts.dry_run)
+        _kernels[key] = kernel
     return _kernels[key]
 
 
@@ -280,7 +291,7 @@ def record_accepted(case, dtype: str):
         return
     stats["examples"] += 1
     if len(stats["accepted"]) < MAX_KEPT:
-        f = Features.of(case, dtype).__dict__
+        f = Features.of(case, dtype).to_dict()
         if f not in stats["accepted"]:
             stats["accepted"].append(f)
 
@@ -292,7 +303,7 @@ def record_refusal(case, dtype: str, refusal):
     stats["refused"] += 1
     if len(stats["refusals"]) < MAX_KEPT:
         error = str(refusal)[:400]
-        stats["refusals"].append(Features.of(case, dtype).__dict__ | {"error": error})
+        stats["refusals"].append(Features.of(case, dtype).to_dict() | {"error": error})
 
 
 def record_discard(reason: str):

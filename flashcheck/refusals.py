@@ -10,15 +10,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass
 
+from flashcheck.strategies import Shape
+
 
 @dataclass(frozen=True)
 class Features:
-    B: int
-    Hq: int
-    Hkv: int
-    Nq: int
-    Nk: int
-    d: int
+    """What a rule can read of one input: its case without the values' seed and scale, and the dtype."""
+    shape: Shape
     causal: object
     window: object
     mask: object
@@ -27,21 +25,25 @@ class Features:
 
     @classmethod
     def of(cls, case, dtype: str) -> "Features":
-        s = case.shape
         window = None if case.window is None else tuple(case.window)
-        return cls(B=s.B, Hq=s.Hq, Hkv=s.Hkv, Nq=s.Nq, Nk=s.Nk, d=s.d, causal=case.causal, window=window,
-                   mask=case.mask, values=case.values, dtype=dtype)
+        return cls(shape=case.shape, causal=case.causal, window=window, mask=case.mask, values=case.values,
+                   dtype=dtype)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Features":
-        """Back from JSON (the window a list there)."""
+        """Back from `to_dict`'s JSON (the window a list there)."""
         data = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        data["shape"] = Shape(**data["shape"])
         if data.get("window") is not None:
             data["window"] = tuple(data["window"])
         return cls(**data)
 
     def size(self) -> int:
-        return self.B * self.Hq * self.Nq * self.Nk * self.d
+        s = self.shape
+        return s.B * s.Hq * s.Nq * s.Nk * s.d
 
 
 @dataclass(frozen=True)
@@ -54,24 +56,24 @@ def _rules(refused: list[Features]) -> list[Rule]:
     """Candidate rules, simplest first; thresholds and values come from the refused inputs themselves."""
     rules = [
         Rule("masks", lambda f: f.mask is not None),
-        Rule("GQA (Hkv < Hq)", lambda f: f.Hkv != f.Hq),
-        Rule("non-square causal (Nq != Nk)", lambda f: bool(f.causal) and f.Nq != f.Nk),
+        Rule("GQA (Hkv < Hq)", lambda f: f.shape.Hkv != f.shape.Hq),
+        Rule("non-square causal (Nq != Nk)", lambda f: bool(f.causal) and f.shape.Nq != f.shape.Nk),
         Rule("causal", lambda f: bool(f.causal)),
         Rule("sliding windows", lambda f: f.window is not None),
-        Rule("Nq != Nk", lambda f: f.Nq != f.Nk),
-        Rule("N = 1", lambda f: min(f.Nq, f.Nk) == 1),
-        Rule("Nq = 1", lambda f: f.Nq == 1),
-        Rule("Nk = 1", lambda f: f.Nk == 1),
+        Rule("Nq != Nk", lambda f: f.shape.Nq != f.shape.Nk),
+        Rule("N = 1", lambda f: min(f.shape.Nq, f.shape.Nk) == 1),
+        Rule("Nq = 1", lambda f: f.shape.Nq == 1),
+        Rule("Nk = 1", lambda f: f.shape.Nk == 1),
     ]
-    for n in sorted({min(f.Nq, f.Nk) for f in refused}):
+    for n in sorted({min(f.shape.Nq, f.shape.Nk) for f in refused}):
         if n > 1:
-            rules.append(Rule(f"N <= {n}", lambda f, n=n: min(f.Nq, f.Nk) <= n))
-    for n in sorted({max(f.Nq, f.Nk) for f in refused}, reverse=True):
-        rules.append(Rule(f"N >= {n}", lambda f, n=n: max(f.Nq, f.Nk) >= n))
+            rules.append(Rule(f"N <= {n}", lambda f, n=n: min(f.shape.Nq, f.shape.Nk) <= n))
+    for n in sorted({max(f.shape.Nq, f.shape.Nk) for f in refused}, reverse=True):
+        rules.append(Rule(f"N >= {n}", lambda f, n=n: max(f.shape.Nq, f.shape.Nk) >= n))
     for m in (8, 16, 32, 64, 128):
-        rules.append(Rule(f"N not a multiple of {m}", lambda f, m=m: f.Nq % m != 0 or f.Nk % m != 0))
-    for d in sorted({f.d for f in refused}):
-        rules.append(Rule(f"head dim {d}", lambda f, d=d: f.d == d))
+        rules.append(Rule(f"N not a multiple of {m}", lambda f, m=m: f.shape.Nq % m != 0 or f.shape.Nk % m != 0))
+    for d in sorted({f.shape.d for f in refused}):
+        rules.append(Rule(f"head dim {d}", lambda f, d=d: f.shape.d == d))
     for dtype in sorted({f.dtype for f in refused}):
         rules.append(Rule(dtype, lambda f, t=dtype: f.dtype == t))
     # then two conditions together ("GQA with Nq = 1"), for refusals no single condition separates
@@ -112,11 +114,11 @@ def describe(refused: list[tuple[Features, str]], accepted: list[Features]) -> l
 def _part(words: str, items) -> RefusedPart:
     f, error = min(items, key=lambda fe: fe[0].size())
     common = Counter(e for _, e in items).most_common(1)[0][0]
-    return RefusedPart(words=words, count=len(items), error=common, example=asdict(f) | {"error": error})
+    return RefusedPart(words=words, count=len(items), error=common, example=f.to_dict() | {"error": error})
 
 
 def sentence(part: RefusedPart) -> str:
-    ex = part.example
-    shape = (f"B={ex['B']} Hq={ex['Hq']} Hkv={ex['Hkv']} Nq={ex['Nq']} Nk={ex['Nk']} d={ex['d']} "
+    ex, s = part.example, part.example["shape"]
+    shape = (f"B={s['B']} Hq={s['Hq']} Hkv={s['Hkv']} Nq={s['Nq']} Nk={s['Nk']} d={s['d']} "
              f"causal={ex['causal']} window={ex['window']} mask={ex['mask']} {ex['dtype']}")
     return f"refuses {part.words} ({part.count} inputs): {part.error}\n      e.g. {shape}"

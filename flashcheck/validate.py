@@ -66,6 +66,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", choices=PROFILES, default="ci", help="hypothesis profile (default: ci)")
     p.add_argument("--budget", choices=("auto", "reduced", "full"), default="auto",
                    help="reduced property set (small shapes, few examples); auto: reduced for ours on the CPU")
+    p.add_argument("--warm-up", choices=("auto", "on", "off"), default="auto",
+                   help="before the suite, compile the kernel for every input it will get, in one process per "
+                        "core (flashcheck.warmup); auto: on for ours and flex on CUDA (Triton JIT, torch.compile)")
     p.add_argument("--example-db", default=None, metavar="DIR",
                    help="hypothesis example database directory, shareable between runs and machines")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
@@ -87,9 +90,10 @@ def check_target(args):
     """Resolve the kernel here first, so a bad target or option is a usage error (exit 2)."""
     from flashcheck.adapters import parse_supports, resolve
 
+    device = device_of(args)
     try:
         parse_supports(args.supports)
-        kut = resolve(args.target, supports=args.supports, layout=args.layout,
+        kut = resolve(args.target, supports=args.supports, layout=args.layout, device=device,
                       **{f: getattr(args, f) for f in DOMAIN_FLAGS})
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -99,8 +103,7 @@ def check_target(args):
             raise UsageError(f"--dtype: unknown dtype {name!r}; expected float32, float16 or bfloat16")
     import torch
 
-    device = device_of(args)
-    if device == "cpu" and args.target == "ours":
+    if device == "cpu" and args.target in ("ours", "ours-accurate"):
         os.environ.setdefault("TRITON_INTERPRET", "1")  # what the subprocess gets (environment())
     reasons = [kut.available(device, getattr(torch, name)) for name in names]
     if all(reasons):
@@ -183,21 +186,44 @@ def replay_command(nodeid: str, args, device: str) -> str:
     return f"{env} " + " ".join(shlex.quote(w) for w in words)
 
 
-def run_pytest(args, device: str, report: str) -> tuple[int, list[str]]:
+def suite_command(args, device: str, *extra: str) -> list[str]:
     cmd = [sys.executable, *pytest_base(), "flashcheck.properties", *kernel_options(args, device),
-           "--hypothesis-profile", args.profile, "--flashcheck-report", report, "--flashcheck-progress",
-           "-q", "--tb=long"]
+           "--hypothesis-profile", args.profile, *extra]
     n = workers(args, device)
     if n:
         # worksteal: 15 properties of unequal length on 8 workers; idle workers take queued ones
         # (on the H100, ours took 106 s with the default load scheduling, 56 s for the longest property)
         cmd += ["-n", n, "--dist", "worksteal"]
+    if args.keyword:
+        cmd += ["-k", args.keyword]
+    return cmd
+
+
+def warm_up(args, device: str, tmp: str) -> str:
+    """flashcheck.warmup: record the suite's calls on a stand-in, compile them on the real kernel in one
+    process per core. Returns what it did, in words."""
+    from flashcheck.adapters import resolve
+    from flashcheck.warmup import distinct, run_parts, signatures
+
+    start = time.monotonic()
+    path = os.path.join(tmp, "signatures.jsonl")
+    subprocess.run(suite_command(args, device, "--flashcheck-dry-run", path, "-q"),
+                   env=environment(args, device), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    recorded = time.monotonic() - start
+    options = {"supports": args.supports, "layout": args.layout, **{f: getattr(args, f) for f in DOMAIN_FLAGS}}
+    n = len(distinct(resolve(args.target, device=device, **options), signatures([path])))
+    if n:
+        run_parts(args.target, device, path, min(n, os.cpu_count() or 1), options, environment(args, device))
+    return (f"warm-up: {n} distinct kernel calls recorded in {recorded:.1f} s and compiled in "
+            f"{time.monotonic() - start - recorded:.1f} s")
+
+
+def run_pytest(args, device: str, report: str) -> tuple[int, list[str]]:
+    cmd = suite_command(args, device, "--flashcheck-report", report, "--flashcheck-progress", "-q", "--tb=long")
     if args.junitxml:
         cmd += ["--junitxml", os.path.abspath(args.junitxml)]
     if args.fail_fast:
         cmd += ["-x"]
-    if args.keyword:
-        cmd += ["-k", args.keyword]
     proc = subprocess.Popen(cmd, env=environment(args, device), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, bufsize=1)
     log, done = [], 0
@@ -319,7 +345,11 @@ def main(argv=None) -> int:
     print(f"flashcheck validate {args.target} on {device} ({args.dtype or 'default dtype'}), profile {args.profile}; "
           f"declared: {','.join(sorted(kut.supports)) or 'nothing'}; domain: {kut.domain.describe()}", flush=True)
     start = time.monotonic()
+    warmed = None
     with tempfile.TemporaryDirectory() as tmp:
+        if args.warm_up == "on" or (args.warm_up == "auto" and args.target in ("ours", "ours-accurate", "flex") and device == "cuda"):
+            warmed = warm_up(args, device, tmp)
+            print(warmed, flush=True)
         report = os.path.join(tmp, "report.json")
         code, log = run_pytest(args, device, report)
         records = json.load(open(report))["records"] if os.path.exists(report) else []
@@ -364,7 +394,8 @@ def main(argv=None) -> int:
                        "profile": args.profile, "supports": sorted(kut.supports), "layout": args.layout,
                        "domain": kut.domain.describe(), "strict": args.strict,
                        "results": results, "counts": counts, "refused_domain": refusals,
-                       "exit_code": exit_code, "verdict": verdict, "duration_s": round(elapsed, 2)}, f, indent=1)
+                       "exit_code": exit_code, "verdict": verdict, "warm_up": warmed,
+                       "duration_s": round(elapsed, 2)}, f, indent=1)
     return exit_code
 
 

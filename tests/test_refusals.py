@@ -1,10 +1,11 @@
 """The refused domain is described by the simplest rule that holds for every refused input and for no
 accepted one, with a minimal example; what no rule separates is said to be so."""
 from flashcheck.refusals import Features, describe
+from flashcheck.strategies import Shape
 
 
 def f(Nq=17, Nk=17, d=64, Hq=2, Hkv=2, causal=False, mask=None, dtype="bfloat16"):
-    return Features(B=1, Hq=Hq, Hkv=Hkv, Nq=Nq, Nk=Nk, d=d, causal=causal, window=None, mask=mask,
+    return Features(shape=Shape(B=1, Hq=Hq, Hkv=Hkv, Nq=Nq, Nk=Nk, d=d), causal=causal, window=None, mask=mask,
                     values="normal", dtype=dtype)
 
 
@@ -15,7 +16,7 @@ def test_single_token_keys_are_named_with_a_minimal_example():
     refused = [(f(Nq=1, Nk=1), "RuntimeError: No available kernel"), (f(Nq=7, Nk=1, d=128), "RuntimeError: x")]
     (part,) = describe(refused, ACCEPTED)
     assert part.words == "Nk = 1" and part.count == 2  # Nq = 1 alone is accepted (Nq=1, Nk=17)
-    assert part.example["d"] == 64 and part.error == "RuntimeError: No available kernel"
+    assert part.example["shape"]["d"] == 64 and part.error == "RuntimeError: No available kernel"
 
 
 def test_masks_and_non_square_causal_are_two_rules():

@@ -44,8 +44,10 @@ def test_usage_errors_exit_2_and_name_the_problem(args, says):
 
 def test_correct_kernel_exits_0_with_a_table_and_json(tmp_path):
     out = tmp_path / "r.json"
-    proc = flashcheck("validate", target("blocked"), "-k", "o_within_bound or lse_within_bound", "--json", str(out))
+    proc = flashcheck("validate", target("blocked"), "-k", "o_within_bound or lse_within_bound", "--json", str(out),
+                      "--warm-up", "on")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "warm-up: " in proc.stdout and " distinct kernel calls recorded" in proc.stdout, proc.stdout
     assert "worst error / bound" in proc.stdout and "test_o_within_bound" in proc.stdout
     data = json.loads(out.read_text())
     assert data["exit_code"] == 0 and data["counts"]["passed"] == 2
@@ -87,6 +89,37 @@ def test_torch_sdpa_cpu_backends_hold(kernel, tmp_path):
     assert data["counts"]["passed"] >= 12 and data["counts"]["failed"] == 0
     (det,) = [r for r in data["results"] if r["property"] == "test_backward_is_bitwise_deterministic"]
     assert det["outcome"] == "passed", det
+
+
+RECORDING = """
+import os
+from flashcheck.warmup import StandIn
+
+attention = StandIn("top_left", os.environ["CALLS"])
+attention.supports = "causal,scale,gqa,lse,backward,mask,window"
+"""
+
+
+def test_the_warm_up_dry_run_records_the_calls_the_suite_makes(tmp_path):
+    """flashcheck.warmup's dry run (the suite on an exact stand-in) draws the inputs a correct kernel gets:
+    the signatures it records are those of a real run, so the warm-up compiles what the suite will need."""
+    from flashcheck.warmup import signatures
+
+    src = tmp_path / "k.py"
+    src.write_text(RECORDING)
+    base = [sys.executable, "-m", "pytest", "-c", os.devnull, "--rootdir", str(ROOT), "-p", "flashcheck.pytest_plugin",
+            "-p", "no:cacheprovider", "--pyargs", "flashcheck.properties", "--kernel", f"{src}:attention",
+            "--device", "cpu", "--hypothesis-profile", "ci", "-q", "-k", "o_within or dq_within or permuting"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), FLASHCHECK_PROFILE="ci")
+    real, dry = tmp_path / "real.jsonl", tmp_path / "dry.jsonl"
+    for calls, extra in ((real, []), (tmp_path / "unused.jsonl", ["--flashcheck-dry-run", str(dry)])):
+        proc = subprocess.run(base + extra, cwd=tmp_path, env=dict(env, CALLS=str(calls)), capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    recorded = signatures([dry])
+    assert len(recorded) > 10 and any(s.grad for s in recorded)
+    assert set(recorded) == set(signatures([real]))
+    assert not (tmp_path / "unused.jsonl").exists()  # the dry run never called the kernel
 
 
 KERNELS = """

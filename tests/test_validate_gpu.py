@@ -37,7 +37,8 @@ def validate(target: str, tmp_path) -> dict:
     data.update(code=proc.returncode, log=proc.stdout[-6000:] + proc.stderr[-3000:])
     print(f"ANSWER-KEY {target}: exit {data['code']} {data.get('counts')} in {data.get('duration_s')} s; "
           f"refuses: {[p['words'] for p in data.get('refused_domain', [])]}; "
-          f"failed: {[r['property'] for r in data.get('results', []) if r['outcome'] == 'failed']}")
+          f"failed: {[r['property'] for r in data.get('results', []) if r['outcome'] == 'failed']}"
+          + (f"; {data['warm_up']}" if data.get("warm_up") else ""))
     return data
 
 

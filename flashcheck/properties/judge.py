@@ -22,7 +22,7 @@ from hypothesis import example, given, note, reject
 
 from flashcheck.adapters import Refusal
 from flashcheck.pytest_plugin import hypothesis_settings, options, record, record_accepted, record_discard, record_refusal
-from flashcheck.strategies import (BASE_SHAPES, CANONICAL, CANONICAL_SMALL, SMALL_SHAPES, Case, Inputs, adapt, cases,
+from flashcheck.strategies import (CANONICAL, CANONICAL_SMALL, SMALL_SHAPES, SUITE_SHAPES, Case, Inputs, adapt, cases,
                                    materialize, visible)
 
 
@@ -191,17 +191,28 @@ def expected_backward(case, inputs, o, lse):
                                               **reference_kwargs(case, inputs))
 
 
+def tiles_within(precision, Nq: int, Nk: int):
+    """`precision` with its tiles no wider than the problem: a K/V tile of block_k >= Nk keys is the whole
+    row, so the bounds are the same (they read a block only through min(N, block) and ceil(N / block)),
+    but proofs.bounds pads its per-tile arrays to the block: 2^20 columns for the math backend's
+    'one tile' took ~1.5 s per example. (Belongs in proofs/bounds/forward.py's _rescale_changes.)"""
+    block_k, block_q = min(precision.block_k, max(Nk, 1)), min(precision.block_q, max(Nq, 1))
+    if (block_k, block_q) == (precision.block_k, precision.block_q):
+        return precision
+    return replace(precision, block_k=block_k, block_q=block_q)
+
+
 def forward_bound(subject, case, inputs, *, q=None, k=None, v=None, mask=None):
     q = inputs.q if q is None else q
     k = inputs.k if k is None else k
     v = inputs.v if v is None else v
-    return bound_fn("forward_bound")(q, k, v, precision=subject.precision(case.shape.d),
-                                     **reference_kwargs(case, inputs, mask))
+    precision = tiles_within(subject.precision(case.shape.d), q.shape[2], k.shape[2])
+    return bound_fn("forward_bound")(q, k, v, precision=precision, **reference_kwargs(case, inputs, mask))
 
 
 def backward_bound(subject, case, inputs):
-    return bound_fn("backward_bound")(inputs.q, inputs.k, inputs.v, inputs.do,
-                                      precision=subject.precision(case.shape.d),
+    precision = tiles_within(subject.precision(case.shape.d), inputs.q.shape[2], inputs.k.shape[2])
+    return bound_fn("backward_bound")(inputs.q, inputs.k, inputs.v, inputs.do, precision=precision,
                                       **reference_kwargs(case, inputs))
 
 
@@ -306,11 +317,15 @@ def other_alignment_hint(subject: Subject, case: Case, inputs: Inputs, got_o: np
 # ---- decorators ------------------------------------------------------------------------------------
 
 def property_cases(*, examples=None, shape_filter=None, **case_kw):
-    """@given(case=cases(**case_kw)) with the canonical examples first and the shared example database
-    (the reduced set under `--budget reduced`: small shapes, few examples)."""
+    """@given(case=cases(**case_kw)) with the canonical examples first and the shared example database:
+    shapes from SUITE_SHAPES (the reduced set under `--budget reduced`: small shapes, head dims <= 64,
+    few examples). `shape_filter` reads (B, Hq, Hkv, Nq, Nk)."""
+    if options().reduced:
+        base = [b for b in SMALL_SHAPES if shape_filter is None or shape_filter(b)]
+        strategy = cases(base=tuple(base), max_d=64, **case_kw)
+    else:
+        strategy = cases(pairs=[p for p in SUITE_SHAPES if shape_filter is None or shape_filter(p[:5])], **case_kw)
     reduced = options().reduced
-    base = [b for b in (SMALL_SHAPES if reduced else BASE_SHAPES) if shape_filter is None or shape_filter(b)]
-    strategy = cases(base=tuple(base), **({"max_d": 64} if reduced else {}), **case_kw)
     if examples is None:
         examples = CANONICAL_SMALL if reduced else CANONICAL
 

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# `flashcheck validate` on the GPU machine, in one device call each (from the repo root):
+#   bash bench/validate_gpu.sh diag   # ours from a cold Triton cache with the warm-up (where its time goes),
+#                                     # flex alone (its refusals and recompiles), the validate/compile tests
+#                                     # of the suite with -v and stack dumps when they overrun
+#   bash bench/validate_gpu.sh key    # the answer key (tests/test_validate_gpu.py: six targets, bf16, -n 8)
+#   bash bench/validate_gpu.sh suite  # the whole suite (-n 14, -v, failing node ids, stacks on a hang)
+# Every step runs under `timeout`, so a hang costs its own limit, not the call; on a timeout every
+# pytest process of the step writes the stacks of all its threads (tests/conftest.py, FLASHCHECK_STACKS).
+# Logs go to $OUT (the device tool brings back at most 8 files: the rest is packed in results.tgz).
+set -uo pipefail
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CI=true
+OUT=${OUT:-device-out}
+W=$(mktemp -d)
+mkdir -p "$OUT"
+trap 'tar czf "$OUT/results.tgz" -C "$W" . 2>/dev/null' EXIT
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
+T0=$(date +%s)
+step() { echo "== [$(( $(date +%s) - T0 )) s] $*"; }
+
+# validate TARGET LIMIT NAME [extra args]: bf16, ci profile, -n 8 (the answer key's command), JSON kept
+validate() {
+  local target=$1 limit=$2 name=$3; shift 3
+  local t=$(date +%s)
+  timeout "$limit" python3 -m flashcheck validate "$target" --device ${DEVICE:-cuda} --dtype ${DTYPE:-bfloat16} \
+      --profile ci -n ${WORKERS:-8} \
+      --json "$W/$name.json" "$@" > "$W/$name.log" 2>&1
+  local rc=$?
+  echo "$name: exit $rc in $(( $(date +%s) - t )) s (limit $limit)"
+  tail -4 "$W/$name.log"
+  [ -f "$W/$name.json" ] && python3 - "$W/$name.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for r in sorted(d["results"], key=lambda r: -r["duration_s"]):
+    print(f"   {r['duration_s']:7.1f} s  {r['outcome']:<8} {r['property']}  {(r['note'] or '')[:150]}")
+for p in d["refused_domain"]:
+    print("   refuses", p["words"], "|", p["error"][:300])
+EOF
+}
+
+# pytest_step LIMIT NAME ARGS...: -v (each node id as it ends), -rf, stacks of every process on a timeout
+pytest_step() {
+  local limit=$1 name=$2; shift 2
+  local t=$(date +%s)
+  FLASHCHECK_STACKS="$W/stacks-$name" timeout -s USR1 -k 20 "$limit" python3 -m pytest -v -rf --tb=short \
+      -p no:cacheprovider -o faulthandler_timeout=$((limit - 10)) "$@" > "$W/$name.log" 2>&1
+  local rc=$?
+  echo "$name: exit $rc in $(( $(date +%s) - t )) s (limit $limit; 124/137: timed out, stacks in stacks-$name/)"
+  grep -E "^(FAILED|ERROR)|Timeout|passed|failed" "$W/$name.log" | tail -15
+  if [ -d "$W/stacks-$name" ]; then
+    for f in "$W"/stacks-"$name"/*.txt; do [ -s "$f" ] && { echo "--- $f"; head -15 "$f"; }; done
+  fi
+  ps -eo pid,ppid,etimes,cmd | grep -E "pytest|flashcheck|compile_worker" | grep -v grep | head -20
+}
+
+case "${1:-diag}" in
+  selftest)  # on the CPU: the steps' plumbing (a validate, a pytest step that overruns and dumps stacks)
+    DEVICE=cpu DTYPE=float32 WORKERS=2 validate torch-sdpa-math 120 math-cpu -k "o_within or lse"
+    printf 'import time\ndef test_sleeps():\n    time.sleep(60)\n' > tests/test_zz_selftest_sleeps.py
+    pytest_step 25 sleeper -n 2 tests/test_zz_selftest_sleeps.py tests/test_refusals.py
+    rm -f tests/test_zz_selftest_sleeps.py
+    ;;
+  diag)
+    step "ours with the warm-up (flashcheck.warmup), cold Triton cache (fresh TRITON_CACHE_DIR)"
+    export TRITON_CACHE_DIR=/tmp/triton-cold-$$
+    rm -rf "$TRITON_CACHE_DIR"
+    validate ours ${T1:-150} ours-warmup
+    grep -E "^warm-up" "$W/ours-warmup.log"
+    echo "Triton cache entries: $(ls "$TRITON_CACHE_DIR" | wc -l)"
+    unset TRITON_CACHE_DIR
+    step "flex alone (-n 8)"
+    TORCH_LOGS=recompiles validate flex ${T2:-140} flex
+    echo "recompile lines in flex.log: $(grep -ciE "recompil" "$W/flex.log")"
+    step "the suite's validate/compile tests (-n 8, -v)"
+    pytest_step ${T3:-120} subset -n 8 tests/test_validate_cli.py tests/test_refusals.py tests/test_domain.py \
+        tests/test_kernel_compile.py "tests/test_kernel_gpu.py::test_gpu_torch_compile_inductor_fullgraph"
+    ;;
+  key)
+    step "answer key"
+    FLASHCHECK_RESULTS="$W" timeout ${T1:-420} python3 -m pytest -v -s -rf -p no:cacheprovider \
+        tests/test_validate_gpu.py > "$W/answer_key.log" 2>&1
+    echo "answer key: exit $?"
+    grep -E "ANSWER-KEY|PASSED|FAILED|passed|failed" "$W/answer_key.log" | tail -20
+    ;;
+  suite)
+    step "the whole suite on CUDA, answer key apart"
+    pytest_step ${T1:-460} suite -n 14 --durations=25 --deselect tests/test_validate_gpu.py
+    ;;
+esac
+step done
+cp "$W"/*.log "$OUT"/ 2>/dev/null | true
+ls "$OUT"
