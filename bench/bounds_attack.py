@@ -197,6 +197,40 @@ def table(cases) -> str:
     return "\n".join(lines)
 
 
+def explain(source: str, device: str, precisions, nk: int, nq: int, h: int, d: int, seed: int) -> str:
+    """Markdown: on random inputs, per precision, the probabilistic O and LSE bounds split into their
+    terms (proofs.bounds.forward.forward_terms): each cell is the median over entries of term / observed
+    error (entries with a nonzero error), so a row shows how many observed errors that term alone costs;
+    'bound' is the median of bound / observed (what the tightness table reports)."""
+    import dataclasses
+
+    from proofs.bounds.forward import forward_terms
+    from reference.attention import attention
+
+    cols, rows = [], {}
+    for pr in precisions:
+        dt, dot = pr.split(":")
+        q, k, v, do = inputs("random", dt, nq, nk, h, d, seed)
+        got, precision = run_source(source, device, dt, dot, q, k, v, do)
+        O, L = attention(q, k, v)
+        t = forward_terms(q, k, v, precision=precision)
+        for qn, err, bound, terms, capped in (("O", np.abs(got[0] - O), t.bound.o, t.o, t.o_capped),
+                                               ("LSE", np.abs(got[1] - L), t.bound.lse, t.lse, t.lse_capped)):
+            col = f"{qn} {dt}/{dot}"
+            cols.append(col)
+            hit = err > 0
+            rows.setdefault("bound", {})[col] = float(np.median(bound[hit] / err[hit]))
+            rows.setdefault("(capped by worst case, share)", {})[col] = float(np.mean(capped[hit]))
+            for f in dataclasses.fields(terms):
+                x = getattr(terms, f.name)
+                if x is not None:
+                    rows.setdefault(f.name, {})[col] = float(np.median(np.broadcast_to(x, err.shape)[hit] / err[hit]))
+    lines = ["| term | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for name, vals in rows.items():
+        lines.append(f"| {name} | " + " | ".join(f"{vals[c]:.3g}" if c in vals else "-" for c in cols) + " |")
+    return "\n".join(lines)
+
+
 def load(path: str) -> list:
     cases = []
     with open(path) as f:
@@ -223,11 +257,16 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=1, help="processes for the references and bounds")
     ap.add_argument("--check-exp2", default=None, help="write check_exp2's JSON here first")
     ap.add_argument("--table-from", default=None, help="only print the table of this JSONL file")
+    ap.add_argument("--explain", action="store_true",
+                    help="only print the terms of the probabilistic O/LSE bounds on random inputs (first N_k, seed)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--table", default=None, help="write the markdown table here as well")
     a = ap.parse_args(argv)
     if a.table_from:
         print(table(load(a.table_from)))
+        return 0
+    if a.explain:
+        print(explain(a.source, a.device, a.precisions, a.nk[0], a.nq, a.h, a.d, a.seeds[0]))
         return 0
     if not a.out:
         ap.error("--out is required")

@@ -50,18 +50,20 @@ def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, k
     return dataclasses.replace(F, bound=bound)
 
 
-def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, eta) -> _Forward:
+def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, eta, explain=False) -> _Forward:
     M = _model(precision)
     p, qf, kf, vf, s, vis, sc = _problem(q, k, v, scale, causal, window, mask, bias)
     lam = hoeffding_lambda(1.0, eta)
     # every quantity of the forward analysis belongs to one query row: blocks of rows keep the
     # (rows, Nk) temporaries small (cache-sized, no page faults of fresh 32 MB arrays at N = 2048)
     R = _cat_rows([_forward_rows(p, M, precision, kind, lam, qf[..., r, :], kf, vf, s[..., r, :],
-                                 vis[..., r, :], sc, bias is not None)
+                                 vis[..., r, :], sc, bias is not None, explain)
                    for r in _rows_chunks(p.Nq, p.Nk, 1, budget=ROW_BLOCK_ENTRIES)])
     fb = ForwardBound(o=R["err"], lse=R["lse_err"], kind=kind, precision=precision)
     return _Forward(bound=fb, s=s, vis=vis, A=R["A"], o=R["o"], lse=R["lse"], m=R["m"], empty=R["empty"],
-                    qf=qf, kf=kf, vf=vf, scale=sc, problem=p, parts=R["parts"])
+                    qf=qf, kf=kf, vf=vf, scale=sc, problem=p,
+                    parts={**R["parts"], **{key: R[key] for key in ("o_terms", "lse_terms", "o_capped", "lse_capped")
+                                            if key in R}})
 
 
 # (rows x Nk) entries per block of query rows in the forward analysis
@@ -75,6 +77,8 @@ def _cat_rows(chunks):
     first = chunks[0]
     if isinstance(first, dict):
         return {key: _cat_rows([c[key] for c in chunks]) for key in first}
+    if dataclasses.is_dataclass(first):
+        return type(first)(**{f.name: _cat_rows([getattr(c, f.name) for c in chunks]) for f in dataclasses.fields(first)})
     if isinstance(first, tuple):
         return tuple(_cat_rows([c[i] for c in chunks]) for i in range(len(first)))
     if isinstance(first, np.ndarray) and first.ndim >= 3:
@@ -134,8 +138,9 @@ def _partial_sums(A, vf, o, ends, tile_ends, products: int):
     return f_sq, c_sum
 
 
-def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias) -> dict:
-    """The forward analysis of a block of query rows (s, vis, qf restricted to those rows)."""
+def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias, explain=False) -> dict:
+    """The forward analysis of a block of query rows (s, vis, qf restricted to those rows). With
+    `explain` (probabilistic kind only) it also returns the named terms of the bounds (ForwardTerms)."""
     m, A, l, lse, empty = _softmax_parts(s, vis)
     o = A @ vf
     d, Nk = p.d, p.Nk
@@ -230,10 +235,23 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
             det = det + ((M.u_pv if dp else 0.0) + di) * 0.5 * (A_absv + oabs)
         # the worst case always holds, so it caps the probabilistic bound (concentrated rows)
         pre = np.minimum((lam * np.sqrt(var) + det + remainder) * inv_den, num_wc * inv_den)
+        if explain:
+            (x_logdet, x_alpha, x_exp), _ = _weighted_dev([A * lg.det, A * alpha_det, A * M.eps_exp], [], vf, o)
+            tc = (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
+            tr = ((M.u_pv if dp else 0.0) + di) * 0.5 * (A_absv + oabs) if M.trunc else 0.0 * oabs
+            o_terms = OTerms(logit_random=lam * np.sqrt(dev_sig), operand_random=lam * np.sqrt((rp**2 + ri**2) * dev_AA),
+                           accumulation_random=lam * u * np.sqrt(acc_sq), logit_det=x_logdet, rescale_alpha=x_alpha,
+                           exp=x_exp, operand_along_o=(rp + ri) * oabs, accumulation_drift=acc_c * u * oabs,
+                           l_sum=mu_lin * oabs, tensor_core_acc=tc, truncation=tr, remainder=remainder)
+            o_terms = _map_terms(o_terms, lambda x: x * inv_den)
+            o_capped = (lam * np.sqrt(var) + det + remainder) >= num_wc
     # final division acc / l (fp32 O, what Delta uses with delta_from="fp32") and the store
     err32 = pre + M.eps_div * (oabs + pre)
     err = err32 + M.u_out * (oabs + err32) + M.floor_out
     err = np.where(empty[..., None], 0.0, err)
+    if explain:
+        o_terms = dataclasses.replace(o_terms, division=M.eps_div * (oabs + pre),
+                                      output=M.u_out * (oabs + err32) + M.floor_out)
 
     # LSE = ln2 (m2 + log2 l): |log(l_hat / l)| (the rescales are in b: their arguments telescope,
     # sum |dm| <= m - s_j, not (T - 1) u R), the rounding of the sum, of the ln2 product and of ln2
@@ -262,17 +280,89 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         capped = lam * np.sqrt(var) + det + remainder >= log_wc
         lse_sigma = np.where(capped, 0.0, np.sqrt(var))
         lse_det = np.where(capped, log_wc, det + remainder) + rounding
+        if explain:
+            lse_terms = LseTerms(logit_random=lam * np.sqrt(var), logit_det=(A * lg.det).sum(-1),
+                             rescale_alpha=(A * alpha_det).sum(-1), exp=(A * M.eps_exp).sum(-1),
+                             l_sum=mu_lin + 0.0 * lse_abs, remainder=remainder,
+                             lse_rounding=float(gamma(3, u)) * lse_abs, log2=log_err + 0.0 * lse_abs)
     lse_err = np.where(empty, 0.0, lse_err)
 
     o_shape = (p.B, p.Hq, s.shape[-2], vf.shape[-1])
     final = (err32 if precision.delta_from == "fp32" else err) - np.where(empty[..., None], 0.0, pre)
-    return dict(err=np.broadcast_to(err, o_shape).copy(), lse_err=lse_err, A=A, o=o, lse=lse, m=m, empty=empty,
+    extra = {}
+    if explain:
+        extra = dict(o_terms=_map_terms(o_terms, lambda x: np.broadcast_to(x, o_shape).copy()),
+                     o_capped=np.broadcast_to(o_capped, o_shape).copy(), lse_terms=lse_terms, lse_capped=capped)
+    return dict(**extra, err=np.broadcast_to(err, o_shape).copy(), lse_err=lse_err, A=A, o=o, lse=lse, m=m, empty=empty,
                 parts=dict(b_wc=b_wc, Ab_wc=Ab_wc, Ab1_wc=Ab1_wc, b_lin=b_lin, qk=lg.qk, l=l,
                            sigma=lg.sigma, det=lg.det + alpha_det, nu_wc=nu_wc, nu_lin=nu_lin,
                            mu_wc=mu_wc, mu_lin=mu_lin, inv_den=inv_den, floors=floors,
                            final=final, n_pv=n_pv, T=T, n_l=n_l,
                            lam=lam, lse_sigma=np.where(empty, 0.0, lse_sigma),
                            lse_det=np.where(empty, 0.0, lse_det)))
+
+
+@dataclass(frozen=True)
+class OTerms:
+    """The probabilistic O bound split into its terms (each (B, Hq, Nq, dv), in units of O; bounds.md sec. 6).
+    The random terms (``*_random``) enter the bound together as lam sqrt(sum of variances), the others
+    add; the whole is capped by the worst case where that is smaller (ForwardTerms.o_capped)."""
+
+    logit_random: np.ndarray  # round-to-nearest part of the logit errors: qk dot, products, running max
+    operand_random: np.ndarray  # rounding of P (and of q, k, v) into the dot operand format, around O
+    accumulation_random: np.ndarray  # P.V accumulator roundings: the fluctuation F_s around O
+    logit_det: np.ndarray  # deterministic logit errors: tensor-core / tf32 truncation, the constant c
+    rescale_alpha: np.ndarray  # argument roundings of the rescales alpha (telescoped) and of p's shift
+    exp: np.ndarray  # exp2 relative error (ex2.approx or libm), per key
+    operand_along_o: np.ndarray  # operand roundings along O (systematic on structured inputs)
+    accumulation_drift: np.ndarray  # accumulator roundings along O: u |O| sum_s C_s
+    l_sum: np.ndarray  # the rounding of l's sum (mu |O|)
+    tensor_core_acc: np.ndarray  # tensor-core accumulation steps of P.V (truncation: worst case)
+    truncation: np.ndarray  # tf32 truncation of P and V (one-sided)
+    remainder: np.ndarray  # second-order majorant remainder
+    division: np.ndarray = None  # the final acc / l
+    output: np.ndarray = None  # the store in the output dtype
+
+
+@dataclass(frozen=True)
+class LseTerms:
+    """The probabilistic LSE bound split into its terms (each (B, Hq, Nq))."""
+
+    logit_random: np.ndarray
+    logit_det: np.ndarray
+    rescale_alpha: np.ndarray
+    exp: np.ndarray
+    l_sum: np.ndarray
+    remainder: np.ndarray
+    lse_rounding: np.ndarray  # gamma_3 |LSE|: m + log2 l, the product by ln 2, ln 2 itself
+    log2: np.ndarray  # the log2 instruction
+
+
+@dataclass(frozen=True)
+class ForwardTerms:
+    """forward_bound(kind="probabilistic") with its terms; *_capped: where the worst case is the bound."""
+
+    bound: ForwardBound
+    o: OTerms
+    lse: LseTerms
+    o_capped: np.ndarray
+    lse_capped: np.ndarray
+
+
+def _map_terms(terms, fn):
+    return type(terms)(**{f.name: fn(getattr(terms, f.name)) for f in dataclasses.fields(terms)
+                          if getattr(terms, f.name) is not None})
+
+
+def forward_terms(q, k, v, *, scale=None, causal=False, window=None, mask=None, bias=None,
+                  precision: Precision) -> ForwardTerms:
+    """The probabilistic forward bound and its named terms (what dominates where: bench/bounds_attack.py
+    --explain). Costs one more pass of weighted deviations than forward_bound."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        F = _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, "probabilistic",
+                          FAILURE_PROBABILITY, explain=True)
+    return ForwardTerms(bound=F.bound, o=F.parts["o_terms"], lse=F.parts["lse_terms"],
+                        o_capped=F.parts["o_capped"], lse_capped=F.parts["lse_capped"])
 
 
 def forward_bound(q, k, v, *, scale=None, causal=False, window=None, mask=None, bias=None,
