@@ -560,3 +560,36 @@ def test_gqa_reduced_after_rounding_is_within_its_bound(dtype, dot):
             err = np.abs(got - exact)
             assert np.all(err <= bound), (f"{name} {kind}: max error/bound {np.max(err / bound):.3g} at "
                                           f"{np.unravel_index(np.argmax(err / bound), err.shape)}")
+
+
+def test_mma_step_bound_holds_on_the_h100_tensor_core_outputs():
+    """The data-driven tensor-core step bound (proofs.bounds.logits._mma_steps_error, bounds.md sec. 2a)
+    against every recorded H100 mma/wgmma output (proofs/measurements/h100_mma_raw.npz: random,
+    cancelling and crafted A.B + C, fp16/bf16/tf32, K = 16..64): |D - exact| <= first order + the
+    second-order term the logit bound adds; and it is sharper than delta (|acc| + sum |p|) per step."""
+    import math
+
+    from proofs.bounds import HARDWARE
+    from proofs.bounds.logits import _mma_steps_error
+    from proofs.hardware import MEASUREMENTS
+
+    raw = np.load(MEASUREMENTS / "h100_mma_raw.npz")
+    configs = sorted({key.split("__")[0] for key in raw.files if not key.startswith("ieee")})
+    assert configs
+    for name in configs:
+        mma = HARDWARE.mma_for(name.split("_")[0])
+        c, a, b, D = (raw[f"{name}__{x}"] for x in "cabd")
+        P = a * b
+        exact = np.array([math.fsum([ci, *pi]) for ci, pi in zip(c, P)])
+        K = P.shape[1]
+        ends = np.arange(mma.k_step - 1, K, mma.k_step)
+        assert ends[-1] == K - 1
+        S = np.abs(c) + np.abs(P).sum(1)
+        n = len(ends)
+        second = n * (mma.step_error + 2.0 ** (-22 - mma.extra_bits)) * gamma(n, mma.step_error) * S
+        bound = _mma_steps_error(P, ends, mma, acc0=c) + second
+        err = np.abs(D - exact)
+        assert np.all(err <= bound), f"{name}: {(err > bound).sum()} outputs over, worst x{(err / bound).max():.3g}"
+        old = n * mma.step_error * S
+        hit = err > 0
+        assert np.median(old[hit] / bound[hit]) > 2.0, name

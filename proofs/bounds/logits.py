@@ -17,7 +17,8 @@ class _Logits:
     lin: np.ndarray  # linear part of that majorant
     sigma: np.ndarray  # sqrt(sum c_t^2 u_t^2) of the random (round-to-nearest) first-order part
     det: np.ndarray  # first-order part that is not random (truncation, shared constant rounding)
-    qk: tuple = ()  # (scale |q||k|^T, scale sqrt(q^2 (k^2)^T), |scale q.k| or None): shift-independent, reusable
+    qk: tuple = ()  # (scale |q||k|^T, scale sqrt(q^2 (k^2)^T), |scale q.k| or None, tensor-core dot error
+    # or None): shift-independent, reusable
 
 
 def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias: bool,
@@ -33,8 +34,9 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
         absqk = scale * (np.abs(qf) @ np.swapaxes(np.abs(kf), -1, -2))
         sqqk = scale * np.sqrt((qf * qf) @ np.swapaxes(kf * kf, -1, -2))
         # |scale q.k| before any bias: with a cancelling bias it can be far larger than |s|
-        qk = (absqk, sqqk, np.abs(scale * (qf @ np.swapaxes(kf, -1, -2))) if has_bias else None)
-    absqk, sqqk, a_qk = qk
+        qk = (absqk, sqqk, np.abs(scale * (qf @ np.swapaxes(kf, -1, -2))) if has_bias else None,
+              _mma_dot_error(qf, kf, scale, model) if model.mma is not None else None)
+    absqk, sqqk, a_qk, mma_dot = qk
     s0 = np.where(vis, s, 0.0)
     if a_qk is None:
         a_qk = np.abs(s0)
@@ -58,6 +60,10 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     (ri, _), (di, _) = _conv(model)
     sig_dot = math.sqrt(2.0) * ri * sqqk + (0.0 if model.tensor_core else math.sqrt(d) * u * absqk)
     det_dot = (nd * model.u_dacc if model.tensor_core else 0.0) * absqk
+    if mma_dot is not None:  # the steps as the data make them (sec. 2a): the same truncations, sharper
+        # (second order: the computed partial sums and products differ from the exact ones by <= dot_wc,
+        # which moves each step's bound by <= (delta + 2^(-22-F)) dot_wc)
+        det_dot = np.minimum(det_dot, mma_dot + nd * (model.u_dacc + 2.0 ** (-22 - model.mma.extra_bits)) * dot_wc)
     if di:  # truncated q, k: sum_k q_k k_k theta_k, theta_k in [-2 u_in, 0] (first order), not random:
         # <= 2 u_in max(positive part, negative part) = u_in (sum_k |q_k k_k| + |q.k|)  (bounds.md sec. 6)
         det_dot = det_dot + di * (absqk + a_qk)
@@ -71,3 +77,45 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
         det=np.where(vis, det_dot + det_arg, z),
         qk=qk,
     )
+
+
+def _mma_steps_error(t, ends, mma, acc0=None) -> np.ndarray:
+    """First-order bound on the error of summing the products t (..., n) in order into an accumulator that
+    starts at acc0 (exact in fp32; default 0), in tensor-core steps ending at the indices `ends` (ascending, the last = n - 1), under
+    the measured step model of proofs/hardware.py (MmaBehaviour; bounds.md sec. 2a), evaluated on the
+    data instead of through delta (|acc| + sum |t|):
+
+    one step adds its products t_i to acc = P_{s-1} (the partial sum before it). Alignment to the grid
+    g = 2^(e - 23 - F) with 2^e <= M_s = max(|P_{s-1}|, max_i |t_i|) keeps the largest term whole and costs
+    each other term < min(|t_i|, g) (truncation; min(|t_i|, g/2) rounded): at most
+    a_s = sum_{terms} min(|t|, g') - g' with g' = 2^(-23-F) M_s (halved when rounded). Normalizing the
+    aligned sum (|.| <= |P_s| + a_s) into fp32 costs < 2^-23 of it (2^-24 rounded). Hence the step errs by
+    < norm (|P_s| + a_s) + a_s, with P_s the exact partial sums: what is returned, summed over the steps.
+    The computed values differ from the exact ones (second order): the caller adds that."""
+    ends = np.asarray(ends)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    half = 0.5 if mma.alignment == "round" else 1.0
+    norm = 2.0**-24 if mma.normalization == "round" else 2.0**-23
+    at = np.abs(t)
+    c = np.zeros(t.shape[:-1]) if acc0 is None else np.asarray(acc0, dtype=np.float64)
+    P = c[..., None] + np.cumsum(t, axis=-1)[..., ends]
+    prev = np.abs(np.concatenate([c[..., None], P[..., :-1]], axis=-1))
+    g = half * 2.0 ** (-23 - mma.extra_bits) * np.maximum(prev, np.maximum.reduceat(at, starts, axis=-1))
+    lost = np.add.reduceat(np.minimum(at, np.repeat(g, ends - starts + 1, axis=-1)), starts, axis=-1)
+    a = np.maximum(lost + np.minimum(prev, g) - g, 0.0)
+    return (norm * (np.abs(P) + a) + a).sum(-1)
+
+
+def _mma_dot_error(qf, kf, scale, model: _Model) -> np.ndarray:
+    """First-order error of the tensor-core logit dot scale * q_i.k_j for every (i, j): the products over d
+    in consecutive k_step groups (the MMA's K steps, in ascending order), _mma_steps_error."""
+    d = qf.shape[-1]
+    ends = np.unique(np.minimum(np.arange(model.k_step - 1, d + model.k_step - 1, model.k_step), d - 1))
+    Nq, Nk = qf.shape[-2], kf.shape[-2]
+    out = np.zeros((*np.broadcast_shapes(qf.shape[:-2], kf.shape[:-2]), Nq, Nk))
+    step = max(1, (1 << 20) // max(1, Nk * d))
+    for r0 in range(0, Nq, step):
+        r = slice(r0, min(Nq, r0 + step))
+        t = scale * (qf[..., r, None, :] * kf[..., None, :, :])
+        out[..., r, :] = _mma_steps_error(t, ends, model.mma)
+    return out

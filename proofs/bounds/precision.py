@@ -179,6 +179,7 @@ class _Model:
     recursive: bool  # products added into the running accumulator (tl.dot(a, b, acc))
     k_step: int  # products per accumulation rounding inside a dot (1 on CUDA cores: one FMA each)
     pv_products: int  # products per key in the forward's P.V (2 with p_split)
+    mma: object = None  # the MmaBehaviour of a truncating tensor-core dot (tensor_core), else None
 
 
 def _model(precision: Precision) -> _Model:
@@ -221,6 +222,7 @@ def _model(precision: Precision) -> _Model:
         recursive=pr.accumulation == "recursive",
         k_step=mma.k_step if tc else 1,
         pv_products=2 if pr.p_split else 1,
+        mma=mma if tc and not mma_round else None,
     )
 
 
