@@ -7,7 +7,7 @@ end, the result stored in the output dtype. Products are added into the running 
 tl.dot(a, b, acc) does (accumulation="recursive", the default): one rounding per product on CUDA
 cores (an exact FMA: product and sum formed in float64, rounded once to fp32), one per `k_step`
 products on tensor cores (fp16/bf16/tf32: the k_step products summed exactly, one rounding), through
-ALL tiles; "blocked" sums each tile's product on its own, then adds it. What it cannot reproduce: the GPU's ex2.approx / div.full
+ALL tiles, visited as our kernel does (a ragged last tile first, then ascending); "blocked" sums each tile's product on its own, then adds it. What it cannot reproduce: the GPU's ex2.approx / div.full
 approximation errors (torch uses correctly rounded-ish libm) and tensor-core truncation (torch's fp32
 matmul rounds to nearest); so it is compared against bounds computed with exp="libm" as well.
 
@@ -81,6 +81,14 @@ def _dot_acc(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, accumulation: 
     return acc
 
 
+def _tile_starts(Nk: int, block_k: int) -> list:
+    """The key tiles in our kernel's order (kernels/tiles.py, Precision.tile_order "partial_first"): a
+    ragged last tile (masked elementwise) first, then the full tiles in ascending order."""
+    full = (Nk // block_k) * block_k
+    starts = list(range(0, full, block_k))
+    return ([full] if full < Nk else []) + starts
+
+
 def _visibility(B, H, Nq, Nk, causal, window, mask):
     from reference.masks import visibility
 
@@ -140,7 +148,7 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
     m = torch.full((B, Hq, Nq), -math.inf, dtype=acc_t)
     l = torch.zeros((B, Hq, Nq), dtype=acc_t)
     acc = torch.zeros((B, Hq, Nq, v.shape[-1]), dtype=acc_t)
-    for j0 in range(0, Nk, block_k):
+    for j0 in _tile_starts(Nk, block_k):
         j1 = min(Nk, j0 + block_k)
         kb = _operand(kt[:, :, j0:j1], dot, tdt).to(acc_t)
         vb = _operand(vt[:, :, j0:j1], dot, tdt).to(acc_t)

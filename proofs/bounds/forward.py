@@ -86,14 +86,72 @@ def _cat_rows(chunks):
     return first  # scalars: the same for every block
 
 
-def _rescale_changes(s, wc, vis, block_k: int, exact_at_zero: bool):
+@dataclass(frozen=True)
+class _TileOrder:
+    """The key tiles of an unmasked row in the order the kernel visits them: `perm` lists the key indices
+    in that order (None: ascending), `sizes` the tile widths along it."""
+
+    perm: np.ndarray | None
+    sizes: tuple
+
+    @property
+    def starts(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
+
+    def apply(self, x):  # keys (last axis) into visiting order
+        return x if self.perm is None else x[..., self.perm]
+
+    def undo(self, x):
+        if self.perm is None:
+            return x
+        out = np.empty_like(x)
+        out[..., self.perm] = x
+        return out
+
+
+def _tile_order(Nk: int, block_k: int, order: str) -> _TileOrder | None:
+    """Visiting order of an unmasked row's key tiles under Precision.tile_order (None for "any")."""
+    if order == "any":
+        return None
+    full, tail = divmod(Nk, block_k)
+    if order == "partial_first" and tail and full:  # kernels/tiles.py: the ragged (masked) tile, then the full ones
+        perm = np.concatenate([np.arange(full * block_k, Nk), np.arange(full * block_k)])
+        return _TileOrder(perm, (tail,) + (block_k,) * full)
+    return _TileOrder(None, (block_k,) * full + ((tail,) if tail else ()))
+
+
+def _keys_in_order(x, order: _TileOrder):
+    """(..., Nk, dv) rows of keys (K, V) in visiting order."""
+    return x if order.perm is None else x[..., order.perm, :]
+
+
+def _tile_changes(s, wc, vis, order: _TileOrder, exact_at_zero: bool):
+    """Per tile, in visiting order: whether its alpha = exp2(m_old - m_new) can differ from 1 (tile t can
+    move the computed running max only if max_{j in t} (s_j + e_j) > max_{j in earlier tiles} (s_j - e_j);
+    the first visible tile rescales an empty accumulator: no error. Without exp2(0) == 1 exactly, every
+    later visible tile counts)."""
+    st = order.starts
+    hi = np.maximum.reduceat(order.apply(np.where(vis, s + wc, -np.inf)), st, axis=-1)
+    lo = np.maximum.reduceat(order.apply(np.where(vis, s - wc, -np.inf)), st, axis=-1)
+    prev = np.maximum.accumulate(lo, axis=-1)
+    prev = np.concatenate([np.full_like(prev[..., :1], -np.inf), prev[..., :-1]], axis=-1)
+    seen = np.isfinite(prev)
+    return seen & ((hi > prev) if exact_at_zero else np.isfinite(hi))
+
+
+def _rescale_changes(s, wc, vis, block_k: int, exact_at_zero: bool, order: _TileOrder | None = None):
     """c_j: how many rescales alpha = exp2(m_old - m_new) with m_new != m_old can come AFTER key j's tile
     (each multiplies key j's weight, in acc and in l alike, by a rounded alpha: sec. 5).
 
-    Tile t can move the computed running max only if max_{j in t} (s_j + e_j) > max_{j in earlier
-    tiles} (s_j - e_j); the first visible tile rescales an empty accumulator (no error). Without
-    exp2(0) == 1 exactly, every later visible tile counts."""
+    With the visiting order known (unmasked rows): the tiles after j's that can move the max
+    (_tile_changes). Order-free (order None, or masked keys in the block): every other tile t' whose
+    largest possible logit exceeds the smallest possible max of j's tile (it could come after j's tile
+    and move the max then)."""
     Nk = s.shape[-1]
+    if order is not None and vis.all():
+        change = _tile_changes(s, wc, vis, order, exact_at_zero)
+        later = np.cumsum(change[..., ::-1], axis=-1)[..., ::-1] - change  # changes in tiles after t
+        return order.undo(np.repeat(later, order.sizes, axis=-1)).astype(np.float64)
     T = max(1, -(-Nk // block_k))
     pad = T * block_k - Nk
 
@@ -103,23 +161,68 @@ def _rescale_changes(s, wc, vis, block_k: int, exact_at_zero: bool):
 
     hi = tiles(np.where(vis, s + wc, -np.inf))
     lo = tiles(np.where(vis, s - wc, -np.inf))
-    prev = np.maximum.accumulate(lo, axis=-1)
-    prev = np.concatenate([np.full_like(prev[..., :1], -np.inf), prev[..., :-1]], axis=-1)
-    seen = np.isfinite(prev)
-    change = seen & ((hi > prev) if exact_at_zero else np.isfinite(hi))
-    later = np.cumsum(change[..., ::-1], axis=-1)[..., ::-1] - change  # changes in tiles after t
+    if exact_at_zero:
+        can = np.isfinite(hi)[..., None, :] & (hi[..., None, :] > lo[..., :, None])  # (t, t'): t' after t moves it
+    else:
+        can = np.isfinite(hi)[..., None, :] & np.isfinite(lo)[..., :, None]
+    can = can & ~np.eye(T, dtype=bool)
+    later = can.sum(-1)
     return np.repeat(later, block_k, axis=-1)[..., :Nk].astype(np.float64)
 
 
-def _step_ends(Nk: int, block: int, k_step: int):
-    """Key indices after which the accumulator is rounded (each MMA/FMA step: the last key of each
-    k_step group within each tile) and after which each tile ends (the rescale acc * alpha)."""
+def _l_sum_error(A, vis, wc, s, order: _TileOrder | None, M: _Model, n_l: int):
+    """First-order relative error of the computed l = sum over tiles of l * alpha + rowsum(P_tile) (sec. 4),
+    per row, in units of l (exact weights A; the perturbation of the weights themselves is in b).
+
+    With the visiting order known (unmasked rows): tile t's rowsum of n_t positive terms, added in ANY
+    order, errs by <= u sum_{m=2..n_t} S_m (first order), each partial sum S_m of m terms <= the sum of the
+    m largest (so <= (n_t - 1) u R_t, R_t = the tile's share of l; about half that when the terms are
+    alike); from the second tile on, the addition
+    l + rowsum errs by <= u L_t (L_t = the share of the tiles visited so far) and l * alpha by
+    <= u L_{t-1}, but only where alpha can differ from 1 (an unchanged max gives alpha = exp2(0) = 1 exactly,
+    _tile_changes); the first tile is exact (0 * alpha + rowsum). Otherwise n_l u (every key through
+    block_k - 1 + 2T roundings)."""
+    if order is None or not vis.all() or A.shape[-1] == 0:
+        return np.full(A.shape[:-1], n_l * M.u_w)
+    st = order.starts
+    R = np.add.reduceat(order.apply(A), st, axis=-1)
+    L = np.cumsum(R, axis=-1)
+    change = _tile_changes(s, wc, vis, order, M.alpha_exact_at_zero)
+    within = np.zeros(A.shape[:-1])
+    Ao = order.apply(A)
+    t0 = 0
+    for w, n in _runs(order.sizes):  # runs of equal widths: one sort each
+        tiles = Ao[..., t0:t0 + w * n].reshape(*Ao.shape[:-1], n, w)
+        top = np.cumsum(-np.sort(-tiles, axis=-1), axis=-1)  # sums of the m largest
+        within += top[..., 1:].sum((-1, -2))
+        t0 += w * n
+    adds = L[..., 1:].sum(-1) + (change[..., 1:] * L[..., :-1]).sum(-1)
+    return M.u_w * (within + adds)
+
+
+def _runs(sizes):
+    """[(width, count)] of consecutive equal tile widths."""
+    out = []
+    for w in sizes:
+        if out and out[-1][0] == w:
+            out[-1][1] += 1
+        else:
+            out.append([w, 1])
+    return [tuple(x) for x in out]
+
+
+def _step_ends(sizes, k_step: int):
+    """Key positions (in visiting order, tiles of widths `sizes`) after which the accumulator is rounded
+    (each MMA/FMA step: the last key of each k_step group within each tile) and after which each tile
+    ends (the rescale acc * alpha)."""
     ends, tile_ends = [], []
-    for t0 in range(0, Nk, block):
-        t1 = min(Nk, t0 + block)
+    t0 = 0
+    for w in sizes:
+        t1 = t0 + w
         ends.extend(range(min(t0 + k_step, t1) - 1, t1 - 1, k_step))
         ends.append(t1 - 1)
         tile_ends.append(t1 - 1)
+        t0 = t1
     return np.unique(np.asarray(ends)), np.asarray(tile_ends)
 
 
@@ -153,7 +256,8 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     # the c_j later tiles that moved the max. Their arguments telescope: sum |m_old - m_new| over
     # them <= m_hat - s_hat_j, each subtraction rounded (u); each exp2 has relative error eps_exp.
     # Equal factors in numerator and denominator do NOT cancel between keys: a weight perturbation.
-    c = np.where(vis, _rescale_changes(s, lg.wc, vis, precision.block_k, M.alpha_exact_at_zero), 0.0)
+    order = _tile_order(Nk, precision.block_k, precision.tile_order)
+    c = np.where(vis, _rescale_changes(s, lg.wc, vis, precision.block_k, M.alpha_exact_at_zero, order), 0.0)
     with np.errstate(invalid="ignore"):
         a_arg = np.where(vis, u * (m[..., None] - s + lg.wc + excess[..., None]), 0.0)
     e_key = lg.wc + a_arg  # argument error of key j's total weight
@@ -177,6 +281,8 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     nu_lin = M.u_pv + M.u_in + n_pv * M.u_dacc + T * u
     mu_wc = float(gamma(n_l, u))
     mu_lin = n_l * u
+    # l's first-order error on these data (probabilistic kind: worst case, as l's summands are all positive)
+    mu_det = _l_sum_error(A, vis, lg.wc, s, order, M, n_l)
 
     # absolute floors: ftz of exp results, subnormal rounding of P into the operand format; l is
     # divided by exp(excess) (a key far below m does not count with its own, possibly huge, error)
@@ -223,13 +329,14 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         n_rn = (0 if M.tensor_core else n_pv) + T  # accumulation roundings to nearest
         acc_sq = n_rn * dev_A**2  # sum_s F_s^2 <= n (max |F_s|)^2, any order
         acc_c = np.full(oabs.shape, float(n_rn))  # sum_s C_s <= n
-        if n_rn and M.recursive and vis.all():  # unmasked: the kernel adds the key tiles in ascending order
-            ends, tile_ends = _step_ends(Nk, precision.block_k, M.k_step)
-            f_sq, c_sum = _partial_sums(A, vf, o, ends, tile_ends, M.pv_products)
+        if n_rn and M.recursive and order is not None and vis.all():  # unmasked: the tiles in visiting order
+            ends, tile_ends = _step_ends(order.sizes, M.k_step)
+            f_sq, c_sum = _partial_sums(order.apply(A), _keys_in_order(vf, order), o, ends, tile_ends,
+                                        M.pv_products)
             acc_sq = np.minimum(acc_sq, f_sq)
             acc_c = np.minimum(acc_c, c_sum[..., None])
         var = dev_sig + (rp**2 + ri**2) * dev_AA + u**2 * acc_sq
-        det = dev_det + ((rp + ri) + acc_c * u + mu_lin) * oabs
+        det = dev_det + ((rp + ri) + acc_c * u + mu_det[..., None]) * oabs
         det = det + (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
         if M.trunc:  # sum_j A_j v_jc theta_jc, theta in [-(u_p + u_in), 0]: one-sided (bounds.md sec. 6)
             det = det + ((M.u_pv if dp else 0.0) + di) * 0.5 * (A_absv + oabs)
@@ -242,7 +349,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
             o_terms = OTerms(logit_random=lam * np.sqrt(dev_sig), operand_random=lam * np.sqrt((rp**2 + ri**2) * dev_AA),
                            accumulation_random=lam * u * np.sqrt(acc_sq), logit_det=x_logdet, rescale_alpha=x_alpha,
                            exp=x_exp, operand_along_o=(rp + ri) * oabs, accumulation_drift=acc_c * u * oabs,
-                           l_sum=mu_lin * oabs, tensor_core_acc=tc, truncation=tr, remainder=remainder)
+                           l_sum=mu_det[..., None] * oabs, tensor_core_acc=tc, truncation=tr, remainder=remainder)
             o_terms = _map_terms(o_terms, lambda x: x * inv_den)
             o_capped = (lam * np.sqrt(var) + det + remainder) >= num_wc
     # final division acc / l (fp32 O, what Delta uses with delta_from="fp32") and the store
@@ -274,7 +381,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
             series = np.where(x_lse < 1.0, -np.log1p(-np.minimum(x_lse, 0.999999)), np.inf)
         remainder = np.maximum(series - lin, 0.0)
         var = ((A * lg.sigma) ** 2).sum(axis=-1)
-        det = (A * (lg.det + alpha_det + M.eps_exp)).sum(axis=-1) + mu_lin  # l's sum: systematic, worst case
+        det = (A * (lg.det + alpha_det + M.eps_exp)).sum(axis=-1) + mu_det  # l's sum: systematic, worst case
         lse_err = np.minimum(lam * np.sqrt(var) + det + remainder, log_wc) + rounding
         # split for the backward (random part sigma, the rest det), where the cap did not bind
         capped = lam * np.sqrt(var) + det + remainder >= log_wc
@@ -283,7 +390,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         if explain:
             lse_terms = LseTerms(logit_random=lam * np.sqrt(var), logit_det=(A * lg.det).sum(-1),
                              rescale_alpha=(A * alpha_det).sum(-1), exp=(A * M.eps_exp).sum(-1),
-                             l_sum=mu_lin + 0.0 * lse_abs, remainder=remainder,
+                             l_sum=mu_det + 0.0 * lse_abs, remainder=remainder,
                              lse_rounding=float(gamma(3, u)) * lse_abs, log2=log_err + 0.0 * lse_abs)
     lse_err = np.where(empty, 0.0, lse_err)
 
