@@ -82,13 +82,14 @@ def inputs(family: str, dtype: str, nq: int, nk: int, h: int, d: int, seed: int)
     return [round_to(a, dtype) for a in xs]  # reference and bounds see exactly what the kernel saw
 
 
-def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do):
-    """(o, lse, dq, dk, dv) as float64 arrays, and the Precision the bounds use for this source."""
+def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=None):
+    """(o, lse, dq, dk, dv) as float64 arrays, and the Precision the bounds use for this source.
+    mma="h100": the emulation's forward tensor-core dots through the H100's measured truncating steps."""
     if source == "emulation":
         from proofs.bounds import Precision
         from proofs.emulation import fa2_backward, fa2_forward
 
-        o, lse = fa2_forward(q, k, v, dtype=dtype, dot=dot)
+        o, lse = fa2_forward(q, k, v, dtype=dtype, dot=dot, mma=mma)
         g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot)
         return (o, lse, *g), Precision(dtype, dot, exp="libm")
     import torch
@@ -125,17 +126,17 @@ def judge(source, dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, se
     return Case(source, dtype, dot, family, nk, nq, h, d, seed, seconds + time.time() - t0, tuple(out))
 
 
-def produce(source, device, dtype, dot, family, nk, nq, h, d, seed):
+def produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma=None):
     """Arguments of `judge` for one case: the inputs and what the source computed from them."""
     t0 = time.time()
     xs = inputs(family, dtype, nq, nk, h, d, seed)
-    got, precision = run_source(source, device, dtype, dot, *xs)
-    return (source, dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, time.time() - t0)
+    got, precision = run_source(source, device, dtype, dot, *xs, mma=mma)
+    return (source if mma is None else f"{source}-{mma}", dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, time.time() - t0)
 
 
 def attack(source: str, device: str, dtype: str, dot: str, family: str, nk: int, nq: int, h: int, d: int,
-           seed: int) -> Case:
-    return judge(*produce(source, device, dtype, dot, family, nk, nq, h, d, seed))
+           seed: int, mma=None) -> Case:
+    return judge(*produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma))
 
 
 def check_exp2(device: str) -> dict:
@@ -257,6 +258,8 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=1, help="processes for the references and bounds")
     ap.add_argument("--check-exp2", default=None, help="write check_exp2's JSON here first")
     ap.add_argument("--table-from", default=None, help="only print the table of this JSONL file")
+    ap.add_argument("--mma", choices=("h100",), default=None,
+                    help="emulation: the forward's tensor-core dots through the H100's measured truncating steps")
     ap.add_argument("--explain", action="store_true",
                     help="only print the terms of the probabilistic O/LSE bounds on random inputs (first N_k, seed)")
     ap.add_argument("--out", default=None)
@@ -291,7 +294,7 @@ def main(argv=None):
         if a.workers <= 1:
             for nk, pr, fam, seed in jobs:
                 dt, dot = pr.split(":")
-                report(attack(a.source, a.device, dt, dot, fam, nk, a.nq, a.h, a.d, seed), f)
+                report(attack(a.source, a.device, dt, dot, fam, nk, a.nq, a.h, a.d, seed, a.mma), f)
         else:  # the source runs here (one GPU), the references and bounds in worker processes
             import multiprocessing as mp
             from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -301,7 +304,7 @@ def main(argv=None):
                 for nk, pr, fam, seed in jobs:
                     dt, dot = pr.split(":")
                     pending.add(pool.submit(judge, *produce(a.source, a.device, dt, dot, fam, nk, a.nq, a.h,
-                                                            a.d, seed)))
+                                                            a.d, seed, a.mma)))
                     while len(pending) > 2 * a.workers:  # keep the inputs in flight bounded
                         done, pending = wait(pending, return_when=FIRST_COMPLETED)
                         for fut in done:

@@ -106,3 +106,11 @@ def test_ragged_nk_tail_tile_first(dtype, dot, family):
         from proofs.emulation import _tile_starts
 
         assert _tile_starts(600, 64) == [576] + list(range(0, 576, 64)) and _tile_starts(640, 64)[0] == 0
+
+
+@pytest.mark.parametrize("family", FAMILIES_AND_RANDOM)
+@pytest.mark.parametrize("dtype,dot", [("float16", "fp16"), ("float32", "tf32")])
+def test_truncating_tensor_core_emulation_within_both_bounds(dtype, dot, family):
+    """The forward's tensor-core dots (Q K^T and P V) through the H100's measured truncating step model
+    (proofs.emulation mma="h100"): what the data-driven step bounds of logits.py / forward.py charge."""
+    _assert_holds(attack("emulation", "cpu", dtype, dot, family, nk=640, nq=16, h=1, d=32, seed=4, mma="h100"))

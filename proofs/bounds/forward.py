@@ -10,7 +10,7 @@ import numpy as np
 from .precision import (FAILURE_PROBABILITY, Precision, _Model, _check_kind, _conv, _dot_steps, _model, gamma, hoeffding_lambda)
 from .results import (ForwardBound)
 from .common import (_exp_err, _no_nan, _problem, _rows_chunks, _softmax_parts, _weighted_dev, _weighted_exp_err)
-from .logits import (_logit_errors)
+from .logits import (_logit_errors, _mma_steps_error)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -200,6 +200,17 @@ def _l_sum_error(A, vis, wc, s, order: _TileOrder | None, M: _Model, n_l: int):
     return M.u_w * (within + adds)
 
 
+def _pv_mma_error(A, vf, ends, mma):
+    """_mma_steps_error of the products A_j v_jc (keys in visiting order) for every row and column c."""
+    Nq, Nk = A.shape[-2:]
+    dv = vf.shape[-1]
+    out = np.zeros((*np.broadcast_shapes(A.shape[:-1], vf.shape[:-2] + (1,))[:-1], Nq, dv))
+    for r in _rows_chunks(Nq, Nk, dv, budget=1 << 20):
+        t = A[..., r, None, :] * np.swapaxes(vf, -1, -2)[..., None, :, :]  # (..., rows, dv, Nk)
+        out[..., r, :] = _mma_steps_error(t, ends, mma)
+    return out
+
+
 def _runs(sizes):
     """[(width, count)] of consecutive equal tile widths."""
     out = []
@@ -337,14 +348,22 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
             acc_c = np.minimum(acc_c, c_sum[..., None])
         var = dev_sig + (rp**2 + ri**2) * dev_AA + u**2 * acc_sq
         det = dev_det + ((rp + ri) + acc_c * u + mu_det[..., None]) * oabs
-        det = det + (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
+        tc = (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
+        if M.mma is not None and M.recursive and order is not None and vis.all() and not precision.p_split:
+            # the P.V chain's tensor-core steps evaluated on the data (as for the logit dot, logits.py):
+            # products A_j v_jc in visiting order, k_step per step within each tile; the computed terms and
+            # partial sums differ from these by <= E (second order, added)
+            ends, _ = _step_ends(order.sizes, M.k_step)
+            E = Av * (1 + nu_wc) - A_absv
+            tc = np.minimum(tc, _pv_mma_error(order.apply(A), _keys_in_order(vf, order), ends, M.mma)
+                            + n_pv * (M.u_dacc + 2.0 ** (-22 - M.mma.extra_bits)) * E)
+        det = det + tc
         if M.trunc:  # sum_j A_j v_jc theta_jc, theta in [-(u_p + u_in), 0]: one-sided (bounds.md sec. 6)
             det = det + ((M.u_pv if dp else 0.0) + di) * 0.5 * (A_absv + oabs)
         # the worst case always holds, so it caps the probabilistic bound (concentrated rows)
         pre = np.minimum((lam * np.sqrt(var) + det + remainder) * inv_den, num_wc * inv_den)
         if explain:
             (x_logdet, x_alpha, x_exp), _ = _weighted_dev([A * lg.det, A * alpha_det, A * M.eps_exp], [], vf, o)
-            tc = (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
             tr = ((M.u_pv if dp else 0.0) + di) * 0.5 * (A_absv + oabs) if M.trunc else 0.0 * oabs
             o_terms = OTerms(logit_random=lam * np.sqrt(dev_sig), operand_random=lam * np.sqrt((rp**2 + ri**2) * dev_AA),
                            accumulation_random=lam * u * np.sqrt(acc_sq), logit_det=x_logdet, rescale_alpha=x_alpha,
