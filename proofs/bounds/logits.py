@@ -96,13 +96,19 @@ def _mma_steps_error(t, ends, mma, acc0=None) -> np.ndarray:
     starts = np.concatenate([[0], ends[:-1] + 1])
     half = 0.5 if mma.alignment == "round" else 1.0
     norm = 2.0**-24 if mma.normalization == "round" else 2.0**-23
-    at = np.abs(t)
+    width = int((ends - starts).max()) + 1
+    if np.all(ends - starts + 1 == width) and ends[-1] + 1 == t.shape[-1]:  # equal steps: a reshape
+        steps = t.reshape(*t.shape[:-1], len(ends), width)
+    else:  # steps padded with zeros (a zero term loses nothing and sets no maximum)
+        idx = starts[:, None] + np.arange(width)[None, :]
+        steps = np.where(idx <= ends[:, None], t[..., np.minimum(idx, t.shape[-1] - 1)], 0.0)
+    at = np.abs(steps)
     c = np.zeros(t.shape[:-1]) if acc0 is None else np.asarray(acc0, dtype=np.float64)
-    P = c[..., None] + np.cumsum(t, axis=-1)[..., ends]
+    P = c[..., None] + np.cumsum(steps.sum(-1), axis=-1)
     prev = np.abs(np.concatenate([c[..., None], P[..., :-1]], axis=-1))
-    g = half * 2.0 ** (-23 - mma.extra_bits) * np.maximum(prev, np.maximum.reduceat(at, starts, axis=-1))
-    lost = np.add.reduceat(np.minimum(at, np.repeat(g, ends - starts + 1, axis=-1)), starts, axis=-1)
-    a = np.maximum(lost + np.minimum(prev, g) - g, 0.0)
+    g = half * 2.0 ** (-23 - mma.extra_bits) * np.maximum(prev, at.max(-1))
+    np.minimum(at, g[..., None], out=at)
+    a = np.maximum(at.sum(-1) + np.minimum(prev, g) - g, 0.0)
     return (norm * (np.abs(P) + a) + a).sum(-1)
 
 
