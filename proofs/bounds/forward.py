@@ -19,6 +19,63 @@ from .logits import (_logit_errors, _mma_steps_error)
 
 
 @dataclass(frozen=True)
+class _ForwardParts:
+    """The per-entry pieces of the O analysis that the backward reuses for Delta (sec. 8): the key
+    weights' relative errors, the numerator/denominator perturbations, the LSE's random/deterministic split.
+    Arrays are per block of rows (B, H, rows, ...); scalars are the same for every row."""
+
+    b_wc: np.ndarray  # worst-case relative error of key j's weight
+    Ab_wc: np.ndarray  # A b (without 0 * inf)
+    Ab1_wc: np.ndarray  # A (1 + b)
+    b_lin: np.ndarray  # linear part of b
+    qk: tuple  # the shift-independent products of q and k (logits._logit_errors)
+    l: np.ndarray  # exact l = sum_j exp(s_j - m)
+    sigma: np.ndarray  # random part of the logit error (std coefficient)
+    det: np.ndarray  # deterministic part of the logit error + the rescale arguments
+    nu_wc: float  # numerator perturbation (P.V): worst case
+    nu_lin: float  # its linear part
+    mu_wc: float  # l's sum: worst case
+    mu_lin: float  # its linear part (n_l u)
+    inv_den: np.ndarray  # 1 / lower bound of D / l
+    floors: np.ndarray  # absolute floors (ftz, subnormal P)
+    final: np.ndarray  # division (+ store unless delta_from="fp32") part of O's bound
+    n_pv: int
+    T: int
+    n_l: int
+    lam: float
+    lse_sigma: np.ndarray  # LSE bound: random part (std), 0 where the worst case capped it
+    lse_det: np.ndarray  # LSE bound: the rest
+
+    # read access by name, for code written against the former dict (backward.py, lse_gradient.py)
+    def __getitem__(self, key: str):
+        return getattr(self, key)
+
+    def get(self, key: str, default=None):
+        return getattr(self, key, default)
+
+    def items(self):
+        return ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
+
+
+@dataclass(frozen=True)
+class _ForwardRows:
+    """What _forward_rows returns for a block of query rows (terms: only with explain)."""
+
+    err: np.ndarray
+    lse_err: np.ndarray
+    A: np.ndarray
+    o: np.ndarray
+    lse: np.ndarray
+    m: np.ndarray
+    empty: np.ndarray
+    parts: _ForwardParts
+    o_terms: object = None  # OTerms
+    lse_terms: object = None  # LseTerms
+    o_capped: np.ndarray = None
+    lse_capped: np.ndarray = None
+
+
+@dataclass(frozen=True)
 class _Forward:
     """Everything backward_bound reuses from the forward analysis."""
 
@@ -35,7 +92,8 @@ class _Forward:
     vf: np.ndarray
     scale: float
     problem: object
-    parts: dict  # the per-entry pieces of the O analysis, reused for Delta in the backward (sec. 8)
+    parts: _ForwardParts  # the per-entry pieces of the O analysis, reused for Delta in the backward (sec. 8)
+    terms: object = None  # ForwardTerms, with explain only
 
 
 def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, kind: str,
@@ -59,11 +117,11 @@ def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, e
     R = _cat_rows([_forward_rows(p, M, precision, kind, lam, qf[..., r, :], kf, vf, s[..., r, :],
                                  vis[..., r, :], sc, bias is not None, explain)
                    for r in _rows_chunks(p.Nq, p.Nk, 1, budget=ROW_BLOCK_ENTRIES)])
-    fb = ForwardBound(o=R["err"], lse=R["lse_err"], kind=kind, precision=precision)
-    return _Forward(bound=fb, s=s, vis=vis, A=R["A"], o=R["o"], lse=R["lse"], m=R["m"], empty=R["empty"],
-                    qf=qf, kf=kf, vf=vf, scale=sc, problem=p,
-                    parts={**R["parts"], **{key: R[key] for key in ("o_terms", "lse_terms", "o_capped", "lse_capped")
-                                            if key in R}})
+    fb = ForwardBound(o=R.err, lse=R.lse_err, kind=kind, precision=precision)
+    terms = (ForwardTerms(bound=fb, o=R.o_terms, lse=R.lse_terms, o_capped=R.o_capped, lse_capped=R.lse_capped)
+             if explain else None)
+    return _Forward(bound=fb, s=s, vis=vis, A=R.A, o=R.o, lse=R.lse, m=R.m, empty=R.empty,
+                    qf=qf, kf=kf, vf=vf, scale=sc, problem=p, parts=R.parts, terms=terms)
 
 
 # (rows x Nk) entries per block of query rows in the forward analysis
@@ -75,8 +133,6 @@ def _cat_rows(chunks):
     if len(chunks) == 1:
         return chunks[0]
     first = chunks[0]
-    if isinstance(first, dict):
-        return {key: _cat_rows([c[key] for c in chunks]) for key in first}
     if dataclasses.is_dataclass(first):
         return type(first)(**{f.name: _cat_rows([getattr(c, f.name) for c in chunks]) for f in dataclasses.fields(first)})
     if isinstance(first, tuple):
@@ -252,7 +308,7 @@ def _partial_sums(A, vf, o, ends, tile_ends, products: int):
     return f_sq, c_sum
 
 
-def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias, explain=False) -> dict:
+def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias, explain=False) -> _ForwardRows:
     """The forward analysis of a block of query rows (s, vis, qf restricted to those rows). With
     `explain` (probabilistic kind only) it also returns the named terms of the bounds (ForwardTerms)."""
     m, A, l, lse, empty = _softmax_parts(s, vis)
@@ -419,8 +475,9 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     if explain:
         extra = dict(o_terms=_map_terms(o_terms, lambda x: np.broadcast_to(x, o_shape).copy()),
                      o_capped=np.broadcast_to(o_capped, o_shape).copy(), lse_terms=lse_terms, lse_capped=capped)
-    return dict(**extra, err=np.broadcast_to(err, o_shape).copy(), lse_err=lse_err, A=A, o=o, lse=lse, m=m, empty=empty,
-                parts=dict(b_wc=b_wc, Ab_wc=Ab_wc, Ab1_wc=Ab1_wc, b_lin=b_lin, qk=lg.qk, l=l,
+    return _ForwardRows(**extra, err=np.broadcast_to(err, o_shape).copy(), lse_err=lse_err, A=A, o=o, lse=lse, m=m,
+                        empty=empty,
+                        parts=_ForwardParts(b_wc=b_wc, Ab_wc=Ab_wc, Ab1_wc=Ab1_wc, b_lin=b_lin, qk=lg.qk, l=l,
                            sigma=lg.sigma, det=lg.det + alpha_det, nu_wc=nu_wc, nu_lin=nu_lin,
                            mu_wc=mu_wc, mu_lin=mu_lin, inv_den=inv_den, floors=floors,
                            final=final, n_pv=n_pv, T=T, n_l=n_l,
@@ -487,8 +544,7 @@ def forward_terms(q, k, v, *, scale=None, causal=False, window=None, mask=None, 
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         F = _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, "probabilistic",
                           FAILURE_PROBABILITY, explain=True)
-    return ForwardTerms(bound=F.bound, o=F.parts["o_terms"], lse=F.parts["lse_terms"],
-                        o_capped=F.parts["o_capped"], lse_capped=F.parts["lse_capped"])
+    return F.terms
 
 
 def forward_bound(q, k, v, *, scale=None, causal=False, window=None, mask=None, bias=None,
