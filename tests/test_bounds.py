@@ -593,3 +593,38 @@ def test_mma_step_bound_holds_on_the_h100_tensor_core_outputs():
         old = n * mma.step_error * S
         hit = err > 0
         assert np.median(old[hit] / bound[hit]) > 2.0, name
+
+
+def test_exact_tf32_conversion_is_used_only_where_measured_and_can_fail(monkeypatch):
+    """The tf32 truncation of q, k, V is a known function on the H100 (proofs/hardware.py: tf32_operand
+    "truncate", measured), so the probabilistic forward bound states it exactly (bounds.md sec. 6a); with
+    hardware that rounds (or does not convert: the interpreter) the one-sided model stays. A kernel that
+    converted differently is then caught."""
+    import dataclasses as dc
+
+    import proofs.emulation as em
+    from proofs.bounds import HARDWARE, _model
+    from reference.attention import attention
+
+    pr = Precision(input="float32", dot="tf32", exp="libm")
+    pr_round = dc.replace(pr, hardware=dc.replace(HARDWARE, tf32_operand="round"))
+    assert _model(pr).conv_exact and not _model(pr_round).conv_exact
+    rng = np.random.default_rng(3)
+    q, k, v = (round_to(rng.standard_normal(s), "float32") for s in ((1, 2, 32, 32), (1, 2, 256, 32), (1, 2, 256, 32)))
+    O, L = attention(q, k, v)
+    fb, fb_round = (forward_bound(q, k, v, precision=p) for p in (pr, pr_round))
+    o, lse = fa2_forward(q, k, v, dtype="float32", dot="tf32")  # truncating, as the H100
+    assert np.all(np.abs(o - O) <= fb.o) and np.all(np.abs(lse - L) <= fb.lse)
+    assert np.median(fb.o) < np.median(fb_round.o) / 3
+    # a kernel whose conversion is not the measured one (one more bit dropped) is caught
+    monkeypatch.setattr(em, "_tf32", _tf32_drop_14_bits)
+    o2, lse2 = fa2_forward(q, k, v, dtype="float32", dot="tf32")
+    assert np.any(np.abs(lse2 - L) > fb.lse) and np.any(np.abs(o2 - O) > fb.o)
+
+
+def _tf32_drop_14_bits(x):
+    """fp32 -> a 9-bit significand by truncation: not what the H100 does (13 bits dropped)."""
+    import torch
+
+    b = x.float().contiguous().view(torch.int32)
+    return (b & ~0x3FFF).view(torch.float32)

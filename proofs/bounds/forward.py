@@ -267,6 +267,31 @@ def _pv_mma_error(A, vf, ends, mma):
     return out
 
 
+def _signed_logit_conversion(A, lg, vf, o):
+    """|sum_j A_j e_j (v_jc - O_c)| for the exact conversion errors e_j of the logits (lg.conv): the first-order
+    effect on O, signed (bounds.md sec. 6a), plus its float64 evaluation error
+    gamma_{Nk+2}(2^-53) (sum_j A_j |e_j| |v_jc| + sum_j A_j |e_j| |O_c|)."""
+    Ac = A * lg.conv
+    aAc = np.abs(Ac)
+    g = float(gamma(A.shape[-1] + 2, 2.0**-53))
+    return (np.abs(Ac @ vf - Ac.sum(-1)[..., None] * o)
+            + g * (aAc @ np.abs(vf) + aAc.sum(-1)[..., None] * np.abs(o)))
+
+
+def _v_conversion(A, vf):
+    """|sum_j A_j (v~_jc - v_jc)| for V truncated to tf32 as the H100 does (exact, sec. 6a), plus the
+    subnormal v (flushed or truncated: |v| each) and the float64 evaluation; None if V is not fp32 values."""
+    from .logits import _fp32_exact, tf32_truncated
+
+    if not _fp32_exact(vf):
+        return None
+    tiny = 2.0**-126
+    av = np.abs(vf)
+    dv = np.where(av < tiny, 0.0, tf32_truncated(vf) - vf)
+    g = float(gamma(A.shape[-1] + 1, 2.0**-53))
+    return np.abs(A @ dv) + A @ (av * (av < tiny)) + g * (A @ np.abs(dv))
+
+
 def _runs(sizes):
     """[(width, count)] of consecutive equal tile widths."""
     out = []
@@ -359,7 +384,11 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     absv = np.abs(vf)
     W_b = Ab_wc
     W_lin = A * b_lin
-    W_det = A * (lg.det + alpha_det + M.eps_exp)
+    # the operand conversion known exactly (tf32 truncation, sec. 6a): its one-sided bound leaves the
+    # logit's det and enters signed, sum_j A_j e_j (v_j - O), below; the floor (subnormals) stays unsigned
+    conv = kind == "probabilistic" and lg.conv is not None
+    det_logit = lg.det - lg.det_conv + lg.conv_floor if conv else lg.det
+    W_det = A * (det_logit + alpha_det + M.eps_exp)
     W_sig = (A * lg.sigma) ** 2
     W_vis = vis.astype(np.float64)
     (dev_b, dev_lin, dev_det, dev_vis, dev_A), (dev_sig, dev_AA) = _weighted_dev(
@@ -414,17 +443,24 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
             tc = np.minimum(tc, _pv_mma_error(order.apply(A), _keys_in_order(vf, order), ends, M.mma)
                             + n_pv * (M.u_dacc + 2.0 ** (-22 - M.mma.extra_bits)) * E)
         det = det + tc
+        tr = 0.0 * oabs
         if M.trunc:  # sum_j A_j v_jc theta_jc, theta in [-(u_p + u_in), 0]: one-sided (bounds.md sec. 6)
-            det = det + ((M.u_pv if dp else 0.0) + di) * 0.5 * (A_absv + oabs)
+            v_conv = _v_conversion(A, vf) if conv else None
+            tr = ((M.u_pv if dp else 0.0) + (0.0 if v_conv is not None else di)) * 0.5 * (A_absv + oabs)
+            if v_conv is not None:
+                tr = tr + v_conv
+        det = det + tr
+        conv_o = _signed_logit_conversion(A, lg, vf, o) if conv else 0.0 * oabs
+        det = det + conv_o
         # the worst case always holds, so it caps the probabilistic bound (concentrated rows)
         pre = np.minimum((lam * np.sqrt(var) + det + remainder) * inv_den, num_wc * inv_den)
         if explain:
-            (x_logdet, x_alpha, x_exp), _ = _weighted_dev([A * lg.det, A * alpha_det, A * M.eps_exp], [], vf, o)
-            tr = ((M.u_pv if dp else 0.0) + di) * 0.5 * (A_absv + oabs) if M.trunc else 0.0 * oabs
+            (x_logdet, x_alpha, x_exp), _ = _weighted_dev([A * det_logit, A * alpha_det, A * M.eps_exp], [], vf, o)
             o_terms = OTerms(logit_random=lam * np.sqrt(dev_sig), operand_random=lam * np.sqrt((rp**2 + ri**2) * dev_AA),
                            accumulation_random=lam * u * np.sqrt(acc_sq), logit_det=x_logdet, rescale_alpha=x_alpha,
                            exp=x_exp, operand_along_o=(rp + ri) * oabs, accumulation_drift=acc_c * u * oabs,
-                           l_sum=mu_det[..., None] * oabs, tensor_core_acc=tc, truncation=tr, remainder=remainder)
+                           l_sum=mu_det[..., None] * oabs, tensor_core_acc=tc, truncation=tr,
+                           operand_conversion=conv_o, remainder=remainder)
             o_terms = _map_terms(o_terms, lambda x: x * inv_den)
             o_capped = (lam * np.sqrt(var) + det + remainder) >= num_wc
     # final division acc / l (fp32 O, what Delta uses with delta_from="fp32") and the store
@@ -456,14 +492,19 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
             series = np.where(x_lse < 1.0, -np.log1p(-np.minimum(x_lse, 0.999999)), np.inf)
         remainder = np.maximum(series - lin, 0.0)
         var = ((A * lg.sigma) ** 2).sum(axis=-1)
-        det = (A * (lg.det + alpha_det + M.eps_exp)).sum(axis=-1) + mu_det  # l's sum: systematic, worst case
+        det = (A * (det_logit + alpha_det + M.eps_exp)).sum(axis=-1) + mu_det  # l's sum: systematic, worst case
+        if conv:  # first order sum_j A_j e_j, e_j exact; its float64 evaluation: gamma_{Nk}(2^-53) sum A |e|
+            Ac = A * lg.conv
+            lse_conv = np.abs(Ac.sum(-1)) + float(gamma(Nk + 1, 2.0**-53)) * np.abs(Ac).sum(-1)
+            det = det + lse_conv
         lse_err = np.minimum(lam * np.sqrt(var) + det + remainder, log_wc) + rounding
         # split for the backward (random part sigma, the rest det), where the cap did not bind
         capped = lam * np.sqrt(var) + det + remainder >= log_wc
         lse_sigma = np.where(capped, 0.0, np.sqrt(var))
         lse_det = np.where(capped, log_wc, det + remainder) + rounding
         if explain:
-            lse_terms = LseTerms(logit_random=lam * np.sqrt(var), logit_det=(A * lg.det).sum(-1),
+            lse_terms = LseTerms(logit_random=lam * np.sqrt(var), logit_det=(A * det_logit).sum(-1),
+                                 operand_conversion=lse_conv if conv else 0.0 * lse_abs,
                              rescale_alpha=(A * alpha_det).sum(-1), exp=(A * M.eps_exp).sum(-1),
                              l_sum=mu_det + 0.0 * lse_abs, remainder=remainder,
                              lse_rounding=float(gamma(3, u)) * lse_abs, log2=log_err + 0.0 * lse_abs)
@@ -501,7 +542,8 @@ class OTerms:
     accumulation_drift: np.ndarray  # accumulator roundings along O: u |O| sum_s C_s
     l_sum: np.ndarray  # the rounding of l's sum (mu |O|)
     tensor_core_acc: np.ndarray  # tensor-core accumulation steps of P.V (truncation: worst case)
-    truncation: np.ndarray  # tf32 truncation of P and V (one-sided)
+    truncation: np.ndarray  # tf32 truncation of P and V (one-sided; V's exact when known)
+    operand_conversion: np.ndarray  # tf32 truncation of q, k, known exactly: |sum_j A_j e_j (v_j - O)|
     remainder: np.ndarray  # second-order majorant remainder
     division: np.ndarray = None  # the final acc / l
     output: np.ndarray = None  # the store in the output dtype
@@ -513,6 +555,7 @@ class LseTerms:
 
     logit_random: np.ndarray
     logit_det: np.ndarray
+    operand_conversion: np.ndarray
     rescale_alpha: np.ndarray
     exp: np.ndarray
     l_sum: np.ndarray

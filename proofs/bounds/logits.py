@@ -18,7 +18,10 @@ class _Logits:
     sigma: np.ndarray  # sqrt(sum c_t^2 u_t^2) of the random (round-to-nearest) first-order part
     det: np.ndarray  # first-order part that is not random (truncation, shared constant rounding)
     qk: tuple = ()  # (scale |q||k|^T, scale sqrt(q^2 (k^2)^T), |scale q.k| or None, tensor-core dot error
-    # or None): shift-independent, reusable
+    # or None, (exact conversion error, its floor) or None): shift-independent, reusable
+    conv: np.ndarray | None = None  # signed, exact logit error of the operand conversion (tf32 truncation), or None
+    conv_floor: np.ndarray | None = None  # |.| bound on what `conv` cannot state (subnormal operands)
+    det_conv: np.ndarray | None = None  # the one-sided bound of that conversion inside `det` (replaceable by conv)
 
 
 def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias: bool,
@@ -35,8 +38,9 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
         sqqk = scale * np.sqrt((qf * qf) @ np.swapaxes(kf * kf, -1, -2))
         # |scale q.k| before any bias: with a cancelling bias it can be far larger than |s|
         qk = (absqk, sqqk, np.abs(scale * (qf @ np.swapaxes(kf, -1, -2))) if has_bias else None,
-              _mma_dot_error(qf, kf, scale, model) if model.mma is not None else None)
-    absqk, sqqk, a_qk, mma_dot = qk
+              _mma_dot_error(qf, kf, scale, model) if model.mma is not None else None,
+              _conversion_error(qf, kf, scale) if model.conv_exact else None)
+    absqk, sqqk, a_qk, mma_dot, conv = qk
     s0 = np.where(vis, s, 0.0)
     if a_qk is None:
         a_qk = np.abs(s0)
@@ -64,9 +68,11 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
         # (second order: the computed partial sums and products differ from the exact ones by <= dot_wc,
         # which moves each step's bound by <= (delta + 2^(-22-F)) dot_wc)
         det_dot = np.minimum(det_dot, mma_dot + nd * (model.u_dacc + 2.0 ** (-22 - model.mma.extra_bits)) * dot_wc)
+    det_conv = None
     if di:  # truncated q, k: sum_k q_k k_k theta_k, theta_k in [-2 u_in, 0] (first order), not random:
         # <= 2 u_in max(positive part, negative part) = u_in (sum_k |q_k k_k| + |q.k|)  (bounds.md sec. 6)
-        det_dot = det_dot + di * (absqk + a_qk)
+        det_conv = di * (absqk + a_qk)
+        det_dot = det_dot + det_conv
     sig_arg = u * np.sqrt(a_qk**2 + a_b**2 + a_t**2)
     det_arg = u * a_qk  # rounding of the constant c = scale * log2(e): one error for the whole row
     z = np.zeros_like(s0)
@@ -76,6 +82,9 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
         sigma=np.where(vis, np.sqrt(sig_dot**2 + sig_arg**2), z),
         det=np.where(vis, det_dot + det_arg, z),
         qk=qk,
+        conv=None if conv is None or det_conv is None else np.where(vis, conv[0], z),
+        conv_floor=None if conv is None or det_conv is None else np.where(vis, conv[1], z),
+        det_conv=None if det_conv is None else np.where(vis, det_conv, z),
     )
 
 
@@ -125,3 +134,37 @@ def _mma_dot_error(qf, kf, scale, model: _Model) -> np.ndarray:
         t = scale * (qf[..., r, None, :] * kf[..., None, :, :])
         out[..., r, :] = _mma_steps_error(t, ends, model.mma)
     return out
+
+
+def tf32_truncated(x) -> np.ndarray:
+    """fp32 values as the H100's tensor core takes them for .tf32 (the low 13 significand bits cleared;
+    proofs/hardware.py tf32_operand = "truncate", measured), as float64."""
+    b = np.ascontiguousarray(np.asarray(x, dtype=np.float32)).view(np.int32) & np.int32(~0x1FFF)
+    return b.view(np.float32).astype(np.float64)
+
+
+def _fp32_exact(x) -> bool:
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        return bool(np.all(x.astype(np.float32).astype(np.float64) == x))
+
+
+def _conversion_error(qf, kf, scale):
+    """(scale (q~ . k~ - q . k), floor) for every (i, j) with q~, k~ the truncated tf32 operands: the exact
+    logit error of the conversion (bounds.md sec. 6a), evaluated in float64 (products of 11-bit significands
+    and of fp32 values: the difference is formed from exact products, its float64 sum errs by
+    <= gamma_{2d}(2^-53) scale sum |q||k|, in the floor). Subnormal operands may be flushed to zero instead
+    (bounds.md sec. 2): those products are in the floor, |q_k k_k| each. None if q, k are not fp32 values."""
+    if not (_fp32_exact(qf) and _fp32_exact(kf)):
+        return None
+    tiny = 2.0**-126
+    qt, kt = tf32_truncated(qf), tf32_truncated(kf)
+    qn, kn = np.where(np.abs(qf) < tiny, 0.0, qf), np.where(np.abs(kf) < tiny, 0.0, kf)
+    qtn, ktn = np.where(np.abs(qf) < tiny, 0.0, qt), np.where(np.abs(kf) < tiny, 0.0, kt)
+    T = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
+    conv = scale * ((qtn - qn) @ T(ktn) + qn @ T(ktn - kn))
+    aq, ak = np.abs(qf), np.abs(kf)
+    sub = scale * ((aq * (aq < tiny)) @ T(ak) + (aq * (aq >= tiny)) @ T(ak * (ak < tiny)))
+    d = qf.shape[-1]
+    floor = sub + float(gamma(2 * d + 2, 2.0**-53)) * scale * (aq @ T(ak))
+    return conv, floor

@@ -190,6 +190,7 @@ class _Model:
     k_step: int  # products per accumulation rounding inside a dot (1 on CUDA cores: one FMA each)
     pv_products: int  # products per key in the forward's P.V (2 with p_split)
     mma: object = None  # the MmaBehaviour of a truncating tensor-core dot (tensor_core), else None
+    conv_exact: bool = False  # the operand conversion is a known function (tf32: the low 13 bits cleared, measured)
 
 
 def _model(precision: Precision) -> _Model:
@@ -233,6 +234,7 @@ def _model(precision: Precision) -> _Model:
         k_step=mma.k_step if tc else 1,
         pv_products=2 if pr.p_split else 1,
         mma=mma if tc and not mma_round else None,
+        conv_exact=trunc and hw.tf32_operand == "truncate",
     )
 
 
