@@ -292,6 +292,14 @@ def _v_conversion(A, vf):
     return np.abs(A @ dv) + A @ (av * (av < tiny)) + g * (A @ np.abs(dv))
 
 
+def _ln2_error(fmt: str) -> float:
+    """Relative error of the constant ln 2 as the kernel uses it (kernels/tiles.py LN2, a float64 literal,
+    in the working format `fmt`): |fl(LN2) - ln 2| / ln 2, known, + 2^-53 for the literal itself."""
+    ln2 = math.log(2.0)
+    stored = float(np.float32(ln2)) if fmt == "float32" else ln2
+    return abs(stored - ln2) / ln2 + 2.0**-53
+
+
 def _runs(sizes):
     """[(width, count)] of consecutive equal tile widths."""
     out = []
@@ -472,8 +480,8 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                                       output=M.u_out * (oabs + err32) + M.floor_out)
 
     # LSE = ln2 (m2 + log2 l): |log(l_hat / l)| (the rescales are in b: their arguments telescope,
-    # sum |dm| <= m - s_j, not (T - 1) u R), the rounding of the sum, of the ln2 product and of ln2
-    # itself (gamma_3 |LSE|), and the log2 error.
+    # sum |dm| <= m - s_j, not (T - 1) u R), the rounding of the sum and of the ln2 product (u each), the
+    # constant ln2 in the working format (its exact relative error, _ln2_error, not u), and the log2 error.
     x_lse = A1b * (1 + mu_wc) - 1.0 + n_vis * M.floor_w / l_eff  # l_hat / l <= 1 + x_lse
     lse_low = den_low  # l_hat / l >= lse_low
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -481,7 +489,8 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     lse_abs = np.abs(np.where(empty, 0.0, lse))
     log2l = np.abs(np.log2(l))
     log_err = M.eps_lg2 * (1.0 + log2l) * math.log(2.0)
-    rounding = float(gamma(3, u)) * lse_abs + log_err
+    lse_round = ((1.0 + u) ** 2 * (1.0 + _ln2_error(precision.accumulate)) - 1.0) * lse_abs
+    rounding = lse_round + log_err
     if kind == "worst_case":
         lse_err = log_wc + rounding
         lse_sigma, lse_det = np.zeros_like(lse_err), lse_err
@@ -507,7 +516,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                                  operand_conversion=lse_conv if conv else 0.0 * lse_abs,
                              rescale_alpha=(A * alpha_det).sum(-1), exp=(A * M.eps_exp).sum(-1),
                              l_sum=mu_det + 0.0 * lse_abs, remainder=remainder,
-                             lse_rounding=float(gamma(3, u)) * lse_abs, log2=log_err + 0.0 * lse_abs)
+                             lse_rounding=lse_round, log2=log_err + 0.0 * lse_abs)
     lse_err = np.where(empty, 0.0, lse_err)
 
     o_shape = (p.B, p.Hq, s.shape[-2], vf.shape[-1])
