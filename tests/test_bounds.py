@@ -628,3 +628,23 @@ def _tf32_drop_14_bits(x):
 
     b = x.float().contiguous().view(torch.int32)
     return (b & ~0x3FFF).view(torch.float32)
+
+
+def test_identical_keys_are_one_random_variable():
+    """Bit-identical keys make identical errors (same operands, same operations): the probabilistic bound's
+    random sums run over groups of identical keys (sum_g (sum_{j in g} W_j |v_j - O|)^2), which is the
+    per-key sum when every key is distinct, and the plain worst case of one variable when all are equal."""
+    from proofs.bounds.common import _weighted_dev
+    from proofs.bounds.forward import _grouped_dev, _identical_keys
+
+    rng = np.random.default_rng(0)
+    W, v, o = rng.random((1, 2, 5, 7)), rng.standard_normal((1, 2, 7, 3)), rng.standard_normal((1, 2, 5, 3))
+    distinct = rng.standard_normal((1, 2, 7, 4))
+    assert _identical_keys(distinct) is None
+    single = np.tile(np.arange(7), (1, 2, 1))
+    assert np.allclose(_grouped_dev(W, single, v, o), _weighted_dev([], [W * W], v, o)[1][0])
+    same = np.repeat(distinct[:, :, :1], 7, axis=2)
+    groups = _identical_keys(same)
+    assert groups is not None and np.all(groups == 0)
+    coherent = np.einsum("...ij,...ijc->...ic", W, np.abs(v[..., None, :, :] - o[..., :, None, :])) ** 2
+    assert np.allclose(_grouped_dev(W, groups, v, o), coherent)

@@ -114,8 +114,9 @@ def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, e
     lam = hoeffding_lambda(1.0, eta)
     # every quantity of the forward analysis belongs to one query row: blocks of rows keep the
     # (rows, Nk) temporaries small (cache-sized, no page faults of fresh 32 MB arrays at N = 2048)
+    groups = _identical_keys(kf) if kind == "probabilistic" else None
     R = _cat_rows([_forward_rows(p, M, precision, kind, lam, qf[..., r, :], kf, vf, s[..., r, :],
-                                 vis[..., r, :], sc, bias is not None, explain)
+                                 vis[..., r, :], sc, bias is not None, explain, groups)
                    for r in _rows_chunks(p.Nq, p.Nk, 1, budget=ROW_BLOCK_ENTRIES)])
     fb = ForwardBound(o=R.err, lse=R.lse_err, kind=kind, precision=precision)
     terms = (ForwardTerms(bound=fb, o=R.o_terms, lse=R.lse_terms, o_capped=R.o_capped, lse_capped=R.lse_capped)
@@ -300,6 +301,55 @@ def _ln2_error(fmt: str) -> float:
     return abs(stored - ln2) / ln2 + 2.0**-53
 
 
+def _identical_keys(kf):
+    """Group ids (..., Nk) of bit-identical key rows per head, or None when every key is distinct. Keys with
+    identical operands go through identical operations (the q.k dot, its roundings, the conversion, P's
+    rounding within a tile): their errors are not independent, so the random model applies to groups."""
+    flat = np.ascontiguousarray(kf, dtype=np.float64).reshape(-1, *kf.shape[-2:])
+    ids, dup = [], False
+    for x in flat:  # rows as opaque byte strings: bit-identical, one sort
+        _, inv = np.unique(x.view(np.dtype((np.void, 8 * x.shape[-1]))).reshape(-1), return_inverse=True)
+        inv = inv.reshape(-1)
+        dup = dup or len(np.unique(inv)) < len(inv)
+        ids.append(inv)
+    return np.stack(ids).reshape(kf.shape[:-1]) if dup else None
+
+
+def _grouped_dev(W, groups, vf, o):
+    """sum_g (sum_{j in g} W_ij |v_jc - O_ic|)^2: the variance proxy of sum_j W_ij delta_j (v_jc - O_ic) when
+    the delta_j of one group may be equal (or dependent in any way; |delta_j| <= 1 each), independent across
+    groups. With singleton groups it is sum_j W_ij^2 (v_jc - O_ic)^2."""
+    lead = np.broadcast_shapes(W.shape[:-2], vf.shape[:-2], o.shape[:-2])
+    Nq, Nk = W.shape[-2:]
+    dv = vf.shape[-1]
+    g = np.broadcast_to(groups, (*lead, Nk)).reshape(-1, Nk)
+    Wf = np.broadcast_to(W, (*lead, Nq, Nk)).reshape(-1, Nq, Nk)
+    vff = np.broadcast_to(vf, (*lead, Nk, dv)).reshape(-1, Nk, dv)
+    of = np.broadcast_to(o, (*lead, Nq, dv)).reshape(-1, Nq, dv)
+    out = np.zeros((len(g), Nq, dv))
+    for h in range(len(g)):
+        onehot = np.zeros((Nk, int(g[h].max()) + 1))
+        onehot[np.arange(Nk), g[h]] = 1.0
+        for r in _rows_chunks(Nq, Nk, dv, budget=1 << 20):
+            X = Wf[h, r, :, None] * np.abs(vff[h][None] - of[h, r, None, :])  # (rows, Nk, dv)
+            out[h, r] = ((np.swapaxes(X, -1, -2) @ onehot) ** 2).sum(-1)
+    return out.reshape(*lead, Nq, dv)
+
+
+def _grouped_sum_sq(W, groups):
+    """sum_g (sum_{j in g} |W_ij|)^2 (the LSE's variance proxy over groups of identical keys)."""
+    lead = np.broadcast_shapes(W.shape[:-2], groups.shape[:-1])
+    Nq, Nk = W.shape[-2:]
+    g = np.broadcast_to(groups, (*lead, Nk)).reshape(-1, Nk)
+    Wf = np.abs(np.broadcast_to(W, (*lead, Nq, Nk))).reshape(-1, Nq, Nk)
+    out = np.zeros((len(g), Nq))
+    for h in range(len(g)):
+        onehot = np.zeros((Nk, int(g[h].max()) + 1))
+        onehot[np.arange(Nk), g[h]] = 1.0
+        out[h] = ((Wf[h] @ onehot) ** 2).sum(-1)
+    return out.reshape(*lead, Nq)
+
+
 def _runs(sizes):
     """[(width, count)] of consecutive equal tile widths."""
     out = []
@@ -341,7 +391,8 @@ def _partial_sums(A, vf, o, ends, tile_ends, products: int):
     return f_sq, c_sum
 
 
-def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias, explain=False) -> _ForwardRows:
+def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias, explain=False,
+                  groups=None) -> _ForwardRows:
     """The forward analysis of a block of query rows (s, vis, qf restricted to those rows). With
     `explain` (probabilistic kind only) it also returns the named terms of the bounds (ForwardTerms)."""
     m, A, l, lse, empty = _softmax_parts(s, vis)
@@ -439,6 +490,8 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                                         M.pv_products)
             acc_sq = np.minimum(acc_sq, f_sq)
             acc_c = np.minimum(acc_c, c_sum[..., None])
+        if groups is not None:  # bit-identical keys make identical errors: Azuma over groups (sec. 6)
+            dev_sig, dev_AA = (_grouped_dev(W, groups, vf, o) for W in (A * lg.sigma, A))
         var = dev_sig + (rp**2 + ri**2) * dev_AA + u**2 * acc_sq
         det = dev_det + ((rp + ri) + acc_c * u + mu_det[..., None]) * oabs
         tc = (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
@@ -500,7 +553,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         with np.errstate(divide="ignore", invalid="ignore"):
             series = np.where(x_lse < 1.0, -np.log1p(-np.minimum(x_lse, 0.999999)), np.inf)
         remainder = np.maximum(series - lin, 0.0)
-        var = ((A * lg.sigma) ** 2).sum(axis=-1)
+        var = ((A * lg.sigma) ** 2).sum(axis=-1) if groups is None else _grouped_sum_sq(A * lg.sigma, groups)
         det = (A * (det_logit + alpha_det + M.eps_exp)).sum(axis=-1) + mu_det  # l's sum: systematic, worst case
         if conv:  # first order sum_j A_j e_j, e_j exact; its float64 evaluation: gamma_{Nk}(2^-53) sum A |e|
             Ac = A * lg.conv
