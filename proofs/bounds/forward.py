@@ -555,6 +555,9 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         remainder = np.maximum(series - lin, 0.0)
         var = ((A * lg.sigma) ** 2).sum(axis=-1) if groups is None else _grouped_sum_sq(A * lg.sigma, groups)
         det = (A * (det_logit + alpha_det + M.eps_exp)).sum(axis=-1) + mu_det  # l's sum: systematic, worst case
+        if lg.mma_sides is not None:  # the logits' tensor-core error by sign: sum_j A_j e_j in [-sum A neg, sum A pos]
+            sym = (A * lg.det_mma).sum(-1)
+            det = det - sym + np.minimum(sym, np.maximum(*((A * x).sum(-1) for x in lg.mma_sides)))
         if conv:  # first order sum_j A_j e_j, e_j exact; its float64 evaluation: gamma_{Nk}(2^-53) sum A |e|
             Ac = A * lg.conv
             lse_conv = np.abs(Ac.sum(-1)) + float(gamma(Nk + 1, 2.0**-53)) * np.abs(Ac).sum(-1)
@@ -565,7 +568,11 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         lse_sigma = np.where(capped, 0.0, np.sqrt(var))
         lse_det = np.where(capped, log_wc, det + remainder) + rounding
         if explain:
-            lse_terms = LseTerms(logit_random=lam * np.sqrt(var), logit_det=(A * det_logit).sum(-1),
+            lse_logit_det = (A * det_logit).sum(-1)
+            if lg.mma_sides is not None:
+                sym = (A * lg.det_mma).sum(-1)
+                lse_logit_det = lse_logit_det - sym + np.minimum(sym, np.maximum(*((A * x).sum(-1) for x in lg.mma_sides)))
+            lse_terms = LseTerms(logit_random=lam * np.sqrt(var), logit_det=lse_logit_det,
                                  operand_conversion=lse_conv if conv else 0.0 * lse_abs,
                              rescale_alpha=(A * alpha_det).sum(-1), exp=(A * M.eps_exp).sum(-1),
                              l_sum=mu_det + 0.0 * lse_abs, remainder=remainder,

@@ -22,6 +22,8 @@ class _Logits:
     conv: np.ndarray | None = None  # signed, exact logit error of the operand conversion (tf32 truncation), or None
     conv_floor: np.ndarray | None = None  # |.| bound on what `conv` cannot state (subnormal operands)
     det_conv: np.ndarray | None = None  # the one-sided bound of that conversion inside `det` (replaceable by conv)
+    det_mma: np.ndarray | None = None  # the tensor-core dot's part of `det` (symmetric)
+    mma_sides: tuple | None = None  # (neg, pos): that error by sign, computed - exact in [-neg, pos]
 
 
 def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias: bool,
@@ -64,10 +66,16 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     (ri, _), (di, _) = _conv(model)
     sig_dot = math.sqrt(2.0) * ri * sqqk + (0.0 if model.tensor_core else math.sqrt(d) * u * absqk)
     det_dot = (nd * model.u_dacc if model.tensor_core else 0.0) * absqk
+    mma_used = mma_sides = None
     if mma_dot is not None:  # the steps as the data make them (sec. 2a): the same truncations, sharper
         # (second order: the computed partial sums and products differ from the exact ones by <= dot_wc,
         # which moves each step's bound by <= (delta + 2^(-22-F)) dot_wc)
-        det_dot = np.minimum(det_dot, mma_dot + nd * (model.u_dacc + 2.0 ** (-22 - model.mma.extra_bits)) * dot_wc)
+        second = nd * (model.u_dacc + 2.0 ** (-22 - model.mma.extra_bits)) * dot_wc
+        mma_used = np.minimum(det_dot, mma_dot[0] + second)
+        # by sign (the LSE's sum_j A_j e_j): where the step model won, its one-sided parts, else the symmetric bound
+        won = mma_dot[0] + second < det_dot
+        mma_sides = tuple(np.where(won, x + second, mma_used) for x in mma_dot[1:])
+        det_dot = mma_used
     det_conv = None
     if di:  # truncated q, k: sum_k q_k k_k theta_k, theta_k in [-2 u_in, 0] (first order), not random:
         # <= 2 u_in max(positive part, negative part) = u_in (sum_k |q_k k_k| + |q.k|)  (bounds.md sec. 6)
@@ -85,6 +93,8 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
         conv=None if conv is None or det_conv is None else np.where(vis, conv[0], z),
         conv_floor=None if conv is None or det_conv is None else np.where(vis, conv[1], z),
         det_conv=None if det_conv is None else np.where(vis, det_conv, z),
+        det_mma=None if mma_used is None else np.where(vis, mma_used, z),
+        mma_sides=None if mma_sides is None else tuple(np.where(vis, x, z) for x in mma_sides),
     )
 
 
@@ -101,6 +111,16 @@ def _mma_steps_error(t, ends, mma, acc0=None) -> np.ndarray:
     aligned sum (|.| <= |P_s| + a_s) into fp32 costs < 2^-23 of it (2^-24 rounded). Hence the step errs by
     < norm (|P_s| + a_s) + a_s, with P_s the exact partial sums: what is returned, summed over the steps.
     The computed values differ from the exact ones (second order): the caller adds that."""
+    steps, P, Pprev, g, norm = _mma_steps(t, ends, mma, acc0)
+    prev = np.abs(Pprev)
+    at = np.minimum(np.abs(steps), g[..., None])
+    a = np.maximum(at.sum(-1) + np.minimum(prev, g) - g, 0.0)
+    return (norm * (np.abs(P) + a) + a).sum(-1)
+
+
+def _mma_steps(t, ends, mma, acc0=None):
+    """The steps of _mma_steps_error: (products per step (..., S, k) zero-padded, exact partial sums P_s after
+    and P_{s-1} before each step, the grid bound g_s (halved when aligning rounds), the normalization's u)."""
     ends = np.asarray(ends)
     starts = np.concatenate([[0], ends[:-1] + 1])
     half = 0.5 if mma.alignment == "round" else 1.0
@@ -111,29 +131,57 @@ def _mma_steps_error(t, ends, mma, acc0=None) -> np.ndarray:
     else:  # steps padded with zeros (a zero term loses nothing and sets no maximum)
         idx = starts[:, None] + np.arange(width)[None, :]
         steps = np.where(idx <= ends[:, None], t[..., np.minimum(idx, t.shape[-1] - 1)], 0.0)
-    at = np.abs(steps)
     c = np.zeros(t.shape[:-1]) if acc0 is None else np.asarray(acc0, dtype=np.float64)
     P = c[..., None] + np.cumsum(steps.sum(-1), axis=-1)
-    prev = np.abs(np.concatenate([c[..., None], P[..., :-1]], axis=-1))
-    g = half * 2.0 ** (-23 - mma.extra_bits) * np.maximum(prev, at.max(-1))
-    np.minimum(at, g[..., None], out=at)
-    a = np.maximum(at.sum(-1) + np.minimum(prev, g) - g, 0.0)
-    return (norm * (np.abs(P) + a) + a).sum(-1)
+    Pprev = np.concatenate([c[..., None], P[..., :-1]], axis=-1)
+    g = half * 2.0 ** (-23 - mma.extra_bits) * np.maximum(np.abs(Pprev), np.abs(steps).max(-1))
+    return steps, P, Pprev, g, norm
 
 
-def _mma_dot_error(qf, kf, scale, model: _Model) -> np.ndarray:
+def _mma_steps_sides(t, ends, mma, slack, acc0=None):
+    """(neg, pos): the step errors of _mma_steps_error split by sign, computed - exact in [-neg, pos] (first
+    order; truncating alignment and normalization only, else None). Truncation moves every term and the
+    normalized sum toward zero: a term t loses min(|t|, g) in the direction -sign(t), the sum < 2^-23 (|P_s| + a_s)
+    in the direction -sign(P_s). Where a computed value may have the other sign than the exact one (|exact| <=
+    `slack`, the bound on computed - exact, plus the alignment loss for the sum), its loss counts on both sides.
+    (No credit for the largest term: a little above _mma_steps_error's total.)"""
+    if mma.alignment != "truncation" or mma.normalization != "truncation":
+        return None
+    steps, P, Pprev, g, norm = _mma_steps(t, ends, mma, acc0)
+    lost = np.minimum(np.abs(steps), g[..., None])
+    neg = (lost * (steps > 0)).sum(-1)
+    pos = (lost * (steps < 0)).sum(-1)
+    acc_lost = np.minimum(np.abs(Pprev), g)
+    e = np.asarray(slack)[..., None]
+    sure = np.abs(Pprev) > e
+    neg = neg + acc_lost * ((Pprev > 0) | ~sure)
+    pos = pos + acc_lost * ((Pprev < 0) | ~sure)
+    a = lost.sum(-1) + acc_lost
+    n_lost = norm * (np.abs(P) + a)
+    sure = np.abs(P) > e + a
+    neg = neg + n_lost * ((P > 0) | ~sure)
+    pos = pos + n_lost * ((P < 0) | ~sure)
+    return neg.sum(-1), pos.sum(-1)
+
+
+def _mma_dot_error(qf, kf, scale, model: _Model) -> tuple:
     """First-order error of the tensor-core logit dot scale * q_i.k_j for every (i, j): the products over d
-    in consecutive k_step groups (the MMA's K steps, in ascending order), _mma_steps_error."""
+    in consecutive k_step groups (the MMA's K steps, in ascending order): (_mma_steps_error, and its split by
+    sign _mma_steps_sides as (neg, pos), or that total on both sides where the model gives no sign)."""
     d = qf.shape[-1]
     ends = np.unique(np.minimum(np.arange(model.k_step - 1, d + model.k_step - 1, model.k_step), d - 1))
     Nq, Nk = qf.shape[-2], kf.shape[-2]
-    out = np.zeros((*np.broadcast_shapes(qf.shape[:-2], kf.shape[:-2]), Nq, Nk))
+    out = np.zeros((3, *np.broadcast_shapes(qf.shape[:-2], kf.shape[:-2]), Nq, Nk))
     step = max(1, (1 << 20) // max(1, Nk * d))
+    nd = _within_dot(model, d)
+    wc = (1.0 + model.u_in) ** 2 * (1.0 + gamma(nd, model.u_dacc)) - 1.0  # |computed - exact| per unit sum |t|
     for r0 in range(0, Nq, step):
         r = slice(r0, min(Nq, r0 + step))
         t = scale * (qf[..., r, None, :] * kf[..., None, :, :])
-        out[..., r, :] = _mma_steps_error(t, ends, model.mma)
-    return out
+        out[0, ..., r, :] = _mma_steps_error(t, ends, model.mma)
+        sides = _mma_steps_sides(t, ends, model.mma, wc * np.abs(t).sum(-1))
+        out[1, ..., r, :], out[2, ..., r, :] = sides if sides is not None else (out[0, ..., r, :],) * 2
+    return out[0], out[1], out[2]
 
 
 def tf32_truncated(x) -> np.ndarray:
