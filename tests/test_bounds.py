@@ -570,7 +570,7 @@ def test_mma_step_bound_holds_on_the_h100_tensor_core_outputs():
     import math
 
     from proofs.bounds import HARDWARE
-    from proofs.bounds.logits import _mma_steps_error, _mma_steps_sides
+    from proofs.bounds.logits import _mma_steps_error
     from proofs.hardware import MEASUREMENTS
 
     raw = np.load(MEASUREMENTS / "h100_mma_raw.npz")
@@ -595,7 +595,7 @@ def test_mma_step_bound_holds_on_the_h100_tensor_core_outputs():
         assert np.median(old[hit] / bound[hit]) > 2.0, name
         # by sign: computed - exact in [-neg, pos] (+ the same second order)
         signed = D - exact
-        neg, pos = _mma_steps_sides(P, ends, mma, gamma(n, mma.step_error) * S, acc0=c)
+        _, neg, pos = _mma_steps_error(P, ends, mma, acc0=c, slack=gamma(n, mma.step_error) * S)
         assert np.all(signed <= pos + second) and np.all(-signed <= neg + second), name
         assert np.mean(np.minimum(neg, pos) < 0.5 * (neg + pos)) > 0.5, name  # the sign is informative
 

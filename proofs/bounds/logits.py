@@ -27,21 +27,23 @@ class _Logits:
 
 
 def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias: bool,
-                  qk: tuple = ()) -> _Logits:
+                  qk: tuple = (), detailed: bool = True) -> _Logits:
     """Error of t_ij = fl(fl(q_i.k_j) * c) - shift_i (c = scale*log2 e rounded), in natural units.
 
     dot: operands converted into the dot format (u_in each: rounded, or truncated for tf32), d products
     accumulated with u_dacc
     (products exact on tensor cores, rounded for ieee/fp64, counted within gamma_d);
     argument: c rounded (u_w |s|, shared by the row: deterministic), product rounded (u_w |s|),
-    subtraction of the running max rounded (u_w |s - m_run| <= u_w |s - m|), bias add (u_w |s|)."""
+    subtraction of the running max rounded (u_w |s - m_run| <= u_w |s - m|), bias add (u_w |s|).
+    detailed=False skips what only the probabilistic kind reads (the tensor-core steps and the exact
+    conversion on the data, sec. 6a)."""
     if not qk:  # the products of q and k do not depend on the shift: computed once per problem
         absqk = scale * (np.abs(qf) @ np.swapaxes(np.abs(kf), -1, -2))
         sqqk = scale * np.sqrt((qf * qf) @ np.swapaxes(kf * kf, -1, -2))
         # |scale q.k| before any bias: with a cancelling bias it can be far larger than |s|
         qk = (absqk, sqqk, np.abs(scale * (qf @ np.swapaxes(kf, -1, -2))) if has_bias else None,
-              _mma_dot_error(qf, kf, scale, model) if model.mma is not None else None,
-              _conversion_error(qf, kf, scale) if model.conv_exact else None)
+              _mma_dot_error(qf, kf, scale, model) if detailed and model.mma is not None else None,
+              _conversion_error(qf, kf, scale) if detailed and model.conv_exact else None)
     absqk, sqqk, a_qk, mma_dot, conv = qk
     s0 = np.where(vis, s, 0.0)
     if a_qk is None:
@@ -98,7 +100,7 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     )
 
 
-def _mma_steps_error(t, ends, mma, acc0=None) -> np.ndarray:
+def _mma_steps_error(t, ends, mma, acc0=None, slack=None):
     """First-order bound on the error of summing the products t (..., n) in order into an accumulator that
     starts at acc0 (exact in fp32; default 0), in tensor-core steps ending at the indices `ends` (ascending, the last = n - 1), under
     the measured step model of proofs/hardware.py (MmaBehaviour; bounds.md sec. 2a), evaluated on the
@@ -110,12 +112,17 @@ def _mma_steps_error(t, ends, mma, acc0=None) -> np.ndarray:
     a_s = sum_{terms} min(|t|, g') - g' with g' = 2^(-23-F) M_s (halved when rounded). Normalizing the
     aligned sum (|.| <= |P_s| + a_s) into fp32 costs < 2^-23 of it (2^-24 rounded). Hence the step errs by
     < norm (|P_s| + a_s) + a_s, with P_s the exact partial sums: what is returned, summed over the steps.
-    The computed values differ from the exact ones (second order): the caller adds that."""
+    The computed values differ from the exact ones (second order): the caller adds that. With `slack` (a bound
+    on |computed - exact| of the partial sums): (total, neg, pos), the split by sign of _mma_steps_sides."""
     steps, P, Pprev, g, norm = _mma_steps(t, ends, mma, acc0)
     prev = np.abs(Pprev)
-    at = np.minimum(np.abs(steps), g[..., None])
-    a = np.maximum(at.sum(-1) + np.minimum(prev, g) - g, 0.0)
-    return (norm * (np.abs(P) + a) + a).sum(-1)
+    lost = np.minimum(np.abs(steps), g[..., None])
+    acc_lost = np.minimum(prev, g)
+    a = np.maximum(lost.sum(-1) + acc_lost - g, 0.0)
+    total = (norm * (np.abs(P) + a) + a).sum(-1)
+    if slack is None:
+        return total
+    return (total, *_mma_steps_sides(steps, P, Pprev, lost, acc_lost, norm, mma, slack))
 
 
 def _mma_steps(t, ends, mma, acc0=None):
@@ -138,20 +145,19 @@ def _mma_steps(t, ends, mma, acc0=None):
     return steps, P, Pprev, g, norm
 
 
-def _mma_steps_sides(t, ends, mma, slack, acc0=None):
+def _mma_steps_sides(steps, P, Pprev, lost, acc_lost, norm, mma, slack):
     """(neg, pos): the step errors of _mma_steps_error split by sign, computed - exact in [-neg, pos] (first
-    order; truncating alignment and normalization only, else None). Truncation moves every term and the
-    normalized sum toward zero: a term t loses min(|t|, g) in the direction -sign(t), the sum < 2^-23 (|P_s| + a_s)
-    in the direction -sign(P_s). Where a computed value may have the other sign than the exact one (|exact| <=
-    `slack`, the bound on computed - exact, plus the alignment loss for the sum), its loss counts on both sides.
-    (No credit for the largest term: a little above _mma_steps_error's total.)"""
+    order; truncating alignment and normalization only, else the total on both sides). Truncation moves every
+    term and the normalized sum toward zero: a term t loses min(|t|, g) in the direction -sign(t), the sum
+    < 2^-23 (|P_s| + a_s) in the direction -sign(P_s). Where a computed value may have the other sign than the
+    exact one (|exact| <= `slack`, the bound on computed - exact, plus the alignment loss for the sum), its loss
+    counts on both sides. (No credit for the largest term: a little above _mma_steps_error's total.)"""
     if mma.alignment != "truncation" or mma.normalization != "truncation":
-        return None
-    steps, P, Pprev, g, norm = _mma_steps(t, ends, mma, acc0)
-    lost = np.minimum(np.abs(steps), g[..., None])
+        a = lost.sum(-1) + acc_lost
+        total = (norm * (np.abs(P) + a) + a).sum(-1)
+        return total, total
     neg = (lost * (steps > 0)).sum(-1)
     pos = (lost * (steps < 0)).sum(-1)
-    acc_lost = np.minimum(np.abs(Pprev), g)
     e = np.asarray(slack)[..., None]
     sure = np.abs(Pprev) > e
     neg = neg + acc_lost * ((Pprev > 0) | ~sure)
@@ -178,9 +184,9 @@ def _mma_dot_error(qf, kf, scale, model: _Model) -> tuple:
     for r0 in range(0, Nq, step):
         r = slice(r0, min(Nq, r0 + step))
         t = scale * (qf[..., r, None, :] * kf[..., None, :, :])
-        out[0, ..., r, :] = _mma_steps_error(t, ends, model.mma)
-        sides = _mma_steps_sides(t, ends, model.mma, wc * np.abs(t).sum(-1))
-        out[1, ..., r, :], out[2, ..., r, :] = sides if sides is not None else (out[0, ..., r, :],) * 2
+        res = _mma_steps_error(t, ends, model.mma, slack=wc * np.abs(t).sum(-1))
+        for i in range(3):
+            out[i, ..., r, :] = res[i]
     return out[0], out[1], out[2]
 
 
