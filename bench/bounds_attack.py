@@ -82,13 +82,14 @@ def inputs(family: str, dtype: str, nq: int, nk: int, h: int, d: int, seed: int)
     return [round_to(a, dtype) for a in xs]  # reference and bounds see exactly what the kernel saw
 
 
-def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do):
-    """(o, lse, dq, dk, dv) as float64 arrays, and the Precision the bounds use for this source."""
+def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=None):
+    """(o, lse, dq, dk, dv) as float64 arrays, and the Precision the bounds use for this source.
+    mma="h100": the emulation's forward tensor-core dots through the H100's measured truncating steps."""
     if source == "emulation":
         from proofs.bounds import Precision
         from proofs.emulation import fa2_backward, fa2_forward
 
-        o, lse = fa2_forward(q, k, v, dtype=dtype, dot=dot)
+        o, lse = fa2_forward(q, k, v, dtype=dtype, dot=dot, mma=mma)
         g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot)
         return (o, lse, *g), Precision(dtype, dot, exp="libm")
     import torch
@@ -125,17 +126,17 @@ def judge(source, dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, se
     return Case(source, dtype, dot, family, nk, nq, h, d, seed, seconds + time.time() - t0, tuple(out))
 
 
-def produce(source, device, dtype, dot, family, nk, nq, h, d, seed):
+def produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma=None):
     """Arguments of `judge` for one case: the inputs and what the source computed from them."""
     t0 = time.time()
     xs = inputs(family, dtype, nq, nk, h, d, seed)
-    got, precision = run_source(source, device, dtype, dot, *xs)
-    return (source, dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, time.time() - t0)
+    got, precision = run_source(source, device, dtype, dot, *xs, mma=mma)
+    return (source if mma is None else f"{source}-{mma}", dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, time.time() - t0)
 
 
 def attack(source: str, device: str, dtype: str, dot: str, family: str, nk: int, nq: int, h: int, d: int,
-           seed: int) -> Case:
-    return judge(*produce(source, device, dtype, dot, family, nk, nq, h, d, seed))
+           seed: int, mma=None) -> Case:
+    return judge(*produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma))
 
 
 def check_exp2(device: str) -> dict:
@@ -197,6 +198,40 @@ def table(cases) -> str:
     return "\n".join(lines)
 
 
+def explain(source: str, device: str, precisions, nk: int, nq: int, h: int, d: int, seed: int) -> str:
+    """Markdown: on random inputs, per precision, the probabilistic O and LSE bounds split into their
+    terms (proofs.bounds.forward.forward_terms): each cell is the median over entries of term / observed
+    error (entries with a nonzero error), so a row shows how many observed errors that term alone costs;
+    'bound' is the median of bound / observed (what the tightness table reports)."""
+    import dataclasses
+
+    from proofs.bounds.forward import forward_terms
+    from reference.attention import attention
+
+    cols, rows = [], {}
+    for pr in precisions:
+        dt, dot = pr.split(":")
+        q, k, v, do = inputs("random", dt, nq, nk, h, d, seed)
+        got, precision = run_source(source, device, dt, dot, q, k, v, do)
+        O, L = attention(q, k, v)
+        t = forward_terms(q, k, v, precision=precision)
+        for qn, err, bound, terms, capped in (("O", np.abs(got[0] - O), t.bound.o, t.o, t.o_capped),
+                                               ("LSE", np.abs(got[1] - L), t.bound.lse, t.lse, t.lse_capped)):
+            col = f"{qn} {dt}/{dot}"
+            cols.append(col)
+            hit = err > 0
+            rows.setdefault("bound", {})[col] = float(np.median(bound[hit] / err[hit]))
+            rows.setdefault("(capped by worst case, share)", {})[col] = float(np.mean(capped[hit]))
+            for f in dataclasses.fields(terms):
+                x = getattr(terms, f.name)
+                if x is not None:
+                    rows.setdefault(f.name, {})[col] = float(np.median(np.broadcast_to(x, err.shape)[hit] / err[hit]))
+    lines = ["| term | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for name, vals in rows.items():
+        lines.append(f"| {name} | " + " | ".join(f"{vals[c]:.3g}" if c in vals else "-" for c in cols) + " |")
+    return "\n".join(lines)
+
+
 def load(path: str) -> list:
     cases = []
     with open(path) as f:
@@ -223,11 +258,18 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=1, help="processes for the references and bounds")
     ap.add_argument("--check-exp2", default=None, help="write check_exp2's JSON here first")
     ap.add_argument("--table-from", default=None, help="only print the table of this JSONL file")
+    ap.add_argument("--mma", choices=("h100",), default=None,
+                    help="emulation: the forward's tensor-core dots through the H100's measured truncating steps")
+    ap.add_argument("--explain", action="store_true",
+                    help="only print the terms of the probabilistic O/LSE bounds on random inputs (first N_k, seed)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--table", default=None, help="write the markdown table here as well")
     a = ap.parse_args(argv)
     if a.table_from:
         print(table(load(a.table_from)))
+        return 0
+    if a.explain:
+        print(explain(a.source, a.device, a.precisions, a.nk[0], a.nq, a.h, a.d, a.seeds[0]))
         return 0
     if not a.out:
         ap.error("--out is required")
@@ -252,7 +294,7 @@ def main(argv=None):
         if a.workers <= 1:
             for nk, pr, fam, seed in jobs:
                 dt, dot = pr.split(":")
-                report(attack(a.source, a.device, dt, dot, fam, nk, a.nq, a.h, a.d, seed), f)
+                report(attack(a.source, a.device, dt, dot, fam, nk, a.nq, a.h, a.d, seed, a.mma), f)
         else:  # the source runs here (one GPU), the references and bounds in worker processes
             import multiprocessing as mp
             from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -262,7 +304,7 @@ def main(argv=None):
                 for nk, pr, fam, seed in jobs:
                     dt, dot = pr.split(":")
                     pending.add(pool.submit(judge, *produce(a.source, a.device, dt, dot, fam, nk, a.nq, a.h,
-                                                            a.d, seed)))
+                                                            a.d, seed, a.mma)))
                     while len(pending) > 2 * a.workers:  # keep the inputs in flight bounded
                         done, pending = wait(pending, return_when=FIRST_COMPLETED)
                         for fut in done:

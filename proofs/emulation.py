@@ -7,7 +7,7 @@ end, the result stored in the output dtype. Products are added into the running 
 tl.dot(a, b, acc) does (accumulation="recursive", the default): one rounding per product on CUDA
 cores (an exact FMA: product and sum formed in float64, rounded once to fp32), one per `k_step`
 products on tensor cores (fp16/bf16/tf32: the k_step products summed exactly, one rounding), through
-ALL tiles; "blocked" sums each tile's product on its own, then adds it. What it cannot reproduce: the GPU's ex2.approx / div.full
+ALL tiles, visited as our kernel does (a ragged last tile first, then ascending); "blocked" sums each tile's product on its own, then adds it. What it cannot reproduce: the GPU's ex2.approx / div.full
 approximation errors (torch uses correctly rounded-ish libm) and tensor-core truncation (torch's fp32
 matmul rounds to nearest); so it is compared against bounds computed with exp="libm" as well.
 
@@ -69,9 +69,32 @@ def _k_step(dot: str, k_step: int | None) -> int:
     return 1
 
 
-def _dot_acc(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, accumulation: str, k_step: int) -> torch.Tensor:
+def _mma_dot(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, mma) -> torch.Tensor:
+    """acc + a @ b through the tensor core's measured step model (proofs.hardware.MmaBehaviour, emulated
+    bit for bit by proofs.hardware_probe.BlockFma: k_step exact products aligned to the largest exponent
+    with extra_bits below fp32's 24, truncated, summed, the sum truncated into fp32)."""
+    from proofs.hardware_probe import BlockFma
+
+    align = {"truncation": "trunc", "round": "rn", "floor": "floor"}[mma.alignment]
+    norm = {"truncation": "rz", "round": "rn", "floor": "floor"}[mma.normalization]
+    model = BlockFma(mma.k_step, mma.extra_bits, align, norm, mma.reference)
+    A, B = a.double().numpy(), b.double().numpy()
+    lead = np.broadcast_shapes(A.shape[:-2], B.shape[:-2], acc.shape[:-2])
+    M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
+    rows_a = np.broadcast_to(A[..., :, None, :], (*lead, M, N, K)).reshape(-1, K)
+    rows_b = np.broadcast_to(np.swapaxes(B, -1, -2)[..., None, :, :], (*lead, M, N, K)).reshape(-1, K)
+    c = np.broadcast_to(acc.double().numpy(), (*lead, M, N)).reshape(-1)
+    out = model.emulate(c, rows_a, rows_b).reshape(*lead, M, N)
+    return torch.as_tensor(out).to(acc.dtype)
+
+
+def _dot_acc(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, accumulation: str, k_step: int,
+             mma=None) -> torch.Tensor:
     """acc + a @ b as the kernel's tl.dot(a, b, acc): recursive (one rounding of acc per k_step
-    products, each step exact before its rounding) or blocked (a @ b in acc's format, then added)."""
+    products, each step exact before its rounding; with `mma`, the tensor core's measured truncating
+    steps, _mma_dot) or blocked (a @ b in acc's format, then added)."""
+    if mma is not None and accumulation == "recursive" and acc.dtype == torch.float32:
+        return _mma_dot(a, b, acc, mma)
     if acc.dtype == torch.float64 or accumulation == "blocked":
         return acc + (a.to(acc.dtype) @ b.to(acc.dtype))
     a64, b64 = a.double(), b.double()
@@ -79,6 +102,14 @@ def _dot_acc(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, accumulation: 
         s1 = s0 + k_step
         acc = (acc.double() + a64[..., s0:s1] @ b64[..., s0:s1, :]).to(acc.dtype)
     return acc
+
+
+def _tile_starts(Nk: int, block_k: int) -> list:
+    """The key tiles in our kernel's order (kernels/tiles.py, Precision.tile_order "partial_first"): a
+    ragged last tile (masked elementwise) first, then the full tiles in ascending order."""
+    full = (Nk // block_k) * block_k
+    starts = list(range(0, full, block_k))
+    return ([full] if full < Nk else []) + starts
 
 
 def _visibility(B, H, Nq, Nk, causal, window, mask):
@@ -128,24 +159,38 @@ def _problem(q, k, v, dtype, dot, scale, causal, window, mask) -> _Problem:
 def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
                 scale=None, causal=False, window=None, mask=None, block_k: int = 64,
                 accumulation: str = "recursive", k_step: int | None = None, p_split: bool = False,
-                return_fp32_o: bool = False):
+                return_fp32_o: bool = False, mma=None):
     """(O, LSE) as the FA2 forward kernel computes them, see the module docstring (with
-    return_fp32_o also O = acc / l before the store, what Delta uses with delta_from="fp32")."""
+    return_fp32_o also O = acc / l before the store, what Delta uses with delta_from="fp32").
+    mma: None (tensor-core steps summed exactly, rounded to nearest) or "h100" (both tensor-core dots,
+    Q K^T and P V, through the H100's measured truncating step model, proofs.hardware.h100())."""
     ks = _k_step(dot, k_step)
     pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask)
     tdt, acc_t, qk_scale, vis, kt, vt = pb.tdt, pb.acc_t, pb.qk_scale, pb.vis, pb.kt, pb.vt
+    if mma is not None:
+        if mma != "h100":
+            raise ValueError(f"mma must be None or 'h100', got {mma!r}")
+        from proofs.hardware import h100
+
+        mma = h100().mma_for(dot) if dot in ("fp16", "bf16", "tf32") else None
+        if mma is not None and k_step is not None and k_step != mma.k_step:
+            raise ValueError(f"k_step={k_step} contradicts the measured tensor-core step ({mma.k_step})")
     B, Hq, Nq, Nk = pb.B, pb.Hq, pb.Nq, pb.Nk
     qt = torch.as_tensor(q).to(tdt)
     qo = _operand(qt, dot, tdt).to(acc_t)
     m = torch.full((B, Hq, Nq), -math.inf, dtype=acc_t)
     l = torch.zeros((B, Hq, Nq), dtype=acc_t)
     acc = torch.zeros((B, Hq, Nq, v.shape[-1]), dtype=acc_t)
-    for j0 in range(0, Nk, block_k):
+    for j0 in _tile_starts(Nk, block_k):
         j1 = min(Nk, j0 + block_k)
         kb = _operand(kt[:, :, j0:j1], dot, tdt).to(acc_t)
         vb = _operand(vt[:, :, j0:j1], dot, tdt).to(acc_t)
         # S2 = Q Kᵀ · scale · log2(e), masked to -inf
-        s = (qo @ kb.transpose(-1, -2)) * qk_scale
+        if mma is not None:  # the logit dot through the tensor core's steps, from a fresh accumulator
+            s = _mma_dot(qo, kb.transpose(-1, -2), torch.zeros(qo.shape[:-1] + (kb.shape[-2],), dtype=acc_t), mma)
+            s = s * qk_scale
+        else:
+            s = (qo @ kb.transpose(-1, -2)) * qk_scale
         s = torch.where(vis[:, :, :, j0:j1], s, torch.tensor(-math.inf, dtype=acc_t))
         m_new = torch.maximum(m, s.amax(dim=-1))
         m_shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
@@ -154,9 +199,9 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
         l = l * alpha + p.sum(dim=-1)
         acc = acc * alpha[..., None]
         p_hi = _operand(p, dot, tdt).to(acc_t)
-        acc = _dot_acc(p_hi, vb, acc, accumulation, ks)
+        acc = _dot_acc(p_hi, vb, acc, accumulation, ks, mma)
         if p_split:  # P_lo = P - P_hi (exact in fp32), rounded to the operand format
-            acc = _dot_acc(_operand(p - p_hi, dot, tdt).to(acc_t), vb, acc, accumulation, ks)
+            acc = _dot_acc(_operand(p - p_hi, dot, tdt).to(acc_t), vb, acc, accumulation, ks, mma)
         m = m_new
     empty = l == 0
     l_safe = torch.where(empty, torch.ones_like(l), l)

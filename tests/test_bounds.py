@@ -560,3 +560,96 @@ def test_gqa_reduced_after_rounding_is_within_its_bound(dtype, dot):
             err = np.abs(got - exact)
             assert np.all(err <= bound), (f"{name} {kind}: max error/bound {np.max(err / bound):.3g} at "
                                           f"{np.unravel_index(np.argmax(err / bound), err.shape)}")
+
+
+def test_mma_step_bound_holds_on_the_h100_tensor_core_outputs():
+    """The data-driven tensor-core step bound (proofs.bounds.logits._mma_steps_error, bounds.md sec. 2a)
+    against every recorded H100 mma/wgmma output (proofs/measurements/h100_mma_raw.npz: random,
+    cancelling and crafted A.B + C, fp16/bf16/tf32, K = 16..64): |D - exact| <= first order + the
+    second-order term the logit bound adds; and it is sharper than delta (|acc| + sum |p|) per step."""
+    import math
+
+    from proofs.bounds import HARDWARE
+    from proofs.bounds.logits import _mma_steps_error
+    from proofs.hardware import MEASUREMENTS
+
+    raw = np.load(MEASUREMENTS / "h100_mma_raw.npz")
+    configs = sorted({key.split("__")[0] for key in raw.files if not key.startswith("ieee")})
+    assert configs
+    for name in configs:
+        mma = HARDWARE.mma_for(name.split("_")[0])
+        c, a, b, D = (raw[f"{name}__{x}"] for x in "cabd")
+        P = a * b
+        exact = np.array([math.fsum([ci, *pi]) for ci, pi in zip(c, P)])
+        K = P.shape[1]
+        ends = np.arange(mma.k_step - 1, K, mma.k_step)
+        assert ends[-1] == K - 1
+        S = np.abs(c) + np.abs(P).sum(1)
+        n = len(ends)
+        second = n * (mma.step_error + 2.0 ** (-22 - mma.extra_bits)) * gamma(n, mma.step_error) * S
+        bound = _mma_steps_error(P, ends, mma, acc0=c) + second
+        err = np.abs(D - exact)
+        assert np.all(err <= bound), f"{name}: {(err > bound).sum()} outputs over, worst x{(err / bound).max():.3g}"
+        old = n * mma.step_error * S
+        hit = err > 0
+        assert np.median(old[hit] / bound[hit]) > 2.0, name
+        # by sign: computed - exact in [-neg, pos] (+ the same second order)
+        signed = D - exact
+        _, neg, pos = _mma_steps_error(P, ends, mma, acc0=c, slack=gamma(n, mma.step_error) * S)
+        assert np.all(signed <= pos + second) and np.all(-signed <= neg + second), name
+        assert np.mean(np.minimum(neg, pos) < 0.5 * (neg + pos)) > 0.5, name  # the sign is informative
+
+
+def test_exact_tf32_conversion_is_used_only_where_measured_and_can_fail(monkeypatch):
+    """The tf32 truncation of q, k, V is a known function on the H100 (proofs/hardware.py: tf32_operand
+    "truncate", measured), so the probabilistic forward bound states it exactly (bounds.md sec. 6a); with
+    hardware that rounds (or does not convert: the interpreter) the one-sided model stays. A kernel that
+    converted differently is then caught."""
+    import dataclasses as dc
+
+    import proofs.emulation as em
+    from proofs.bounds import HARDWARE, _model
+    from reference.attention import attention
+
+    pr = Precision(input="float32", dot="tf32", exp="libm")
+    pr_round = dc.replace(pr, hardware=dc.replace(HARDWARE, tf32_operand="round"))
+    assert _model(pr).conv_exact and not _model(pr_round).conv_exact
+    rng = np.random.default_rng(3)
+    q, k, v = (round_to(rng.standard_normal(s), "float32") for s in ((1, 2, 32, 32), (1, 2, 256, 32), (1, 2, 256, 32)))
+    O, L = attention(q, k, v)
+    fb, fb_round = (forward_bound(q, k, v, precision=p) for p in (pr, pr_round))
+    o, lse = fa2_forward(q, k, v, dtype="float32", dot="tf32")  # truncating, as the H100
+    assert np.all(np.abs(o - O) <= fb.o) and np.all(np.abs(lse - L) <= fb.lse)
+    assert np.median(fb.o) < np.median(fb_round.o) / 3
+    # a kernel whose conversion is not the measured one (one more bit dropped) is caught
+    monkeypatch.setattr(em, "_tf32", _tf32_drop_14_bits)
+    o2, lse2 = fa2_forward(q, k, v, dtype="float32", dot="tf32")
+    assert np.any(np.abs(lse2 - L) > fb.lse) and np.any(np.abs(o2 - O) > fb.o)
+
+
+def _tf32_drop_14_bits(x):
+    """fp32 -> a 9-bit significand by truncation: not what the H100 does (13 bits dropped)."""
+    import torch
+
+    b = x.float().contiguous().view(torch.int32)
+    return (b & ~0x3FFF).view(torch.float32)
+
+
+def test_identical_keys_are_one_random_variable():
+    """Bit-identical keys make identical errors (same operands, same operations): the probabilistic bound's
+    random sums run over groups of identical keys (sum_g (sum_{j in g} W_j |v_j - O|)^2), which is the
+    per-key sum when every key is distinct, and the plain worst case of one variable when all are equal."""
+    from proofs.bounds.common import _weighted_dev
+    from proofs.bounds.forward import _grouped_dev, _identical_keys
+
+    rng = np.random.default_rng(0)
+    W, v, o = rng.random((1, 2, 5, 7)), rng.standard_normal((1, 2, 7, 3)), rng.standard_normal((1, 2, 5, 3))
+    distinct = rng.standard_normal((1, 2, 7, 4))
+    assert _identical_keys(distinct) is None
+    single = np.tile(np.arange(7), (1, 2, 1))
+    assert np.allclose(_grouped_dev(W, single, v, o), _weighted_dev([], [W * W], v, o)[1][0])
+    same = np.repeat(distinct[:, :, :1], 7, axis=2)
+    groups = _identical_keys(same)
+    assert groups is not None and np.all(groups == 0)
+    coherent = np.einsum("...ij,...ijc->...ic", W, np.abs(v[..., None, :, :] - o[..., :, None, :])) ** 2
+    assert np.allclose(_grouped_dev(W, groups, v, o), coherent)

@@ -93,3 +93,24 @@ def test_long_query_axis_systematic_accumulation(family):
     are equal at every step. Before the systematic split of sec. 6 the probabilistic dV bound was
     exceeded here (bound/observed 0.55 at N_q = 4096, fp32 ieee)."""
     _assert_holds(attack("emulation", "cpu", "float32", "ieee", family, nk=128, nq=4096, h=1, d=32, seed=0))
+
+
+@pytest.mark.parametrize("family", ["random", "rising_logits", "uniform_rows"])
+@pytest.mark.parametrize("dtype,dot", [("float32", "ieee"), ("float16", "fp16")])
+def test_ragged_nk_tail_tile_first(dtype, dot, family):
+    """N_k not a multiple of block_k: our kernel visits the ragged (masked) last tile FIRST, then the full
+    tiles in ascending order (kernels/tiles.py); the rescale counts, the exact partial sums and l's sum
+    follow that order (Precision.tile_order "partial_first"), and so does the emulation."""
+    _assert_holds(attack("emulation", "cpu", dtype, dot, family, nk=600, nq=16, h=1, d=32, seed=3))
+    if dot == "fp16":  # the order itself: the emulation's tiles as the kernel's
+        from proofs.emulation import _tile_starts
+
+        assert _tile_starts(600, 64) == [576] + list(range(0, 576, 64)) and _tile_starts(640, 64)[0] == 0
+
+
+@pytest.mark.parametrize("family", FAMILIES_AND_RANDOM)
+@pytest.mark.parametrize("dtype,dot", [("float16", "fp16"), ("float32", "tf32")])
+def test_truncating_tensor_core_emulation_within_both_bounds(dtype, dot, family):
+    """The forward's tensor-core dots (Q K^T and P V) through the H100's measured truncating step model
+    (proofs.emulation mma="h100"): what the data-driven step bounds of logits.py / forward.py charge."""
+    _assert_holds(attack("emulation", "cpu", dtype, dot, family, nk=640, nq=16, h=1, d=32, seed=4, mma="h100"))

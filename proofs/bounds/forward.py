@@ -10,12 +10,69 @@ import numpy as np
 from .precision import (FAILURE_PROBABILITY, Precision, _Model, _check_kind, _conv, _dot_steps, _model, gamma, hoeffding_lambda)
 from .results import (ForwardBound)
 from .common import (_exp_err, _no_nan, _problem, _rows_chunks, _softmax_parts, _weighted_dev, _weighted_exp_err)
-from .logits import (_logit_errors)
+from .logits import (_logit_errors, _mma_steps_error)
 
 
 # ----------------------------------------------------------------------------------------------
 # Forward
 # ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ForwardParts:
+    """The per-entry pieces of the O analysis that the backward reuses for Delta (sec. 8): the key
+    weights' relative errors, the numerator/denominator perturbations, the LSE's random/deterministic split.
+    Arrays are per block of rows (B, H, rows, ...); scalars are the same for every row."""
+
+    b_wc: np.ndarray  # worst-case relative error of key j's weight
+    Ab_wc: np.ndarray  # A b (without 0 * inf)
+    Ab1_wc: np.ndarray  # A (1 + b)
+    b_lin: np.ndarray  # linear part of b
+    qk: tuple  # the shift-independent products of q and k (logits._logit_errors)
+    l: np.ndarray  # exact l = sum_j exp(s_j - m)
+    sigma: np.ndarray  # random part of the logit error (std coefficient)
+    det: np.ndarray  # deterministic part of the logit error + the rescale arguments
+    nu_wc: float  # numerator perturbation (P.V): worst case
+    nu_lin: float  # its linear part
+    mu_wc: float  # l's sum: worst case
+    mu_lin: float  # its linear part (n_l u)
+    inv_den: np.ndarray  # 1 / lower bound of D / l
+    floors: np.ndarray  # absolute floors (ftz, subnormal P)
+    final: np.ndarray  # division (+ store unless delta_from="fp32") part of O's bound
+    n_pv: int
+    T: int
+    n_l: int
+    lam: float
+    lse_sigma: np.ndarray  # LSE bound: random part (std), 0 where the worst case capped it
+    lse_det: np.ndarray  # LSE bound: the rest
+
+    # read access by name, for code written against the former dict (backward.py, lse_gradient.py)
+    def __getitem__(self, key: str):
+        return getattr(self, key)
+
+    def get(self, key: str, default=None):
+        return getattr(self, key, default)
+
+    def items(self):
+        return ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
+
+
+@dataclass(frozen=True)
+class _ForwardRows:
+    """What _forward_rows returns for a block of query rows (terms: only with explain)."""
+
+    err: np.ndarray
+    lse_err: np.ndarray
+    A: np.ndarray
+    o: np.ndarray
+    lse: np.ndarray
+    m: np.ndarray
+    empty: np.ndarray
+    parts: _ForwardParts
+    o_terms: object = None  # OTerms
+    lse_terms: object = None  # LseTerms
+    o_capped: np.ndarray = None
+    lse_capped: np.ndarray = None
 
 
 @dataclass(frozen=True)
@@ -35,7 +92,8 @@ class _Forward:
     vf: np.ndarray
     scale: float
     problem: object
-    parts: dict  # the per-entry pieces of the O analysis, reused for Delta in the backward (sec. 8)
+    parts: _ForwardParts  # the per-entry pieces of the O analysis, reused for Delta in the backward (sec. 8)
+    terms: object = None  # ForwardTerms, with explain only
 
 
 def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, kind: str,
@@ -50,18 +108,21 @@ def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, k
     return dataclasses.replace(F, bound=bound)
 
 
-def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, eta) -> _Forward:
+def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, eta, explain=False) -> _Forward:
     M = _model(precision)
     p, qf, kf, vf, s, vis, sc = _problem(q, k, v, scale, causal, window, mask, bias)
     lam = hoeffding_lambda(1.0, eta)
     # every quantity of the forward analysis belongs to one query row: blocks of rows keep the
     # (rows, Nk) temporaries small (cache-sized, no page faults of fresh 32 MB arrays at N = 2048)
+    groups = _identical_keys(kf) if kind == "probabilistic" else None
     R = _cat_rows([_forward_rows(p, M, precision, kind, lam, qf[..., r, :], kf, vf, s[..., r, :],
-                                 vis[..., r, :], sc, bias is not None)
+                                 vis[..., r, :], sc, bias is not None, explain, groups)
                    for r in _rows_chunks(p.Nq, p.Nk, 1, budget=ROW_BLOCK_ENTRIES)])
-    fb = ForwardBound(o=R["err"], lse=R["lse_err"], kind=kind, precision=precision)
-    return _Forward(bound=fb, s=s, vis=vis, A=R["A"], o=R["o"], lse=R["lse"], m=R["m"], empty=R["empty"],
-                    qf=qf, kf=kf, vf=vf, scale=sc, problem=p, parts=R["parts"])
+    fb = ForwardBound(o=R.err, lse=R.lse_err, kind=kind, precision=precision)
+    terms = (ForwardTerms(bound=fb, o=R.o_terms, lse=R.lse_terms, o_capped=R.o_capped, lse_capped=R.lse_capped)
+             if explain else None)
+    return _Forward(bound=fb, s=s, vis=vis, A=R.A, o=R.o, lse=R.lse, m=R.m, empty=R.empty,
+                    qf=qf, kf=kf, vf=vf, scale=sc, problem=p, parts=R.parts, terms=terms)
 
 
 # (rows x Nk) entries per block of query rows in the forward analysis
@@ -73,8 +134,8 @@ def _cat_rows(chunks):
     if len(chunks) == 1:
         return chunks[0]
     first = chunks[0]
-    if isinstance(first, dict):
-        return {key: _cat_rows([c[key] for c in chunks]) for key in first}
+    if dataclasses.is_dataclass(first):
+        return type(first)(**{f.name: _cat_rows([getattr(c, f.name) for c in chunks]) for f in dataclasses.fields(first)})
     if isinstance(first, tuple):
         return tuple(_cat_rows([c[i] for c in chunks]) for i in range(len(first)))
     if isinstance(first, np.ndarray) and first.ndim >= 3:
@@ -82,14 +143,72 @@ def _cat_rows(chunks):
     return first  # scalars: the same for every block
 
 
-def _rescale_changes(s, wc, vis, block_k: int, exact_at_zero: bool):
+@dataclass(frozen=True)
+class _TileOrder:
+    """The key tiles of an unmasked row in the order the kernel visits them: `perm` lists the key indices
+    in that order (None: ascending), `sizes` the tile widths along it."""
+
+    perm: np.ndarray | None
+    sizes: tuple
+
+    @property
+    def starts(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
+
+    def apply(self, x):  # keys (last axis) into visiting order
+        return x if self.perm is None else x[..., self.perm]
+
+    def undo(self, x):
+        if self.perm is None:
+            return x
+        out = np.empty_like(x)
+        out[..., self.perm] = x
+        return out
+
+
+def _tile_order(Nk: int, block_k: int, order: str) -> _TileOrder | None:
+    """Visiting order of an unmasked row's key tiles under Precision.tile_order (None for "any")."""
+    if order == "any":
+        return None
+    full, tail = divmod(Nk, block_k)
+    if order == "partial_first" and tail and full:  # kernels/tiles.py: the ragged (masked) tile, then the full ones
+        perm = np.concatenate([np.arange(full * block_k, Nk), np.arange(full * block_k)])
+        return _TileOrder(perm, (tail,) + (block_k,) * full)
+    return _TileOrder(None, (block_k,) * full + ((tail,) if tail else ()))
+
+
+def _keys_in_order(x, order: _TileOrder):
+    """(..., Nk, dv) rows of keys (K, V) in visiting order."""
+    return x if order.perm is None else x[..., order.perm, :]
+
+
+def _tile_changes(s, wc, vis, order: _TileOrder, exact_at_zero: bool):
+    """Per tile, in visiting order: whether its alpha = exp2(m_old - m_new) can differ from 1 (tile t can
+    move the computed running max only if max_{j in t} (s_j + e_j) > max_{j in earlier tiles} (s_j - e_j);
+    the first visible tile rescales an empty accumulator: no error. Without exp2(0) == 1 exactly, every
+    later visible tile counts)."""
+    st = order.starts
+    hi = np.maximum.reduceat(order.apply(np.where(vis, s + wc, -np.inf)), st, axis=-1)
+    lo = np.maximum.reduceat(order.apply(np.where(vis, s - wc, -np.inf)), st, axis=-1)
+    prev = np.maximum.accumulate(lo, axis=-1)
+    prev = np.concatenate([np.full_like(prev[..., :1], -np.inf), prev[..., :-1]], axis=-1)
+    seen = np.isfinite(prev)
+    return seen & ((hi > prev) if exact_at_zero else np.isfinite(hi))
+
+
+def _rescale_changes(s, wc, vis, block_k: int, exact_at_zero: bool, order: _TileOrder | None = None):
     """c_j: how many rescales alpha = exp2(m_old - m_new) with m_new != m_old can come AFTER key j's tile
     (each multiplies key j's weight, in acc and in l alike, by a rounded alpha: sec. 5).
 
-    Tile t can move the computed running max only if max_{j in t} (s_j + e_j) > max_{j in earlier
-    tiles} (s_j - e_j); the first visible tile rescales an empty accumulator (no error). Without
-    exp2(0) == 1 exactly, every later visible tile counts."""
+    With the visiting order known (unmasked rows): the tiles after j's that can move the max
+    (_tile_changes). Order-free (order None, or masked keys in the block): every other tile t' whose
+    largest possible logit exceeds the smallest possible max of j's tile (it could come after j's tile
+    and move the max then)."""
     Nk = s.shape[-1]
+    if order is not None and vis.all():
+        change = _tile_changes(s, wc, vis, order, exact_at_zero)
+        later = np.cumsum(change[..., ::-1], axis=-1)[..., ::-1] - change  # changes in tiles after t
+        return order.undo(np.repeat(later, order.sizes, axis=-1)).astype(np.float64)
     T = max(1, -(-Nk // block_k))
     pad = T * block_k - Nk
 
@@ -99,23 +218,161 @@ def _rescale_changes(s, wc, vis, block_k: int, exact_at_zero: bool):
 
     hi = tiles(np.where(vis, s + wc, -np.inf))
     lo = tiles(np.where(vis, s - wc, -np.inf))
-    prev = np.maximum.accumulate(lo, axis=-1)
-    prev = np.concatenate([np.full_like(prev[..., :1], -np.inf), prev[..., :-1]], axis=-1)
-    seen = np.isfinite(prev)
-    change = seen & ((hi > prev) if exact_at_zero else np.isfinite(hi))
-    later = np.cumsum(change[..., ::-1], axis=-1)[..., ::-1] - change  # changes in tiles after t
+    if exact_at_zero:
+        can = np.isfinite(hi)[..., None, :] & (hi[..., None, :] > lo[..., :, None])  # (t, t'): t' after t moves it
+    else:
+        can = np.isfinite(hi)[..., None, :] & np.isfinite(lo)[..., :, None]
+    can = can & ~np.eye(T, dtype=bool)
+    later = can.sum(-1)
     return np.repeat(later, block_k, axis=-1)[..., :Nk].astype(np.float64)
 
 
-def _step_ends(Nk: int, block: int, k_step: int):
-    """Key indices after which the accumulator is rounded (each MMA/FMA step: the last key of each
-    k_step group within each tile) and after which each tile ends (the rescale acc * alpha)."""
+def _l_sum_error(A, vis, wc, s, order: _TileOrder | None, M: _Model, n_l: int):
+    """First-order relative error of the computed l = sum over tiles of l * alpha + rowsum(P_tile) (sec. 4),
+    per row, in units of l (exact weights A; the perturbation of the weights themselves is in b).
+
+    With the visiting order known (unmasked rows): tile t's rowsum of n_t positive terms, added in ANY
+    order, errs by <= u sum_{m=2..n_t} S_m (first order), each partial sum S_m of m terms <= the sum of the
+    m largest (so <= (n_t - 1) u R_t, R_t = the tile's share of l; about half that when the terms are
+    alike); from the second tile on, the addition
+    l + rowsum errs by <= u L_t (L_t = the share of the tiles visited so far) and l * alpha by
+    <= u L_{t-1}, but only where alpha can differ from 1 (an unchanged max gives alpha = exp2(0) = 1 exactly,
+    _tile_changes); the first tile is exact (0 * alpha + rowsum). Otherwise n_l u (every key through
+    block_k - 1 + 2T roundings)."""
+    if order is None or not vis.all() or A.shape[-1] == 0:
+        return np.full(A.shape[:-1], n_l * M.u_w)
+    st = order.starts
+    R = np.add.reduceat(order.apply(A), st, axis=-1)
+    L = np.cumsum(R, axis=-1)
+    change = _tile_changes(s, wc, vis, order, M.alpha_exact_at_zero)
+    within = np.zeros(A.shape[:-1])
+    Ao = order.apply(A)
+    t0 = 0
+    for w, n in _runs(order.sizes):  # runs of equal widths: one sort each
+        tiles = Ao[..., t0:t0 + w * n].reshape(*Ao.shape[:-1], n, w)
+        top = np.cumsum(-np.sort(-tiles, axis=-1), axis=-1)  # sums of the m largest
+        within += top[..., 1:].sum((-1, -2))
+        t0 += w * n
+    adds = L[..., 1:].sum(-1) + (change[..., 1:] * L[..., :-1]).sum(-1)
+    return M.u_w * (within + adds)
+
+
+def _pv_mma_error(A, vf, ends, mma):
+    """_mma_steps_error of the products A_j v_jc (keys in visiting order) for every row and column c."""
+    Nq, Nk = A.shape[-2:]
+    dv = vf.shape[-1]
+    out = np.zeros((*np.broadcast_shapes(A.shape[:-1], vf.shape[:-2] + (1,))[:-1], Nq, dv))
+    for r in _rows_chunks(Nq, Nk, dv, budget=1 << 20):
+        t = A[..., r, None, :] * np.swapaxes(vf, -1, -2)[..., None, :, :]  # (..., rows, dv, Nk)
+        out[..., r, :] = _mma_steps_error(t, ends, mma)
+    return out
+
+
+def _signed_logit_conversion(A, lg, vf, o):
+    """|sum_j A_j e_j (v_jc - O_c)| for the exact conversion errors e_j of the logits (lg.conv): the first-order
+    effect on O, signed (bounds.md sec. 6a), plus its float64 evaluation error
+    gamma_{Nk+2}(2^-53) (sum_j A_j |e_j| |v_jc| + sum_j A_j |e_j| |O_c|)."""
+    Ac = A * lg.conv
+    aAc = np.abs(Ac)
+    g = float(gamma(A.shape[-1] + 2, 2.0**-53))
+    return (np.abs(Ac @ vf - Ac.sum(-1)[..., None] * o)
+            + g * (aAc @ np.abs(vf) + aAc.sum(-1)[..., None] * np.abs(o)))
+
+
+def _v_conversion(A, vf):
+    """|sum_j A_j (v~_jc - v_jc)| for V truncated to tf32 as the H100 does (exact, sec. 6a), plus the
+    subnormal v (flushed or truncated: |v| each) and the float64 evaluation; None if V is not fp32 values."""
+    from .logits import _fp32_exact, tf32_truncated
+
+    if not _fp32_exact(vf):
+        return None
+    tiny = 2.0**-126
+    av = np.abs(vf)
+    dv = np.where(av < tiny, 0.0, tf32_truncated(vf) - vf)
+    g = float(gamma(A.shape[-1] + 1, 2.0**-53))
+    return np.abs(A @ dv) + A @ (av * (av < tiny)) + g * (A @ np.abs(dv))
+
+
+def _ln2_error(fmt: str) -> float:
+    """Relative error of the constant ln 2 as the kernel uses it (kernels/tiles.py LN2, a float64 literal,
+    in the working format `fmt`): |fl(LN2) - ln 2| / ln 2, known, + 2^-53 for the literal itself."""
+    ln2 = math.log(2.0)
+    stored = float(np.float32(ln2)) if fmt == "float32" else ln2
+    return abs(stored - ln2) / ln2 + 2.0**-53
+
+
+def _identical_keys(kf):
+    """Group ids (..., Nk) of bit-identical key rows per head, or None when every key is distinct. Keys with
+    identical operands go through identical operations (the q.k dot, its roundings, the conversion, P's
+    rounding within a tile): their errors are not independent, so the random model applies to groups."""
+    flat = np.ascontiguousarray(kf, dtype=np.float64).reshape(-1, *kf.shape[-2:])
+    ids, dup = [], False
+    for x in flat:  # rows as opaque byte strings: bit-identical, one sort
+        _, inv = np.unique(x.view(np.dtype((np.void, 8 * x.shape[-1]))).reshape(-1), return_inverse=True)
+        inv = inv.reshape(-1)
+        dup = dup or len(np.unique(inv)) < len(inv)
+        ids.append(inv)
+    return np.stack(ids).reshape(kf.shape[:-1]) if dup else None
+
+
+def _grouped_dev(W, groups, vf, o):
+    """sum_g (sum_{j in g} W_ij |v_jc - O_ic|)^2: the variance proxy of sum_j W_ij delta_j (v_jc - O_ic) when
+    the delta_j of one group may be equal (or dependent in any way; |delta_j| <= 1 each), independent across
+    groups. With singleton groups it is sum_j W_ij^2 (v_jc - O_ic)^2."""
+    lead = np.broadcast_shapes(W.shape[:-2], vf.shape[:-2], o.shape[:-2])
+    Nq, Nk = W.shape[-2:]
+    dv = vf.shape[-1]
+    g = np.broadcast_to(groups, (*lead, Nk)).reshape(-1, Nk)
+    Wf = np.broadcast_to(W, (*lead, Nq, Nk)).reshape(-1, Nq, Nk)
+    vff = np.broadcast_to(vf, (*lead, Nk, dv)).reshape(-1, Nk, dv)
+    of = np.broadcast_to(o, (*lead, Nq, dv)).reshape(-1, Nq, dv)
+    out = np.zeros((len(g), Nq, dv))
+    for h in range(len(g)):
+        onehot = np.zeros((Nk, int(g[h].max()) + 1))
+        onehot[np.arange(Nk), g[h]] = 1.0
+        for r in _rows_chunks(Nq, Nk, dv, budget=1 << 20):
+            X = Wf[h, r, :, None] * np.abs(vff[h][None] - of[h, r, None, :])  # (rows, Nk, dv)
+            out[h, r] = ((np.swapaxes(X, -1, -2) @ onehot) ** 2).sum(-1)
+    return out.reshape(*lead, Nq, dv)
+
+
+def _grouped_sum_sq(W, groups):
+    """sum_g (sum_{j in g} |W_ij|)^2 (the LSE's variance proxy over groups of identical keys)."""
+    lead = np.broadcast_shapes(W.shape[:-2], groups.shape[:-1])
+    Nq, Nk = W.shape[-2:]
+    g = np.broadcast_to(groups, (*lead, Nk)).reshape(-1, Nk)
+    Wf = np.abs(np.broadcast_to(W, (*lead, Nq, Nk))).reshape(-1, Nq, Nk)
+    out = np.zeros((len(g), Nq))
+    for h in range(len(g)):
+        onehot = np.zeros((Nk, int(g[h].max()) + 1))
+        onehot[np.arange(Nk), g[h]] = 1.0
+        out[h] = ((Wf[h] @ onehot) ** 2).sum(-1)
+    return out.reshape(*lead, Nq)
+
+
+def _runs(sizes):
+    """[(width, count)] of consecutive equal tile widths."""
+    out = []
+    for w in sizes:
+        if out and out[-1][0] == w:
+            out[-1][1] += 1
+        else:
+            out.append([w, 1])
+    return [tuple(x) for x in out]
+
+
+def _step_ends(sizes, k_step: int):
+    """Key positions (in visiting order, tiles of widths `sizes`) after which the accumulator is rounded
+    (each MMA/FMA step: the last key of each k_step group within each tile) and after which each tile
+    ends (the rescale acc * alpha)."""
     ends, tile_ends = [], []
-    for t0 in range(0, Nk, block):
-        t1 = min(Nk, t0 + block)
+    t0 = 0
+    for w in sizes:
+        t1 = t0 + w
         ends.extend(range(min(t0 + k_step, t1) - 1, t1 - 1, k_step))
         ends.append(t1 - 1)
         tile_ends.append(t1 - 1)
+        t0 = t1
     return np.unique(np.asarray(ends)), np.asarray(tile_ends)
 
 
@@ -134,21 +391,24 @@ def _partial_sums(A, vf, o, ends, tile_ends, products: int):
     return f_sq, c_sum
 
 
-def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias) -> dict:
-    """The forward analysis of a block of query rows (s, vis, qf restricted to those rows)."""
+def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias, explain=False,
+                  groups=None) -> _ForwardRows:
+    """The forward analysis of a block of query rows (s, vis, qf restricted to those rows). With
+    `explain` (probabilistic kind only) it also returns the named terms of the bounds (ForwardTerms)."""
     m, A, l, lse, empty = _softmax_parts(s, vis)
     o = A @ vf
     d, Nk = p.d, p.Nk
     u = M.u_w
 
-    lg = _logit_errors(qf, kf, s, m, vis, sc, M, d, has_bias)
+    lg = _logit_errors(qf, kf, s, m, vis, sc, M, d, has_bias, detailed=kind == "probabilistic")
     # the computed shift m_hat <= max_j (s_j + e_j) may exceed m by `excess`
     excess = np.max(np.where(vis, s - m[..., None] + lg.wc, 0.0), axis=-1, initial=0.0)
     # Rescales (sec. 5): key j's weight is multiplied, in acc and in l alike, by the computed alphas of
     # the c_j later tiles that moved the max. Their arguments telescope: sum |m_old - m_new| over
     # them <= m_hat - s_hat_j, each subtraction rounded (u); each exp2 has relative error eps_exp.
     # Equal factors in numerator and denominator do NOT cancel between keys: a weight perturbation.
-    c = np.where(vis, _rescale_changes(s, lg.wc, vis, precision.block_k, M.alpha_exact_at_zero), 0.0)
+    order = _tile_order(Nk, precision.block_k, precision.tile_order)
+    c = np.where(vis, _rescale_changes(s, lg.wc, vis, precision.block_k, M.alpha_exact_at_zero, order), 0.0)
     with np.errstate(invalid="ignore"):
         a_arg = np.where(vis, u * (m[..., None] - s + lg.wc + excess[..., None]), 0.0)
     e_key = lg.wc + a_arg  # argument error of key j's total weight
@@ -172,6 +432,8 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     nu_lin = M.u_pv + M.u_in + n_pv * M.u_dacc + T * u
     mu_wc = float(gamma(n_l, u))
     mu_lin = n_l * u
+    # l's first-order error on these data (probabilistic kind: worst case, as l's summands are all positive)
+    mu_det = _l_sum_error(A, vis, lg.wc, s, order, M, n_l)
 
     # absolute floors: ftz of exp results, subnormal rounding of P into the operand format; l is
     # divided by exp(excess) (a key far below m does not count with its own, possibly huge, error)
@@ -181,7 +443,11 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     absv = np.abs(vf)
     W_b = Ab_wc
     W_lin = A * b_lin
-    W_det = A * (lg.det + alpha_det + M.eps_exp)
+    # the operand conversion known exactly (tf32 truncation, sec. 6a): its one-sided bound leaves the
+    # logit's det and enters signed, sum_j A_j e_j (v_j - O), below; the floor (subnormals) stays unsigned
+    conv = kind == "probabilistic" and lg.conv is not None
+    det_logit = lg.det - lg.det_conv + lg.conv_floor if conv else lg.det
+    W_det = A * (det_logit + alpha_det + M.eps_exp)
     W_sig = (A * lg.sigma) ** 2
     W_vis = vis.astype(np.float64)
     (dev_b, dev_lin, dev_det, dev_vis, dev_A), (dev_sig, dev_AA) = _weighted_dev(
@@ -218,26 +484,57 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         n_rn = (0 if M.tensor_core else n_pv) + T  # accumulation roundings to nearest
         acc_sq = n_rn * dev_A**2  # sum_s F_s^2 <= n (max |F_s|)^2, any order
         acc_c = np.full(oabs.shape, float(n_rn))  # sum_s C_s <= n
-        if n_rn and M.recursive and vis.all():  # unmasked: the kernel adds the key tiles in ascending order
-            ends, tile_ends = _step_ends(Nk, precision.block_k, M.k_step)
-            f_sq, c_sum = _partial_sums(A, vf, o, ends, tile_ends, M.pv_products)
+        if n_rn and M.recursive and order is not None and vis.all():  # unmasked: the tiles in visiting order
+            ends, tile_ends = _step_ends(order.sizes, M.k_step)
+            f_sq, c_sum = _partial_sums(order.apply(A), _keys_in_order(vf, order), o, ends, tile_ends,
+                                        M.pv_products)
             acc_sq = np.minimum(acc_sq, f_sq)
             acc_c = np.minimum(acc_c, c_sum[..., None])
+        if groups is not None:  # bit-identical keys make identical errors: Azuma over groups (sec. 6)
+            dev_sig, dev_AA = (_grouped_dev(W, groups, vf, o) for W in (A * lg.sigma, A))
         var = dev_sig + (rp**2 + ri**2) * dev_AA + u**2 * acc_sq
-        det = dev_det + ((rp + ri) + acc_c * u + mu_lin) * oabs
-        det = det + (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
+        det = dev_det + ((rp + ri) + acc_c * u + mu_det[..., None]) * oabs
+        tc = (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
+        if M.mma is not None and M.recursive and order is not None and vis.all() and not precision.p_split:
+            # the P.V chain's tensor-core steps evaluated on the data (as for the logit dot, logits.py):
+            # products A_j v_jc in visiting order, k_step per step within each tile; the computed terms and
+            # partial sums differ from these by <= E (second order, added)
+            ends, _ = _step_ends(order.sizes, M.k_step)
+            E = Av * (1 + nu_wc) - A_absv
+            tc = np.minimum(tc, _pv_mma_error(order.apply(A), _keys_in_order(vf, order), ends, M.mma)
+                            + n_pv * (M.u_dacc + 2.0 ** (-22 - M.mma.extra_bits)) * E)
+        det = det + tc
+        tr = 0.0 * oabs
         if M.trunc:  # sum_j A_j v_jc theta_jc, theta in [-(u_p + u_in), 0]: one-sided (bounds.md sec. 6)
-            det = det + ((M.u_pv if dp else 0.0) + di) * 0.5 * (A_absv + oabs)
+            v_conv = _v_conversion(A, vf) if conv else None
+            tr = ((M.u_pv if dp else 0.0) + (0.0 if v_conv is not None else di)) * 0.5 * (A_absv + oabs)
+            if v_conv is not None:
+                tr = tr + v_conv
+        det = det + tr
+        conv_o = _signed_logit_conversion(A, lg, vf, o) if conv else 0.0 * oabs
+        det = det + conv_o
         # the worst case always holds, so it caps the probabilistic bound (concentrated rows)
         pre = np.minimum((lam * np.sqrt(var) + det + remainder) * inv_den, num_wc * inv_den)
+        if explain:
+            (x_logdet, x_alpha, x_exp), _ = _weighted_dev([A * det_logit, A * alpha_det, A * M.eps_exp], [], vf, o)
+            o_terms = OTerms(logit_random=lam * np.sqrt(dev_sig), operand_random=lam * np.sqrt((rp**2 + ri**2) * dev_AA),
+                           accumulation_random=lam * u * np.sqrt(acc_sq), logit_det=x_logdet, rescale_alpha=x_alpha,
+                           exp=x_exp, operand_along_o=(rp + ri) * oabs, accumulation_drift=acc_c * u * oabs,
+                           l_sum=mu_det[..., None] * oabs, tensor_core_acc=tc, truncation=tr,
+                           operand_conversion=conv_o, remainder=remainder)
+            o_terms = _map_terms(o_terms, lambda x: x * inv_den)
+            o_capped = (lam * np.sqrt(var) + det + remainder) >= num_wc
     # final division acc / l (fp32 O, what Delta uses with delta_from="fp32") and the store
     err32 = pre + M.eps_div * (oabs + pre)
     err = err32 + M.u_out * (oabs + err32) + M.floor_out
     err = np.where(empty[..., None], 0.0, err)
+    if explain:
+        o_terms = dataclasses.replace(o_terms, division=M.eps_div * (oabs + pre),
+                                      output=M.u_out * (oabs + err32) + M.floor_out)
 
     # LSE = ln2 (m2 + log2 l): |log(l_hat / l)| (the rescales are in b: their arguments telescope,
-    # sum |dm| <= m - s_j, not (T - 1) u R), the rounding of the sum, of the ln2 product and of ln2
-    # itself (gamma_3 |LSE|), and the log2 error.
+    # sum |dm| <= m - s_j, not (T - 1) u R), the rounding of the sum and of the ln2 product (u each), the
+    # constant ln2 in the working format (its exact relative error, _ln2_error, not u), and the log2 error.
     x_lse = A1b * (1 + mu_wc) - 1.0 + n_vis * M.floor_w / l_eff  # l_hat / l <= 1 + x_lse
     lse_low = den_low  # l_hat / l >= lse_low
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -245,7 +542,8 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     lse_abs = np.abs(np.where(empty, 0.0, lse))
     log2l = np.abs(np.log2(l))
     log_err = M.eps_lg2 * (1.0 + log2l) * math.log(2.0)
-    rounding = float(gamma(3, u)) * lse_abs + log_err
+    lse_round = ((1.0 + u) ** 2 * (1.0 + _ln2_error(precision.accumulate)) - 1.0) * lse_abs
+    rounding = lse_round + log_err
     if kind == "worst_case":
         lse_err = log_wc + rounding
         lse_sigma, lse_det = np.zeros_like(lse_err), lse_err
@@ -255,24 +553,110 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         with np.errstate(divide="ignore", invalid="ignore"):
             series = np.where(x_lse < 1.0, -np.log1p(-np.minimum(x_lse, 0.999999)), np.inf)
         remainder = np.maximum(series - lin, 0.0)
-        var = ((A * lg.sigma) ** 2).sum(axis=-1)
-        det = (A * (lg.det + alpha_det + M.eps_exp)).sum(axis=-1) + mu_lin  # l's sum: systematic, worst case
+        var = ((A * lg.sigma) ** 2).sum(axis=-1) if groups is None else _grouped_sum_sq(A * lg.sigma, groups)
+        det = (A * (det_logit + alpha_det + M.eps_exp)).sum(axis=-1) + mu_det  # l's sum: systematic, worst case
+        if lg.mma_sides is not None:  # the logits' tensor-core error by sign: sum_j A_j e_j in [-sum A neg, sum A pos]
+            sym = (A * lg.det_mma).sum(-1)
+            det = det - sym + np.minimum(sym, np.maximum(*((A * x).sum(-1) for x in lg.mma_sides)))
+        if conv:  # first order sum_j A_j e_j, e_j exact; its float64 evaluation: gamma_{Nk}(2^-53) sum A |e|
+            Ac = A * lg.conv
+            lse_conv = np.abs(Ac.sum(-1)) + float(gamma(Nk + 1, 2.0**-53)) * np.abs(Ac).sum(-1)
+            det = det + lse_conv
         lse_err = np.minimum(lam * np.sqrt(var) + det + remainder, log_wc) + rounding
         # split for the backward (random part sigma, the rest det), where the cap did not bind
         capped = lam * np.sqrt(var) + det + remainder >= log_wc
         lse_sigma = np.where(capped, 0.0, np.sqrt(var))
         lse_det = np.where(capped, log_wc, det + remainder) + rounding
+        if explain:
+            lse_logit_det = (A * det_logit).sum(-1)
+            if lg.mma_sides is not None:
+                sym = (A * lg.det_mma).sum(-1)
+                lse_logit_det = lse_logit_det - sym + np.minimum(sym, np.maximum(*((A * x).sum(-1) for x in lg.mma_sides)))
+            lse_terms = LseTerms(logit_random=lam * np.sqrt(var), logit_det=lse_logit_det,
+                                 operand_conversion=lse_conv if conv else 0.0 * lse_abs,
+                             rescale_alpha=(A * alpha_det).sum(-1), exp=(A * M.eps_exp).sum(-1),
+                             l_sum=mu_det + 0.0 * lse_abs, remainder=remainder,
+                             lse_rounding=lse_round, log2=log_err + 0.0 * lse_abs)
     lse_err = np.where(empty, 0.0, lse_err)
 
     o_shape = (p.B, p.Hq, s.shape[-2], vf.shape[-1])
     final = (err32 if precision.delta_from == "fp32" else err) - np.where(empty[..., None], 0.0, pre)
-    return dict(err=np.broadcast_to(err, o_shape).copy(), lse_err=lse_err, A=A, o=o, lse=lse, m=m, empty=empty,
-                parts=dict(b_wc=b_wc, Ab_wc=Ab_wc, Ab1_wc=Ab1_wc, b_lin=b_lin, qk=lg.qk, l=l,
+    extra = {}
+    if explain:
+        extra = dict(o_terms=_map_terms(o_terms, lambda x: np.broadcast_to(x, o_shape).copy()),
+                     o_capped=np.broadcast_to(o_capped, o_shape).copy(), lse_terms=lse_terms, lse_capped=capped)
+    return _ForwardRows(**extra, err=np.broadcast_to(err, o_shape).copy(), lse_err=lse_err, A=A, o=o, lse=lse, m=m,
+                        empty=empty,
+                        parts=_ForwardParts(b_wc=b_wc, Ab_wc=Ab_wc, Ab1_wc=Ab1_wc, b_lin=b_lin, qk=lg.qk, l=l,
                            sigma=lg.sigma, det=lg.det + alpha_det, nu_wc=nu_wc, nu_lin=nu_lin,
                            mu_wc=mu_wc, mu_lin=mu_lin, inv_den=inv_den, floors=floors,
                            final=final, n_pv=n_pv, T=T, n_l=n_l,
                            lam=lam, lse_sigma=np.where(empty, 0.0, lse_sigma),
                            lse_det=np.where(empty, 0.0, lse_det)))
+
+
+@dataclass(frozen=True)
+class OTerms:
+    """The probabilistic O bound split into its terms (each (B, Hq, Nq, dv), in units of O; bounds.md sec. 6).
+    The random terms (``*_random``) enter the bound together as lam sqrt(sum of variances), the others
+    add; the whole is capped by the worst case where that is smaller (ForwardTerms.o_capped)."""
+
+    logit_random: np.ndarray  # round-to-nearest part of the logit errors: qk dot, products, running max
+    operand_random: np.ndarray  # rounding of P (and of q, k, v) into the dot operand format, around O
+    accumulation_random: np.ndarray  # P.V accumulator roundings: the fluctuation F_s around O
+    logit_det: np.ndarray  # deterministic logit errors: tensor-core / tf32 truncation, the constant c
+    rescale_alpha: np.ndarray  # argument roundings of the rescales alpha (telescoped) and of p's shift
+    exp: np.ndarray  # exp2 relative error (ex2.approx or libm), per key
+    operand_along_o: np.ndarray  # operand roundings along O (systematic on structured inputs)
+    accumulation_drift: np.ndarray  # accumulator roundings along O: u |O| sum_s C_s
+    l_sum: np.ndarray  # the rounding of l's sum (mu |O|)
+    tensor_core_acc: np.ndarray  # tensor-core accumulation steps of P.V (truncation: worst case)
+    truncation: np.ndarray  # tf32 truncation of P and V (one-sided; V's exact when known)
+    operand_conversion: np.ndarray  # tf32 truncation of q, k, known exactly: |sum_j A_j e_j (v_j - O)|
+    remainder: np.ndarray  # second-order majorant remainder
+    division: np.ndarray = None  # the final acc / l
+    output: np.ndarray = None  # the store in the output dtype
+
+
+@dataclass(frozen=True)
+class LseTerms:
+    """The probabilistic LSE bound split into its terms (each (B, Hq, Nq))."""
+
+    logit_random: np.ndarray
+    logit_det: np.ndarray
+    operand_conversion: np.ndarray
+    rescale_alpha: np.ndarray
+    exp: np.ndarray
+    l_sum: np.ndarray
+    remainder: np.ndarray
+    lse_rounding: np.ndarray  # gamma_3 |LSE|: m + log2 l, the product by ln 2, ln 2 itself
+    log2: np.ndarray  # the log2 instruction
+
+
+@dataclass(frozen=True)
+class ForwardTerms:
+    """forward_bound(kind="probabilistic") with its terms; *_capped: where the worst case is the bound."""
+
+    bound: ForwardBound
+    o: OTerms
+    lse: LseTerms
+    o_capped: np.ndarray
+    lse_capped: np.ndarray
+
+
+def _map_terms(terms, fn):
+    return type(terms)(**{f.name: fn(getattr(terms, f.name)) for f in dataclasses.fields(terms)
+                          if getattr(terms, f.name) is not None})
+
+
+def forward_terms(q, k, v, *, scale=None, causal=False, window=None, mask=None, bias=None,
+                  precision: Precision) -> ForwardTerms:
+    """The probabilistic forward bound and its named terms (what dominates where: bench/bounds_attack.py
+    --explain). Costs one more pass of weighted deviations than forward_bound."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        F = _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, "probabilistic",
+                          FAILURE_PROBABILITY, explain=True)
+    return F.terms
 
 
 def forward_bound(q, k, v, *, scale=None, causal=False, window=None, mask=None, bias=None,

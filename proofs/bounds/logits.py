@@ -17,24 +17,34 @@ class _Logits:
     lin: np.ndarray  # linear part of that majorant
     sigma: np.ndarray  # sqrt(sum c_t^2 u_t^2) of the random (round-to-nearest) first-order part
     det: np.ndarray  # first-order part that is not random (truncation, shared constant rounding)
-    qk: tuple = ()  # (scale |q||k|^T, scale sqrt(q^2 (k^2)^T), |scale q.k| or None): shift-independent, reusable
+    qk: tuple = ()  # (scale |q||k|^T, scale sqrt(q^2 (k^2)^T), |scale q.k| or None, tensor-core dot error
+    # or None, (exact conversion error, its floor) or None): shift-independent, reusable
+    conv: np.ndarray | None = None  # signed, exact logit error of the operand conversion (tf32 truncation), or None
+    conv_floor: np.ndarray | None = None  # |.| bound on what `conv` cannot state (subnormal operands)
+    det_conv: np.ndarray | None = None  # the one-sided bound of that conversion inside `det` (replaceable by conv)
+    det_mma: np.ndarray | None = None  # the tensor-core dot's part of `det` (symmetric)
+    mma_sides: tuple | None = None  # (neg, pos): that error by sign, computed - exact in [-neg, pos]
 
 
 def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias: bool,
-                  qk: tuple = ()) -> _Logits:
+                  qk: tuple = (), detailed: bool = True) -> _Logits:
     """Error of t_ij = fl(fl(q_i.k_j) * c) - shift_i (c = scale*log2 e rounded), in natural units.
 
     dot: operands converted into the dot format (u_in each: rounded, or truncated for tf32), d products
     accumulated with u_dacc
     (products exact on tensor cores, rounded for ieee/fp64, counted within gamma_d);
     argument: c rounded (u_w |s|, shared by the row: deterministic), product rounded (u_w |s|),
-    subtraction of the running max rounded (u_w |s - m_run| <= u_w |s - m|), bias add (u_w |s|)."""
+    subtraction of the running max rounded (u_w |s - m_run| <= u_w |s - m|), bias add (u_w |s|).
+    detailed=False skips what only the probabilistic kind reads (the tensor-core steps and the exact
+    conversion on the data, sec. 6a)."""
     if not qk:  # the products of q and k do not depend on the shift: computed once per problem
         absqk = scale * (np.abs(qf) @ np.swapaxes(np.abs(kf), -1, -2))
         sqqk = scale * np.sqrt((qf * qf) @ np.swapaxes(kf * kf, -1, -2))
         # |scale q.k| before any bias: with a cancelling bias it can be far larger than |s|
-        qk = (absqk, sqqk, np.abs(scale * (qf @ np.swapaxes(kf, -1, -2))) if has_bias else None)
-    absqk, sqqk, a_qk = qk
+        qk = (absqk, sqqk, np.abs(scale * (qf @ np.swapaxes(kf, -1, -2))) if has_bias else None,
+              _mma_dot_error(qf, kf, scale, model) if detailed and model.mma is not None else None,
+              _conversion_error(qf, kf, scale) if detailed and model.conv_exact else None)
+    absqk, sqqk, a_qk, mma_dot, conv = qk
     s0 = np.where(vis, s, 0.0)
     if a_qk is None:
         a_qk = np.abs(s0)
@@ -58,9 +68,21 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     (ri, _), (di, _) = _conv(model)
     sig_dot = math.sqrt(2.0) * ri * sqqk + (0.0 if model.tensor_core else math.sqrt(d) * u * absqk)
     det_dot = (nd * model.u_dacc if model.tensor_core else 0.0) * absqk
+    mma_used = mma_sides = None
+    if mma_dot is not None:  # the steps as the data make them (sec. 2a): the same truncations, sharper
+        # (second order: the computed partial sums and products differ from the exact ones by <= dot_wc,
+        # which moves each step's bound by <= (delta + 2^(-22-F)) dot_wc)
+        second = nd * (model.u_dacc + 2.0 ** (-22 - model.mma.extra_bits)) * dot_wc
+        mma_used = np.minimum(det_dot, mma_dot[0] + second)
+        # by sign (the LSE's sum_j A_j e_j): where the step model won, its one-sided parts, else the symmetric bound
+        won = mma_dot[0] + second < det_dot
+        mma_sides = tuple(np.where(won, x + second, mma_used) for x in mma_dot[1:])
+        det_dot = mma_used
+    det_conv = None
     if di:  # truncated q, k: sum_k q_k k_k theta_k, theta_k in [-2 u_in, 0] (first order), not random:
         # <= 2 u_in max(positive part, negative part) = u_in (sum_k |q_k k_k| + |q.k|)  (bounds.md sec. 6)
-        det_dot = det_dot + di * (absqk + a_qk)
+        det_conv = di * (absqk + a_qk)
+        det_dot = det_dot + det_conv
     sig_arg = u * np.sqrt(a_qk**2 + a_b**2 + a_t**2)
     det_arg = u * a_qk  # rounding of the constant c = scale * log2(e): one error for the whole row
     z = np.zeros_like(s0)
@@ -70,4 +92,133 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
         sigma=np.where(vis, np.sqrt(sig_dot**2 + sig_arg**2), z),
         det=np.where(vis, det_dot + det_arg, z),
         qk=qk,
+        conv=None if conv is None or det_conv is None else np.where(vis, conv[0], z),
+        conv_floor=None if conv is None or det_conv is None else np.where(vis, conv[1], z),
+        det_conv=None if det_conv is None else np.where(vis, det_conv, z),
+        det_mma=None if mma_used is None else np.where(vis, mma_used, z),
+        mma_sides=None if mma_sides is None else tuple(np.where(vis, x, z) for x in mma_sides),
     )
+
+
+def _mma_steps_error(t, ends, mma, acc0=None, slack=None):
+    """First-order bound on the error of summing the products t (..., n) in order into an accumulator that
+    starts at acc0 (exact in fp32; default 0), in tensor-core steps ending at the indices `ends` (ascending, the last = n - 1), under
+    the measured step model of proofs/hardware.py (MmaBehaviour; bounds.md sec. 2a), evaluated on the
+    data instead of through delta (|acc| + sum |t|):
+
+    one step adds its products t_i to acc = P_{s-1} (the partial sum before it). Alignment to the grid
+    g = 2^(e - 23 - F) with 2^e <= M_s = max(|P_{s-1}|, max_i |t_i|) keeps the largest term whole and costs
+    each other term < min(|t_i|, g) (truncation; min(|t_i|, g/2) rounded): at most
+    a_s = sum_{terms} min(|t|, g') - g' with g' = 2^(-23-F) M_s (halved when rounded). Normalizing the
+    aligned sum (|.| <= |P_s| + a_s) into fp32 costs < 2^-23 of it (2^-24 rounded). Hence the step errs by
+    < norm (|P_s| + a_s) + a_s, with P_s the exact partial sums: what is returned, summed over the steps.
+    The computed values differ from the exact ones (second order): the caller adds that. With `slack` (a bound
+    on |computed - exact| of the partial sums): (total, neg, pos), the split by sign of _mma_steps_sides."""
+    steps, P, Pprev, g, norm = _mma_steps(t, ends, mma, acc0)
+    prev = np.abs(Pprev)
+    lost = np.minimum(np.abs(steps), g[..., None])
+    acc_lost = np.minimum(prev, g)
+    a = np.maximum(lost.sum(-1) + acc_lost - g, 0.0)
+    total = (norm * (np.abs(P) + a) + a).sum(-1)
+    if slack is None:
+        return total
+    return (total, *_mma_steps_sides(steps, P, Pprev, lost, acc_lost, norm, mma, slack))
+
+
+def _mma_steps(t, ends, mma, acc0=None):
+    """The steps of _mma_steps_error: (products per step (..., S, k) zero-padded, exact partial sums P_s after
+    and P_{s-1} before each step, the grid bound g_s (halved when aligning rounds), the normalization's u)."""
+    ends = np.asarray(ends)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    half = 0.5 if mma.alignment == "round" else 1.0
+    norm = 2.0**-24 if mma.normalization == "round" else 2.0**-23
+    width = int((ends - starts).max()) + 1
+    if np.all(ends - starts + 1 == width) and ends[-1] + 1 == t.shape[-1]:  # equal steps: a reshape
+        steps = t.reshape(*t.shape[:-1], len(ends), width)
+    else:  # steps padded with zeros (a zero term loses nothing and sets no maximum)
+        idx = starts[:, None] + np.arange(width)[None, :]
+        steps = np.where(idx <= ends[:, None], t[..., np.minimum(idx, t.shape[-1] - 1)], 0.0)
+    c = np.zeros(t.shape[:-1]) if acc0 is None else np.asarray(acc0, dtype=np.float64)
+    P = c[..., None] + np.cumsum(steps.sum(-1), axis=-1)
+    Pprev = np.concatenate([c[..., None], P[..., :-1]], axis=-1)
+    g = half * 2.0 ** (-23 - mma.extra_bits) * np.maximum(np.abs(Pprev), np.abs(steps).max(-1))
+    return steps, P, Pprev, g, norm
+
+
+def _mma_steps_sides(steps, P, Pprev, lost, acc_lost, norm, mma, slack):
+    """(neg, pos): the step errors of _mma_steps_error split by sign, computed - exact in [-neg, pos] (first
+    order; truncating alignment and normalization only, else the total on both sides). Truncation moves every
+    term and the normalized sum toward zero: a term t loses min(|t|, g) in the direction -sign(t), the sum
+    < 2^-23 (|P_s| + a_s) in the direction -sign(P_s). Where a computed value may have the other sign than the
+    exact one (|exact| <= `slack`, the bound on computed - exact, plus the alignment loss for the sum), its loss
+    counts on both sides. (No credit for the largest term: a little above _mma_steps_error's total.)"""
+    if mma.alignment != "truncation" or mma.normalization != "truncation":
+        a = lost.sum(-1) + acc_lost
+        total = (norm * (np.abs(P) + a) + a).sum(-1)
+        return total, total
+    neg = (lost * (steps > 0)).sum(-1)
+    pos = (lost * (steps < 0)).sum(-1)
+    e = np.asarray(slack)[..., None]
+    sure = np.abs(Pprev) > e
+    neg = neg + acc_lost * ((Pprev > 0) | ~sure)
+    pos = pos + acc_lost * ((Pprev < 0) | ~sure)
+    a = lost.sum(-1) + acc_lost
+    n_lost = norm * (np.abs(P) + a)
+    sure = np.abs(P) > e + a
+    neg = neg + n_lost * ((P > 0) | ~sure)
+    pos = pos + n_lost * ((P < 0) | ~sure)
+    return neg.sum(-1), pos.sum(-1)
+
+
+def _mma_dot_error(qf, kf, scale, model: _Model) -> tuple:
+    """First-order error of the tensor-core logit dot scale * q_i.k_j for every (i, j): the products over d
+    in consecutive k_step groups (the MMA's K steps, in ascending order): (_mma_steps_error, and its split by
+    sign _mma_steps_sides as (neg, pos), or that total on both sides where the model gives no sign)."""
+    d = qf.shape[-1]
+    ends = np.unique(np.minimum(np.arange(model.k_step - 1, d + model.k_step - 1, model.k_step), d - 1))
+    Nq, Nk = qf.shape[-2], kf.shape[-2]
+    out = np.zeros((3, *np.broadcast_shapes(qf.shape[:-2], kf.shape[:-2]), Nq, Nk))
+    step = max(1, (1 << 20) // max(1, Nk * d))
+    nd = _within_dot(model, d)
+    wc = (1.0 + model.u_in) ** 2 * (1.0 + gamma(nd, model.u_dacc)) - 1.0  # |computed - exact| per unit sum |t|
+    for r0 in range(0, Nq, step):
+        r = slice(r0, min(Nq, r0 + step))
+        t = scale * (qf[..., r, None, :] * kf[..., None, :, :])
+        res = _mma_steps_error(t, ends, model.mma, slack=wc * np.abs(t).sum(-1))
+        for i in range(3):
+            out[i, ..., r, :] = res[i]
+    return out[0], out[1], out[2]
+
+
+def tf32_truncated(x) -> np.ndarray:
+    """fp32 values as the H100's tensor core takes them for .tf32 (the low 13 significand bits cleared;
+    proofs/hardware.py tf32_operand = "truncate", measured), as float64."""
+    b = np.ascontiguousarray(np.asarray(x, dtype=np.float32)).view(np.int32) & np.int32(~0x1FFF)
+    return b.view(np.float32).astype(np.float64)
+
+
+def _fp32_exact(x) -> bool:
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        return bool(np.all(x.astype(np.float32).astype(np.float64) == x))
+
+
+def _conversion_error(qf, kf, scale):
+    """(scale (q~ . k~ - q . k), floor) for every (i, j) with q~, k~ the truncated tf32 operands: the exact
+    logit error of the conversion (bounds.md sec. 6a), evaluated in float64 (products of 11-bit significands
+    and of fp32 values: the difference is formed from exact products, its float64 sum errs by
+    <= gamma_{2d}(2^-53) scale sum |q||k|, in the floor). Subnormal operands may be flushed to zero instead
+    (bounds.md sec. 2): those products are in the floor, |q_k k_k| each. None if q, k are not fp32 values."""
+    if not (_fp32_exact(qf) and _fp32_exact(kf)):
+        return None
+    tiny = 2.0**-126
+    qt, kt = tf32_truncated(qf), tf32_truncated(kf)
+    qn, kn = np.where(np.abs(qf) < tiny, 0.0, qf), np.where(np.abs(kf) < tiny, 0.0, kf)
+    qtn, ktn = np.where(np.abs(qf) < tiny, 0.0, qt), np.where(np.abs(kf) < tiny, 0.0, kt)
+    T = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
+    conv = scale * ((qtn - qn) @ T(ktn) + qn @ T(ktn - kn))
+    aq, ak = np.abs(qf), np.abs(kf)
+    sub = scale * ((aq * (aq < tiny)) @ T(ak) + (aq * (aq >= tiny)) @ T(ak * (ak < tiny)))
+    d = qf.shape[-1]
+    floor = sub + float(gamma(2 * d + 2, 2.0**-53)) * scale * (aq @ T(ak))
+    return conv, floor

@@ -74,6 +74,12 @@ HARDWARE = h100()
 GQA_REDUCTIONS = ("in_accumulator", "rounded_heads")
 
 ACCUMULATIONS = ("recursive", "blocked")
+# The order in which a fused kernel visits the key tiles of a row (what the order-dependent pieces of the
+# forward bound, the rescale counts and the exact partial sums, assume): "partial_first" (our kernel,
+# kernels/tiles.py: the tiles that need an elementwise mask first, i.e. for an unmasked row the ragged
+# last tile when block_k does not divide N_k, then the full tiles in ascending order), "ascending", or
+# "any" (nothing assumed: order-free counts; e.g. flash-attn's CUDA kernels visit the key blocks from the last).
+TILE_ORDERS = ("partial_first", "ascending", "any")
 DELTA_SOURCES = ("output", "fp32")
 
 
@@ -94,7 +100,9 @@ class Precision:
     hardware: the hardware constants (HARDWARE unless overridden).
     gqa_reduction: how dK, dV of a GQA group are formed: "in_accumulator" (one accumulator runs through
       every query head of the group, our kernel) or "rounded_heads" (per query head, each stored in the
-      output dtype, then summed in fp32 and rounded once: torch SDPA's fused backends; bounds.md sec. 7c)."""
+      output dtype, then summed in fp32 and rounded once: torch SDPA's fused backends; bounds.md sec. 7c).
+    tile_order: the order of the key tiles (TILE_ORDERS). Rows with masked keys are always analysed
+      order-free (the band's partial tiles come first in our kernel, per query block)."""
 
     input: str
     dot: str
@@ -108,6 +116,7 @@ class Precision:
     delta_from: str = "output"
     hardware: HardwareConstants = HARDWARE
     gqa_reduction: str = "in_accumulator"
+    tile_order: str = "partial_first"
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -118,6 +127,7 @@ class Precision:
             ("accumulation", self.accumulation, ACCUMULATIONS),
             ("delta_from", self.delta_from, DELTA_SOURCES),
             ("gqa_reduction", self.gqa_reduction, GQA_REDUCTIONS),
+            ("tile_order", self.tile_order, TILE_ORDERS),
         ):
             if value not in allowed:
                 raise ValueError(f"Precision.{name} must be one of {allowed}, got {value!r}")
@@ -179,6 +189,8 @@ class _Model:
     recursive: bool  # products added into the running accumulator (tl.dot(a, b, acc))
     k_step: int  # products per accumulation rounding inside a dot (1 on CUDA cores: one FMA each)
     pv_products: int  # products per key in the forward's P.V (2 with p_split)
+    mma: object = None  # the MmaBehaviour of a truncating tensor-core dot (tensor_core), else None
+    conv_exact: bool = False  # the operand conversion is a known function (tf32: the low 13 bits cleared, measured)
 
 
 def _model(precision: Precision) -> _Model:
@@ -221,6 +233,8 @@ def _model(precision: Precision) -> _Model:
         recursive=pr.accumulation == "recursive",
         k_step=mma.k_step if tc else 1,
         pv_products=2 if pr.p_split else 1,
+        mma=mma if tc and not mma_round else None,
+        conv_exact=trunc and hw.tf32_operand == "truncate",
     )
 
 
