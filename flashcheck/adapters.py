@@ -53,8 +53,11 @@ def _dtype_name(dtype) -> str:
 
 
 def _precision(**fields):
+    """A Precision whose key-tile order is "any" unless the caller knows it: third-party kernels
+    (flash-attn visits key blocks from the last one) and user kernels do not state their order."""
     from proofs.bounds import Precision
 
+    fields.setdefault("tile_order", "any")
     return Precision(**fields)
 
 
@@ -386,7 +389,9 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                    precision=precision, delta_from=delta_from, tiles=tiles)
     return _precision(input=a.input, dot=a.dot, accumulate="float32", output=a.output, exp=a.exp,
                       block_k=a.block_k, block_q=a.block_q, accumulation="recursive", p_split=a.p_split,
-                      delta_from=a.delta_from, hardware=interpreter() if a.exp == "libm" else h100())
+                      delta_from=a.delta_from,
+                      tile_order="partial_first",  # kernels/tiles.py visits a ragged last key tile first
+                      hardware=interpreter() if a.exp == "libm" else h100())
 
 
 def _ours() -> KernelUnderTest:
