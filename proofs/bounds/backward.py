@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 import math
 
 import numpy as np
@@ -88,6 +89,17 @@ def backward_bound(q, k, v, do, *, scale=None, causal=False, window=None, mask=N
     return _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind)[0]
 
 
+def backward_terms(q, k, v, do, *, scale=None, causal=False, precision: Precision,
+                   kind: str = "probabilistic"):
+    """The bound of backward_bound (in_accumulator GQA) and, per gradient, its named terms:
+    (BackwardBound, {"dQ": [Term], "dK": [...], "dV": [...]}) (instrumentation: bench/backward_terms.py)."""
+    kind = _check_kind(kind)
+    detail = []
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        bb, _ = _backward_impl(q, k, v, do, scale, causal, None, None, None, precision, kind, detail=detail)
+    return bb, dict(detail)
+
+
 def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
     kind = _check_kind(kind)
     group = q.shape[1] // max(k.shape[1], 1)
@@ -146,7 +158,9 @@ def _forward_rows_view(F: _Forward, r) -> _Forward:
         parts={key: _rows_of(val, r) for key, val in F.parts.items()})
 
 
-def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
+def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, kind, detail=None):
+    """The bounds and the exact gradients; `detail` (a list) receives the named terms of each
+    gradient (instrumentation: (name of the gradient, [Term]) pairs)."""
     M = _model(precision)
     from reference.shapes import check_attention_args
 
@@ -193,7 +207,11 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     def _add(name, x):
         acc[name] = x if name not in acc else acc[name] + x
 
-    dq_blocks, dQ_blocks = [], []
+    dq_blocks, dQ_blocks, dq_terms = [], [], []
+    sub = {"dK": {}, "dV": {}}  # instrumentation only: det sub-parts summed over the row blocks
+
+    def _add_sub(grad, name, x):
+        sub[grad][name] = x if name not in sub[grad] else sub[grad][name] + x
     # every term below belongs to one query row i, except the sums over i of dV and dK: blocks of rows
     # keep the (rows, Nk) temporaries small; dV and dK add up the blocks' products
     for r in _rows_chunks(Nq, Nk, 1, budget=_forward_module.ROW_BLOCK_ENTRIES):
@@ -277,6 +295,14 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         _add("dk_var", _t(dS_var) @ qq)
         _add("dk_SS", _t(dS * dS) @ qq)
         _add("dk_det", _t(dS_det) @ aq)
+        if detail is not None:  # the det parts of P (b_det), dP and Delta, each through dK and dV
+            b_parts = (("logits", lg.det), ("stored LSE", det_L[..., None]), ("LSE*log2e rounding", e_lse[..., None]),
+                       ("exp", M.eps_exp))
+            for name, x in b_parts:
+                _add_sub("dK", "dS det: P " + name, _t(np.where(vis, A * x * absg, 0.0)) @ aq)
+                _add_sub("dV", "P det: " + name, _t(np.where(vis, A * x, 0.0)) @ abs_do)
+            _add_sub("dK", "dS det: dP", _t(np.where(vis, A * dP_det, 0.0)) @ aq)
+            _add_sub("dK", "dS det: Delta", _t(np.where(vis, A * det_D[..., None], 0.0)) @ aq)
         _add("dK", _t(dS) @ qf)
 
         # For dQ_i the LSE error is one factor (1 + c_i) on the whole row i of P, and sum_j dS_ij = 0
@@ -290,12 +316,19 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # Likewise the Delta error is one number per row: it adds -delta_i sum_j P_ij k_j, bounded with
         # |sum_j A_ij k_jc| (dq_delta), so dQ's dS errors leave it out.
         wcS, linS, varS, detS = _dS_errors(b_wc_row, Ab1_row, bad_row, b_lin_row, b_det_row, eD=0.0, dD=0.0)
-        wc, lin, var, det, dQ_exact = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
-                                            varS @ (kf * kf), (dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf)
+        ge = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
+                   varS @ (kf * kf), (dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf)
+        wc, lin, var, det, dQ_exact = ge.wc, ge.lin, ge.var, ge.det, ge.exact
         dq_delta = sc * eD * (np.abs(A @ kf)
                               + _fix_bad(A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0), bad_row,
                                          lambda: Ab1_row * ((1 + kap_k) * (1 + rho_wc)) - A) @ abs_k)
         dq_err = (1 + c_row) * (_combine(wc, lin, var, det, lam, kind) + dq_delta) + c_row * np.abs(dQ_exact)
+        if detail is not None:
+            dq_terms.append(_terms(ge, lam, kind) + [
+                Term("Delta error (row-common)", "other", (1 + c_row) * dq_delta),
+                Term("LSE error (row-common)", "other", c_row * (dq_err - c_row * np.abs(dQ_exact)) / (1 + c_row)
+                     + c_row * np.abs(dQ_exact)),
+                Term("store and scale", "other", _store(dq_err, np.abs(dQ_exact), g2, M) - dq_err)])
         dq_err = _store(dq_err, np.abs(dQ_exact), g2, M)
         dq_blocks.append(np.where(empty[..., None], 0.0, dq_err))
         dQ_blocks.append(dQ_exact)
@@ -313,11 +346,28 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dv_det = dv_det + (d_p + d_in) * 0.5 * (AabsdO + np.abs(acc["dV"]))
     dV_exact = _kv(acc["dV"])
     dv_err = _combine(_kv(acc["dv_wc"]), _kv(acc["dv_lin"]), _kv(dv_var), _kv(dv_det), lam, kind)
+    if detail is not None:
+        dv_parts = _GradError(acc["dv_wc"], acc["dv_lin"], (
+            ("P", acc["dv_var1"]), ("operands", (r_p**2 + r_in**2) * acc["dv_var2"]),
+            ("accumulation", n_rn_q * u**2 * (AabsdO + abs_dV)**2)), (
+            ("P", acc["dv_det"]), ("tensor core", (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO),
+            ("accumulation along R", n_rn_q * u * abs_dV), ("P, dO conversions along R", (r_p + r_in) * abs_dV),
+            ("tf32 truncation", (d_p + d_in) * 0.5 * (AabsdO + abs_dV) if M.trunc else 0.0 * abs_dV)), acc["dV"])
+        detail.append(("dV", _terms(dv_parts, lam, kind, _kv)
+                       + [Term("store", "other", _store(dv_err, np.abs(dV_exact), 0.0, M) - dv_err)]
+                       + [Term(name, "sub", _kv(x)) for name, x in sub["dV"].items()]))
     dv_err = _store(dv_err, np.abs(dV_exact), 0.0, M)
 
-    wc, lin, var, det, dK_exact = _grad(M, sc, n_q, acc["dk_base"], acc["dk_wcS"], acc["dk_lin"],
-                                        acc["dk_var"], acc["dk_SS"], acc["dk_det"], acc["dK"])
-    dk_err = _combine(_kv(wc), _kv(lin), _kv(var), _kv(det), lam, kind)
+    ge = _grad(M, sc, n_q, acc["dk_base"], acc["dk_wcS"], acc["dk_lin"],
+               acc["dk_var"], acc["dk_SS"], acc["dk_det"], acc["dK"])
+    dK_exact = ge.exact
+    dk_err = _combine(_kv(ge.wc), _kv(ge.lin), _kv(ge.var), _kv(ge.det), lam, kind)
+    if detail is not None:
+        detail.append(("dK", _terms(ge, lam, kind, _kv)
+                       + [Term("store and scale", "other", _store(dk_err, np.abs(_kv(dK_exact)), g2, M) - dk_err)]
+                       + [Term(name, "sub", sc * _kv(x)) for name, x in sub["dK"].items()]))
+        detail.append(("dQ", [Term(t.name, t.kind, np.concatenate([b[i].value for b in dq_terms], axis=2))
+                              for i, t in enumerate(dq_terms[0])]))
     dk_err = _store(dk_err, np.abs(_kv(dK_exact)), g2, M)
     dq_err = np.concatenate(dq_blocks, axis=2)
     dQ_exact = np.concatenate(dQ_blocks, axis=2)
@@ -325,7 +375,57 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     return bound, (dQ_exact, _kv(dK_exact), dV_exact)
 
 
-def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_other):
+@dataclass(frozen=True)
+class _GradError:
+    """The error of scale * S @ other (sec. 8) in the pieces of sec. 6: the majorant wc and its linear
+    part lin, and the first-order part split into named variance proxies (var_parts, random) and
+    non-random terms (det_parts); var and det are their sums. `exact` = scale * S @ other."""
+
+    wc: np.ndarray
+    lin: np.ndarray
+    var_parts: tuple
+    det_parts: tuple
+    exact: np.ndarray
+
+    @property
+    def var(self):
+        return _total(self.var_parts)
+
+    @property
+    def det(self):
+        return _total(self.det_parts)
+
+
+def _terms(ge: _GradError, lam, kind, reduce=lambda x: x) -> list:
+    """The named pieces of one gradient's bound before the store: lam sqrt(var part) for each variance
+    proxy, each det part, and the majorant remainder wc - lin (probabilistic kind)."""
+    out = [Term(name, "var", lam * np.sqrt(np.maximum(reduce(x), 0.0))) for name, x in ge.var_parts]
+    ones = np.ones_like(reduce(ge.exact))
+    out += [Term(name, "det", reduce(x) * ones) for name, x in ge.det_parts]
+    if kind == "probabilistic":
+        out.append(Term("majorant remainder wc - lin", "det", np.maximum(reduce(ge.wc) - reduce(ge.lin), 0.0)))
+    return out
+
+
+@dataclass(frozen=True)
+class Term:
+    """One named piece of a bound (instrumentation, bench/backward_terms.py): `kind` "var" (a variance
+    proxy: it costs lam * sqrt(value) alone), "det" / "other" (added linearly) or "sub" (a part of a
+    det term, shown for where it comes from)."""
+
+    name: str
+    kind: str
+    value: np.ndarray
+
+
+def _total(parts):
+    total = 0.0
+    for _, x in parts:
+        total = total + x
+    return total
+
+
+def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_other) -> _GradError:
     """scale * S @ other with S's error (wc, lin, var, det), the operand rounding of `other` (u_in) and
     the accumulation of n terms (tensor core or RN), from the products base = |S| @ |other|,
     wcS @ |other|, linS @ |other|, varS @ other^2, (S * S) @ other^2, detS @ |other| and S @ other
@@ -346,13 +446,16 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     n_rn = 0 if M.tensor_core else n
     (_, r_p), _ = _conv(M)
     abs_r = np.abs(S_other)
-    var = sc**2 * (varS_oo + r_in**2 * SS_oo + n_rn * u**2 * (base + abs_r)**2)
-    det = sc * (detS_ao + (n * M.u_dacc if M.tensor_core else 0.0) * base
-                + (n_rn * u + 2 * u + r_p + r_in) * abs_r)
+    sc2 = sc**2
+    var_parts = (("dS", sc2 * varS_oo), ("operand", sc2 * r_in**2 * SS_oo),
+                 ("accumulation", sc2 * n_rn * u**2 * (base + abs_r)**2))
+    det_parts = [("dS", sc * detS_ao), ("tensor core", sc * (n * M.u_dacc if M.tensor_core else 0.0) * base),
+                 ("accumulation along R", sc * n_rn * u * abs_r),
+                 ("dS conversions along R", sc * (2 * u + r_p + r_in) * abs_r)]
     if M.trunc:  # dS and `other` (K or Q) truncated to tf32: sum_j dS_j o_j theta_j, theta in
         # [-(u_p + u_in), 0]: one-sided, (u_p + u_in) (|S| @ |other| + |S @ other|) / 2, not random
-        det = det + sc * (d_p + d_in) * 0.5 * (base + np.abs(S_other))
-    return wc, lin, var, det, sc * S_other
+        det_parts.append(("tf32 truncation", sc * (d_p + d_in) * 0.5 * (base + abs_r)))
+    return _GradError(wc, lin, var_parts, tuple(det_parts), sc * S_other)
 
 
 
