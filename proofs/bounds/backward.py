@@ -22,13 +22,15 @@ def _combine(wc, lin, var, det, lam, kind):
     return np.minimum(lam * np.sqrt(np.maximum(var, 0.0)) + det + np.maximum(wc - lin, 0.0), wc)
 
 
-def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind):
+def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None):
     """Bound on |Delta_hat_i - Delta_i|, Delta_hat = fl(sum_c dO_ic O_hat_ic) with the kernel's own O_hat.
 
     Contracting the exact O-error identity of sec. 5 with dO (bounds.md sec. 8):
     sum_c dO_c (N_c/D - O_c) = [sum_j p_j (b_j g_j + (1 + b_j)(sum_c dO_c nu_jc v_jc - mu_j Delta))] / D,
     g_j = dP_j - Delta, so the logit errors enter through |g_j| (not sum_c |dO_c||v_jc - O_c|); then the
-    division and the store per column, and the fp32 sum of dv products."""
+    division and the store per column, and the fp32 sum of dv products. acc: (variance proxy, det) of
+    the round-to-nearest P.V accumulation and rescales (_delta_accumulation), in place of the split
+    along O; None: that split."""
     P = F.parts
     A, o, u = F.A, F.o, M.u_w
     abs_do = np.abs(dof)
@@ -54,11 +56,15 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind):
     # as for O (sec. 6): the parts of the accumulation and P-rounding errors along O (resp. Delta) are
     # systematic on structured inputs: worst case; only the fluctuation around them is random
     # (sum_j A_j |v_jc - O_c| <= (A|V|)_c + |O_c|)
+    if acc is None:
+        acc_var, acc_det = n_rn * u**2 * ((dof * (Av + np.abs(o))) ** 2).sum(-1), n_rn * u * oabs_do.sum(-1)
+    else:
+        acc_var, acc_det = acc
     var = (((A * P["sigma"] * g) ** 2).sum(-1) + rp**2 * ((A * g) ** 2).sum(-1)
            + ri**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
-           + n_rn * u**2 * ((dof * (Av + np.abs(o))) ** 2).sum(-1)
+           + acc_var
            + u_store**2 * ((dof * o) ** 2).sum(-1))
-    det = ((A * (P["det"] + M.eps_exp) * absg).sum(-1) + (rp + P["mu_lin"]) * aD + n_rn * u * oabs_do.sum(-1)
+    det = ((A * (P["det"] + M.eps_exp) * absg).sum(-1) + (rp + P["mu_lin"]) * aD + acc_det
            + (n_pv * M.u_dacc if M.tensor_core else 0.0) * (abs_do * Av).sum(-1) + M.eps_div * oabs_do.sum(-1))
     if M.trunc:  # P_j truncated (coefficients A_j dP_j), v_jc truncated (A_j dO_c v_jc), both summing
         # to Delta: one-sided errors, u (sum |coefficient| + |Delta|) / 2 each (bounds.md sec. 6)
@@ -262,7 +268,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             dP_det = dP_det + d_in * (absdov + np.abs(dP))
         g = np.where(vis, dP - (do_r * o).sum(-1)[..., None], 0.0)
         absg = np.abs(g)
-        eps_D, sig_D, det_D = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind)
+        acc_D = None
+        if kind == "probabilistic" and not M.tensor_core and M.pv_products == 1:
+            acc_D = _delta_accumulation(Fr, M, do_r, kf, vf, sc, d, bias is not None, precision)
+        eps_D, sig_D, det_D = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D)
         eD = eps_D[..., None]
         dS_abs = A * absg
         dS = A * g
@@ -316,8 +325,15 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # Likewise the Delta error is one number per row: it adds -delta_i sum_j P_ij k_j, bounded with
         # |sum_j A_ij k_jc| (dq_delta), so dQ's dS errors leave it out.
         wcS, linS, varS, detS = _dS_errors(b_wc_row, Ab1_row, bad_row, b_lin_row, b_det_row, eD=0.0, dD=0.0)
+        acc_sq = None
+        if kind == "probabilistic" and not M.tensor_core:
+            # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
+            # than that could be equal as computed, and are grouped
+            ordered = M.recursive and Nk % precision.block_k == 0 and vis.all(axis=-1)
+            tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
+            acc_sq = _rn_accumulation_sq(dS, kf, tolS, u, precision.block_k, ordered)
         ge = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
-                   varS @ (kf * kf), (dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf)
+                   varS @ (kf * kf), (dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf, acc_sq=acc_sq)
         wc, lin, var, det, dQ_exact = ge.wc, ge.lin, ge.var, ge.det, ge.exact
         dq_delta = sc * eD * (np.abs(A @ kf)
                               + _fix_bad(A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0), bad_row,
@@ -425,11 +441,13 @@ def _total(parts):
     return total
 
 
-def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_other) -> _GradError:
+def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_other, acc_sq=None) -> _GradError:
     """scale * S @ other with S's error (wc, lin, var, det), the operand rounding of `other` (u_in) and
     the accumulation of n terms (tensor core or RN), from the products base = |S| @ |other|,
     wcS @ |other|, linS @ |other|, varS @ other^2, (S * S) @ other^2, detS @ |other| and S @ other
-    (sums over the contraction index, which may be added up block by block).
+    (sums over the contraction index, which may be added up block by block). acc_sq: the variance proxy
+    of the round-to-nearest accumulation, sum over groups of identical products of (sum of the steps'
+    error bounds)^2 (_rn_accumulation_sq), which replaces the split along R; None: that split.
 
     wc = (1 + kappa) (wcS + |S|) @ |other| - base, evaluated as kappa (wcS_ao + base) + wcS_ao: the same
     number without the cancellation of the literal form (kappa ~ n u, so its rounding error was up to
@@ -447,10 +465,11 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     (_, r_p), _ = _conv(M)
     abs_r = np.abs(S_other)
     sc2 = sc**2
-    var_parts = (("dS", sc2 * varS_oo), ("operand", sc2 * r_in**2 * SS_oo),
-                 ("accumulation", sc2 * n_rn * u**2 * (base + abs_r)**2))
+    acc_var = n_rn * u**2 * (base + abs_r)**2 if acc_sq is None else acc_sq
+    along_r = n_rn * u * abs_r if acc_sq is None else 0.0 * abs_r
+    var_parts = (("dS", sc2 * varS_oo), ("operand", sc2 * r_in**2 * SS_oo), ("accumulation", sc2 * acc_var))
     det_parts = [("dS", sc * detS_ao), ("tensor core", sc * (n * M.u_dacc if M.tensor_core else 0.0) * base),
-                 ("accumulation along R", sc * n_rn * u * abs_r),
+                 ("accumulation along R", sc * along_r),
                  ("dS conversions along R", sc * (2 * u + r_p + r_in) * abs_r)]
     if M.trunc:  # dS and `other` (K or Q) truncated to tf32: sum_j dS_j o_j theta_j, theta in
         # [-(u_p + u_in), 0]: one-sided, (u_p + u_in) (|S| @ |other| + |S @ other|) / 2, not random
@@ -479,3 +498,129 @@ def reference_bound(q, k, v, do=None, *, scale=None, causal=False, window=None, 
     bb, exact = _backward(q, k, v, do, scale, causal, window, mask, bias, REFERENCE_PRECISION, kind)
     return BackwardBound(dq=bb.dq + u * np.abs(exact[0]), dk=bb.dk + u * np.abs(exact[1]),
                          dv=bb.dv + u * np.abs(exact[2]), kind=kind, precision=REFERENCE_PRECISION)
+
+
+# ----------------------------------------------------------------------------------------------
+# Round-to-nearest accumulation of the backward's dots: Azuma over groups of identical products
+# ----------------------------------------------------------------------------------------------
+
+
+def _grouped_square_sum(p, coef, tol):
+    """sum over groups G of (sum_{s in G} coef_s)^2, per row of the (M, n) arrays p (the products added
+    at the steps), coef (each step's error bound) and tol (how far the computed product can be from p):
+    two steps share a group when their intervals [p - tol, p + tol] are connected through overlapping
+    ones (so every pair of products that could be equal as computed is in one group)."""
+    M, n = p.shape
+    if n == 0:
+        return np.zeros(M)
+    lo, hi = p - tol, p + tol
+    order = np.argsort(lo, axis=-1, kind="stable")
+    los = np.take_along_axis(lo, order, axis=-1)
+    his = np.maximum.accumulate(np.take_along_axis(hi, order, axis=-1), axis=-1)
+    cs = np.take_along_axis(coef, order, axis=-1)
+    new = np.ones((M, n), dtype=bool)
+    new[:, 1:] = los[:, 1:] > his[:, :-1]
+    gid = np.cumsum(new.ravel()) - 1
+    sums = np.bincount(gid, weights=cs.ravel())
+    row_of_group = np.repeat(np.arange(M), new.sum(axis=-1))
+    return np.bincount(row_of_group, weights=sums * sums, minlength=M)
+
+
+def _accumulation_coefficients(p, block: int, ordered: bool):
+    """Bound on |partial sum| at each step of an accumulation of the (..., n) products p through
+    tiles of `block` (any order inside a tile, any blocking: the running sum before the tile plus the
+    tile's absolute sum); with ordered=False (tile order unknown) sum |p| over the whole row."""
+    ap = np.abs(p)
+    if not ordered:
+        return np.broadcast_to(ap.sum(-1, keepdims=True), p.shape)
+    n = p.shape[-1]
+    T = -(-n // block)
+    pad = T * block - n
+    widths = [(0, 0)] * (p.ndim - 1) + [(0, pad)]
+    tiles = np.pad(p, widths).reshape(*p.shape[:-1], T, block)
+    tile_abs = np.abs(tiles).sum(-1)
+    before = np.cumsum(tiles.sum(-1), axis=-1) - tiles.sum(-1)  # exact sum of the earlier tiles
+    c = np.abs(before) + tile_abs
+    return np.repeat(c, block, axis=-1)[..., :n]
+
+
+def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered):
+    """Variance proxy of the round-to-nearest accumulation of S @ other (S: (B, H, rows, n), other:
+    (B, H, n, d)) through tiles of `block` along n (bounds.md sec. 8, "round-to-nearest accumulations").
+
+    Step s adds the product p_s = S_is other_sc and rounds: an error e_s with |e_s| <= u |partial sum|
+    (<= u (|sum of the earlier tiles| + sum of the tile's |p|) when the tiles come in ascending order,
+    `ordered` (rows,), else u sum |p|), and the sum's error is exactly sum_s e_s. Equal products added to
+    partial sums on one grid round alike (constant summands: every step errs the same way), so the
+    steps whose products could be equal as computed (|other| tolS around each, tolS the bound on the
+    error of S's entry as computed, `other` exact) form one group whose errors are summed worst case; distinct
+    groups are the independent, mean-zero roundings of the model (Azuma over groups). Returns, per
+    (B, H, rows, d): sum_G (sum_{s in G} u |partial sum bound|_s)^2."""
+    B, H, R, n = S.shape
+    d = other.shape[-1]
+    out = np.zeros((B, H, R, d))
+    step = max(1, (1 << 21) // max(1, n * d))
+    oT = np.swapaxes(other, -1, -2)  # (B, H, d, n)
+    for r0 in range(0, R, step):
+        r = slice(r0, min(R, r0 + step))
+        p = S[:, :, r, None, :] * oT[:, :, None, :, :]  # (B, H, rows, d, n)
+        coef_o = u * _accumulation_coefficients(p, block, True)
+        coef_u = u * _accumulation_coefficients(p, block, False)
+        ordr = np.broadcast_to(np.asarray(ordered)[..., r], S.shape[:2] + (r.stop - r.start,))
+        coef = np.where(ordr[..., None, None], coef_o, coef_u)
+        coef = np.where(p == 0.0, np.where(S[:, :, r, None, :] == 0.0, 0.0, coef), coef)
+        tol = tolS[:, :, r, None, :] * np.abs(oT[:, :, None, :, :])
+        shape = p.shape[:-1]
+        out[:, :, r] = _grouped_square_sum(p.reshape(-1, n), coef.reshape(-1, n), tol.reshape(-1, n)).reshape(shape)
+    return out
+
+
+def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bias: bool, precision):
+    """(variance proxy, det) of the first-order error that the kernel's round-to-nearest P.V accumulation
+    (one rounding per product, tiles of block_k) and its rescales acc * alpha put into
+    Delta_i = sum_c dO_ic O_ic (rows of F), in place of the split along O (bounds.md sec. 8).
+
+    Accumulation: the steps of all dv columns are grouped by their products as the kernel computes them,
+    P_j v_jc with P_j = exp2(s_j - running max) (keys of different tiles with equal logits relative to
+    their running max give equal products), within the bound on P_j's error; coefficient of a step
+    u |dO_c| |partial sum| in the final normalization (_accumulation_coefficients of A_j v_jc), Azuma over
+    the groups (_grouped_square_sum). Rescales: one rounding u |acc| <= u (A|V|)_c per tile that can move
+    the running max (exp2(0) = 1 exactly otherwise), charged worst case (equal alphas round alike)."""
+    from .forward import _rescale_changes
+
+    A, vis, s, m = F.A, F.vis, F.s, F.m
+    rows, Nk = A.shape[-2:]
+    bk = precision.block_k
+    lgf = _logit_errors(F.qf, kf, s, m, vis, sc, M, d, has_bias, qk=F.parts["qk"])
+    T = max(1, -(-Nk // bk))
+    pad = T * bk - Nk
+    tile_max = np.pad(np.where(vis, s, -np.inf), [(0, 0)] * (s.ndim - 1) + [(0, pad)],
+                      constant_values=-np.inf).reshape(*s.shape[:-1], T, bk).max(-1)
+    run = np.repeat(np.maximum.accumulate(tile_max, axis=-1), bk, axis=-1)[..., :Nk]
+    with np.errstate(invalid="ignore", over="ignore"):
+        pk = np.where(vis, np.exp(np.where(vis, s - run, 0.0)), 0.0)  # the kernel's P before the division
+        e_run = np.max(np.where(vis, lgf.wc, 0.0), axis=-1, keepdims=True)  # error of the computed running max
+        rel = np.where(vis, np.exp(lgf.wc + e_run) * (1 + M.eps_exp) * (1 + M.u_pv) - 1.0, 0.0)
+    ordered = M.recursive and Nk % bk == 0 and vis.all(axis=-1)
+    dvn = vf.shape[-1]
+    absdo = np.abs(dof)
+    var = np.zeros(A.shape[:-1])
+    step = max(1, (1 << 21) // max(1, Nk * dvn))
+    for r0 in range(0, rows, step):
+        r = slice(r0, min(rows, r0 + step))
+        vT = np.swapaxes(vf, -1, -2)[:, :, None]  # (B, H, 1, dv, Nk)
+        normalized = A[:, :, r, None, :] * vT
+        coef = _accumulation_coefficients(normalized, bk, True)
+        coef_u = _accumulation_coefficients(normalized, bk, False)
+        coef = np.where(np.broadcast_to(ordered[:, :, r, None, None] if np.ndim(ordered) else ordered, coef.shape),
+                        coef, coef_u)
+        coef = M.u_w * absdo[:, :, r, :, None] * np.where(vis[:, :, r, None, :], coef, 0.0)
+        p = pk[:, :, r, None, :] * vT
+        tol = (pk * rel)[:, :, r, None, :] * np.abs(vT)
+        lead = p.shape[:3]
+        var[:, :, r] = _grouped_square_sum(p.reshape(-1, dvn * Nk), coef.reshape(-1, dvn * Nk),
+                                           tol.reshape(-1, dvn * Nk)).reshape(lead)
+    later = _rescale_changes(s, lgf.wc, vis, bk, M.alpha_exact_at_zero)
+    n_change = np.max(np.where(vis, later, 0.0), axis=-1) + (0.0 if M.alpha_exact_at_zero else 0.0)
+    det = M.u_w * n_change * (absdo * (A @ np.abs(vf))).sum(-1)
+    return var, det
