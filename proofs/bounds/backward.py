@@ -22,7 +22,7 @@ def _combine(wc, lin, var, det, lam, kind):
     return np.minimum(lam * np.sqrt(np.maximum(var, 0.0)) + det + np.maximum(wc - lin, 0.0), wc)
 
 
-def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None):
+def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None, tc=None):
     """Bound on |Delta_hat_i - Delta_i|, Delta_hat = fl(sum_c dO_ic O_hat_ic) with the kernel's own O_hat.
 
     Contracting the exact O-error identity of sec. 5 with dO (bounds.md sec. 8):
@@ -30,7 +30,8 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None)
     g_j = dP_j - Delta, so the logit errors enter through |g_j| (not sum_c |dO_c||v_jc - O_c|); then the
     division and the store per column, and the fp32 sum of dv products. acc: (variance proxy, det) of
     the round-to-nearest P.V accumulation and rescales (_delta_accumulation), in place of the split
-    along O; None: that split."""
+    along O; None: that split. tc: the tensor-core truncation of that accumulation from its partial sums
+    (_tensor_core_steps), in place of n_pv u_dacc sum_c |dO_c| (A|V|)_c."""
     P = F.parts
     A, o, u = F.A, F.o, M.u_w
     abs_do = np.abs(dof)
@@ -65,7 +66,8 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None)
            + acc_var
            + u_store**2 * ((dof * o) ** 2).sum(-1))
     det = ((A * (P["det"] + M.eps_exp) * absg).sum(-1) + (rp + P["mu_lin"]) * aD + acc_det
-           + (n_pv * M.u_dacc if M.tensor_core else 0.0) * (abs_do * Av).sum(-1) + M.eps_div * oabs_do.sum(-1))
+           + ((n_pv * M.u_dacc * (abs_do * Av).sum(-1) if tc is None else tc) if M.tensor_core else 0.0)
+           + M.eps_div * oabs_do.sum(-1))
     if M.trunc:  # P_j truncated (coefficients A_j dP_j), v_jc truncated (A_j dO_c v_jc), both summing
         # to Delta: one-sided errors, u (sum |coefficient| + |Delta|) / 2 each (bounds.md sec. 6)
         det = det + 0.5 * (dp * ((A * np.abs(dP)).sum(-1) + aD) + di * ((abs_do * Av).sum(-1) + aD))
@@ -271,7 +273,15 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         acc_D = None
         if kind == "probabilistic" and not M.tensor_core and M.pv_products == 1:
             acc_D = _delta_accumulation(Fr, M, do_r, kf, vf, sc, d, bias is not None, precision)
-        eps_D, sig_D, det_D = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D)
+        tc_D = None
+        if M.tensor_core and M.recursive and M.pv_products == 1:
+            # the P.V accumulation of O (normalized products A_j v_jc), weighted by |dO_c| in Delta
+            ordered = (Nk % precision.block_k == 0) & vis.all(axis=-1)
+            tc_D = M.u_dacc * np.concatenate(
+                [(np.abs(do_r[:, :, rr]) * _tensor_core_steps(p, precision.block_k, M.k_step,
+                                                              ordered[:, :, rr, None])).sum(-1)
+                 for rr, p in _product_chunks(A, np.swapaxes(vf, -1, -2))], axis=2)
+        eps_D, sig_D, det_D = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D, tc_D)
         eD = eps_D[..., None]
         dS_abs = A * absg
         dS = A * g
@@ -332,8 +342,15 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             ordered = M.recursive and Nk % precision.block_k == 0 and vis.all(axis=-1)
             tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
             acc_sq = _rn_accumulation_sq(dS, kf, tolS, u, precision.block_k, ordered)
+        tc_steps = None
+        if M.tensor_core and M.recursive:
+            ordered = (Nk % precision.block_k == 0) & vis.all(axis=-1)
+            tc_steps = np.concatenate(
+                [_tensor_core_steps(p, precision.block_k, M.k_step, ordered[:, :, rr, None])
+                 for rr, p in _product_chunks(dS, np.swapaxes(kf, -1, -2))], axis=2)
         ge = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
-                   varS @ (kf * kf), (dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf, acc_sq=acc_sq)
+                   varS @ (kf * kf), (dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf, acc_sq=acc_sq,
+                   tc_steps=tc_steps)
         wc, lin, var, det, dQ_exact = ge.wc, ge.lin, ge.var, ge.det, ge.exact
         dq_delta = sc * eD * (np.abs(A @ kf)
                               + _fix_bad(A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0), bad_row,
@@ -441,13 +458,16 @@ def _total(parts):
     return total
 
 
-def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_other, acc_sq=None) -> _GradError:
+def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_other, acc_sq=None,
+          tc_steps=None) -> _GradError:
     """scale * S @ other with S's error (wc, lin, var, det), the operand rounding of `other` (u_in) and
     the accumulation of n terms (tensor core or RN), from the products base = |S| @ |other|,
     wcS @ |other|, linS @ |other|, varS @ other^2, (S * S) @ other^2, detS @ |other| and S @ other
     (sums over the contraction index, which may be added up block by block). acc_sq: the variance proxy
     of the round-to-nearest accumulation, sum over groups of identical products of (sum of the steps'
     error bounds)^2 (_rn_accumulation_sq), which replaces the split along R; None: that split.
+    tc_steps: sum over the tensor-core steps of (|acc| + |step's products|) (_tensor_core_steps), in
+    place of n * base.
 
     wc = (1 + kappa) (wcS + |S|) @ |other| - base, evaluated as kappa (wcS_ao + base) + wcS_ao: the same
     number without the cancellation of the literal form (kappa ~ n u, so its rounding error was up to
@@ -468,7 +488,8 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     acc_var = n_rn * u**2 * (base + abs_r)**2 if acc_sq is None else acc_sq
     along_r = n_rn * u * abs_r if acc_sq is None else 0.0 * abs_r
     var_parts = (("dS", sc2 * varS_oo), ("operand", sc2 * r_in**2 * SS_oo), ("accumulation", sc2 * acc_var))
-    det_parts = [("dS", sc * detS_ao), ("tensor core", sc * (n * M.u_dacc if M.tensor_core else 0.0) * base),
+    tc = (n * base if tc_steps is None else tc_steps) if M.tensor_core else 0.0 * base
+    det_parts = [("dS", sc * detS_ao), ("tensor core", sc * M.u_dacc * tc),
                  ("accumulation along R", sc * along_r),
                  ("dS conversions along R", sc * (2 * u + r_p + r_in) * abs_r)]
     if M.trunc:  # dS and `other` (K or Q) truncated to tf32: sum_j dS_j o_j theta_j, theta in
@@ -557,13 +578,9 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered):
     groups are the independent, mean-zero roundings of the model (Azuma over groups). Returns, per
     (B, H, rows, d): sum_G (sum_{s in G} u |partial sum bound|_s)^2."""
     B, H, R, n = S.shape
-    d = other.shape[-1]
-    out = np.zeros((B, H, R, d))
-    step = max(1, (1 << 21) // max(1, n * d))
+    out = np.zeros((B, H, R, other.shape[-1]))
     oT = np.swapaxes(other, -1, -2)  # (B, H, d, n)
-    for r0 in range(0, R, step):
-        r = slice(r0, min(R, r0 + step))
-        p = S[:, :, r, None, :] * oT[:, :, None, :, :]  # (B, H, rows, d, n)
+    for r, p in _product_chunks(S, oT):
         coef_o = u * _accumulation_coefficients(p, block, True)
         coef_u = u * _accumulation_coefficients(p, block, False)
         ordr = np.broadcast_to(np.asarray(ordered)[..., r], S.shape[:2] + (r.stop - r.start,))
@@ -624,3 +641,28 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
     n_change = np.max(np.where(vis, later, 0.0), axis=-1) + (0.0 if M.alpha_exact_at_zero else 0.0)
     det = M.u_w * n_change * (absdo * (A @ np.abs(vf))).sum(-1)
     return var, det
+
+
+def _product_chunks(S, oT):
+    """(rows, p) over blocks of the rows of S (B, H, R, n): the products p = S_ir oT_cr as (B, H, rows,
+    d, n), d = oT.shape[-2], blocks small enough for a few such arrays in memory."""
+    R, n = S.shape[-2:]
+    step = max(1, (1 << 21) // max(1, n * oT.shape[-2]))
+    for r0 in range(0, R, step):
+        r = slice(r0, min(R, r0 + step))
+        yield r, S[:, :, r, None, :] * oT[:, :, None, :, :]
+
+
+def _tensor_core_steps(p, block: int, k_step: int, ordered):
+    """sum over the MMA steps of an accumulation of the products p (..., n) through tiles of `block` of
+    (|accumulator before the step| + sum of the step's |products|), the quantity the measured step error
+    multiplies (proofs/hardware.py): each step of tile t is bounded by |sum of the tiles before t| +
+    the tile's sum |p| (ascending tiles, `ordered` broadcastable to p.shape[:-1]); otherwise by sum |p|
+    of the whole row at every step (the old n u_dacc sum |p|)."""
+    n = p.shape[-1]
+    per_tile = -(-min(n, block) // k_step)
+    T = -(-n // block)
+    c = _accumulation_coefficients(p, block, True)[..., ::block][..., :T]  # one value per tile
+    ordered_sum = per_tile * c.sum(-1)
+    unordered = per_tile * T * np.abs(p).sum(-1)
+    return np.where(ordered, np.minimum(ordered_sum, unordered), unordered)
