@@ -198,6 +198,14 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     g2 = float(gamma(2, u))
     (r_in, r_p), (d_in, d_p) = _conv(M)
     kap_k = (1 + M.u_in) * (1 + gamma(n_k, M.u_dacc)) - 1.0
+    # fp32 inputs truncated to tf32 (bounds.md sec. 8, "input conversions"): a deterministic function of
+    # the inputs the bound sees, so its first-order effect on each gradient is computed with its sign
+    # (ConvertedInputs) instead of u_in (sum |.| + |sum .|) / 2; the majorant keeps the worst case
+    conv = None
+    if (kind == "probabilistic" and M.trunc and M.u_in > 0 and precision.input == "float32"
+            and precision.hardware.tf32_operand == "truncate"):
+        conv = _ConvertedInputs.of(F.qf, kf, vf, dof)
+        M_exact_in = dataclasses.replace(M, u_in=0.0)
     n_dv = _within_dot(M, dv)  # accumulator roundings of the dv-long dot dO.v
     dP_kw = (1 + M.u_in) ** 2 * (1 + gamma(n_dv, M.u_dacc)) - 1.0
 
@@ -232,6 +240,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
 
         # P_ij = exp2(fl(s c) - fl(LSE log2 e)): the logit errors with shift LSE, the LSE error, exp error
         lg = _logit_errors(qf, kf, Fr.s, lse0, vis, sc, M, d, bias is not None, qk=Fr.parts["qk"])
+        lg_det = lg.det
+        if conv is not None:  # the non-random logit error without the input conversion (counted signed)
+            lg_det = _logit_errors(qf, kf, Fr.s, lse0, vis, sc, M_exact_in, d, bias is not None,
+                                   qk=Fr.parts["qk"]).det
         e_lse = u * np.abs(lse0)  # rounding of LSE * log2(e)
         e_wc = lg.wc + (float(gamma(1, u)) * np.abs(lse0) + eps_L)[..., None]
         b_wc = np.where(vis, _exp_err(e_wc, M.eps_exp), 0.0)
@@ -244,7 +256,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # probabilistic: the stored LSE's error splits into its random first-order part (std sig_L, from
         # the forward's roundings, independent from row to row: it joins this entry's Azuma sum) and the rest
         sig_L, det_L = Fr.parts["lse_sigma"], Fr.parts["lse_det"]
-        b_det = np.where(vis, lg.det + (det_L + e_lse)[..., None] + M.eps_exp, 0.0)
+        b_det = np.where(vis, lg_det + (det_L + e_lse)[..., None] + M.eps_exp, 0.0)
         b_sig = lg.sigma  # e_lse is one rounding shared by the row: kept in b_det
         floor_P = np.where(vis, M.floor_w * (1 + nu_q_wc) + M.floor_p * (1 + gamma(n_q, M.u_dacc)), 0.0)
 
@@ -267,7 +279,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dP_sig = math.sqrt(2.0) * r_in * sqdov + (0.0 if M.tensor_core else math.sqrt(dv) * u * absdov)
         dP_det = (n_dv * M.u_dacc if M.tensor_core else 0.0) * absdov
         if d_in:  # dO and V truncated to tf32, one-sided: u_in (sum_c |dO_c v_jc| + |dP_j|), not random
-            dP_det = dP_det + d_in * (absdov + np.abs(dP))
+            dP_det = dP_det + (d_in * (absdov + np.abs(dP)) if conv is None else 0.0)
         g = np.where(vis, dP - (do_r * o).sum(-1)[..., None], 0.0)
         absg = np.abs(g)
         acc_D = None
@@ -285,6 +297,12 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         eD = eps_D[..., None]
         dS_abs = A * absg
         dS = A * g
+        if conv is not None:
+            ce = conv.effects(r, qf, kf, vf, do_r, sc, A, g, dS)
+            _add("conv_dK", _t(ce.dk_rows) @ qf + _t(dS) @ (ce.dq_in))
+            _add("conv_dK_abs", _t(ce.dk_rows_abs) @ np.abs(qf) + _t(np.abs(dS)) @ ce.dq_in_abs)
+            _add("conv_dV", _t(A * ce.e_s) @ do_r + _t(A) @ ce.ddo)
+            _add("conv_dV_abs", _t(A * ce.e_s_abs) @ abs_do + _t(A) @ ce.ddo_abs)
 
         def _dS_errors(bw, Abw1, badw, bl, bd, eD=eD, dD=det_D[..., None], extra_var=0.0,
                        vis=vis, A=A, absg=absg, dP_wc=dP_wc, dP_lin=dP_lin, dP_sig=dP_sig, dP_det=dP_det,
@@ -331,7 +349,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         b_wc_row = np.where(vis, _exp_err(lg.wc, M.eps_exp), 0.0)
         _, Ab1_row, bad_row = _weighted_exp_err(A, b_wc_row, lg.wc, M.eps_exp, vis, log_a)
         b_lin_row = np.where(vis, lg.lin + M.eps_exp, 0.0)
-        b_det_row = np.where(vis, lg.det + M.eps_exp, 0.0)
+        b_det_row = np.where(vis, lg_det + M.eps_exp, 0.0)
         # Likewise the Delta error is one number per row: it adds -delta_i sum_j P_ij k_j, bounded with
         # |sum_j A_ij k_jc| (dq_delta), so dQ's dS errors leave it out.
         wcS, linS, varS, detS = _dS_errors(b_wc_row, Ab1_row, bad_row, b_lin_row, b_det_row, eD=0.0, dD=0.0)
@@ -350,7 +368,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                  for rr, p in _product_chunks(dS, np.swapaxes(kf, -1, -2))], axis=2)
         ge = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
                    varS @ (kf * kf), (dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf, acc_sq=acc_sq,
-                   tc_steps=tc_steps)
+                   tc_steps=tc_steps,
+                   conv_known=None if conv is None else (
+                       ce.dk_rows @ kf + dS @ conv.dk_in,
+                       ce.dk_rows_abs @ abs_k + np.abs(dS) @ conv.dk_in_abs, conv.n_ops))
         wc, lin, var, det, dQ_exact = ge.wc, ge.lin, ge.var, ge.det, ge.exact
         dq_delta = sc * eD * (np.abs(A @ kf)
                               + _fix_bad(A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0), bad_row,
@@ -376,7 +397,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dv_det = (acc["dv_det"] + (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO
               + (n_rn_q * u + r_p + r_in) * abs_dV)
     if M.trunc:  # P and dO truncated to tf32, one-sided: (u_p + u_in) (sum_i A_ij |dO_ic| + |dV_jc|) / 2
-        dv_det = dv_det + (d_p + d_in) * 0.5 * (AabsdO + np.abs(acc["dV"]))
+        dv_det = dv_det + (d_p + (d_in if conv is None else 0.0)) * 0.5 * (AabsdO + np.abs(acc["dV"]))
+    if conv is not None:  # the input conversions' first-order effect, signed (sec. 8, "input conversions")
+        dv_det = dv_det + np.abs(acc["conv_dV"]) + float(gamma(conv.n_ops, UNIT_ROUNDOFF["float64"])) * acc["conv_dV_abs"]
     dV_exact = _kv(acc["dV"])
     dv_err = _combine(_kv(acc["dv_wc"]), _kv(acc["dv_lin"]), _kv(dv_var), _kv(dv_det), lam, kind)
     if detail is not None:
@@ -392,7 +415,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dv_err = _store(dv_err, np.abs(dV_exact), 0.0, M)
 
     ge = _grad(M, sc, n_q, acc["dk_base"], acc["dk_wcS"], acc["dk_lin"],
-               acc["dk_var"], acc["dk_SS"], acc["dk_det"], acc["dK"])
+               acc["dk_var"], acc["dk_SS"], acc["dk_det"], acc["dK"],
+               conv_known=None if conv is None else (acc["conv_dK"], acc["conv_dK_abs"], conv.n_ops))
     dK_exact = ge.exact
     dk_err = _combine(_kv(ge.wc), _kv(ge.lin), _kv(ge.var), _kv(ge.det), lam, kind)
     if detail is not None:
@@ -459,7 +483,7 @@ def _total(parts):
 
 
 def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_other, acc_sq=None,
-          tc_steps=None) -> _GradError:
+          tc_steps=None, conv_known=None) -> _GradError:
     """scale * S @ other with S's error (wc, lin, var, det), the operand rounding of `other` (u_in) and
     the accumulation of n terms (tensor core or RN), from the products base = |S| @ |other|,
     wcS @ |other|, linS @ |other|, varS @ other^2, (S * S) @ other^2, detS @ |other| and S @ other
@@ -467,7 +491,9 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     of the round-to-nearest accumulation, sum over groups of identical products of (sum of the steps'
     error bounds)^2 (_rn_accumulation_sq), which replaces the split along R; None: that split.
     tc_steps: sum over the tensor-core steps of (|acc| + |step's products|) (_tensor_core_steps), in
-    place of n * base.
+    place of n * base. conv_known: (signed first-order effect of the input conversions on S @ other,
+    the same with absolute values, operations per entry) (_ConvertedInputs.effects), in place of the
+    conversion of `other` in the one-sided truncation term; its float64 evaluation error is added.
 
     wc = (1 + kappa) (wcS + |S|) @ |other| - base, evaluated as kappa (wcS_ao + base) + wcS_ao: the same
     number without the cancellation of the literal form (kappa ~ n u, so its rounding error was up to
@@ -494,7 +520,11 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
                  ("dS conversions along R", sc * (2 * u + r_p + r_in) * abs_r)]
     if M.trunc:  # dS and `other` (K or Q) truncated to tf32: sum_j dS_j o_j theta_j, theta in
         # [-(u_p + u_in), 0]: one-sided, (u_p + u_in) (|S| @ |other| + |S @ other|) / 2, not random
-        det_parts.append(("tf32 truncation", sc * (d_p + d_in) * 0.5 * (base + abs_r)))
+        det_parts.append(("tf32 truncation", sc * (d_p + (d_in if conv_known is None else 0.0)) * 0.5 * (base + abs_r)))
+    if conv_known is not None:
+        signed, absolute, n_ops = conv_known
+        det_parts.append(("input conversions (exact)",
+                          sc * (np.abs(signed) + float(gamma(n_ops, UNIT_ROUNDOFF["float64"])) * absolute)))
     return _GradError(wc, lin, var_parts, tuple(det_parts), sc * S_other)
 
 
@@ -666,3 +696,63 @@ def _tensor_core_steps(p, block: int, k_step: int, ordered):
     ordered_sum = per_tile * c.sum(-1)
     unordered = per_tile * T * np.abs(p).sum(-1)
     return np.where(ordered, np.minimum(ordered_sum, unordered), unordered)
+
+
+def _tf32_truncate(x):
+    """fp32 values as Triton hands them to a tf32 tensor core on NVIDIA: the low 13 significand bits
+    dropped (truncation toward zero, proofs/emulation._tf32), as float64."""
+    b = np.ascontiguousarray(np.asarray(x, dtype=np.float32)).view(np.int32) & np.int32(~0x1FFF)
+    return b.view(np.float32).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class _ConversionEffects:
+    """For a block of query rows: the exact conversion errors of the logits (e_s = scale (q~.k~ - q.k))
+    and of dP (e_dp = dO~.v~ - dO.v), the resulting first-order change of dS per entry
+    (dk_rows = A (g e_s + e_dp): what dQ and dK contract with K and Q), the conversion of dO (ddo), and
+    the same with absolute values (for the float64 evaluation error); dq_in = q~ - q of these rows."""
+
+    e_s: np.ndarray
+    e_s_abs: np.ndarray
+    dk_rows: np.ndarray
+    dk_rows_abs: np.ndarray
+    ddo: np.ndarray
+    ddo_abs: np.ndarray
+    dq_in: np.ndarray
+    dq_in_abs: np.ndarray
+
+
+@dataclass(frozen=True)
+class _ConvertedInputs:
+    """q, k, v, dO as the tensor cores see them (tf32: truncated) beside the exact values; their
+    differences are known exactly, so their first-order effect on a gradient is a computed signed sum
+    (bounds.md sec. 8, "input conversions"), not u_in times a sum of absolute values."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    do: np.ndarray
+    dk_in: np.ndarray  # k~ - k
+    dk_in_abs: np.ndarray  # |k~| + |k|
+    n_ops: int  # float64 operations behind one entry of an effect (its gamma_n evaluation error)
+
+    @staticmethod
+    def of(qf, kf, vf, dof) -> "_ConvertedInputs":
+        q, k, v, do = (_tf32_truncate(x) for x in (qf, kf, vf, dof))
+        n_ops = 2 * (qf.shape[-1] + vf.shape[-1]) + kf.shape[-2] + qf.shape[-2] + 16
+        return _ConvertedInputs(q, k, v, do, k - kf, np.abs(k) + np.abs(kf), n_ops)
+
+    def effects(self, r, qf, kf, vf, do_r, sc, A, g, dS) -> _ConversionEffects:
+        def T(x):
+            return np.swapaxes(x, -1, -2)
+
+        qt, dot = self.q[:, :, r], self.do[:, :, r]
+        e_s = sc * (qt @ T(self.k) - qf @ T(kf))
+        e_s_abs = sc * (np.abs(qt) @ T(np.abs(self.k)) + np.abs(qf) @ T(np.abs(kf)))
+        e_dp = dot @ T(self.v) - do_r @ T(vf)
+        e_dp_abs = np.abs(dot) @ T(np.abs(self.v)) + np.abs(do_r) @ T(np.abs(vf))
+        return _ConversionEffects(
+            e_s=np.where(A > 0, e_s, 0.0), e_s_abs=np.where(A > 0, e_s_abs, 0.0),
+            dk_rows=A * (g * e_s + e_dp), dk_rows_abs=A * (np.abs(g) * e_s_abs + e_dp_abs),
+            ddo=dot - do_r, ddo_abs=np.abs(dot) + np.abs(do_r),
+            dq_in=qt - qf, dq_in_abs=np.abs(qt) + np.abs(qf))
