@@ -357,7 +357,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         if kind == "probabilistic" and not M.tensor_core:
             # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
             # than that could be equal as computed, and are grouped
-            ordered = M.recursive and Nk % precision.block_k == 0 and vis.all(axis=-1)
+            ordered = (M.recursive and Nk % precision.block_k == 0) & vis.all(axis=-1)
             tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
             acc_sq = _rn_accumulation_sq(dS, kf, tolS, u, precision.block_k, ordered)
         tc_steps = None
@@ -648,7 +648,7 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
         pk = np.where(vis, np.exp(np.where(vis, s - run, 0.0)), 0.0)  # the kernel's P before the division
         e_run = np.max(np.where(vis, lgf.wc, 0.0), axis=-1, keepdims=True)  # error of the computed running max
         rel = np.where(vis, np.exp(lgf.wc + e_run) * (1 + M.eps_exp) * (1 + M.u_pv) - 1.0, 0.0)
-    ordered = M.recursive and Nk % bk == 0 and vis.all(axis=-1)
+    ordered = (M.recursive and Nk % bk == 0) & vis.all(axis=-1)
     dvn = vf.shape[-1]
     absdo = np.abs(dof)
     var = np.zeros(A.shape[:-1])
@@ -659,8 +659,7 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
         normalized = A[:, :, r, None, :] * vT
         coef = _accumulation_coefficients(normalized, bk, True)
         coef_u = _accumulation_coefficients(normalized, bk, False)
-        coef = np.where(np.broadcast_to(ordered[:, :, r, None, None] if np.ndim(ordered) else ordered, coef.shape),
-                        coef, coef_u)
+        coef = np.where(ordered[:, :, r, None, None], coef, coef_u)
         coef = M.u_w * absdo[:, :, r, :, None] * np.where(vis[:, :, r, None, :], coef, 0.0)
         p = pk[:, :, r, None, :] * vT
         tol = (pk * rel)[:, :, r, None, :] * np.abs(vT)
