@@ -218,10 +218,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     abs_vT, vT, vvT = _t(np.abs(vf)), _t(vf), _t(vf * vf)
     abs_k = np.abs(kf)
     # sums over query rows (dV, dK), accumulated block by block; dQ is per row
-    acc = {}
-
-    def _add(name, x):
-        acc[name] = x if name not in acc else acc[name] + x
+    dv_sums = dk_sums = conv_sums = None
 
     dq_blocks, dQ_blocks, dq_terms = [], [], []
     sub = {"dK": {}, "dV": {}}  # instrumentation only: det sub-parts summed over the row blocks
@@ -261,14 +258,15 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         floor_P = np.where(vis, M.floor_w * (1 + nu_q_wc) + M.floor_p * (1 + gamma(n_q, M.u_dacc)), 0.0)
 
         dodo = do_r * do_r
-        _add("AabsdO", _t(A) @ abs_do)
-        _add("dv_wc", _t(_fix_bad(A * ((1 + b_wc) * (1 + nu_q_wc) - 1.0), bad,
-                                  lambda: Ab1_wc * (1 + nu_q_wc) - A) + floor_P) @ abs_do)
-        _add("dv_lin", _t(A * (b_lin + nu_q_lin)) @ abs_do)
-        _add("dv_var1", _t((A * b_sig) ** 2 + (A * sig_L[..., None]) ** 2) @ dodo)
-        _add("dv_var2", _t(A * A) @ dodo)
-        _add("dv_det", _t(A * b_det) @ abs_do)
-        _add("dV", _t(A) @ do_r)
+        dv_sums = _accumulate(dv_sums, _DVSums(
+            A_absdO=_t(A) @ abs_do,
+            wc=_t(_fix_bad(A * ((1 + b_wc) * (1 + nu_q_wc) - 1.0), bad,
+                           lambda: Ab1_wc * (1 + nu_q_wc) - A) + floor_P) @ abs_do,
+            lin=_t(A * (b_lin + nu_q_lin)) @ abs_do,
+            var_P=_t((A * b_sig) ** 2 + (A * sig_L[..., None]) ** 2) @ dodo,
+            var_AA=_t(A * A) @ dodo,
+            det=_t(A * b_det) @ abs_do,
+            exact=_t(A) @ do_r))
 
         # dP = dO V^T (dv-long dot), g = dP - Delta, dS = P o g in fp32, rounded to the operand format
         dP = do_r @ vT
@@ -299,10 +297,11 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dS = A * g
         if conv is not None:
             ce = conv.effects(r, qf, kf, vf, do_r, sc, A, g, dS)
-            _add("conv_dK", _t(ce.dk_rows) @ qf + _t(dS) @ (ce.dq_in))
-            _add("conv_dK_abs", _t(ce.dk_rows_abs) @ np.abs(qf) + _t(np.abs(dS)) @ ce.dq_in_abs)
-            _add("conv_dV", _t(A * ce.e_s) @ do_r + _t(A) @ ce.ddo)
-            _add("conv_dV_abs", _t(A * ce.e_s_abs) @ abs_do + _t(A) @ ce.ddo_abs)
+            conv_sums = _accumulate(conv_sums, _ConversionSums(
+                dK=_t(ce.dk_rows) @ qf + _t(dS) @ (ce.dq_in),
+                dK_abs=_t(ce.dk_rows_abs) @ np.abs(qf) + _t(np.abs(dS)) @ ce.dq_in_abs,
+                dV=_t(A * ce.e_s) @ do_r + _t(A) @ ce.ddo,
+                dV_abs=_t(A * ce.e_s_abs) @ abs_do + _t(A) @ ce.ddo_abs))
 
         def _dS_errors(bw, Abw1, badw, bl, bd, eD=eD, dD=det_D[..., None], extra_var=0.0,
                        vis=vis, A=A, absg=absg, dP_wc=dP_wc, dP_lin=dP_lin, dP_sig=dP_sig, dP_det=dP_det,
@@ -326,12 +325,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             extra_var=2 * A * A * ((sig_L[..., None] * absg) ** 2 + sig_D[..., None] ** 2))
         # dK = scale dS^T Q: its pieces summed over the query rows (finished after the loop, _grad)
         aq, qq = np.abs(qf), qf * qf
-        _add("dk_base", _t(dS_abs) @ aq)
-        _add("dk_wcS", _t(dS_wc) @ aq)
-        _add("dk_lin", _t(dS_lin) @ aq)
-        _add("dk_var", _t(dS_var) @ qq)
-        _add("dk_SS", _t(dS * dS) @ qq)
-        _add("dk_det", _t(dS_det) @ aq)
+        dk_sums = _accumulate(dk_sums, _DKSums(
+            base=_t(dS_abs) @ aq, wcS=_t(dS_wc) @ aq, lin=_t(dS_lin) @ aq, var=_t(dS_var) @ qq,
+            SS=_t(dS * dS) @ qq, det=_t(dS_det) @ aq, exact=_t(dS) @ qf))
         if detail is not None:  # the det parts of P (b_det), dP and Delta, each through dK and dV
             b_parts = (("logits", lg.det), ("stored LSE", det_L[..., None]), ("LSE*log2e rounding", e_lse[..., None]),
                        ("exp", M.eps_exp))
@@ -340,7 +336,6 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 _add_sub("dV", "P det: " + name, _t(np.where(vis, A * x, 0.0)) @ abs_do)
             _add_sub("dK", "dS det: dP", _t(np.where(vis, A * dP_det, 0.0)) @ aq)
             _add_sub("dK", "dS det: Delta", _t(np.where(vis, A * det_D[..., None], 0.0)) @ aq)
-        _add("dK", _t(dS) @ qf)
 
         # For dQ_i the LSE error is one factor (1 + c_i) on the whole row i of P, and sum_j dS_ij = 0
         # (Lemma 9), so it costs c_i |dQ_i| instead of c_i sum_j |dS_ij||k_j|: dQ_hat = (1 + c_i) dQ'_hat,
@@ -387,36 +382,35 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dq_blocks.append(np.where(empty[..., None], 0.0, dq_err))
         dQ_blocks.append(dQ_exact)
 
-    AabsdO = acc["AabsdO"]
+    AabsdO = dv_sums.A_absdO
     # systematic parts (sec. 6): a partial sum s of the accumulation is C_s dV + F_s, C_s in [0, 1],
     # |F_s| <= sum_i A_ij |dO_ic| + |dV_jc|; the part along dV (and P's rounding along dV) worst case
-    abs_dV = np.abs(acc["dV"])
+    abs_dV = np.abs(dv_sums.exact)
     n_rn_q = 0 if M.tensor_core else n_q
-    dv_var = (acc["dv_var1"] + (r_p**2 + r_in**2) * acc["dv_var2"]
+    dv_var = (dv_sums.var_P + (r_p**2 + r_in**2) * dv_sums.var_AA
               + n_rn_q * u**2 * (AabsdO + abs_dV)**2)
-    dv_det = (acc["dv_det"] + (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO
+    dv_det = (dv_sums.det + (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO
               + (n_rn_q * u + r_p + r_in) * abs_dV)
     if M.trunc:  # P and dO truncated to tf32, one-sided: (u_p + u_in) (sum_i A_ij |dO_ic| + |dV_jc|) / 2
-        dv_det = dv_det + (d_p + (d_in if conv is None else 0.0)) * 0.5 * (AabsdO + np.abs(acc["dV"]))
+        dv_det = dv_det + (d_p + (d_in if conv is None else 0.0)) * 0.5 * (AabsdO + np.abs(dv_sums.exact))
     if conv is not None:  # the input conversions' first-order effect, signed (sec. 8, "input conversions")
-        dv_det = dv_det + np.abs(acc["conv_dV"]) + float(gamma(conv.n_ops, UNIT_ROUNDOFF["float64"])) * acc["conv_dV_abs"]
-    dV_exact = _kv(acc["dV"])
-    dv_err = _combine(_kv(acc["dv_wc"]), _kv(acc["dv_lin"]), _kv(dv_var), _kv(dv_det), lam, kind)
+        dv_det = dv_det + np.abs(conv_sums.dV) + float(gamma(conv.n_ops, UNIT_ROUNDOFF["float64"])) * conv_sums.dV_abs
+    dV_exact = _kv(dv_sums.exact)
+    dv_err = _combine(_kv(dv_sums.wc), _kv(dv_sums.lin), _kv(dv_var), _kv(dv_det), lam, kind)
     if detail is not None:
-        dv_parts = _GradError(acc["dv_wc"], acc["dv_lin"], (
-            ("P", acc["dv_var1"]), ("operands", (r_p**2 + r_in**2) * acc["dv_var2"]),
+        dv_parts = _GradError(dv_sums.wc, dv_sums.lin, (
+            ("P", dv_sums.var_P), ("operands", (r_p**2 + r_in**2) * dv_sums.var_AA),
             ("accumulation", n_rn_q * u**2 * (AabsdO + abs_dV)**2)), (
-            ("P", acc["dv_det"]), ("tensor core", (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO),
+            ("P", dv_sums.det), ("tensor core", (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO),
             ("accumulation along R", n_rn_q * u * abs_dV), ("P, dO conversions along R", (r_p + r_in) * abs_dV),
-            ("tf32 truncation", (d_p + d_in) * 0.5 * (AabsdO + abs_dV) if M.trunc else 0.0 * abs_dV)), acc["dV"])
+            ("tf32 truncation", (d_p + d_in) * 0.5 * (AabsdO + abs_dV) if M.trunc else 0.0 * abs_dV)), dv_sums.exact)
         detail.append(("dV", _terms(dv_parts, lam, kind, _kv)
                        + [Term("store", "other", _store(dv_err, np.abs(dV_exact), 0.0, M) - dv_err)]
                        + [Term(name, "sub", _kv(x)) for name, x in sub["dV"].items()]))
     dv_err = _store(dv_err, np.abs(dV_exact), 0.0, M)
 
-    ge = _grad(M, sc, n_q, acc["dk_base"], acc["dk_wcS"], acc["dk_lin"],
-               acc["dk_var"], acc["dk_SS"], acc["dk_det"], acc["dK"],
-               conv_known=None if conv is None else (acc["conv_dK"], acc["conv_dK_abs"], conv.n_ops))
+    ge = _grad(M, sc, n_q, dk_sums.base, dk_sums.wcS, dk_sums.lin, dk_sums.var, dk_sums.SS, dk_sums.det,
+               dk_sums.exact, conv_known=None if conv is None else (conv_sums.dK, conv_sums.dK_abs, conv.n_ops))
     dK_exact = ge.exact
     dk_err = _combine(_kv(ge.wc), _kv(ge.lin), _kv(ge.var), _kv(ge.det), lam, kind)
     if detail is not None:
@@ -430,6 +424,57 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dQ_exact = np.concatenate(dQ_blocks, axis=2)
     bound = BackwardBound(dq=dq_err, dk=dk_err, dv=dv_err, kind=kind, precision=precision)
     return bound, (dQ_exact, _kv(dK_exact), dV_exact)
+
+
+class _Summable:
+    """A record of arrays that add field by field (sums over blocks of query rows)."""
+
+    def __add__(self, other):
+        return type(self)(*(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)))
+
+
+def _accumulate(total, block):
+    return block if total is None else total + block
+
+
+@dataclass(frozen=True)
+class _DVSums(_Summable):
+    """dV's pieces summed over the query rows i (each (B, Hq, Nk, dv)): sum_i A_ij |dO_ic| (A_absdO), the
+    majorant (wc) and its linear part (lin), the variance proxies of P's random error (var_P) and of the
+    operand roundings (var_AA = sum_i A_ij^2 dO_ic^2), the non-random P error (det), and dV itself (exact)."""
+
+    A_absdO: np.ndarray
+    wc: np.ndarray
+    lin: np.ndarray
+    var_P: np.ndarray
+    var_AA: np.ndarray
+    det: np.ndarray
+    exact: np.ndarray
+
+
+@dataclass(frozen=True)
+class _DKSums(_Summable):
+    """dK's pieces summed over the query rows (the arguments of _grad): |dS|^T |Q| (base), the dS errors
+    (wcS, lin, var, det) contracted with |Q| (Q^2 for var), (dS^2)^T Q^2 (SS), dS^T Q (exact)."""
+
+    base: np.ndarray
+    wcS: np.ndarray
+    lin: np.ndarray
+    var: np.ndarray
+    SS: np.ndarray
+    det: np.ndarray
+    exact: np.ndarray
+
+
+@dataclass(frozen=True)
+class _ConversionSums(_Summable):
+    """The input conversions' signed first-order effect on dK and dV summed over the query rows, and the
+    same with absolute values (their float64 evaluation error)."""
+
+    dK: np.ndarray
+    dK_abs: np.ndarray
+    dV: np.ndarray
+    dV_abs: np.ndarray
 
 
 @dataclass(frozen=True)
