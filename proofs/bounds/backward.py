@@ -78,6 +78,59 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
             np.where(capped, wc, det + np.maximum(wc - lin, 0.0)) + rounding)
 
 
+@dataclass(frozen=True)
+class _PError:
+    """The recomputed P_hat = A (1 + b) of a block of rows: |b| <= wc (A (1 + wc) = A_wc1, evaluated stably
+    where `bad`), linear part lin, of which det is not random; sigma: the random part's std."""
+
+    wc: np.ndarray
+    A_wc1: np.ndarray
+    bad: np.ndarray
+    lin: np.ndarray
+    det: np.ndarray
+    sigma: np.ndarray
+
+
+@dataclass(frozen=True)
+class _DPError:
+    """dP_hat - dP per entry: worst case, linear part, random std, non-random part."""
+
+    wc: np.ndarray
+    lin: np.ndarray
+    sigma: np.ndarray
+    det: np.ndarray
+
+
+@dataclass(frozen=True)
+class _DSError:
+    """dS_hat - dS per entry in the pieces of sec. 6: majorant, its linear part, variance proxy, non-random part."""
+
+    wc: np.ndarray
+    lin: np.ndarray
+    var: np.ndarray
+    det: np.ndarray
+
+
+def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_var=0.0) -> _DSError:
+    """dS_hat - dS for dS = A g (|g| = absg) with P_hat, dP_hat as given and Delta off by <= eD (dD of it
+    not random): the subtraction, the product and the conversion of dS to the operand format (rho) on
+    (|g| + dP error + Delta error); floors of the working and operand formats (bounds.md sec. 8)."""
+    u = M.u_w
+    (_, r_p), _ = _conv(M)
+    rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
+    rho_lin = 2 * u + M.u_p
+    X = absg + dP.wc + eD
+    wcS = np.where(vis, _fix_bad(A * ((1 + P.wc) * (1 + rho_wc) * X - absg), P.bad,
+                                 lambda: P.A_wc1 * (1 + rho_wc) * X - A * absg)
+                   + M.floor_w * (1 + rho_wc) * X + M.floor_p, 0.0)
+    linS = np.where(vis, A * ((P.lin + rho_lin) * absg + dP.lin + eD), 0.0)
+    varS = np.where(vis, A * A * ((P.sigma * absg) ** 2 + dP.sigma**2 + (2 * u**2 + r_p**2) * absg**2)
+                    + extra_var, 0.0)
+    # (a truncation of dS to tf32 is counted in _grad, with the other operand's)
+    detS = np.where(vis, A * (P.det * absg + dP.det + dD), 0.0)
+    return _DSError(wcS, linS, varS, detS)
+
+
 def _store(err, exact_abs, u_scale, M: _Model):
     """The last multiply by scale (scale itself rounded: gamma_2) and the store in the output dtype
     (relative u_out, absolute floor in its subnormal range)."""
@@ -303,26 +356,13 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 dV=_t(A * ce.e_s) @ do_r + _t(A) @ ce.ddo,
                 dV_abs=_t(A * ce.e_s_abs) @ abs_do + _t(A) @ ce.ddo_abs))
 
-        def _dS_errors(bw, Abw1, badw, bl, bd, eD=eD, dD=det_D[..., None], extra_var=0.0,
-                       vis=vis, A=A, absg=absg, dP_wc=dP_wc, dP_lin=dP_lin, dP_sig=dP_sig, dP_det=dP_det,
-                       b_sig=b_sig):
-            """(wc, lin, var, det) of dS_hat - dS for P_hat = A (1 + b), |b| <= bw (A (1 + bw) = Abw1, stable
-            where `badw`; linear part bl, of which bd is not random), Delta off by <= eD (dD not random)."""
-            X = absg + dP_wc + eD
-            wcS = np.where(vis, _fix_bad(A * ((1 + bw) * (1 + rho_wc) * X - absg), badw,
-                                         lambda: Abw1 * (1 + rho_wc) * X - A * absg)
-                           + M.floor_w * (1 + rho_wc) * X + M.floor_p, 0.0)
-            linS = np.where(vis, A * ((bl + rho_lin) * absg + dP_lin + eD), 0.0)
-            varS = np.where(vis, A * A * ((b_sig * absg) ** 2 + dP_sig**2 + (2 * u**2 + r_p**2) * absg**2)
-                            + extra_var, 0.0)
-            # (a truncation of dS to tf32 is counted in _grad, with the other operand's)
-            detS = np.where(vis, A * (bd * absg + dP_det + dD), 0.0)
-            return wcS, linS, varS, detS
+        dP_err = _DPError(wc=dP_wc, lin=dP_lin, sigma=dP_sig, det=dP_det)
 
         # the LSE and Delta errors of row i come from the same forward roundings: (a + b)^2 <= 2a^2 + 2b^2
-        dS_wc, dS_lin, dS_var, dS_det = _dS_errors(
-            b_wc, Ab1_wc, bad, b_lin, b_det,
-            extra_var=2 * A * A * ((sig_L[..., None] * absg) ** 2 + sig_D[..., None] ** 2))
+        dSe = _dS_errors(M, vis, A, absg, _PError(wc=b_wc, A_wc1=Ab1_wc, bad=bad, lin=b_lin, det=b_det, sigma=b_sig),
+                         dP_err, eD=eD, dD=det_D[..., None],
+                         extra_var=2 * A * A * ((sig_L[..., None] * absg) ** 2 + sig_D[..., None] ** 2))
+        dS_wc, dS_lin, dS_var, dS_det = dSe.wc, dSe.lin, dSe.var, dSe.det
         # dK = scale dS^T Q: its pieces summed over the query rows (finished after the loop, _grad)
         aq, qq = np.abs(qf), qf * qf
         dk_sums = _accumulate(dk_sums, _DKSums(
@@ -347,7 +387,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         b_det_row = np.where(vis, lg_det + M.eps_exp, 0.0)
         # Likewise the Delta error is one number per row: it adds -delta_i sum_j P_ij k_j, bounded with
         # |sum_j A_ij k_jc| (dq_delta), so dQ's dS errors leave it out.
-        wcS, linS, varS, detS = _dS_errors(b_wc_row, Ab1_row, bad_row, b_lin_row, b_det_row, eD=0.0, dD=0.0)
+        dSe = _dS_errors(M, vis, A, absg, _PError(wc=b_wc_row, A_wc1=Ab1_row, bad=bad_row, lin=b_lin_row,
+                                                  det=b_det_row, sigma=b_sig), dP_err, eD=0.0, dD=0.0)
+        wcS, linS, varS, detS = dSe.wc, dSe.lin, dSe.var, dSe.det
         acc_sq = None
         if kind == "probabilistic" and not M.tensor_core:
             # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
