@@ -419,7 +419,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 Term("Delta error (row-common)", "other", (1 + c_row) * dq_delta),
                 Term("LSE error (row-common)", "other", c_row * (dq_err - c_row * np.abs(dQ_exact)) / (1 + c_row)
                      + c_row * np.abs(dQ_exact)),
-                Term("store and scale", "other", _store(dq_err, np.abs(dQ_exact), g2, M) - dq_err)])
+                Term("store and scale", "other", _store(dq_err, np.abs(dQ_exact), g2, M) - dq_err)]
+                + [Term("dS var: " + name, "sub", lam * sc * np.sqrt(np.where(vis, A * A * x, 0.0) @ (kf * kf)))
+                   for name, x in (("P (logits)", (b_sig * absg) ** 2), ("dP", dP_sig**2 * np.ones_like(absg)),
+                                   ("dS roundings", (2 * u**2 + r_p**2) * absg**2))])
         dq_err = _store(dq_err, np.abs(dQ_exact), g2, M)
         dq_blocks.append(np.where(empty[..., None], 0.0, dq_err))
         dQ_blocks.append(dQ_exact)
