@@ -655,7 +655,7 @@ def _grouped_square_sum(p, coef, tol):
     if n == 0:
         return np.zeros(M)
     lo, hi = p - tol, p + tol
-    order = np.argsort(lo, axis=-1, kind="stable")
+    order = np.argsort(lo, axis=-1)  # any order of equal lo gives the same groups
     los = np.take_along_axis(lo, order, axis=-1)
     his = np.maximum.accumulate(np.take_along_axis(hi, order, axis=-1), axis=-1)
     cs = np.take_along_axis(coef, order, axis=-1)
