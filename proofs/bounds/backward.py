@@ -369,7 +369,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             base=_t(dS_abs) @ aq, wcS=_t(dS_wc) @ aq, lin=_t(dS_lin) @ aq, var=_t(dS_var) @ qq,
             SS=_t(dS * dS) @ qq, det=_t(dS_det) @ aq, exact=_t(dS) @ qf))
         if detail is not None:  # the det parts of P (b_det), dP and Delta, each through dK and dV
-            b_parts = (("logits", lg.det), ("stored LSE", det_L[..., None]), ("LSE*log2e rounding", e_lse[..., None]),
+            b_parts = (("logits", lg_det), ("stored LSE", det_L[..., None]), ("LSE*log2e rounding", e_lse[..., None]),
                        ("exp", M.eps_exp))
             for name, x in b_parts:
                 _add_sub("dK", "dS det: P " + name, _t(np.where(vis, A * x * absg, 0.0)) @ aq)
