@@ -19,13 +19,34 @@ def test_equal_products_form_one_group_and_distinct_ones_add_in_quadrature():
     np.testing.assert_array_equal(got, [16.0, 4.0])  # (1+1+1+1)^2 ; 1+1+1+1
 
 
-def test_products_that_could_be_equal_as_computed_share_a_group():
-    # 0.1 and 0.3 are each within 0.1 of 0.2 (chained), 0.9 is apart; a small tol elsewhere does not
-    # break a chain through a wide interval (0.0 +- 0.5 covers 0.45)
-    p = np.array([[0.1, 0.9, 0.3, 0.2], [0.0, 0.45, 0.2, 2.0]])
-    tol = np.array([[0.05, 0.05, 0.05, 0.05], [0.5, 0.0, 0.0, 0.0]])
-    got = _grouped_square_sum(p, np.ones_like(p), tol)
-    np.testing.assert_array_equal(got, [9.0 + 1.0, 9.0 + 1.0])
+def _partitions(items):
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _partitions(rest):
+        for i in range(len(part)):
+            yield part[:i] + [[first] + part[i]] + part[i + 1:]
+        yield [[first]] + part
+
+
+def test_grouping_bounds_every_partition_into_classes_of_possibly_equal_products():
+    """For any split of the steps into classes whose intervals share a point (products equal as computed),
+    sum over classes of (sum coef)^2 is at most the bound (brute force over all partitions of 6 steps)."""
+    rng = np.random.default_rng(4)
+    for _ in range(30):
+        p = np.round(rng.uniform(0, 1, (1, 6)), 1)
+        tol = rng.choice([0.0, 0.05, 0.1, 0.3], size=(1, 6))
+        coef = rng.uniform(0.1, 1.0, (1, 6))
+        bound = _grouped_square_sum(p, coef, tol)[0]
+        best = 0.0
+        for part in _partitions(list(range(6))):
+            if all(max(p[0, i] - tol[0, i] for i in g) <= min(p[0, i] + tol[0, i] for i in g) for g in part):
+                best = max(best, sum(coef[0, g].sum() ** 2 for g in part))
+        assert best <= bound * (1 + 1e-12), (p, tol, coef, best, bound)
+    # touching intervals meet; a chain 0.1 - 0.2 - 0.3 does not make 0.1 and 0.3 one class
+    got = _grouped_square_sum(np.array([[0.1, 0.9, 0.3, 0.2]]), np.ones((1, 4)), np.full((1, 4), 0.05))
+    np.testing.assert_allclose(got, [2 + 1 + 2 + 3])
 
 
 def test_accumulation_coefficients_bound_every_partial_sum_in_any_order_within_tiles():

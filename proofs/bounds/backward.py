@@ -647,24 +647,43 @@ def reference_bound(q, k, v, do=None, *, scale=None, causal=False, window=None, 
 
 
 def _grouped_square_sum(p, coef, tol):
-    """sum over groups G of (sum_{s in G} coef_s)^2, per row of the (M, n) arrays p (the products added
-    at the steps), coef (each step's error bound) and tol (how far the computed product can be from p):
-    two steps share a group when their intervals [p - tol, p + tol] are connected through overlapping
-    ones (so every pair of products that could be equal as computed is in one group)."""
+    """A bound on sum over G of (sum_{s in G} coef_s)^2, per row of the (M, n) arrays p (the products
+    added at the steps), coef (each step's error bound) and tol (how far the computed product can be from
+    p), over every partition G of the steps into classes of products that are EQUAL as computed.
+
+    Equal products have intervals [p - tol, p + tol] sharing a point, so each class lies among the
+    intervals that meet the interval of any of its members: (sum_G c)^2 = sum_{s in G} c_s sum_{t in G} c_t
+    <= sum_{s in G} c_s N_s, N_s = sum of c_t over the intervals t meeting s's (s included). Hence the bound
+    sum_s c_s N_s: sum_s c_s^2 when no intervals meet, (sum_s c_s)^2 when all products are equal, and no
+    chaining through long runs of nearby products (which at N_k = 16k merged whole rows into one group).
+    N_s = #{lo_t <= hi_s} - #{hi_t < lo_s} in c-weights, from two sorted sweeps."""
     M, n = p.shape
     if n == 0:
         return np.zeros(M)
     lo, hi = p - tol, p + tol
-    order = np.argsort(lo, axis=-1)  # any order of equal lo gives the same groups
-    los = np.take_along_axis(lo, order, axis=-1)
-    his = np.maximum.accumulate(np.take_along_axis(hi, order, axis=-1), axis=-1)
-    cs = np.take_along_axis(coef, order, axis=-1)
-    new = np.ones((M, n), dtype=bool)
-    new[:, 1:] = los[:, 1:] > his[:, :-1]
-    gid = np.cumsum(new.ravel()) - 1
-    sums = np.bincount(gid, weights=cs.ravel())
-    row_of_group = np.repeat(np.arange(M), new.sum(axis=-1))
-    return np.bincount(row_of_group, weights=sums * sums, minlength=M)
+    zero = np.zeros_like(coef)
+
+    def weight_before(keys_w, w, keys_q):
+        """sum of w over the keys_w that sort before each query (ties: weights first when the query is
+        given second: <=; the caller swaps the roles for <)."""
+        keys = np.concatenate([keys_w, keys_q], axis=-1)
+        ws = np.concatenate([w, zero], axis=-1)
+        order = np.argsort(keys, axis=-1, kind="stable")
+        csum = np.cumsum(np.take_along_axis(ws, order, axis=-1), axis=-1)
+        at = np.empty_like(order)
+        np.put_along_axis(at, order, np.arange(2 * n)[None, :].repeat(M, axis=0), axis=-1)
+        return np.take_along_axis(csum, at[:, n:], axis=-1)
+
+    upto_hi = weight_before(lo, coef, hi)  # sum c_t [lo_t <= hi_s]
+    # sum c_t [hi_t < lo_s]: queries first in the concatenation, so a tie hi_t == lo_s is not counted
+    keys = np.concatenate([lo, hi], axis=-1)
+    ws = np.concatenate([zero, coef], axis=-1)
+    order = np.argsort(keys, axis=-1, kind="stable")
+    csum = np.cumsum(np.take_along_axis(ws, order, axis=-1), axis=-1)
+    at = np.empty_like(order)
+    np.put_along_axis(at, order, np.arange(2 * n)[None, :].repeat(M, axis=0), axis=-1)
+    below_lo = np.take_along_axis(csum, at[:, :n], axis=-1)
+    return (coef * (upto_hi - below_lo)).sum(axis=-1)
 
 
 def _accumulation_coefficients(p, block: int, ordered: bool):
@@ -689,7 +708,8 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered):
     """Variance proxy of the round-to-nearest accumulation of S @ other (S: (B, H, rows, n), other:
     (B, H, n, d)) through tiles of `block` along n (bounds.md sec. 8, "round-to-nearest accumulations").
 
-    Step s adds the product p_s = S_is other_sc and rounds: an error e_s with |e_s| <= u |partial sum|
+    Step s adds the product p_s = S_is other_sc and rounds: an error e_s with |e_s| <= u |partial sum| and
+    |e_s| <= |p_s as computed| (round to nearest is no farther than the accumulator, itself a float)
     (<= u (|sum of the earlier tiles| + sum of the tile's |p|) when the tiles come in ascending order,
     `ordered` (rows,), else u sum |p|), and the sum's error is exactly sum_s e_s. Equal products added to
     partial sums on one grid round alike (constant summands: every step errs the same way), so the
@@ -707,6 +727,8 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered):
         coef = np.where(ordr[..., None, None], coef_o, coef_u)
         coef = np.where(p == 0.0, np.where(S[:, :, r, None, :] == 0.0, 0.0, coef), coef)
         tol = tolS[:, :, r, None, :] * np.abs(oT[:, :, None, :, :])
+        # round to nearest moves fl(acc + p) no farther than acc itself is: |e_s| <= |p_s as computed|
+        coef = np.minimum(coef, np.abs(p) + tol)
         shape = p.shape[:-1]
         out[:, :, r] = _grouped_square_sum(p.reshape(-1, n), coef.reshape(-1, n), tol.reshape(-1, n)).reshape(shape)
     return out
@@ -750,7 +772,9 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
         coef = _accumulation_coefficients(normalized, bk, True)
         coef_u = _accumulation_coefficients(normalized, bk, False)
         coef = np.where(ordered[:, :, r, None, None], coef, coef_u)
-        coef = M.u_w * absdo[:, :, r, :, None] * np.where(vis[:, :, r, None, :], coef, 0.0)
+        # |e_s| <= min(u |partial sum|, |product as computed|) (the accumulator itself is a float)
+        coef = np.minimum(M.u_w * coef, np.abs(normalized) + (A * rel)[:, :, r, None, :] * np.abs(vT))
+        coef = absdo[:, :, r, :, None] * np.where(vis[:, :, r, None, :], coef, 0.0)
         p = pk[:, :, r, None, :] * vT
         tol = (pk * rel)[:, :, r, None, :] * np.abs(vT)
         lead = p.shape[:3]
