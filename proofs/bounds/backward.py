@@ -396,7 +396,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             # than that could be equal as computed, and are grouped
             ordered = (M.recursive and Nk % precision.block_k == 0) & vis.all(axis=-1)
             tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
-            acc_sq = _rn_accumulation_sq(dS, kf, tolS, u, precision.block_k, ordered)
+            acc_sq = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, precision.block_k, ordered)
         tc_steps = None
         if M.tensor_core and M.recursive:
             ordered = (Nk % precision.block_k == 0) & vis.all(axis=-1)
@@ -705,6 +705,8 @@ def _accumulation_coefficients(p, block: int, ordered: bool):
 
 
 def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered):
+    # u: the step error relative to |accumulator| + |products| (M.u_dacc: u_w for an FMA; the interpreter's
+    # measured-form step error covers a rounded product too, as does the (1 + u) on the second bound)
     """Variance proxy of the round-to-nearest accumulation of S @ other (S: (B, H, rows, n), other:
     (B, H, n, d)) through tiles of `block` along n (bounds.md sec. 8, "round-to-nearest accumulations").
 
@@ -728,7 +730,7 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered):
         coef = np.where(p == 0.0, np.where(S[:, :, r, None, :] == 0.0, 0.0, coef), coef)
         tol = tolS[:, :, r, None, :] * np.abs(oT[:, :, None, :, :])
         # round to nearest moves fl(acc + p) no farther than acc itself is: |e_s| <= |p_s as computed|
-        coef = np.minimum(coef, np.abs(p) + tol)
+        coef = np.minimum(coef, (1 + u) * (np.abs(p) + tol))
         shape = p.shape[:-1]
         out[:, :, r] = _grouped_square_sum(p.reshape(-1, n), coef.reshape(-1, n), tol.reshape(-1, n)).reshape(shape)
     return out
@@ -773,7 +775,8 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
         coef_u = _accumulation_coefficients(normalized, bk, False)
         coef = np.where(ordered[:, :, r, None, None], coef, coef_u)
         # |e_s| <= min(u |partial sum|, |product as computed|) (the accumulator itself is a float)
-        coef = np.minimum(M.u_w * coef, np.abs(normalized) + (A * rel)[:, :, r, None, :] * np.abs(vT))
+        coef = np.minimum(M.u_dacc * coef,
+                          (1 + M.u_dacc) * (np.abs(normalized) + (A * rel)[:, :, r, None, :] * np.abs(vT)))
         coef = absdo[:, :, r, :, None] * np.where(vis[:, :, r, None, :], coef, 0.0)
         p = pk[:, :, r, None, :] * vT
         tol = (pk * rel)[:, :, r, None, :] * np.abs(vT)

@@ -77,7 +77,7 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
         ordered = (M.recursive and pr.Nk % precision.block_k == 0) & vis.all(axis=-1)
         acc_sq = tc_steps = None
         if kind == "probabilistic" and not M.tensor_core:
-            acc_sq = _rn_accumulation_sq(dS, kf, (1 + M.u_p) * (A * absg + wcS) - A * absg, u,
+            acc_sq = _rn_accumulation_sq(dS, kf, (1 + M.u_p) * (A * absg + wcS) - A * absg, M.u_dacc,
                                          precision.block_k, ordered)
         if M.tensor_core and M.recursive:
             tc_steps = np.concatenate([_tensor_core_steps(p, precision.block_k, M.k_step, ordered[:, :, rr, None])
