@@ -187,9 +187,11 @@ def on_grid(x, bits: int):
     return np.round(np.asarray(x, dtype=np.float64) * 2.0**bits) / 2.0**bits
 
 
-def gamma(n: int, u: float = U) -> float:
-    """Higham's gamma_n = n u / (1 - n u)."""
-    return n * u / (1.0 - n * u)
+def gamma(n: int) -> float:
+    """Higham's gamma_n in float64 (proofs.bounds.gamma)."""
+    from proofs.bounds import gamma as gamma_n
+
+    return float(gamma_n(n, U))
 
 
 def loss_rounding_bound(q, k, v, do, o, **kwargs) -> float:
