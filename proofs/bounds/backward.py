@@ -728,9 +728,11 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered):
         ordr = np.broadcast_to(np.asarray(ordered)[..., r], S.shape[:2] + (r.stop - r.start,))
         coef = np.where(ordr[..., None, None], coef_o, coef_u)
         coef = np.where(p == 0.0, np.where(S[:, :, r, None, :] == 0.0, 0.0, coef), coef)
-        tol = tolS[:, :, r, None, :] * np.abs(oT[:, :, None, :, :])
+        with np.errstate(invalid="ignore"):  # inf * 0 (a vacuous dS bound times k = 0): any value
+            tol = tolS[:, :, r, None, :] * np.abs(oT[:, :, None, :, :])
+        tol = np.where(np.isnan(tol), np.inf, tol)
         # round to nearest moves fl(acc + p) no farther than acc itself is: |e_s| <= |p_s as computed|
-        coef = np.minimum(coef, (1 + u) * (np.abs(p) + tol))
+        coef = np.fmin(coef, (1 + u) * (np.abs(p) + tol))
         shape = p.shape[:-1]
         out[:, :, r] = _grouped_square_sum(p.reshape(-1, n), coef.reshape(-1, n), tol.reshape(-1, n)).reshape(shape)
     return out
@@ -775,11 +777,15 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
         coef_u = _accumulation_coefficients(normalized, bk, False)
         coef = np.where(ordered[:, :, r, None, None], coef, coef_u)
         # |e_s| <= min(u |partial sum|, |product as computed|) (the accumulator itself is a float)
-        coef = np.minimum(M.u_dacc * coef,
-                          (1 + M.u_dacc) * (np.abs(normalized) + (A * rel)[:, :, r, None, :] * np.abs(vT)))
+        with np.errstate(invalid="ignore"):
+            tol_n = (A * rel)[:, :, r, None, :] * np.abs(vT)
+        tol_n = np.where(np.isnan(tol_n), np.inf, tol_n)
+        coef = np.fmin(M.u_dacc * coef, (1 + M.u_dacc) * (np.abs(normalized) + tol_n))
         coef = absdo[:, :, r, :, None] * np.where(vis[:, :, r, None, :], coef, 0.0)
         p = pk[:, :, r, None, :] * vT
-        tol = (pk * rel)[:, :, r, None, :] * np.abs(vT)
+        with np.errstate(invalid="ignore"):
+            tol = (pk * rel)[:, :, r, None, :] * np.abs(vT)
+        tol = np.where(np.isnan(tol), np.inf, tol)
         lead = p.shape[:3]
         var[:, :, r] = _grouped_square_sum(p.reshape(-1, dvn * Nk), coef.reshape(-1, dvn * Nk),
                                            tol.reshape(-1, dvn * Nk)).reshape(lead)
