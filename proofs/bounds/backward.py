@@ -694,6 +694,7 @@ def _accumulation_coefficients(p, block: int, ordered: bool):
     if not ordered:
         return np.broadcast_to(ap.sum(-1, keepdims=True), p.shape)
     n = p.shape[-1]
+    block = max(1, min(block, n))  # a tile wider than the row is the row (no padding to its width)
     T = -(-n // block)
     pad = T * block - n
     widths = [(0, 0)] * (p.ndim - 1) + [(0, pad)]
