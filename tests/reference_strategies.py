@@ -176,16 +176,60 @@ def assert_within(name: str, got, want, bound) -> float:
     return float(ratio.max()) if ratio.size else 0.0
 
 
-def finite_difference_tolerance(f_plus, f_minus, f_plus_half, f_minus_half, h, f_abs) -> float:
-    """Tolerance for a central difference (f(x+h) - f(x-h)) / 2h against the analytic derivative.
+# ---- finite differences (proofs/bounds.md sec. 9a) ---------------------------------------------------
 
-    Truncation error is c h^2 f'''/6; comparing steps h and h/2 estimates it: D(h) - D(h/2) = (3/4) c h^2,
-    so |D(h/2) - f'| <~ |D(h) - D(h/2)| / 3; we allow twice that. Rounding: each f carries <= n u f_abs
-    (n = 64 covers the few-hundred-flop losses here at first order) and the difference divides by h.
-    """
+FD_STEP = 2.0**-13  # ~1.2e-4: a power of two, so t * e is exact for the dyadic directions below
+FD_GRID_BITS = 40  # inputs on the grid 2^-40 and directions on 2^-20: x + t e exact for t in {+-h, +-h/2}
+
+
+def on_grid(x, bits: int):
+    """x rounded to a multiple of 2^-bits (|x| < 2^(53 - bits) keeps it exact in float64)."""
+    return np.round(np.asarray(x, dtype=np.float64) * 2.0**bits) / 2.0**bits
+
+
+def gamma(n: int) -> float:
+    """Higham's gamma_n in float64 (proofs.bounds.gamma)."""
+    from proofs.bounds import gamma as gamma_n
+
+    return float(gamma_n(n, U))
+
+
+def loss_rounding_bound(q, k, v, do, o, **kwargs) -> float:
+    """Bound on |fl(sum dO o O_ref) - sum dO o O| for the float64 forward reference O_ref at exactly
+    these inputs: the reference's own elementwise bound B (reference_bounds: one derivation), weighted
+    by |dO|, plus the n-term float64 sum of the products (gamma_n (sum |dO| (|O_ref| + B)) covers the
+    product roundings and any summation order)."""
+    b_o = reference_bounds(q, k, v, **kwargs)[0]
+    ado = np.abs(np.asarray(do, dtype=np.float64))
+    return float((ado * b_o).sum() + gamma(do.size + 1) * (ado * (np.abs(o) + b_o)).sum())
+
+
+def finite_difference_tolerance(f_plus, f_minus, f_plus_half, f_minus_half, h, e_plus, e_minus, e_plus_half,
+                                e_minus_half) -> float:
+    """Bound on |D(h/2) - f'(0)| as computed, D(h) = (f(h) - f(-h)) / 2h, from the four computed values
+    f(t) and bounds e(t) on their rounding errors |f_hat(t) - f(t)| (loss_rounding_bound; the points
+    x + t e are exact: on_grid). proofs/bounds.md sec. 9a:
+    rounding of D(h): r_h = (e(h) + e(-h)) / 2h + gamma_2 |D_hat(h)| (h a power of two: the products by
+    h are exact; one subtraction, one division);
+    truncation: D(h) - f' = c3 h^2 + c5 h^4 + ..., so D(h/2) - f' = (D(h) - D(h/2)) / 3 - c5 h^4 / 4 + ...;
+    with |c5| h^2 <= |c3| (h below the curvature length of the logits, 1 / logit scale) the remainder is at
+    most (D(h) - D(h/2)) / 3 again: |D(h/2) - f'| <= 2 (|D_hat(h) - D_hat(h/2)| + r_h + r_h2) / 3, and the
+    rounding of D_hat(h/2) itself, r_h2, is added."""
     d_h = (f_plus - f_minus) / (2 * h)
     d_h2 = (f_plus_half - f_minus_half) / h
-    return 2 * abs(d_h - d_h2) / 3 + 2 * 64 * U * f_abs / h
+    r_h = (e_plus + e_minus) / (2 * h) + gamma(2) * abs(d_h)
+    r_h2 = (e_plus_half + e_minus_half) / h + gamma(2) * abs(d_h2)
+    return 2 * (abs(d_h - d_h2) + r_h + r_h2) / 3 + r_h2
+
+
+def directional_derivative_bound(grads, bounds, directions) -> float:
+    """Bound on |fl(sum_x grad_x e_x) - sum_x dL/dx e_x| for reference gradients `grads` within `bounds`
+    of the exact ones (reference_backward_bounds) and exact directions: sum B |e| plus the m-term float64
+    sum (gamma_m)."""
+    m = sum(e.size for e in directions)
+    return float(sum((b * np.abs(e)).sum() for b, e in zip(bounds, directions))
+                 + gamma(m + 1) * sum(((np.abs(g) + b) * np.abs(e)).sum()
+                                      for g, b, e in zip(grads, bounds, directions)))
 
 
 def note_comparison(note, case_desc: str, worst: dict, source: str) -> None:

@@ -5,9 +5,13 @@ from hypothesis import given, note, strategies as st
 from reference import attention, attention_backward, standard_attention_backward
 from reference.exact import exact_attention_backward
 from tests.reference_strategies import (
-    U,
+    FD_GRID_BITS,
+    FD_STEP,
     assert_within,
+    directional_derivative_bound,
     finite_difference_tolerance,
+    loss_rounding_bound,
+    on_grid,
     note_comparison,
     reference_backward_bounds,
     reference_cases,
@@ -61,24 +65,54 @@ def test_fully_masked_rows_have_zero_gradients_and_contribute_nothing():
 
 
 def _loss(q, k, v, do, kw):
+    """(sum(dO o O), its rounding bound) for the float64 reference at exactly these inputs."""
     o, _ = attention(q, k, v, **kw)
-    return float((o * do).sum()), float(np.abs(o * do).sum())
+    return float((o * do).sum()), loss_rounding_bound(q, k, v, do, o, **kw)
 
 
-# h = 1e-4 must stay far below the length over which the logits' curvature acts (1 / logit scale)
+# h = 2^-13 must stay far below the length over which the logits' curvature acts (1 / logit scale)
 @given(reference_cases(logit_scales=(1.0, 10.0)), st.integers(0, 2**32 - 1))
 def test_gradients_match_central_finite_differences(case, seed):
-    """L = sum(dO o O); d/dt L(x + t e) at t = 0 equals <grad, e> for a random direction e in (q, k, v)."""
+    """L = sum(dO o O); d/dt L(x + t e) at t = 0 equals <grad, e> for a random direction e in (q, k, v).
+    The inputs lie on the grid 2^-40 and e on 2^-20, so every x + t e (t = +-h, +-h/2, h = 2^-13) is
+    exact and the tolerance is derived: the references' bounds and the Richardson estimate (sec. 9a)."""
     kw = case.kwargs
     rng = np.random.default_rng(seed)
-    eq, ek, ev = (rng.standard_normal(x.shape) for x in (case.q, case.k, case.v))
-    o, lse = attention(case.q, case.k, case.v, **kw)
-    dq, dk, dv = attention_backward(case.q, case.k, case.v, o, lse, case.do, block_q=3, block_k=2, **kw)
-    analytic = float((dq * eq).sum() + (dk * ek).sum() + (dv * ev).sum())
-    h = 1e-4
-    f = {t: _loss(case.q + t * eq, case.k + t * ek, case.v + t * ev, case.do, kw)[0] for t in (h, -h, h / 2, -h / 2)}
-    _, f_abs = _loss(case.q, case.k, case.v, case.do, kw)
-    fd = (f[h / 2] - f[-h / 2]) / h
-    tol = finite_difference_tolerance(f[h], f[-h], f[h / 2], f[-h / 2], h, f_abs) + 64 * U * abs(analytic)
+    x = [on_grid(a, FD_GRID_BITS) for a in (case.q, case.k, case.v)]
+    e = [on_grid(rng.standard_normal(a.shape), 20) for a in x]
+    o, lse = attention(*x, **kw)
+    grads = attention_backward(*x, o, lse, case.do, block_q=3, block_k=2, **kw)
+    analytic = float(sum((g * d).sum() for g, d in zip(grads, e)))
+    *grad_bounds, _ = reference_backward_bounds(*x, case.do, **kw)
+    h = FD_STEP
+    pts = {t: [a + t * d for a, d in zip(x, e)] for t in (h, -h, h / 2, -h / 2)}
+    for t, p in pts.items():  # the perturbed inputs are exactly x + t e
+        assert all(np.array_equal(a - (a - t * d), t * d) and np.array_equal(a - t * d, b)
+                   for a, d, b in zip(p, e, x)), f"x + {t} e is not exact"
+    f = {t: _loss(*p, case.do, kw) for t, p in pts.items()}
+    fd = (f[h / 2][0] - f[-h / 2][0]) / h
+    tol = (finite_difference_tolerance(f[h][0], f[-h][0], f[h / 2][0], f[-h / 2][0], h,
+                                       f[h][1], f[-h][1], f[h / 2][1], f[-h / 2][1])
+           + directional_derivative_bound(grads, grad_bounds, e))
     note(f"{case.describe()} analytic={analytic!r} fd={fd!r} tol={tol:.3e}")
     assert abs(fd - analytic) <= tol, f"finite difference {fd!r} vs analytic {analytic!r}: |diff| {abs(fd - analytic):.3e} > {tol:.3e}"
+
+
+def test_finite_difference_check_catches_a_wrong_gradient():
+    """The derived tolerance is sharp enough to see dV off by 1e-6 relative (a planted bug)."""
+    rng = np.random.default_rng(1)
+    q, k, v = (on_grid(rng.standard_normal(s), FD_GRID_BITS) for s in ((1, 1, 5, 4), (1, 1, 7, 4), (1, 1, 7, 3)))
+    do = rng.standard_normal((1, 1, 5, 3))
+    e = [on_grid(rng.standard_normal(a.shape), 20) for a in (q, k, v)]
+    o, lse = attention(q, k, v)
+    dq, dk, dv = attention_backward(q, k, v, o, lse, do)
+    h = FD_STEP
+    f = {t: _loss(q + t * e[0], k + t * e[1], v + t * e[2], do, {}) for t in (h, -h, h / 2, -h / 2)}
+    fd = (f[h / 2][0] - f[-h / 2][0]) / h
+    *gb, _ = reference_backward_bounds(q, k, v, do)
+    tol = (finite_difference_tolerance(f[h][0], f[-h][0], f[h / 2][0], f[-h / 2][0], h,
+                                       f[h][1], f[-h][1], f[h / 2][1], f[-h / 2][1])
+           + directional_derivative_bound((dq, dk, dv), gb, e))
+    right = float((dq * e[0]).sum() + (dk * e[1]).sum() + (dv * e[2]).sum())
+    wrong = right + 1e-6 * float((dv * e[2]).sum())
+    assert abs(fd - right) <= tol < abs(fd - wrong), (fd, right, wrong, tol)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 import math
 
 import numpy as np
@@ -21,13 +22,16 @@ def _combine(wc, lin, var, det, lam, kind):
     return np.minimum(lam * np.sqrt(np.maximum(var, 0.0)) + det + np.maximum(wc - lin, 0.0), wc)
 
 
-def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind):
+def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None, tc=None):
     """Bound on |Delta_hat_i - Delta_i|, Delta_hat = fl(sum_c dO_ic O_hat_ic) with the kernel's own O_hat.
 
     Contracting the exact O-error identity of sec. 5 with dO (bounds.md sec. 8):
     sum_c dO_c (N_c/D - O_c) = [sum_j p_j (b_j g_j + (1 + b_j)(sum_c dO_c nu_jc v_jc - mu_j Delta))] / D,
     g_j = dP_j - Delta, so the logit errors enter through |g_j| (not sum_c |dO_c||v_jc - O_c|); then the
-    division and the store per column, and the fp32 sum of dv products."""
+    division and the store per column, and the fp32 sum of dv products. acc: (variance proxy, det) of
+    the round-to-nearest P.V accumulation and rescales (_delta_accumulation), in place of the split
+    along O; None: that split. tc: the tensor-core truncation of that accumulation from its partial sums
+    (_tensor_core_steps), in place of n_pv u_dacc sum_c |dO_c| (A|V|)_c."""
     P = F.parts
     A, o, u = F.A, F.o, M.u_w
     abs_do = np.abs(dof)
@@ -53,12 +57,17 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind):
     # as for O (sec. 6): the parts of the accumulation and P-rounding errors along O (resp. Delta) are
     # systematic on structured inputs: worst case; only the fluctuation around them is random
     # (sum_j A_j |v_jc - O_c| <= (A|V|)_c + |O_c|)
+    if acc is None:
+        acc_var, acc_det = n_rn * u**2 * ((dof * (Av + np.abs(o))) ** 2).sum(-1), n_rn * u * oabs_do.sum(-1)
+    else:
+        acc_var, acc_det = acc
     var = (((A * P["sigma"] * g) ** 2).sum(-1) + rp**2 * ((A * g) ** 2).sum(-1)
            + ri**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
-           + n_rn * u**2 * ((dof * (Av + np.abs(o))) ** 2).sum(-1)
+           + acc_var
            + u_store**2 * ((dof * o) ** 2).sum(-1))
-    det = ((A * (P["det"] + M.eps_exp) * absg).sum(-1) + (rp + P["mu_lin"]) * aD + n_rn * u * oabs_do.sum(-1)
-           + (n_pv * M.u_dacc if M.tensor_core else 0.0) * (abs_do * Av).sum(-1) + M.eps_div * oabs_do.sum(-1))
+    det = ((A * (P["det"] + M.eps_exp) * absg).sum(-1) + (rp + P["mu_lin"]) * aD + acc_det
+           + ((n_pv * M.u_dacc * (abs_do * Av).sum(-1) if tc is None else tc) if M.tensor_core else 0.0)
+           + M.eps_div * oabs_do.sum(-1))
     if M.trunc:  # P_j truncated (coefficients A_j dP_j), v_jc truncated (A_j dO_c v_jc), both summing
         # to Delta: one-sided errors, u (sum |coefficient| + |Delta|) / 2 each (bounds.md sec. 6)
         det = det + 0.5 * (dp * ((A * np.abs(dP)).sum(-1) + aD) + di * ((abs_do * Av).sum(-1) + aD))
@@ -67,6 +76,59 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind):
     capped = prob >= wc
     return (np.minimum(prob, wc) + rounding, np.where(capped, 0.0, np.sqrt(var)),
             np.where(capped, wc, det + np.maximum(wc - lin, 0.0)) + rounding)
+
+
+@dataclass(frozen=True)
+class _PError:
+    """The recomputed P_hat = A (1 + b) of a block of rows: |b| <= wc (A (1 + wc) = A_wc1, evaluated stably
+    where `bad`), linear part lin, of which det is not random; sigma: the random part's std."""
+
+    wc: np.ndarray
+    A_wc1: np.ndarray
+    bad: np.ndarray
+    lin: np.ndarray
+    det: np.ndarray
+    sigma: np.ndarray
+
+
+@dataclass(frozen=True)
+class _DPError:
+    """dP_hat - dP per entry: worst case, linear part, random std, non-random part."""
+
+    wc: np.ndarray
+    lin: np.ndarray
+    sigma: np.ndarray
+    det: np.ndarray
+
+
+@dataclass(frozen=True)
+class _DSError:
+    """dS_hat - dS per entry in the pieces of sec. 6: majorant, its linear part, variance proxy, non-random part."""
+
+    wc: np.ndarray
+    lin: np.ndarray
+    var: np.ndarray
+    det: np.ndarray
+
+
+def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_var=0.0) -> _DSError:
+    """dS_hat - dS for dS = A g (|g| = absg) with P_hat, dP_hat as given and Delta off by <= eD (dD of it
+    not random): the subtraction, the product and the conversion of dS to the operand format (rho) on
+    (|g| + dP error + Delta error); floors of the working and operand formats (bounds.md sec. 8)."""
+    u = M.u_w
+    (_, r_p), _ = _conv(M)
+    rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
+    rho_lin = 2 * u + M.u_p
+    X = absg + dP.wc + eD
+    wcS = np.where(vis, _fix_bad(A * ((1 + P.wc) * (1 + rho_wc) * X - absg), P.bad,
+                                 lambda: P.A_wc1 * (1 + rho_wc) * X - A * absg)
+                   + M.floor_w * (1 + rho_wc) * X + M.floor_p, 0.0)
+    linS = np.where(vis, A * ((P.lin + rho_lin) * absg + dP.lin + eD), 0.0)
+    varS = np.where(vis, A * A * ((P.sigma * absg) ** 2 + dP.sigma**2 + (2 * u**2 + r_p**2) * absg**2)
+                    + extra_var, 0.0)
+    # (a truncation of dS to tf32 is counted in _grad, with the other operand's)
+    detS = np.where(vis, A * (P.det * absg + dP.det + dD), 0.0)
+    return _DSError(wcS, linS, varS, detS)
 
 
 def _store(err, exact_abs, u_scale, M: _Model):
@@ -86,6 +148,17 @@ def backward_bound(q, k, v, do, *, scale=None, causal=False, window=None, mask=N
     failure probability small enough that the union over every row feeding one gradient entry stays
     below FAILURE_PROBABILITY."""
     return _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind)[0]
+
+
+def backward_terms(q, k, v, do, *, scale=None, causal=False, precision: Precision,
+                   kind: str = "probabilistic"):
+    """The bound of backward_bound (in_accumulator GQA) and, per gradient, its named terms:
+    (BackwardBound, {"dQ": [Term], "dK": [...], "dV": [...]}) (instrumentation: bench/backward_terms.py)."""
+    kind = _check_kind(kind)
+    detail = []
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        bb, _ = _backward_impl(q, k, v, do, scale, causal, None, None, None, precision, kind, detail=detail)
+    return bb, dict(detail)
 
 
 def _backward(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
@@ -146,7 +219,9 @@ def _forward_rows_view(F: _Forward, r) -> _Forward:
         parts={key: _rows_of(val, r) for key, val in F.parts.items()})
 
 
-def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, kind):
+def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, kind, detail=None):
+    """The bounds and the exact gradients; `detail` (a list) receives the named terms of each
+    gradient (instrumentation: (name of the gradient, [Term]) pairs)."""
     M = _model(precision)
     from reference.shapes import check_attention_args
 
@@ -176,6 +251,14 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     g2 = float(gamma(2, u))
     (r_in, r_p), (d_in, d_p) = _conv(M)
     kap_k = (1 + M.u_in) * (1 + gamma(n_k, M.u_dacc)) - 1.0
+    # fp32 inputs truncated to tf32 (bounds.md sec. 8, "input conversions"): a deterministic function of
+    # the inputs the bound sees, so its first-order effect on each gradient is computed with its sign
+    # (ConvertedInputs) instead of u_in (sum |.| + |sum .|) / 2; the majorant keeps the worst case
+    conv = None
+    if (kind == "probabilistic" and M.trunc and M.u_in > 0 and precision.input == "float32"
+            and precision.hardware.tf32_operand == "truncate"):
+        conv = _ConvertedInputs.of(F.qf, kf, vf, dof)
+        M_exact_in = dataclasses.replace(M, u_in=0.0)
     n_dv = _within_dot(M, dv)  # accumulator roundings of the dv-long dot dO.v
     dP_kw = (1 + M.u_in) ** 2 * (1 + gamma(n_dv, M.u_dacc)) - 1.0
 
@@ -188,12 +271,13 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     abs_vT, vT, vvT = _t(np.abs(vf)), _t(vf), _t(vf * vf)
     abs_k = np.abs(kf)
     # sums over query rows (dV, dK), accumulated block by block; dQ is per row
-    acc = {}
+    dv_sums = dk_sums = conv_sums = None
 
-    def _add(name, x):
-        acc[name] = x if name not in acc else acc[name] + x
+    dq_blocks, dQ_blocks, dq_terms = [], [], []
+    sub = {"dK": {}, "dV": {}}  # instrumentation only: det sub-parts summed over the row blocks
 
-    dq_blocks, dQ_blocks = [], []
+    def _add_sub(grad, name, x):
+        sub[grad][name] = x if name not in sub[grad] else sub[grad][name] + x
     # every term below belongs to one query row i, except the sums over i of dV and dK: blocks of rows
     # keep the (rows, Nk) temporaries small; dV and dK add up the blocks' products
     for r in _rows_chunks(Nq, Nk, 1, budget=_forward_module.ROW_BLOCK_ENTRIES):
@@ -206,6 +290,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
 
         # P_ij = exp2(fl(s c) - fl(LSE log2 e)): the logit errors with shift LSE, the LSE error, exp error
         lg = _logit_errors(qf, kf, Fr.s, lse0, vis, sc, M, d, bias is not None, qk=Fr.parts["qk"])
+        lg_det = lg.det
+        if conv is not None:  # the non-random logit error without the input conversion (counted signed)
+            lg_det = _logit_errors(qf, kf, Fr.s, lse0, vis, sc, M_exact_in, d, bias is not None,
+                                   qk=Fr.parts["qk"]).det
         e_lse = u * np.abs(lse0)  # rounding of LSE * log2(e)
         e_wc = lg.wc + (float(gamma(1, u)) * np.abs(lse0) + eps_L)[..., None]
         b_wc = np.where(vis, _exp_err(e_wc, M.eps_exp), 0.0)
@@ -218,19 +306,20 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # probabilistic: the stored LSE's error splits into its random first-order part (std sig_L, from
         # the forward's roundings, independent from row to row: it joins this entry's Azuma sum) and the rest
         sig_L, det_L = Fr.parts["lse_sigma"], Fr.parts["lse_det"]
-        b_det = np.where(vis, lg.det + (det_L + e_lse)[..., None] + M.eps_exp, 0.0)
+        b_det = np.where(vis, lg_det + (det_L + e_lse)[..., None] + M.eps_exp, 0.0)
         b_sig = lg.sigma  # e_lse is one rounding shared by the row: kept in b_det
         floor_P = np.where(vis, M.floor_w * (1 + nu_q_wc) + M.floor_p * (1 + gamma(n_q, M.u_dacc)), 0.0)
 
         dodo = do_r * do_r
-        _add("AabsdO", _t(A) @ abs_do)
-        _add("dv_wc", _t(_fix_bad(A * ((1 + b_wc) * (1 + nu_q_wc) - 1.0), bad,
-                                  lambda: Ab1_wc * (1 + nu_q_wc) - A) + floor_P) @ abs_do)
-        _add("dv_lin", _t(A * (b_lin + nu_q_lin)) @ abs_do)
-        _add("dv_var1", _t((A * b_sig) ** 2 + (A * sig_L[..., None]) ** 2) @ dodo)
-        _add("dv_var2", _t(A * A) @ dodo)
-        _add("dv_det", _t(A * b_det) @ abs_do)
-        _add("dV", _t(A) @ do_r)
+        dv_sums = _accumulate(dv_sums, _DVSums(
+            A_absdO=_t(A) @ abs_do,
+            wc=_t(_fix_bad(A * ((1 + b_wc) * (1 + nu_q_wc) - 1.0), bad,
+                           lambda: Ab1_wc * (1 + nu_q_wc) - A) + floor_P) @ abs_do,
+            lin=_t(A * (b_lin + nu_q_lin)) @ abs_do,
+            var_P=_t((A * b_sig) ** 2 + (A * sig_L[..., None]) ** 2) @ dodo,
+            var_AA=_t(A * A) @ dodo,
+            det=_t(A * b_det) @ abs_do,
+            exact=_t(A) @ do_r))
 
         # dP = dO V^T (dv-long dot), g = dP - Delta, dS = P o g in fp32, rounded to the operand format
         dP = do_r @ vT
@@ -241,43 +330,52 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dP_sig = math.sqrt(2.0) * r_in * sqdov + (0.0 if M.tensor_core else math.sqrt(dv) * u * absdov)
         dP_det = (n_dv * M.u_dacc if M.tensor_core else 0.0) * absdov
         if d_in:  # dO and V truncated to tf32, one-sided: u_in (sum_c |dO_c v_jc| + |dP_j|), not random
-            dP_det = dP_det + d_in * (absdov + np.abs(dP))
+            dP_det = dP_det + (d_in * (absdov + np.abs(dP)) if conv is None else 0.0)
         g = np.where(vis, dP - (do_r * o).sum(-1)[..., None], 0.0)
         absg = np.abs(g)
-        eps_D, sig_D, det_D = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind)
+        acc_D = None
+        if kind == "probabilistic" and not M.tensor_core and M.pv_products == 1:
+            acc_D = _delta_accumulation(Fr, M, do_r, kf, vf, sc, d, bias is not None, precision)
+        tc_D = None
+        if M.tensor_core and M.recursive and M.pv_products == 1:
+            # the P.V accumulation of O (normalized products A_j v_jc), weighted by |dO_c| in Delta
+            ordered = (Nk % precision.block_k == 0) & vis.all(axis=-1)
+            tc_D = M.u_dacc * np.concatenate(
+                [(np.abs(do_r[:, :, rr]) * _tensor_core_steps(p, precision.block_k, M.k_step,
+                                                              ordered[:, :, rr, None])).sum(-1)
+                 for rr, p in _product_chunks(A, np.swapaxes(vf, -1, -2))], axis=2)
+        eps_D, sig_D, det_D = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D, tc_D)
         eD = eps_D[..., None]
         dS_abs = A * absg
         dS = A * g
+        if conv is not None:
+            ce = conv.effects(r, qf, kf, vf, do_r, sc, A, g, dS)
+            conv_sums = _accumulate(conv_sums, _ConversionSums(
+                dK=_t(ce.dk_rows) @ qf + _t(dS) @ (ce.dq_in),
+                dK_abs=_t(ce.dk_rows_abs) @ np.abs(qf) + _t(np.abs(dS)) @ ce.dq_in_abs,
+                dV=_t(A * ce.e_s) @ do_r + _t(A) @ ce.ddo,
+                dV_abs=_t(A * ce.e_s_abs) @ abs_do + _t(A) @ ce.ddo_abs))
 
-        def _dS_errors(bw, Abw1, badw, bl, bd, eD=eD, dD=det_D[..., None], extra_var=0.0,
-                       vis=vis, A=A, absg=absg, dP_wc=dP_wc, dP_lin=dP_lin, dP_sig=dP_sig, dP_det=dP_det,
-                       b_sig=b_sig):
-            """(wc, lin, var, det) of dS_hat - dS for P_hat = A (1 + b), |b| <= bw (A (1 + bw) = Abw1, stable
-            where `badw`; linear part bl, of which bd is not random), Delta off by <= eD (dD not random)."""
-            X = absg + dP_wc + eD
-            wcS = np.where(vis, _fix_bad(A * ((1 + bw) * (1 + rho_wc) * X - absg), badw,
-                                         lambda: Abw1 * (1 + rho_wc) * X - A * absg)
-                           + M.floor_w * (1 + rho_wc) * X + M.floor_p, 0.0)
-            linS = np.where(vis, A * ((bl + rho_lin) * absg + dP_lin + eD), 0.0)
-            varS = np.where(vis, A * A * ((b_sig * absg) ** 2 + dP_sig**2 + (2 * u**2 + r_p**2) * absg**2)
-                            + extra_var, 0.0)
-            # (a truncation of dS to tf32 is counted in _grad, with the other operand's)
-            detS = np.where(vis, A * (bd * absg + dP_det + dD), 0.0)
-            return wcS, linS, varS, detS
+        dP_err = _DPError(wc=dP_wc, lin=dP_lin, sigma=dP_sig, det=dP_det)
 
         # the LSE and Delta errors of row i come from the same forward roundings: (a + b)^2 <= 2a^2 + 2b^2
-        dS_wc, dS_lin, dS_var, dS_det = _dS_errors(
-            b_wc, Ab1_wc, bad, b_lin, b_det,
-            extra_var=2 * A * A * ((sig_L[..., None] * absg) ** 2 + sig_D[..., None] ** 2))
+        dSe = _dS_errors(M, vis, A, absg, _PError(wc=b_wc, A_wc1=Ab1_wc, bad=bad, lin=b_lin, det=b_det, sigma=b_sig),
+                         dP_err, eD=eD, dD=det_D[..., None],
+                         extra_var=2 * A * A * ((sig_L[..., None] * absg) ** 2 + sig_D[..., None] ** 2))
+        dS_wc, dS_lin, dS_var, dS_det = dSe.wc, dSe.lin, dSe.var, dSe.det
         # dK = scale dS^T Q: its pieces summed over the query rows (finished after the loop, _grad)
         aq, qq = np.abs(qf), qf * qf
-        _add("dk_base", _t(dS_abs) @ aq)
-        _add("dk_wcS", _t(dS_wc) @ aq)
-        _add("dk_lin", _t(dS_lin) @ aq)
-        _add("dk_var", _t(dS_var) @ qq)
-        _add("dk_SS", _t(dS * dS) @ qq)
-        _add("dk_det", _t(dS_det) @ aq)
-        _add("dK", _t(dS) @ qf)
+        dk_sums = _accumulate(dk_sums, _DKSums(
+            base=_t(dS_abs) @ aq, wcS=_t(dS_wc) @ aq, lin=_t(dS_lin) @ aq, var=_t(dS_var) @ qq,
+            SS=_t(dS * dS) @ qq, det=_t(dS_det) @ aq, exact=_t(dS) @ qf))
+        if detail is not None:  # the det parts of P (b_det), dP and Delta, each through dK and dV
+            b_parts = (("logits", lg_det), ("stored LSE", det_L[..., None]), ("LSE*log2e rounding", e_lse[..., None]),
+                       ("exp", M.eps_exp))
+            for name, x in b_parts:
+                _add_sub("dK", "dS det: P " + name, _t(np.where(vis, A * x * absg, 0.0)) @ aq)
+                _add_sub("dV", "P det: " + name, _t(np.where(vis, A * x, 0.0)) @ abs_do)
+            _add_sub("dK", "dS det: dP", _t(np.where(vis, A * dP_det, 0.0)) @ aq)
+            _add_sub("dK", "dS det: Delta", _t(np.where(vis, A * det_D[..., None], 0.0)) @ aq)
 
         # For dQ_i the LSE error is one factor (1 + c_i) on the whole row i of P, and sum_j dS_ij = 0
         # (Lemma 9), so it costs c_i |dQ_i| instead of c_i sum_j |dS_ij||k_j|: dQ_hat = (1 + c_i) dQ'_hat,
@@ -286,38 +384,86 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         b_wc_row = np.where(vis, _exp_err(lg.wc, M.eps_exp), 0.0)
         _, Ab1_row, bad_row = _weighted_exp_err(A, b_wc_row, lg.wc, M.eps_exp, vis, log_a)
         b_lin_row = np.where(vis, lg.lin + M.eps_exp, 0.0)
-        b_det_row = np.where(vis, lg.det + M.eps_exp, 0.0)
+        b_det_row = np.where(vis, lg_det + M.eps_exp, 0.0)
         # Likewise the Delta error is one number per row: it adds -delta_i sum_j P_ij k_j, bounded with
         # |sum_j A_ij k_jc| (dq_delta), so dQ's dS errors leave it out.
-        wcS, linS, varS, detS = _dS_errors(b_wc_row, Ab1_row, bad_row, b_lin_row, b_det_row, eD=0.0, dD=0.0)
-        wc, lin, var, det, dQ_exact = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
-                                            varS @ (kf * kf), (dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf)
+        dSe = _dS_errors(M, vis, A, absg, _PError(wc=b_wc_row, A_wc1=Ab1_row, bad=bad_row, lin=b_lin_row,
+                                                  det=b_det_row, sigma=b_sig), dP_err, eD=0.0, dD=0.0)
+        wcS, linS, varS, detS = dSe.wc, dSe.lin, dSe.var, dSe.det
+        acc_sq = None
+        if kind == "probabilistic" and not M.tensor_core:
+            # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
+            # than that could be equal as computed, and are grouped
+            ordered = (M.recursive and Nk % precision.block_k == 0) & vis.all(axis=-1)
+            tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
+            acc_sq = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, precision.block_k, ordered)
+        tc_steps = None
+        if M.tensor_core and M.recursive:
+            ordered = (Nk % precision.block_k == 0) & vis.all(axis=-1)
+            tc_steps = np.concatenate(
+                [_tensor_core_steps(p, precision.block_k, M.k_step, ordered[:, :, rr, None])
+                 for rr, p in _product_chunks(dS, np.swapaxes(kf, -1, -2))], axis=2)
+        ge = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
+                   varS @ (kf * kf), (dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf, acc_sq=acc_sq,
+                   tc_steps=tc_steps,
+                   conv_known=None if conv is None else (
+                       ce.dk_rows @ kf + dS @ conv.dk_in,
+                       ce.dk_rows_abs @ abs_k + np.abs(dS) @ conv.dk_in_abs, conv.n_ops))
+        wc, lin, var, det, dQ_exact = ge.wc, ge.lin, ge.var, ge.det, ge.exact
         dq_delta = sc * eD * (np.abs(A @ kf)
                               + _fix_bad(A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0), bad_row,
                                          lambda: Ab1_row * ((1 + kap_k) * (1 + rho_wc)) - A) @ abs_k)
         dq_err = (1 + c_row) * (_combine(wc, lin, var, det, lam, kind) + dq_delta) + c_row * np.abs(dQ_exact)
+        if detail is not None:
+            dq_terms.append(_terms(ge, lam, kind) + [
+                Term("Delta error (row-common)", "other", (1 + c_row) * dq_delta),
+                Term("LSE error (row-common)", "other", c_row * (dq_err - c_row * np.abs(dQ_exact)) / (1 + c_row)
+                     + c_row * np.abs(dQ_exact)),
+                Term("store and scale", "other", _store(dq_err, np.abs(dQ_exact), g2, M) - dq_err)]
+                + [Term("dS var: " + name, "sub", lam * sc * np.sqrt(np.where(vis, A * A * x, 0.0) @ (kf * kf)))
+                   for name, x in (("P (logits)", (b_sig * absg) ** 2), ("dP", dP_sig**2 * np.ones_like(absg)),
+                                   ("dS roundings", (2 * u**2 + r_p**2) * absg**2))])
         dq_err = _store(dq_err, np.abs(dQ_exact), g2, M)
         dq_blocks.append(np.where(empty[..., None], 0.0, dq_err))
         dQ_blocks.append(dQ_exact)
 
-    AabsdO = acc["AabsdO"]
+    AabsdO = dv_sums.A_absdO
     # systematic parts (sec. 6): a partial sum s of the accumulation is C_s dV + F_s, C_s in [0, 1],
     # |F_s| <= sum_i A_ij |dO_ic| + |dV_jc|; the part along dV (and P's rounding along dV) worst case
-    abs_dV = np.abs(acc["dV"])
+    abs_dV = np.abs(dv_sums.exact)
     n_rn_q = 0 if M.tensor_core else n_q
-    dv_var = (acc["dv_var1"] + (r_p**2 + r_in**2) * acc["dv_var2"]
+    dv_var = (dv_sums.var_P + (r_p**2 + r_in**2) * dv_sums.var_AA
               + n_rn_q * u**2 * (AabsdO + abs_dV)**2)
-    dv_det = (acc["dv_det"] + (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO
+    dv_det = (dv_sums.det + (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO
               + (n_rn_q * u + r_p + r_in) * abs_dV)
     if M.trunc:  # P and dO truncated to tf32, one-sided: (u_p + u_in) (sum_i A_ij |dO_ic| + |dV_jc|) / 2
-        dv_det = dv_det + (d_p + d_in) * 0.5 * (AabsdO + np.abs(acc["dV"]))
-    dV_exact = _kv(acc["dV"])
-    dv_err = _combine(_kv(acc["dv_wc"]), _kv(acc["dv_lin"]), _kv(dv_var), _kv(dv_det), lam, kind)
+        dv_det = dv_det + (d_p + (d_in if conv is None else 0.0)) * 0.5 * (AabsdO + np.abs(dv_sums.exact))
+    if conv is not None:  # the input conversions' first-order effect, signed (sec. 8, "input conversions")
+        dv_det = dv_det + np.abs(conv_sums.dV) + float(gamma(conv.n_ops, UNIT_ROUNDOFF["float64"])) * conv_sums.dV_abs
+    dV_exact = _kv(dv_sums.exact)
+    dv_err = _combine(_kv(dv_sums.wc), _kv(dv_sums.lin), _kv(dv_var), _kv(dv_det), lam, kind)
+    if detail is not None:
+        dv_parts = _GradError(dv_sums.wc, dv_sums.lin, (
+            ("P", dv_sums.var_P), ("operands", (r_p**2 + r_in**2) * dv_sums.var_AA),
+            ("accumulation", n_rn_q * u**2 * (AabsdO + abs_dV)**2)), (
+            ("P", dv_sums.det), ("tensor core", (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO),
+            ("accumulation along R", n_rn_q * u * abs_dV), ("P, dO conversions along R", (r_p + r_in) * abs_dV),
+            ("tf32 truncation", (d_p + d_in) * 0.5 * (AabsdO + abs_dV) if M.trunc else 0.0 * abs_dV)), dv_sums.exact)
+        detail.append(("dV", _terms(dv_parts, lam, kind, _kv)
+                       + [Term("store", "other", _store(dv_err, np.abs(dV_exact), 0.0, M) - dv_err)]
+                       + [Term(name, "sub", _kv(x)) for name, x in sub["dV"].items()]))
     dv_err = _store(dv_err, np.abs(dV_exact), 0.0, M)
 
-    wc, lin, var, det, dK_exact = _grad(M, sc, n_q, acc["dk_base"], acc["dk_wcS"], acc["dk_lin"],
-                                        acc["dk_var"], acc["dk_SS"], acc["dk_det"], acc["dK"])
-    dk_err = _combine(_kv(wc), _kv(lin), _kv(var), _kv(det), lam, kind)
+    ge = _grad(M, sc, n_q, dk_sums.base, dk_sums.wcS, dk_sums.lin, dk_sums.var, dk_sums.SS, dk_sums.det,
+               dk_sums.exact, conv_known=None if conv is None else (conv_sums.dK, conv_sums.dK_abs, conv.n_ops))
+    dK_exact = ge.exact
+    dk_err = _combine(_kv(ge.wc), _kv(ge.lin), _kv(ge.var), _kv(ge.det), lam, kind)
+    if detail is not None:
+        detail.append(("dK", _terms(ge, lam, kind, _kv)
+                       + [Term("store and scale", "other", _store(dk_err, np.abs(_kv(dK_exact)), g2, M) - dk_err)]
+                       + [Term(name, "sub", sc * _kv(x)) for name, x in sub["dK"].items()]))
+        detail.append(("dQ", [Term(t.name, t.kind, np.concatenate([b[i].value for b in dq_terms], axis=2))
+                              for i, t in enumerate(dq_terms[0])]))
     dk_err = _store(dk_err, np.abs(_kv(dK_exact)), g2, M)
     dq_err = np.concatenate(dq_blocks, axis=2)
     dQ_exact = np.concatenate(dQ_blocks, axis=2)
@@ -325,11 +471,119 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     return bound, (dQ_exact, _kv(dK_exact), dV_exact)
 
 
-def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_other):
+class _Summable:
+    """A record of arrays that add field by field (sums over blocks of query rows)."""
+
+    def __add__(self, other):
+        return type(self)(*(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)))
+
+
+def _accumulate(total, block):
+    return block if total is None else total + block
+
+
+@dataclass(frozen=True)
+class _DVSums(_Summable):
+    """dV's pieces summed over the query rows i (each (B, Hq, Nk, dv)): sum_i A_ij |dO_ic| (A_absdO), the
+    majorant (wc) and its linear part (lin), the variance proxies of P's random error (var_P) and of the
+    operand roundings (var_AA = sum_i A_ij^2 dO_ic^2), the non-random P error (det), and dV itself (exact)."""
+
+    A_absdO: np.ndarray
+    wc: np.ndarray
+    lin: np.ndarray
+    var_P: np.ndarray
+    var_AA: np.ndarray
+    det: np.ndarray
+    exact: np.ndarray
+
+
+@dataclass(frozen=True)
+class _DKSums(_Summable):
+    """dK's pieces summed over the query rows (the arguments of _grad): |dS|^T |Q| (base), the dS errors
+    (wcS, lin, var, det) contracted with |Q| (Q^2 for var), (dS^2)^T Q^2 (SS), dS^T Q (exact)."""
+
+    base: np.ndarray
+    wcS: np.ndarray
+    lin: np.ndarray
+    var: np.ndarray
+    SS: np.ndarray
+    det: np.ndarray
+    exact: np.ndarray
+
+
+@dataclass(frozen=True)
+class _ConversionSums(_Summable):
+    """The input conversions' signed first-order effect on dK and dV summed over the query rows, and the
+    same with absolute values (their float64 evaluation error)."""
+
+    dK: np.ndarray
+    dK_abs: np.ndarray
+    dV: np.ndarray
+    dV_abs: np.ndarray
+
+
+@dataclass(frozen=True)
+class _GradError:
+    """The error of scale * S @ other (sec. 8) in the pieces of sec. 6: the majorant wc and its linear
+    part lin, and the first-order part split into named variance proxies (var_parts, random) and
+    non-random terms (det_parts); var and det are their sums. `exact` = scale * S @ other."""
+
+    wc: np.ndarray
+    lin: np.ndarray
+    var_parts: tuple
+    det_parts: tuple
+    exact: np.ndarray
+
+    @property
+    def var(self):
+        return _total(self.var_parts)
+
+    @property
+    def det(self):
+        return _total(self.det_parts)
+
+
+def _terms(ge: _GradError, lam, kind, reduce=lambda x: x) -> list:
+    """The named pieces of one gradient's bound before the store: lam sqrt(var part) for each variance
+    proxy, each det part, and the majorant remainder wc - lin (probabilistic kind)."""
+    out = [Term(name, "var", lam * np.sqrt(np.maximum(reduce(x), 0.0))) for name, x in ge.var_parts]
+    ones = np.ones_like(reduce(ge.exact))
+    out += [Term(name, "det", reduce(x) * ones) for name, x in ge.det_parts]
+    if kind == "probabilistic":
+        out.append(Term("majorant remainder wc - lin", "det", np.maximum(reduce(ge.wc) - reduce(ge.lin), 0.0)))
+    return out
+
+
+@dataclass(frozen=True)
+class Term:
+    """One named piece of a bound (instrumentation, bench/backward_terms.py): `kind` "var" (a variance
+    proxy: it costs lam * sqrt(value) alone), "det" / "other" (added linearly) or "sub" (a part of a
+    det term, shown for where it comes from)."""
+
+    name: str
+    kind: str
+    value: np.ndarray
+
+
+def _total(parts):
+    total = 0.0
+    for _, x in parts:
+        total = total + x
+    return total
+
+
+def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_other, acc_sq=None,
+          tc_steps=None, conv_known=None) -> _GradError:
     """scale * S @ other with S's error (wc, lin, var, det), the operand rounding of `other` (u_in) and
     the accumulation of n terms (tensor core or RN), from the products base = |S| @ |other|,
     wcS @ |other|, linS @ |other|, varS @ other^2, (S * S) @ other^2, detS @ |other| and S @ other
-    (sums over the contraction index, which may be added up block by block).
+    (sums over the contraction index, which may be added up block by block). acc_sq: the variance proxy
+    of the round-to-nearest accumulation, sum over groups of identical products of (sum of the steps'
+    error bounds)^2 (_rn_accumulation_sq), which replaces the split along R; None: that split.
+    tc_steps: sum over the tensor-core steps of (|acc| + |step's products|) (_tensor_core_steps), in
+    place of n * base. conv_known: (signed first-order effect of the input conversions on S @ other,
+    the same with absolute values, operations per entry) (_ConvertedInputs.effects), in place of the
+    conversion of `other` in the one-sided truncation term; its float64 evaluation error is added.
 
     wc = (1 + kappa) (wcS + |S|) @ |other| - base, evaluated as kappa (wcS_ao + base) + wcS_ao: the same
     number without the cancellation of the literal form (kappa ~ n u, so its rounding error was up to
@@ -346,13 +600,22 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     n_rn = 0 if M.tensor_core else n
     (_, r_p), _ = _conv(M)
     abs_r = np.abs(S_other)
-    var = sc**2 * (varS_oo + r_in**2 * SS_oo + n_rn * u**2 * (base + abs_r)**2)
-    det = sc * (detS_ao + (n * M.u_dacc if M.tensor_core else 0.0) * base
-                + (n_rn * u + 2 * u + r_p + r_in) * abs_r)
+    sc2 = sc**2
+    acc_var = n_rn * u**2 * (base + abs_r)**2 if acc_sq is None else acc_sq
+    along_r = n_rn * u * abs_r if acc_sq is None else 0.0 * abs_r
+    var_parts = (("dS", sc2 * varS_oo), ("operand", sc2 * r_in**2 * SS_oo), ("accumulation", sc2 * acc_var))
+    tc = (n * base if tc_steps is None else tc_steps) if M.tensor_core else 0.0 * base
+    det_parts = [("dS", sc * detS_ao), ("tensor core", sc * M.u_dacc * tc),
+                 ("accumulation along R", sc * along_r),
+                 ("dS conversions along R", sc * (2 * u + r_p + r_in) * abs_r)]
     if M.trunc:  # dS and `other` (K or Q) truncated to tf32: sum_j dS_j o_j theta_j, theta in
         # [-(u_p + u_in), 0]: one-sided, (u_p + u_in) (|S| @ |other| + |S @ other|) / 2, not random
-        det = det + sc * (d_p + d_in) * 0.5 * (base + np.abs(S_other))
-    return wc, lin, var, det, sc * S_other
+        det_parts.append(("tf32 truncation", sc * (d_p + (d_in if conv_known is None else 0.0)) * 0.5 * (base + abs_r)))
+    if conv_known is not None:
+        signed, absolute, n_ops = conv_known
+        det_parts.append(("input conversions (exact)",
+                          sc * (np.abs(signed) + float(gamma(n_ops, UNIT_ROUNDOFF["float64"])) * absolute)))
+    return _GradError(wc, lin, var_parts, tuple(det_parts), sc * S_other)
 
 
 
@@ -376,3 +639,243 @@ def reference_bound(q, k, v, do=None, *, scale=None, causal=False, window=None, 
     bb, exact = _backward(q, k, v, do, scale, causal, window, mask, bias, REFERENCE_PRECISION, kind)
     return BackwardBound(dq=bb.dq + u * np.abs(exact[0]), dk=bb.dk + u * np.abs(exact[1]),
                          dv=bb.dv + u * np.abs(exact[2]), kind=kind, precision=REFERENCE_PRECISION)
+
+
+# ----------------------------------------------------------------------------------------------
+# Round-to-nearest accumulation of the backward's dots: Azuma over groups of identical products
+# ----------------------------------------------------------------------------------------------
+
+
+def _grouped_square_sum(p, coef, tol):
+    """A bound on sum over G of (sum_{s in G} coef_s)^2, per row of the (M, n) arrays p (the products
+    added at the steps), coef (each step's error bound) and tol (how far the computed product can be from
+    p), over every partition G of the steps into classes of products that are EQUAL as computed.
+
+    Equal products have intervals [p - tol, p + tol] sharing a point, so each class lies among the
+    intervals that meet the interval of any of its members: (sum_G c)^2 = sum_{s in G} c_s sum_{t in G} c_t
+    <= sum_{s in G} c_s N_s, N_s = sum of c_t over the intervals t meeting s's (s included). Hence the bound
+    sum_s c_s N_s: sum_s c_s^2 when no intervals meet, (sum_s c_s)^2 when all products are equal, and no
+    chaining through long runs of nearby products (which at N_k = 16k merged whole rows into one group).
+    N_s = #{lo_t <= hi_s} - #{hi_t < lo_s} in c-weights, from two sorted sweeps."""
+    M, n = p.shape
+    if n == 0:
+        return np.zeros(M)
+    lo, hi = p - tol, p + tol
+    zero = np.zeros_like(coef)
+
+    def weight_before(keys_w, w, keys_q):
+        """sum of w over the keys_w that sort before each query (ties: weights first when the query is
+        given second: <=; the caller swaps the roles for <)."""
+        keys = np.concatenate([keys_w, keys_q], axis=-1)
+        ws = np.concatenate([w, zero], axis=-1)
+        order = np.argsort(keys, axis=-1, kind="stable")
+        csum = np.cumsum(np.take_along_axis(ws, order, axis=-1), axis=-1)
+        at = np.empty_like(order)
+        np.put_along_axis(at, order, np.arange(2 * n)[None, :].repeat(M, axis=0), axis=-1)
+        return np.take_along_axis(csum, at[:, n:], axis=-1)
+
+    upto_hi = weight_before(lo, coef, hi)  # sum c_t [lo_t <= hi_s]
+    # sum c_t [hi_t < lo_s]: queries first in the concatenation, so a tie hi_t == lo_s is not counted
+    keys = np.concatenate([lo, hi], axis=-1)
+    ws = np.concatenate([zero, coef], axis=-1)
+    order = np.argsort(keys, axis=-1, kind="stable")
+    csum = np.cumsum(np.take_along_axis(ws, order, axis=-1), axis=-1)
+    at = np.empty_like(order)
+    np.put_along_axis(at, order, np.arange(2 * n)[None, :].repeat(M, axis=0), axis=-1)
+    below_lo = np.take_along_axis(csum, at[:, :n], axis=-1)
+    return (coef * (upto_hi - below_lo)).sum(axis=-1)
+
+
+def _accumulation_coefficients(p, block: int, ordered: bool):
+    """Bound on |partial sum| at each step of an accumulation of the (..., n) products p through
+    tiles of `block` (any order inside a tile, any blocking: the running sum before the tile plus the
+    tile's absolute sum); with ordered=False (tile order unknown) sum |p| over the whole row."""
+    ap = np.abs(p)
+    if not ordered:
+        return np.broadcast_to(ap.sum(-1, keepdims=True), p.shape)
+    n = p.shape[-1]
+    block = max(1, min(block, n))  # a tile wider than the row is the row (no padding to its width)
+    T = -(-n // block)
+    pad = T * block - n
+    widths = [(0, 0)] * (p.ndim - 1) + [(0, pad)]
+    tiles = np.pad(p, widths).reshape(*p.shape[:-1], T, block)
+    tile_abs = np.abs(tiles).sum(-1)
+    before = np.cumsum(tiles.sum(-1), axis=-1) - tiles.sum(-1)  # exact sum of the earlier tiles
+    c = np.abs(before) + tile_abs
+    return np.repeat(c, block, axis=-1)[..., :n]
+
+
+def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered):
+    # u: the step error relative to |accumulator| + |products| (M.u_dacc: u_w for an FMA; the interpreter's
+    # measured-form step error covers a rounded product too, as does the (1 + u) on the second bound)
+    """Variance proxy of the round-to-nearest accumulation of S @ other (S: (B, H, rows, n), other:
+    (B, H, n, d)) through tiles of `block` along n (bounds.md sec. 8, "round-to-nearest accumulations").
+
+    Step s adds the product p_s = S_is other_sc and rounds: an error e_s with |e_s| <= u |partial sum| and
+    |e_s| <= |p_s as computed| (round to nearest is no farther than the accumulator, itself a float)
+    (<= u (|sum of the earlier tiles| + sum of the tile's |p|) when the tiles come in ascending order,
+    `ordered` (rows,), else u sum |p|), and the sum's error is exactly sum_s e_s. Equal products added to
+    partial sums on one grid round alike (constant summands: every step errs the same way), so the
+    steps whose products could be equal as computed (|other| tolS around each, tolS the bound on the
+    error of S's entry as computed, `other` exact) form one group whose errors are summed worst case; distinct
+    groups are the independent, mean-zero roundings of the model (Azuma over groups). Returns, per
+    (B, H, rows, d): sum_G (sum_{s in G} u |partial sum bound|_s)^2."""
+    B, H, R, n = S.shape
+    out = np.zeros((B, H, R, other.shape[-1]))
+    oT = np.swapaxes(other, -1, -2)  # (B, H, d, n)
+    for r, p in _product_chunks(S, oT):
+        coef_o = u * _accumulation_coefficients(p, block, True)
+        coef_u = u * _accumulation_coefficients(p, block, False)
+        ordr = np.broadcast_to(np.asarray(ordered)[..., r], S.shape[:2] + (r.stop - r.start,))
+        coef = np.where(ordr[..., None, None], coef_o, coef_u)
+        coef = np.where(p == 0.0, np.where(S[:, :, r, None, :] == 0.0, 0.0, coef), coef)
+        with np.errstate(invalid="ignore"):  # inf * 0 (a vacuous dS bound times k = 0): any value
+            tol = tolS[:, :, r, None, :] * np.abs(oT[:, :, None, :, :])
+        tol = np.where(np.isnan(tol), np.inf, tol)
+        # round to nearest moves fl(acc + p) no farther than acc itself is: |e_s| <= |p_s as computed|
+        coef = np.fmin(coef, (1 + u) * (np.abs(p) + tol))
+        shape = p.shape[:-1]
+        out[:, :, r] = _grouped_square_sum(p.reshape(-1, n), coef.reshape(-1, n), tol.reshape(-1, n)).reshape(shape)
+    return out
+
+
+def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bias: bool, precision):
+    """(variance proxy, det) of the first-order error that the kernel's round-to-nearest P.V accumulation
+    (one rounding per product, tiles of block_k) and its rescales acc * alpha put into
+    Delta_i = sum_c dO_ic O_ic (rows of F), in place of the split along O (bounds.md sec. 8).
+
+    Accumulation: the steps of all dv columns are grouped by their products as the kernel computes them,
+    P_j v_jc with P_j = exp2(s_j - running max) (keys of different tiles with equal logits relative to
+    their running max give equal products), within the bound on P_j's error; coefficient of a step
+    u |dO_c| |partial sum| in the final normalization (_accumulation_coefficients of A_j v_jc), Azuma over
+    the groups (_grouped_square_sum). Rescales: one rounding u |acc| <= u (A|V|)_c per tile that can move
+    the running max (exp2(0) = 1 exactly otherwise), charged worst case (equal alphas round alike)."""
+    from .forward import _rescale_changes
+
+    A, vis, s, m = F.A, F.vis, F.s, F.m
+    rows, Nk = A.shape[-2:]
+    bk = precision.block_k
+    lgf = _logit_errors(F.qf, kf, s, m, vis, sc, M, d, has_bias, qk=F.parts["qk"])
+    T = max(1, -(-Nk // bk))
+    pad = T * bk - Nk
+    tile_max = np.pad(np.where(vis, s, -np.inf), [(0, 0)] * (s.ndim - 1) + [(0, pad)],
+                      constant_values=-np.inf).reshape(*s.shape[:-1], T, bk).max(-1)
+    run = np.repeat(np.maximum.accumulate(tile_max, axis=-1), bk, axis=-1)[..., :Nk]
+    with np.errstate(invalid="ignore", over="ignore"):
+        pk = np.where(vis, np.exp(np.where(vis, s - run, 0.0)), 0.0)  # the kernel's P before the division
+        e_run = np.max(np.where(vis, lgf.wc, 0.0), axis=-1, keepdims=True)  # error of the computed running max
+        rel = np.where(vis, np.exp(lgf.wc + e_run) * (1 + M.eps_exp) * (1 + M.u_pv) - 1.0, 0.0)
+    ordered = (M.recursive and Nk % bk == 0) & vis.all(axis=-1)
+    dvn = vf.shape[-1]
+    absdo = np.abs(dof)
+    var = np.zeros(A.shape[:-1])
+    step = max(1, (1 << 21) // max(1, Nk * dvn))
+    for r0 in range(0, rows, step):
+        r = slice(r0, min(rows, r0 + step))
+        vT = np.swapaxes(vf, -1, -2)[:, :, None]  # (B, H, 1, dv, Nk)
+        normalized = A[:, :, r, None, :] * vT
+        coef = _accumulation_coefficients(normalized, bk, True)
+        coef_u = _accumulation_coefficients(normalized, bk, False)
+        coef = np.where(ordered[:, :, r, None, None], coef, coef_u)
+        # |e_s| <= min(u |partial sum|, |product as computed|) (the accumulator itself is a float)
+        with np.errstate(invalid="ignore"):
+            tol_n = (A * rel)[:, :, r, None, :] * np.abs(vT)
+        tol_n = np.where(np.isnan(tol_n), np.inf, tol_n)
+        coef = np.fmin(M.u_dacc * coef, (1 + M.u_dacc) * (np.abs(normalized) + tol_n))
+        coef = absdo[:, :, r, :, None] * np.where(vis[:, :, r, None, :], coef, 0.0)
+        p = pk[:, :, r, None, :] * vT
+        with np.errstate(invalid="ignore"):
+            tol = (pk * rel)[:, :, r, None, :] * np.abs(vT)
+        tol = np.where(np.isnan(tol), np.inf, tol)
+        lead = p.shape[:3]
+        var[:, :, r] = _grouped_square_sum(p.reshape(-1, dvn * Nk), coef.reshape(-1, dvn * Nk),
+                                           tol.reshape(-1, dvn * Nk)).reshape(lead)
+    later = _rescale_changes(s, lgf.wc, vis, bk, M.alpha_exact_at_zero)
+    n_change = np.max(np.where(vis, later, 0.0), axis=-1) + (0.0 if M.alpha_exact_at_zero else 0.0)
+    det = M.u_w * n_change * (absdo * (A @ np.abs(vf))).sum(-1)
+    return var, det
+
+
+def _product_chunks(S, oT):
+    """(rows, p) over blocks of the rows of S (B, H, R, n): the products p = S_ir oT_cr as (B, H, rows,
+    d, n), d = oT.shape[-2], blocks small enough for a few such arrays in memory."""
+    R, n = S.shape[-2:]
+    step = max(1, (1 << 21) // max(1, n * oT.shape[-2]))
+    for r0 in range(0, R, step):
+        r = slice(r0, min(R, r0 + step))
+        yield r, S[:, :, r, None, :] * oT[:, :, None, :, :]
+
+
+def _tensor_core_steps(p, block: int, k_step: int, ordered):
+    """sum over the MMA steps of an accumulation of the products p (..., n) through tiles of `block` of
+    (|accumulator before the step| + sum of the step's |products|), the quantity the measured step error
+    multiplies (proofs/hardware.py): each step of tile t is bounded by |sum of the tiles before t| +
+    the tile's sum |p| (ascending tiles, `ordered` broadcastable to p.shape[:-1]); otherwise by sum |p|
+    of the whole row at every step (the old n u_dacc sum |p|)."""
+    n = p.shape[-1]
+    per_tile = -(-min(n, block) // k_step)
+    T = -(-n // block)
+    c = _accumulation_coefficients(p, block, True)[..., ::block][..., :T]  # one value per tile
+    ordered_sum = per_tile * c.sum(-1)
+    unordered = per_tile * T * np.abs(p).sum(-1)
+    return np.where(ordered, np.minimum(ordered_sum, unordered), unordered)
+
+
+def _tf32_truncate(x):
+    """fp32 values as Triton hands them to a tf32 tensor core on NVIDIA: the low 13 significand bits
+    dropped (truncation toward zero, proofs/emulation._tf32), as float64."""
+    b = np.ascontiguousarray(np.asarray(x, dtype=np.float32)).view(np.int32) & np.int32(~0x1FFF)
+    return b.view(np.float32).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class _ConversionEffects:
+    """For a block of query rows: the exact conversion errors of the logits (e_s = scale (q~.k~ - q.k))
+    and of dP (e_dp = dO~.v~ - dO.v), the resulting first-order change of dS per entry
+    (dk_rows = A (g e_s + e_dp): what dQ and dK contract with K and Q), the conversion of dO (ddo), and
+    the same with absolute values (for the float64 evaluation error); dq_in = q~ - q of these rows."""
+
+    e_s: np.ndarray
+    e_s_abs: np.ndarray
+    dk_rows: np.ndarray
+    dk_rows_abs: np.ndarray
+    ddo: np.ndarray
+    ddo_abs: np.ndarray
+    dq_in: np.ndarray
+    dq_in_abs: np.ndarray
+
+
+@dataclass(frozen=True)
+class _ConvertedInputs:
+    """q, k, v, dO as the tensor cores see them (tf32: truncated) beside the exact values; their
+    differences are known exactly, so their first-order effect on a gradient is a computed signed sum
+    (bounds.md sec. 8, "input conversions"), not u_in times a sum of absolute values."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    do: np.ndarray
+    dk_in: np.ndarray  # k~ - k
+    dk_in_abs: np.ndarray  # |k~| + |k|
+    n_ops: int  # float64 operations behind one entry of an effect (its gamma_n evaluation error)
+
+    @staticmethod
+    def of(qf, kf, vf, dof) -> "_ConvertedInputs":
+        q, k, v, do = (_tf32_truncate(x) for x in (qf, kf, vf, dof))
+        n_ops = 2 * (qf.shape[-1] + vf.shape[-1]) + kf.shape[-2] + qf.shape[-2] + 16
+        return _ConvertedInputs(q, k, v, do, k - kf, np.abs(k) + np.abs(kf), n_ops)
+
+    def effects(self, r, qf, kf, vf, do_r, sc, A, g, dS) -> _ConversionEffects:
+        def T(x):
+            return np.swapaxes(x, -1, -2)
+
+        qt, dot = self.q[:, :, r], self.do[:, :, r]
+        e_s = sc * (qt @ T(self.k) - qf @ T(kf))
+        e_s_abs = sc * (np.abs(qt) @ T(np.abs(self.k)) + np.abs(qf) @ T(np.abs(kf)))
+        e_dp = dot @ T(self.v) - do_r @ T(vf)
+        e_dp_abs = np.abs(dot) @ T(np.abs(self.v)) + np.abs(do_r) @ T(np.abs(vf))
+        return _ConversionEffects(
+            e_s=np.where(A > 0, e_s, 0.0), e_s_abs=np.where(A > 0, e_s_abs, 0.0),
+            dk_rows=A * (g * e_s + e_dp), dk_rows_abs=A * (np.abs(g) * e_s_abs + e_dp_abs),
+            ddo=dot - do_r, ddo_abs=np.abs(dot) + np.abs(do_r),
+            dq_in=qt - qf, dq_in_abs=np.abs(qt) + np.abs(qf))

@@ -1,0 +1,67 @@
+"""An input built against the round-to-nearest probabilistic model of an accumulation (bench/NOTES.md,
+"backward bound terms"): every product of the dQ accumulation has the SAME residue modulo the ulp of
+the partial sum (p_j = r + m_j ulp, m_j random integers, so the products are distinct) after a first
+product that puts the partial sum in [1, 2); every step then rounds the same way. The errors are
+coherent, which no independence model over distinct operations covers.
+
+    PYTHONPATH=$PWD python bench/adversaries/constant_residue_dq.py [--spread 5000] [--cancel]
+
+--cancel ends with the opposite of the first product (R = dQ ~ 0, so nothing is charged along R).
+Prints observed |dQ error| / bound for both kinds (fp32 ieee, CPU emulation = the GPU's FMA order).
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+
+def build(n: int, d: int, spread: int, cancel: bool, seed: int = 0):
+    """(q, k, v, do) in float32 values: uniform rows (q = 0), V's column 0 = +1 then -1 (dS_j = +-1/n
+    exactly), K's column 0 chosen so that dS_j k_j = t_j."""
+    rng = np.random.default_rng(seed)
+    q = np.zeros((1, 1, 1, d))
+    v = np.zeros((1, 1, n, d))
+    v[..., : n // 2, 0], v[..., n // 2:, 0] = 1.0, -1.0
+    dS = np.where(np.arange(n) < n // 2, 1.0, -1.0) / n
+    m = rng.integers(-spread, spread + 1, n)
+    m[: n // 2] -= int(round(m[: n // 2].mean()))
+    m[n // 2:] -= int(round(m[n // 2:].mean()))
+    t = (2.0**-24 - 2.0**-31) + m * 2.0**-23  # residue just under half an ulp of [1, 2): rounds down
+    t[0] = 1.5
+    if cancel:
+        t[-1] = -1.5
+    k = np.zeros((1, 1, n, d))
+    k[..., 0] = t / dS
+    do = np.zeros((1, 1, 1, d))
+    do[..., 0] = 1.0
+    return q, k, v, do
+
+
+def main(argv=None):
+    from proofs.bounds import Precision, backward_bound
+    from proofs.emulation import fa2_backward, fa2_forward, round_to
+    from reference.attention import attention
+    from reference.backward import attention_backward
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--d", type=int, default=16)
+    ap.add_argument("--spread", type=int, default=5000)
+    ap.add_argument("--cancel", action="store_true")
+    a = ap.parse_args(argv)
+    q, k, v, do = build(a.n, a.d, a.spread, a.cancel)
+    assert np.array_equal(round_to(k, "float32"), k)
+    o, lse = fa2_forward(q, k, v, dtype="float32", dot="ieee")
+    got = fa2_backward(q, k, v, o, lse, do, dtype="float32", dot="ieee")
+    O, L = attention(q, k, v)
+    exact = attention_backward(q, k, v, O, L, do)
+    err = float(abs(got[0] - exact[0])[0, 0, 0, 0])
+    for kind in ("probabilistic", "worst_case"):
+        b = float(backward_bound(q, k, v, do, precision=Precision("float32", "ieee", exp="libm"), kind=kind).dq[0, 0, 0, 0])
+        print(f"{kind:13s} dQ[0,0]: error {err:.3g}, bound {b:.3g}, error/bound {err / b:.3g}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

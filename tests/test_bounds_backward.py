@@ -1,0 +1,126 @@
+"""The backward bound's accumulation and conversion models (proofs/bounds.md sec. 8, "round-to-nearest
+accumulations", "tensor-core accumulations", "input conversions"): each helper against what it claims,
+and the bound against inputs built so that every product of an accumulation is equal (the rounding
+errors are then all alike, which the grouping must charge worst case)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from proofs.bounds import Precision, backward_bound
+from proofs.bounds.backward import (_accumulation_coefficients, _grouped_square_sum, _tensor_core_steps,
+                                    _tf32_truncate, backward_terms)
+
+
+def test_equal_products_form_one_group_and_distinct_ones_add_in_quadrature():
+    p = np.array([[0.5, 0.5, 0.5, 0.5], [0.1, 0.2, 0.3, 0.4]])
+    coef = np.ones_like(p)
+    got = _grouped_square_sum(p, coef, np.zeros_like(p))
+    np.testing.assert_array_equal(got, [16.0, 4.0])  # (1+1+1+1)^2 ; 1+1+1+1
+
+
+def _partitions(items):
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _partitions(rest):
+        for i in range(len(part)):
+            yield part[:i] + [[first] + part[i]] + part[i + 1:]
+        yield [[first]] + part
+
+
+def test_grouping_bounds_every_partition_into_classes_of_possibly_equal_products():
+    """For any split of the steps into classes whose intervals share a point (products equal as computed),
+    sum over classes of (sum coef)^2 is at most the bound (brute force over all partitions of 6 steps)."""
+    rng = np.random.default_rng(4)
+    for _ in range(30):
+        p = np.round(rng.uniform(0, 1, (1, 6)), 1)
+        tol = rng.choice([0.0, 0.05, 0.1, 0.3], size=(1, 6))
+        coef = rng.uniform(0.1, 1.0, (1, 6))
+        bound = _grouped_square_sum(p, coef, tol)[0]
+        best = 0.0
+        for part in _partitions(list(range(6))):
+            if all(max(p[0, i] - tol[0, i] for i in g) <= min(p[0, i] + tol[0, i] for i in g) for g in part):
+                best = max(best, sum(coef[0, g].sum() ** 2 for g in part))
+        assert best <= bound * (1 + 1e-12), (p, tol, coef, best, bound)
+    # touching intervals meet; a chain 0.1 - 0.2 - 0.3 does not make 0.1 and 0.3 one class
+    got = _grouped_square_sum(np.array([[0.1, 0.9, 0.3, 0.2]]), np.ones((1, 4)), np.full((1, 4), 0.05))
+    np.testing.assert_allclose(got, [2 + 1 + 2 + 3])
+
+
+def test_accumulation_coefficients_bound_every_partial_sum_in_any_order_within_tiles():
+    rng = np.random.default_rng(0)
+    p = rng.standard_normal((3, 40))
+    block = 8
+    c = _accumulation_coefficients(p, block, True)
+    for _ in range(20):  # tiles in order, any order inside each tile, blocked or recursive
+        perm = np.concatenate([t0 + rng.permutation(min(block, 40 - t0)) for t0 in range(0, 40, block)])
+        partial = np.cumsum(p[:, perm], axis=-1)
+        assert (np.abs(partial) <= c[:, perm] * (1 + 1e-12)).all()
+    assert (_accumulation_coefficients(p, block, False) >= np.abs(np.cumsum(p, axis=-1))).all()
+
+
+def test_tensor_core_steps_never_exceed_the_old_count_and_cover_each_step():
+    rng = np.random.default_rng(1)
+    p = rng.standard_normal((2, 64))
+    block, k = 16, 4
+    got = _tensor_core_steps(p, block, k, np.array([True, False]))
+    old = (64 // k) * np.abs(p).sum(-1)
+    assert got[1] == old[1] and got[0] <= old[0]
+    # each step: |accumulator before it| + its products' |p|, ascending
+    acc, need = 0.0, 0.0
+    for s0 in range(0, 64, k):
+        need += abs(acc) + np.abs(p[0, s0:s0 + k]).sum()
+        acc += p[0, s0:s0 + k].sum()
+    assert need <= got[0]
+
+
+def test_tf32_truncation_matches_the_emulation():
+    from proofs.emulation import round_to
+
+    x = np.random.default_rng(2).standard_normal(1000).astype(np.float32).astype(np.float64)
+    np.testing.assert_array_equal(_tf32_truncate(x), round_to(x, "tf32"))
+
+
+def _triangle(n: int, d: int, kval: float):
+    """Uniform rows (q = 0), V's column 0 = +1 for the first half of the keys and -1 after, dO = e_0,
+    K constant: the dQ accumulation adds n/2 equal products then n/2 equal negative ones."""
+    q = np.zeros((1, 1, 2, d))
+    k = np.full((1, 1, n, d), kval)
+    v = np.zeros((1, 1, n, d))
+    v[..., : n // 2, 0], v[..., n // 2:, 0] = 1.0, -1.0
+    v[..., 1] = np.where(np.arange(n) < n // 4, 1.0, -1.0 / 3.0)
+    do = np.zeros((1, 1, 2, d))
+    do[..., 0, 0] = do[..., 1, 1] = 1.0
+    return q, k, v, do
+
+
+@pytest.mark.parametrize("kval", [0.1, 1.0 / 3.0])
+def test_probabilistic_dq_bound_holds_when_every_product_is_equal(kval):
+    from proofs.emulation import fa2_backward, fa2_forward, round_to
+    from reference.attention import attention
+    from reference.backward import attention_backward
+
+    q, k, v, do = (round_to(x, "float32") for x in _triangle(2048, 16, kval))
+    o, lse = fa2_forward(q, k, v, dtype="float32", dot="ieee")
+    got = fa2_backward(q, k, v, o, lse, do, dtype="float32", dot="ieee")
+    O, L = attention(q, k, v)
+    exact = attention_backward(q, k, v, O, L, do)
+    pr = Precision("float32", "ieee", exp="libm")
+    for kind in ("probabilistic", "worst_case"):
+        bb = backward_bound(q, k, v, do, precision=pr, kind=kind)
+        for name, g, e, b in zip(("dQ", "dK", "dV"), got, exact, (bb.dq, bb.dk, bb.dv)):
+            err = np.abs(g - e)
+            assert (err <= b).all(), f"{kind} {name}: max error/bound {np.max(err / np.maximum(b, 1e-300)):.3g}"
+
+
+def test_terms_name_every_piece_of_each_gradient():
+    rng = np.random.default_rng(3)
+    q, k, v, do = (rng.standard_normal(s) for s in ((1, 1, 8, 4), (1, 1, 16, 4), (1, 1, 16, 4), (1, 1, 8, 4)))
+    bb, terms = backward_terms(q, k, v, do, precision=Precision("float32", "ieee", exp="libm"))
+    np.testing.assert_array_equal(bb.dq, backward_bound(q, k, v, do, precision=bb.precision).dq)
+    assert set(terms) == {"dQ", "dK", "dV"}
+    for name, ts in terms.items():
+        assert {"var", "det"} <= {t.kind for t in ts}, name
+        assert all(np.all(t.value >= 0) for t in ts), name
