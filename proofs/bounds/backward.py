@@ -663,26 +663,20 @@ def _grouped_square_sum(p, coef, tol):
     lo, hi = p - tol, p + tol
     zero = np.zeros_like(coef)
 
-    def weight_before(keys_w, w, keys_q):
-        """sum of w over the keys_w that sort before each query (ties: weights first when the query is
-        given second: <=; the caller swaps the roles for <)."""
-        keys = np.concatenate([keys_w, keys_q], axis=-1)
-        ws = np.concatenate([w, zero], axis=-1)
+    def weight_before(keys_w, w, keys_q, queries_first: bool):
+        """sum of w over the keys_w that sort before each query in a stable sort of the concatenation:
+        a tie counts (<=) when the queries come second, and does not (<) when they come first."""
+        parts = [(keys_q, zero), (keys_w, w)] if queries_first else [(keys_w, w), (keys_q, zero)]
+        keys = np.concatenate([parts[0][0], parts[1][0]], axis=-1)
+        ws = np.concatenate([parts[0][1], parts[1][1]], axis=-1)
         order = np.argsort(keys, axis=-1, kind="stable")
         csum = np.cumsum(np.take_along_axis(ws, order, axis=-1), axis=-1)
         at = np.empty_like(order)
         np.put_along_axis(at, order, np.arange(2 * n)[None, :].repeat(M, axis=0), axis=-1)
-        return np.take_along_axis(csum, at[:, n:], axis=-1)
+        return np.take_along_axis(csum, at[:, :n] if queries_first else at[:, n:], axis=-1)
 
-    upto_hi = weight_before(lo, coef, hi)  # sum c_t [lo_t <= hi_s]
-    # sum c_t [hi_t < lo_s]: queries first in the concatenation, so a tie hi_t == lo_s is not counted
-    keys = np.concatenate([lo, hi], axis=-1)
-    ws = np.concatenate([zero, coef], axis=-1)
-    order = np.argsort(keys, axis=-1, kind="stable")
-    csum = np.cumsum(np.take_along_axis(ws, order, axis=-1), axis=-1)
-    at = np.empty_like(order)
-    np.put_along_axis(at, order, np.arange(2 * n)[None, :].repeat(M, axis=0), axis=-1)
-    below_lo = np.take_along_axis(csum, at[:, :n], axis=-1)
+    upto_hi = weight_before(lo, coef, hi, queries_first=False)  # sum c_t [lo_t <= hi_s]
+    below_lo = weight_before(hi, coef, lo, queries_first=True)  # sum c_t [hi_t < lo_s]
     return (coef * (upto_hi - below_lo)).sum(axis=-1)
 
 
