@@ -77,19 +77,11 @@ class StandIn:
         group = Hq // k.shape[1]
         q64, k64, v64 = q.double(), k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1)
         s = scale * (q64 @ k64.transpose(-1, -2))
-        off = Nk - Nq if causal and self.alignment == "bottom_right" else 0
-        i = torch.arange(Nq, device=q.device)[:, None]
-        j = torch.arange(Nk, device=q.device)[None, :]
-        vis = torch.ones(Nq, Nk, dtype=torch.bool, device=q.device)
-        if causal:
-            vis &= j <= i + off
-        if window is not None:
-            left, right = window
-            if left is not None:
-                vis &= j >= i + off - left
-            if right is not None:
-                vis &= j <= i + off + right
-        vis = vis.expand(B, Hq, Nq, Nk) & (True if mask is None else mask)
+        from reference.masks import visibility
+
+        vis = torch.from_numpy(visibility(B, Hq, Nq, Nk, causal=self.alignment if causal else False,
+                                          window=window,
+                                          mask=None if mask is None else mask.cpu().numpy())).to(q.device)
         s = s.masked_fill(~vis, float("-inf"))
         lse = torch.logsumexp(s, -1)
         dead = torch.isinf(lse)[..., None]  # fully masked rows: O = 0, LSE = -inf
