@@ -49,6 +49,22 @@ def test_grouping_bounds_every_partition_into_classes_of_possibly_equal_products
     np.testing.assert_allclose(got, [2 + 1 + 2 + 3])
 
 
+def test_grouping_equals_the_pairwise_sum_over_meeting_intervals():
+    """The one-sweep form 2 U - C^2 is sum_s c_s sum_t c_t [intervals s and t meet], computed pairwise here,
+    with ties (touching intervals meet), exact zeros, infinite tolerances and zero coefficients."""
+    rng = np.random.default_rng(7)
+    for trial in range(60):
+        m, n = int(rng.integers(1, 4)), int(rng.integers(1, 90))
+        p = np.round(rng.standard_normal((m, n)), int(rng.integers(0, 3))) * rng.choice([0.0, 1.0], size=(m, n), p=[0.1, 0.9])
+        tol = rng.choice([0.0, 0.01, 0.05, 0.25, np.inf], size=(m, n))
+        coef = rng.uniform(0, 1, (m, n)) * (rng.random((m, n)) > 0.2)
+        lo, hi = p - tol, p + tol
+        meet = (lo[:, None, :] <= hi[:, :, None]) & (hi[:, None, :] >= lo[:, :, None])
+        want = np.einsum("ms,mst,mt->m", coef, meet, coef)
+        np.testing.assert_allclose(_grouped_square_sum(p, coef, tol), want, rtol=1e-12, atol=0,
+                                   err_msg=f"trial {trial}: p={p}, tol={tol}")
+
+
 def test_accumulation_coefficients_bound_every_partial_sum_in_any_order_within_tiles():
     rng = np.random.default_rng(0)
     p = rng.standard_normal((3, 40))

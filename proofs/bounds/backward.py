@@ -648,36 +648,44 @@ def reference_bound(q, k, v, do=None, *, scale=None, causal=False, window=None, 
 
 def _grouped_square_sum(p, coef, tol):
     """A bound on sum over G of (sum_{s in G} coef_s)^2, per row of the (M, n) arrays p (the products
-    added at the steps), coef (each step's error bound) and tol (how far the computed product can be from
-    p), over every partition G of the steps into classes of products that are EQUAL as computed.
+    added at the steps), coef (each step's error bound, >= 0) and tol (how far the computed product can be
+    from p), over every partition G of the steps into classes of products that are EQUAL as computed.
 
     Equal products have intervals [p - tol, p + tol] sharing a point, so each class lies among the
     intervals that meet the interval of any of its members: (sum_G c)^2 = sum_{s in G} c_s sum_{t in G} c_t
     <= sum_{s in G} c_s N_s, N_s = sum of c_t over the intervals t meeting s's (s included). Hence the bound
-    sum_s c_s N_s: sum_s c_s^2 when no intervals meet, (sum_s c_s)^2 when all products are equal, and no
+    R = sum_s c_s N_s: sum_s c_s^2 when no intervals meet, (sum_s c_s)^2 when all products are equal, and no
     chaining through long runs of nearby products (which at N_k = 16k merged whole rows into one group).
-    N_s = #{lo_t <= hi_s} - #{hi_t < lo_s} in c-weights, from two sorted sweeps."""
+
+    One sorted sweep: t meets s iff lo_t <= hi_s and hi_t >= lo_s, and sum_{s,t} c_s c_t [hi_t < lo_s] is,
+    with s and t swapped, sum_{s,t} c_s c_t (1 - [lo_t <= hi_s]); so with U = sum_{s,t} c_s c_t [lo_t <= hi_s]
+    and C = sum_s c_s, R = U - (C^2 - U) = 2 U - C^2. U is the sweep of the lo_t (weights c_t) and the hi_s
+    (weights c_s) in one stable sort, lo before hi among equal keys (a touching pair meets). R >= sum c^2
+    (every interval meets itself) guards the cancellation in 2 U - C^2 (float64: relative error of R of the
+    order n^2 2^-53 at worst, below 10^-3 for n <= 4 10^6 products)."""
     M, n = p.shape
     if n == 0:
         return np.zeros(M)
-    lo, hi = p - tol, p + tol
-    zero = np.zeros_like(coef)
+    step = max(1, (1 << 15) // n)  # blocks of rows whose temporaries stay in cache (measured ~3x faster)
+    if M > step:
+        return np.concatenate([_grouped_square_sum(p[r:r + step], coef[r:r + step], tol[r:r + step])
+                               for r in range(0, M, step)])
+    row = np.arange(M)[:, None]
 
-    def weight_before(keys_w, w, keys_q, queries_first: bool):
-        """sum of w over the keys_w that sort before each query in a stable sort of the concatenation:
-        a tie counts (<=) when the queries come second, and does not (<) when they come first."""
-        parts = [(keys_q, zero), (keys_w, w)] if queries_first else [(keys_w, w), (keys_q, zero)]
-        keys = np.concatenate([parts[0][0], parts[1][0]], axis=-1)
-        ws = np.concatenate([parts[0][1], parts[1][1]], axis=-1)
-        order = np.argsort(keys, axis=-1, kind="stable")
-        csum = np.cumsum(np.take_along_axis(ws, order, axis=-1), axis=-1)
-        at = np.empty_like(order)
-        np.put_along_axis(at, order, np.arange(2 * n)[None, :].repeat(M, axis=0), axis=-1)
-        return np.take_along_axis(csum, at[:, :n] if queries_first else at[:, n:], axis=-1)
+    def gather(x, idx):  # x[r, idx[r, j]] through flat indices (cheaper than take_along_axis)
+        return x.ravel()[idx + row * x.shape[-1]]
 
-    upto_hi = weight_before(lo, coef, hi, queries_first=False)  # sum c_t [lo_t <= hi_s]
-    below_lo = weight_before(hi, coef, lo, queries_first=True)  # sum c_t [hi_t < lo_s]
-    return (coef * (upto_hi - below_lo)).sum(axis=-1)
+    # the sum is over the steps, so their order is free: in ascending order of p, lo and hi are nearly
+    # sorted and the stable sort of their concatenation (timsort merges runs) costs little beside this one
+    order = np.argsort(p, axis=-1, kind="stable")
+    lo, hi, c = gather(p - tol, order), gather(p + tol, order), gather(coef, order)
+    pos = np.argsort(np.concatenate([lo, hi], axis=-1), axis=-1, kind="stable")
+    w = gather(np.concatenate([c, c], axis=-1), pos)
+    is_lo = pos < n
+    upto = np.cumsum(np.where(is_lo, w, 0.0), axis=-1)  # sum of c_t over the lo_t up to here
+    U = np.where(is_lo, 0.0, w * upto).sum(axis=-1)
+    C = c.sum(axis=-1)
+    return np.maximum(2.0 * U - C * C, (c * c).sum(axis=-1))
 
 
 def _accumulation_coefficients(p, block: int, ordered: bool):
