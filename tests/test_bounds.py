@@ -653,3 +653,19 @@ def test_identical_keys_are_one_random_variable():
     assert groups is not None and np.all(groups == 0)
     coherent = np.einsum("...ij,...ijc->...ic", W, np.abs(v[..., None, :, :] - o[..., :, None, :])) ** 2
     assert np.allclose(_grouped_dev(W, groups, v, o), coherent)
+
+
+@pytest.mark.parametrize("kind", ["probabilistic", "worst_case"])
+def test_a_tile_wider_than_the_problem_is_the_whole_row(kind):
+    """A kernel that takes the whole sequence as one tile (block 2^20, e.g. the math backend's model) has the
+    bounds of tiles exactly as wide as the problem, computed without padding to 2^20 columns; the bound
+    reports the precision it was given."""
+    rng = np.random.default_rng(3)
+    q, k, v, do = (rng.standard_normal(s) for s in ((1, 2, 5, 8), (1, 2, 7, 8), (1, 2, 7, 8), (1, 2, 5, 8)))
+    wide = Precision("float32", "ieee", block_k=1 << 20, block_q=1 << 20)
+    exact = dataclasses.replace(wide, block_k=7, block_q=5)
+    fw, fe = forward_bound(q, k, v, precision=wide, kind=kind), forward_bound(q, k, v, precision=exact, kind=kind)
+    bw, be = (backward_bound(q, k, v, do, precision=p, kind=kind) for p in (wide, exact))
+    for a, b in ((fw.o, fe.o), (fw.lse, fe.lse), (bw.dq, be.dq), (bw.dk, be.dk), (bw.dv, be.dv)):
+        np.testing.assert_array_equal(a, b)
+    assert fw.precision is wide and bw.precision is wide

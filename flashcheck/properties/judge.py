@@ -191,27 +191,16 @@ def expected_backward(case, inputs, o, lse):
                                               **reference_kwargs(case, inputs))
 
 
-def tiles_within(precision, Nq: int, Nk: int):
-    """`precision` with its tiles no wider than the problem: a K/V tile of block_k >= Nk keys is the whole
-    row, so the bounds are the same (they read a block only through min(N, block) and ceil(N / block)),
-    but proofs.bounds pads its per-tile arrays to the block: 2^20 columns for the math backend's
-    'one tile' took ~1.5 s per example. (Belongs in proofs/bounds/forward.py's _rescale_changes.)"""
-    block_k, block_q = min(precision.block_k, max(Nk, 1)), min(precision.block_q, max(Nq, 1))
-    if (block_k, block_q) == (precision.block_k, precision.block_q):
-        return precision
-    return replace(precision, block_k=block_k, block_q=block_q)
-
-
 def forward_bound(subject, case, inputs, *, q=None, k=None, v=None, mask=None):
     q = inputs.q if q is None else q
     k = inputs.k if k is None else k
     v = inputs.v if v is None else v
-    precision = tiles_within(subject.precision(case.shape.d), q.shape[2], k.shape[2])
+    precision = subject.precision(case.shape.d)
     return bound_fn("forward_bound")(q, k, v, precision=precision, **reference_kwargs(case, inputs, mask))
 
 
 def backward_bound(subject, case, inputs):
-    precision = tiles_within(subject.precision(case.shape.d), inputs.q.shape[2], inputs.k.shape[2])
+    precision = subject.precision(case.shape.d)
     return bound_fn("backward_bound")(inputs.q, inputs.k, inputs.v, inputs.do, precision=precision,
                                       **reference_kwargs(case, inputs))
 

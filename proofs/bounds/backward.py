@@ -222,10 +222,11 @@ def _forward_rows_view(F: _Forward, r) -> _Forward:
 def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, kind, detail=None):
     """The bounds and the exact gradients; `detail` (a list) receives the named terms of each
     gradient (instrumentation: (name of the gradient, [Term]) pairs)."""
-    M = _model(precision)
     from reference.shapes import check_attention_args
 
     pr = check_attention_args(q, k, v, scale=scale, causal=causal, window=window, mask=mask, bias=bias)
+    M = _model(precision)  # (the model does not read the tiles)
+    given, precision = precision, precision.fitted(pr.Nq, pr.Nk)
     dof = np.asarray(do, dtype=np.float64)
     if dof.shape != (pr.B, pr.Hq, pr.Nq, pr.dv):
         raise ValueError(f"do must have O's shape {(pr.B, pr.Hq, pr.Nq, pr.dv)}, got {dof.shape}")
@@ -467,7 +468,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dk_err = _store(dk_err, np.abs(_kv(dK_exact)), g2, M)
     dq_err = np.concatenate(dq_blocks, axis=2)
     dQ_exact = np.concatenate(dQ_blocks, axis=2)
-    bound = BackwardBound(dq=dq_err, dk=dk_err, dv=dv_err, kind=kind, precision=precision)
+    bound = BackwardBound(dq=dq_err, dk=dk_err, dv=dv_err, kind=kind, precision=given)
     return bound, (dQ_exact, _kv(dK_exact), dV_exact)
 
 

@@ -109,8 +109,9 @@ def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, k
 
 
 def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, eta, explain=False) -> _Forward:
-    M = _model(precision)
     p, qf, kf, vf, s, vis, sc = _problem(q, k, v, scale, causal, window, mask, bias)
+    M = _model(precision)  # (the model does not read the tiles)
+    given, precision = precision, precision.fitted(p.Nq, p.Nk)
     lam = hoeffding_lambda(1.0, eta)
     # every quantity of the forward analysis belongs to one query row: blocks of rows keep the
     # (rows, Nk) temporaries small (cache-sized, no page faults of fresh 32 MB arrays at N = 2048)
@@ -118,7 +119,7 @@ def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, e
     R = _cat_rows([_forward_rows(p, M, precision, kind, lam, qf[..., r, :], kf, vf, s[..., r, :],
                                  vis[..., r, :], sc, bias is not None, explain, groups)
                    for r in _rows_chunks(p.Nq, p.Nk, 1, budget=ROW_BLOCK_ENTRIES)])
-    fb = ForwardBound(o=R.err, lse=R.lse_err, kind=kind, precision=precision)
+    fb = ForwardBound(o=R.err, lse=R.lse_err, kind=kind, precision=given)
     terms = (ForwardTerms(bound=fb, o=R.o_terms, lse=R.lse_terms, o_capped=R.o_capped, lse_capped=R.lse_capped)
              if explain else None)
     return _Forward(bound=fb, s=s, vis=vis, A=R.A, o=R.o, lse=R.lse, m=R.m, empty=R.empty,

@@ -2,7 +2,7 @@
 hardware hypotheses (`HardwareConstants`), unit roundoffs, and the derived counts (`_Model`, `_dot_steps`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import math
 
 import numpy as np
@@ -141,6 +141,17 @@ class Precision:
             raise ValueError(f"Precision.p_split must be a bool, got {self.p_split!r}")
         if not isinstance(self.hardware, HardwareConstants):
             raise ValueError(f"Precision.hardware must be a HardwareConstants, got {self.hardware!r}")
+
+    def fitted(self, Nq: int, Nk: int) -> "Precision":
+        """This precision with its tiles no wider than the problem. A tile of block_k >= Nk keys is the
+        whole row: the bounds read a block only through min(N, block), ceil(N / block) = 1 and, with one
+        tile, an order that is the same ascending or not; but per-tile arrays are padded to the block
+        (2^20 columns for "one tile of any width" took ~1.5 s per call). The bounds compute with this and
+        report the precision they were given."""
+        block_k, block_q = min(self.block_k, max(Nk, 1)), min(self.block_q, max(Nq, 1))
+        if (block_k, block_q) == (self.block_k, self.block_q):
+            return self
+        return replace(self, block_k=block_k, block_q=block_q)
 
     @property
     def out(self) -> str:
