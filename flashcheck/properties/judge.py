@@ -29,19 +29,19 @@ from flashcheck.strategies import (CANONICAL, CANONICAL_SMALL, SMALL_SHAPES, SUI
 # ---- the modules judged against: the float64 references and the derived bounds ----------------------
 
 def reference_fn(name):
-    import reference
+    from flashcheck import reference
 
     return getattr(reference, name)
 
 
 def bound_fn(name):
-    from proofs import bounds
+    from flashcheck.proofs import bounds
 
     return getattr(bounds, name)
 
 
 def bounds_source() -> str:
-    return "proofs.bounds"
+    return "flashcheck.proofs.bounds"
 
 
 # ---- the subject: kernel, device, dtype --------------------------------------------------------------
@@ -194,7 +194,7 @@ def expected_backward(case, inputs, o, lse):
 def tiles_within(precision, Nq: int, Nk: int):
     """`precision` with its tiles no wider than the problem: a K/V tile of block_k >= Nk keys is the whole
     row, so the bounds are the same (they read a block only through min(N, block) and ceil(N / block)),
-    but proofs.bounds pads its per-tile arrays to the block: 2^20 columns for the math backend's
+    but flashcheck.proofs.bounds pads its per-tile arrays to the block: 2^20 columns for the math backend's
     'one tile' took ~1.5 s per example. (Belongs in proofs/bounds/forward.py's _rescale_changes.)"""
     block_k, block_q = min(precision.block_k, max(Nk, 1)), min(precision.block_q, max(Nq, 1))
     if (block_k, block_q) == (precision.block_k, precision.block_q):

@@ -223,7 +223,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     """The bounds and the exact gradients; `detail` (a list) receives the named terms of each
     gradient (instrumentation: (name of the gradient, [Term]) pairs)."""
     M = _model(precision)
-    from reference.shapes import check_attention_args
+    from flashcheck.reference.shapes import check_attention_args
 
     pr = check_attention_args(q, k, v, scale=scale, causal=causal, window=window, mask=mask, bias=bias)
     dof = np.asarray(do, dtype=np.float64)
