@@ -2,6 +2,8 @@
 
 No torch or triton here. `flashcheck.reference.exact` (mpmath) is imported on demand, not from this package.
 """
+if __name__ != "flashcheck.reference":  # one module object per file: ARCHITECTURE.md, "Import names"
+    raise ImportError(f"import flashcheck.reference, not {__name__} (the checkout's reference/ is flashcheck.reference)")
 from flashcheck.reference import masks, shapes
 from flashcheck.reference.attention import attention
 from flashcheck.reference.backward import attention_backward, standard_attention_backward
