@@ -32,7 +32,7 @@ if _ROOT not in sys.path:
 import torch  # noqa: E402
 from triton.testing import do_bench as _do_bench  # noqa: E402
 
-from kernels.attention import attention  # noqa: E402
+from flashcheck.kernels.attention import attention  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"  # the CPU (TRITON_INTERPRET=1, fp16, tiny shapes) checks the code path only

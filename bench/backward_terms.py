@@ -2,7 +2,7 @@
 
 For random inputs, per precision and gradient: the median over entries of bound/observed (observed =
 the CPU emulation's error, proofs/emulation.py) and, for each named term of the probabilistic bound
-(proofs.bounds.backward.backward_terms), the median over entries of term / bound. Variance terms
+(flashcheck.proofs.bounds.backward.backward_terms), the median over entries of term / bound. Variance terms
 are shown as lam * sqrt(part) alone (they add in quadrature, so their shares can sum past 1).
 
     python bench/backward_terms.py --nk 512 4096
@@ -18,11 +18,11 @@ PRECISIONS = (("float32", "ieee"), ("float32", "tf32"), ("float16", "fp16"), ("b
 
 def main(argv=None):
     from bench.bounds_attack import inputs
-    from proofs.bounds import Precision
-    from proofs.bounds.backward import backward_terms
-    from proofs.emulation import fa2_backward, fa2_forward
-    from reference.attention import attention
-    from reference.backward import attention_backward
+    from flashcheck.proofs.bounds import Precision
+    from flashcheck.proofs.bounds.backward import backward_terms
+    from flashcheck.proofs.emulation import fa2_backward, fa2_forward
+    from flashcheck.reference.attention import attention
+    from flashcheck.reference.backward import attention_backward
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nk", type=int, nargs="+", default=[512])

@@ -8,7 +8,7 @@ limit still leaves every finished case), and the run ends with a markdown table.
     python bench/bounds_attack.py --source emulation --nk 512 2048 --out /tmp/attack.jsonl
     python bench/bounds_attack.py --source kernel --device cuda --nk 512 4096 16384 65536 --out $OUT/a.jsonl
 
-The exact values are the float64 references (reference.attention, reference.backward.attention_backward
+The exact values are the float64 references (flashcheck.reference.attention, flashcheck.reference.backward.attention_backward
 from the exact O and LSE: O(Nq Nk d), so Nk = 65536 stays cheap at Nq = 64); their own error (~1e-16
 relative) is far below every bound checked here.
 """
@@ -71,7 +71,7 @@ def ratio(quantity: str, kind: str, err, bound) -> Ratio:
 
 def inputs(family: str, dtype: str, nq: int, nk: int, h: int, d: int, seed: int):
     from flashcheck.structured import structured_inputs
-    from proofs.emulation import round_to
+    from flashcheck.proofs.emulation import round_to
 
     rng = np.random.default_rng(seed)
     if family == "random":
@@ -86,8 +86,8 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
     """(o, lse, dq, dk, dv) as float64 arrays, and the Precision the bounds use for this source.
     mma="h100": the emulation's forward tensor-core dots through the H100's measured truncating steps."""
     if source == "emulation":
-        from proofs.bounds import Precision
-        from proofs.emulation import fa2_backward, fa2_forward
+        from flashcheck.proofs.bounds import Precision
+        from flashcheck.proofs.emulation import fa2_backward, fa2_forward
 
         o, lse = fa2_forward(q, k, v, dtype=dtype, dot=dot, mma=mma)
         g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot)
@@ -95,7 +95,7 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
     import torch
 
     from flashcheck.adapters import ours_precision
-    from kernels.attention import attention
+    from flashcheck.kernels.attention import attention
 
     tdt = getattr(torch, dtype)
     dp = dot if dtype == "float32" else None
@@ -108,9 +108,9 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
 
 def judge(source, dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, seconds) -> Case:
     """The float64 references, both bounds and the ratios for one case (no GPU: runs in a worker)."""
-    from proofs.bounds import backward_bound, forward_bound
-    from reference.attention import attention
-    from reference.backward import attention_backward
+    from flashcheck.proofs.bounds import backward_bound, forward_bound
+    from flashcheck.reference.attention import attention
+    from flashcheck.reference.backward import attention_backward
 
     t0 = time.time()
     q, k, v, do = xs
@@ -200,13 +200,13 @@ def table(cases) -> str:
 
 def explain(source: str, device: str, precisions, nk: int, nq: int, h: int, d: int, seed: int) -> str:
     """Markdown: on random inputs, per precision, the probabilistic O and LSE bounds split into their
-    terms (proofs.bounds.forward.forward_terms): each cell is the median over entries of term / observed
+    terms (flashcheck.proofs.bounds.forward.forward_terms): each cell is the median over entries of term / observed
     error (entries with a nonzero error), so a row shows how many observed errors that term alone costs;
     'bound' is the median of bound / observed (what the tightness table reports)."""
     import dataclasses
 
-    from proofs.bounds.forward import forward_terms
-    from reference.attention import attention
+    from flashcheck.proofs.bounds.forward import forward_terms
+    from flashcheck.reference.attention import attention
 
     cols, rows = [], {}
     for pr in precisions:

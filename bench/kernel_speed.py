@@ -1,4 +1,4 @@
-"""Speed of kernels.attention beside torch SDPA (flash backend), bf16, on one CUDA GPU.
+"""Speed of flashcheck.kernels.attention beside torch SDPA (flash backend), bf16, on one CUDA GPU.
 
     PYTHONPATH=. python3 bench/kernel_speed.py            # table: ours vs SDPA flash, fwd and bwd
     PYTHONPATH=. python3 bench/kernel_speed.py --sweep    # try tile configs, print the best per d
@@ -29,7 +29,7 @@ Measured 2026-11-22, H100 80GB HBM3 (nvidia-h100-x1), torch 2.11.0+cu130, triton
      128  16384  False |     463.2     346.4 |     410.7     309.9
      128  16384   True |     433.2     319.5 |     399.3     313.2
 
-Tile sweep (--sweep, N = 8k) that chose kernels.attention.kernel_config: fwd 64×64/4 warps/3 stages
+Tile sweep (--sweep, N = 8k) that chose flashcheck.kernels.attention.kernel_config: fwd 64×64/4 warps/3 stages
 (d=128: 524 TFLOP/s non-causal vs 518 for 128×128/8 warps); bwd d=128 dK/dV 128-key tiles ×
 64-query inner tiles, 8 warps, 3 stages (427); d=64 64×64/4 warps/3 stages (383).
 """
@@ -42,9 +42,9 @@ import torch
 import triton
 from triton.testing import do_bench
 
-from kernels import attention
+from flashcheck.kernels import attention
 
-ka = sys.modules["kernels.attention"]  # the module (the package attribute is the function)
+ka = sys.modules["flashcheck.kernels.attention"]  # the module (the package attribute is the function)
 
 
 def _inputs(B, H, N, d, dtype=torch.bfloat16):

@@ -87,7 +87,7 @@ def make_backend(name: str, causal: bool):
     import torch
 
     if name in ("ours", "ours-accurate"):  # ours-accurate: precision="accurate" (issue 11's cost)
-        from kernels.attention import attention
+        from flashcheck.kernels.attention import attention
 
         precision = "accurate" if name == "ours-accurate" else "default"
         return lambda q, k, v: attention(q, k, v, causal=causal, precision=precision)

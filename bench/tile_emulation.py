@@ -2,10 +2,10 @@
 
     PYTHONPATH=. python3 bench/tile_emulation.py [--N 512] [--d 128]
 
-proofs.emulation.fa2_forward (bf16 operands, the tensor-core k-steps, ascending key tiles) at
-block_k = 64 and at the block_k that `kernels.attention.kernel_config` uses on the H100 for this
+flashcheck.proofs.emulation.fa2_forward (bf16 operands, the tensor-core k-steps, ascending key tiles) at
+block_k = 64 and at the block_k that `flashcheck.kernels.attention.kernel_config` uses on the H100 for this
 head dim, for the default and the accurate forward, on normal, large-logit (q, k ×8) and outlier
-inputs; prints worst |err| / bound of O and LSE (both kinds, `proofs.bounds.forward_bound` with
+inputs; prints worst |err| / bound of O and LSE (both kinds, `flashcheck.proofs.bounds.forward_bound` with
 the Precision `flashcheck.adapters.ours_precision` states) and the relative O error. Written when the
 d = 128 forward moved to 128-wide key tiles and no GPU was lent to verify it (bench/NOTES.md).
 """
@@ -23,9 +23,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from flashcheck.adapters import ours_precision  # noqa: E402
-from proofs.bounds import forward_bound  # noqa: E402
-from proofs.emulation import fa2_forward, round_to  # noqa: E402
-from reference import attention  # noqa: E402
+from flashcheck.proofs.bounds import forward_bound  # noqa: E402
+from flashcheck.proofs.emulation import fa2_forward, round_to  # noqa: E402
+from flashcheck.reference import attention  # noqa: E402
 
 
 def _inputs(kind, shape, rng):

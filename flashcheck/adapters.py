@@ -55,7 +55,7 @@ def _dtype_name(dtype) -> str:
 def _precision(**fields):
     """A Precision whose key-tile order is "any" unless the caller knows it: third-party kernels
     (flash-attn visits key blocks from the last one) and user kernels do not state their order."""
-    from proofs.bounds import Precision
+    from flashcheck.proofs.bounds import Precision
 
     fields.setdefault("tile_order", "any")
     return Precision(**fields)
@@ -382,8 +382,8 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
     """Our kernel's `kernels.attention.arithmetic(...)` (for these `attention` options) as the
     `proofs.bounds.Precision` the bounds read: tile by tile into the accumulator ("recursive"), the
     measured H100 hardware on the GPU, the CPU's IEEE arithmetic in the interpreter (exp "libm")."""
-    from kernels.attention import arithmetic
-    from proofs.hardware import h100, interpreter
+    from flashcheck.kernels.attention import arithmetic
+    from flashcheck.proofs.hardware import h100, interpreter
 
     a = arithmetic(dtype, dot_precision, head_dim=head_dim, interpret=interpret, block_mask=block_mask,
                    precision=precision, delta_from=delta_from, tiles=tiles)
@@ -395,7 +395,7 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
 
 
 def _ours() -> KernelUnderTest:
-    from kernels.attention import attention
+    from flashcheck.kernels.attention import attention
 
     def fn(q, k, v, *, causal=False, **kw):
         # causal=True means the declared alignment, bottom-right (flash-attn's, kernels.attention's "bottom_right")
@@ -421,7 +421,7 @@ def _ours() -> KernelUnderTest:
 def _ours_accurate() -> KernelUnderTest:
     """Our kernel with precision="accurate" (P·V as P_hi·V + P_lo·V, proofs/accurate_modes.md) and
     its default accurate backward: the same kernel under another name, its own precision model."""
-    from kernels.attention import attention
+    from flashcheck.kernels.attention import attention
 
     kut = _ours()
 

@@ -1,7 +1,7 @@
 """One measurement of the audit: run a kernel on one input, compare with the float64 reference
 computed from the exact values the kernel received, and set the error next to the derived bound.
 
-The parts it reads (flashcheck.adapters, reference, proofs.bounds) come from `components()`.
+The parts it reads (flashcheck.adapters, reference, flashcheck.proofs.bounds) come from `components()`.
 """
 from __future__ import annotations
 
@@ -49,16 +49,16 @@ def torch_dtype(name: str):
 
 def components() -> dict:
     """{part: (what the audit uses, "")} for the parts it reads (every one required)."""
-    import reference
+    from flashcheck import reference
     from flashcheck import adapters
-    from proofs import bounds
+    from flashcheck.proofs import bounds
 
     def ref(q, k, v, do, *, backward):
         o, lse = reference.attention(q, k, v)
         grads = reference.attention_backward(q, k, v, o, lse, do) if backward else (None,) * 3
         return (np.asarray(o), np.asarray(lse), *grads)
 
-    return {"flashcheck.adapters": (adapters.resolve, ""), "reference": (ref, ""), "proofs.bounds": (bounds, "")}
+    return {"flashcheck.adapters": (adapters.resolve, ""), "reference": (ref, ""), "flashcheck.proofs.bounds": (bounds, "")}
 
 
 def bounds_for(bounds, q, k, v, do, precision, *, backward: bool, kinds=BOUND_KINDS):
@@ -200,7 +200,7 @@ def measure(kut, case: Case, device: str, parts: dict, kinds=BOUND_KINDS, cache=
     if "ref" not in cache:
         cache["ref"] = reference(qe, ke, ve, doe, backward=backward)
     ref = cache["ref"]
-    bounds_module, why = parts["proofs.bounds"]
+    bounds_module, why = parts["flashcheck.proofs.bounds"]
     bounds = None
     if not kinds:
         pass
@@ -232,7 +232,7 @@ def measure(kut, case: Case, device: str, parts: dict, kinds=BOUND_KINDS, cache=
             record["flags"].append(f"{name}: {s['nonfinite']} NaN/Inf entries from finite inputs")
         if any(s.get("bound_nan", {}).values()):
             record["flags"].append(f"{name}: the bound is NaN at {max(s['bound_nan'].values())} "
-                                   "entries (proofs.bounds) — no verdict")
+                                   "entries (flashcheck.proofs.bounds) — no verdict")
         if s["mismatched_inf"]:
             record["flags"].append(f"{name}: {s['mismatched_inf']} entries differ where the "
                                    "reference is infinite")

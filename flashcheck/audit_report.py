@@ -145,7 +145,7 @@ def write_report(report: dict, out: Path) -> tuple[Path, Path]:
     md += ["", "Errors are measured against the float64 reference computed from the exact values "
            "the kernel received (already rounded to its dtype). *rel. error* = ‖err‖₂ / ‖ref‖₂ "
            "over the whole tensor; *err/bound* = max over elements of |err| / bound, with the "
-           "bound from `proofs.bounds` for the kernel's declared precision (`prob.`: "
+           "bound from `flashcheck.proofs.bounds` for the kernel's declared precision (`prob.`: "
            "probabilistic, `worst`: worst case). A ratio above 1 (bold) means the kernel is "
            "outside what its declared precision allows.", ""]
     sweep = report["header"].get("sweep", {})

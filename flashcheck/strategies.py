@@ -19,7 +19,7 @@ Value distributions:
 
 `causal` in a Case is the reference's: False, True (top-left) or "bottom_right"; `adapt` gives a causal
 case (either alignment) the alignment the kernel under test declares, which is what it receives as
-`causal=True`. The kernel's own tests pass both alignments to kernels.attention directly.
+`causal=True`. The kernel's own tests pass both alignments to flashcheck.kernels.attention directly.
 """
 from __future__ import annotations
 
@@ -290,8 +290,8 @@ def materialize(case: Case, dtype: str) -> Inputs:
 
 
 def visible(case: Case, mask: np.ndarray | None) -> np.ndarray:
-    """Visibility (B, Hq, Nq, Nk) of a case (reference.masks.visibility)."""
-    from reference.masks import visibility
+    """Visibility (B, Hq, Nq, Nk) of a case (flashcheck.reference.masks.visibility)."""
+    from flashcheck.reference.masks import visibility
 
     s = case.shape
     return visibility(s.B, s.Hq, s.Nq, s.Nk, causal=case.causal, window=case.window, mask=mask)

@@ -77,7 +77,7 @@ class StandIn:
         group = Hq // k.shape[1]
         q64, k64, v64 = q.double(), k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1)
         s = scale * (q64 @ k64.transpose(-1, -2))
-        from reference.masks import visibility
+        from flashcheck.reference.masks import visibility
 
         vis = torch.from_numpy(visibility(B, Hq, Nq, Nk, causal=self.alignment if causal else False,
                                           window=window,

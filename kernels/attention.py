@@ -23,10 +23,10 @@ import torch
 import triton
 from triton.runtime.errors import OutOfResources
 
-from kernels.block_mask import BlockSparseMask, build_block_mask, from_flex_block_mask
-from kernels.triton_bwd import (attn_bwd_dkdv_kernel, attn_bwd_dq_kernel,
-                                attn_bwd_preprocess_kernel)
-from kernels.triton_fwd import attn_fwd_kernel
+from flashcheck.kernels.block_mask import BlockSparseMask, build_block_mask, from_flex_block_mask
+from flashcheck.kernels.triton_bwd import (attn_bwd_dkdv_kernel, attn_bwd_dq_kernel,
+                                           attn_bwd_preprocess_kernel)
+from flashcheck.kernels.triton_fwd import attn_fwd_kernel
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _CAUSAL = (False, True, "top_left", "bottom_right")
@@ -122,7 +122,7 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
 @dataclass(frozen=True)
 class Arithmetic:
     """What the kernel computes with, as plain values (kernels/ imports no other part of the project;
-    `flashcheck.adapters` turns this into the `proofs.bounds.Precision` the bounds read).
+    `flashcheck.adapters` turns this into the `flashcheck.proofs.bounds.Precision` the bounds read).
 
     input/output: dtype names; dot: operand format of the tensor-core products ("fp16", "bf16",
     "tf32", "ieee"); exp: "ex2.approx" on the GPU, "libm" in the interpreter; block_k: K/V tile width
@@ -198,7 +198,7 @@ def _check_tiles(tiles) -> None:
     if tiles is None:
         return
     if not isinstance(tiles, KernelConfig):
-        raise TypeError(f"tiles must be a kernels.attention.KernelConfig or None, got {type(tiles).__name__}")
+        raise TypeError(f"tiles must be a flashcheck.kernels.attention.KernelConfig or None, got {type(tiles).__name__}")
     for name in ("fwd", "dkdv", "dq"):
         t = getattr(tiles, name)
         for f in ("block_m", "block_n"):
@@ -253,7 +253,7 @@ def _normalize_mask(mask, B, Hq, nq, nk, causal, window, device):
         if BlockMask and isinstance(mask, BlockMask):
             mask = from_flex_block_mask(mask)
         else:
-            raise TypeError("mask must be a bool tensor, a kernels.block_mask.BlockSparseMask or a "
+            raise TypeError("mask must be a bool tensor, a flashcheck.kernels.block_mask.BlockSparseMask or a "
                             f"flex_attention.BlockMask, got {type(mask).__name__}")
     if isinstance(mask, BlockSparseMask):
         if (mask.nq, mask.nk) != (nq, nk):
@@ -584,6 +584,6 @@ def _backward(ctx, do, dlse, _do_res):
 _attention_fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 
-# `kernels.attention` names both this module and, once the package is imported, the function;
-# `kernels.attention.arithmetic(...)` works either way.
+# `flashcheck.kernels.attention` names both this module and, once the package is imported, the function;
+# `flashcheck.kernels.attention.arithmetic(...)` works either way.
 attention.arithmetic = arithmetic

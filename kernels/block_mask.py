@@ -63,7 +63,7 @@ class BlockSparseMask:
 def _band_visibility(nq: int, nk: int, causal, window, device) -> torch.Tensor:
     """(Nq, Nk) bool: key j visible from query i under causal ∧ window (ARCHITECTURE.md).
 
-    Deliberately not reference.masks.visibility: the kernel package keeps its own statement of the
+    Deliberately not flashcheck.reference.masks.visibility: the kernel package keeps its own statement of the
     convention (in torch, on the mask's device), and tests/test_kernel_masks.py checks the two agree."""
     off = nk - nq if causal == "bottom_right" else 0
     i = torch.arange(nq, device=device)[:, None]

@@ -11,14 +11,14 @@ dS = P ∘ (dP − Δ).
 - `attn_bwd_dkdv_kernel`: K/V-block outer; loops over the query heads of its GQA group and over the
   query tiles that can see the block, accumulating dK and dV in registers (no atomics).
 - `attn_bwd_dq_kernel`: Q-block outer; loops over key tiles like the forward.
-Visibility and tile ranges are those of the forward (`kernels.tiles`), read transposed in the
+Visibility and tile ranges are those of the forward (`flashcheck.kernels.tiles`), read transposed in the
 dK/dV kernel: query i sees key j iff j − off_hi <= i <= j − off_lo.
 """
 import triton
 import triton.language as tl
 
-from kernels.tiles import (LOG2E, full_start, head_ptr, inner_tiles, load_rows, load_rows_t,
-                           partial_start, visible)
+from flashcheck.kernels.tiles import (LOG2E, full_start, head_ptr, inner_tiles, load_rows, load_rows_t,
+                                      partial_start, visible)
 
 
 @triton.jit

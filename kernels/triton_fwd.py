@@ -25,8 +25,8 @@ Code-generation choices that leave every rounding where it was (`TileConfig`):
 import triton
 import triton.language as tl
 
-from kernels.tiles import (LN2, LOG2E, full_start, head_ptr, inner_tiles, load_rows, load_rows_t,
-                           partial_start, visible)
+from flashcheck.kernels.tiles import (LN2, LOG2E, full_start, head_ptr, inner_tiles, load_rows, load_rows_t,
+                                      partial_start, visible)
 
 
 @triton.jit

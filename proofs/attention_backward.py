@@ -1,12 +1,12 @@
 """Lemma 10 (proofs/attention_backward.md): the FA2 backward double loop (recomputation from LSE,
-dQ accumulated across K/V blocks) equals the standard backward. Justifies reference.attention_backward;
+dQ accumulated across K/V blocks) equals the standard backward. Justifies flashcheck.reference.attention_backward;
 relied on by tests/test_attention_backward.py."""
 from __future__ import annotations
 
 import mpmath as mp
 import sympy as sp
 
-from proofs.instances import DPS, assert_close, assert_symbolic_zero, attention_inputs, within
+from flashcheck.proofs.instances import DPS, assert_close, assert_symbolic_zero, attention_inputs, within
 
 STATEMENT = (
     "For L = sum(dO o O), O = softmax(S) V, S = scale Q K^T: the FA2 backward -- outer loop over K/V blocks j, "
@@ -74,9 +74,9 @@ def check_symbolic(double_loop=fa2_double_loop) -> None:
 def check_numeric() -> None:
     import numpy as np
 
-    from proofs.bounds import reference_bound
-    from reference import attention, attention_backward, standard_attention_backward
-    from reference.exact import exact_attention_backward
+    from flashcheck.proofs.bounds import reference_bound
+    from flashcheck.reference import attention, attention_backward, standard_attention_backward
+    from flashcheck.reference.exact import exact_attention_backward
 
     with mp.workdps(DPS):  # the symbolic case evaluated at 60 digits on a random instance
         rng = np.random.default_rng(4)

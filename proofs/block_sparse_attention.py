@@ -1,12 +1,12 @@
 """Lemma 11 (proofs/block_sparse_attention.md): skipping entirely masked blocks is exact; with a mask not
-aligned to the blocks, partial blocks must be masked elementwise. Justifies reference.block_sparse_attention;
+aligned to the blocks, partial blocks must be masked elementwise. Justifies flashcheck.reference.block_sparse_attention;
 relied on by tests/test_block_sparse_attention.py."""
 from __future__ import annotations
 
 import mpmath as mp
 import sympy as sp
 
-from proofs.instances import DPS, assert_close, assert_symbolic_zero, attention_inputs, within
+from flashcheck.proofs.instances import DPS, assert_close, assert_symbolic_zero, attention_inputs, within
 
 STATEMENT = (
     "In the FA2 recurrence, a key block whose entries are all masked (logits -inf) leaves (m, l, O~) unchanged, "
@@ -36,10 +36,10 @@ def check_symbolic() -> None:
 def check_numeric() -> None:
     import numpy as np
 
-    from proofs.bounds import reference_bound
-    from reference import block_sparse_attention, causal_block_mask, local_block_mask
-    from reference.block_sparse import expand_block_mask
-    from reference.exact import exact_attention
+    from flashcheck.proofs.bounds import reference_bound
+    from flashcheck.reference import block_sparse_attention, causal_block_mask, local_block_mask
+    from flashcheck.reference.block_sparse import expand_block_mask
+    from flashcheck.reference.exact import exact_attention
 
     for seed, (Nq, Nk, bs), bm_fn, causal in (
         (0, (8, 8, 2), lambda a, b: causal_block_mask(a, b), False),

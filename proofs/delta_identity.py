@@ -1,11 +1,11 @@
 """Lemma 9 (proofs/delta_identity.md): Delta_i = rowsum(dO o O)_i = rowsum(A o dA)_i, and
-dP = A o (dA - Delta) = J_softmax dA. Relied on by reference.attention_backward; tests/test_attention_backward.py."""
+dP = A o (dA - Delta) = J_softmax dA. Relied on by flashcheck.reference.attention_backward; tests/test_attention_backward.py."""
 from __future__ import annotations
 
 import mpmath as mp
 import sympy as sp
 
-from proofs.instances import DPS, assert_close, assert_symbolic_zero, softmax
+from flashcheck.proofs.instances import DPS, assert_close, assert_symbolic_zero, softmax
 
 STATEMENT = (
     "For one row with A = softmax(p), O = A V, dA = dO V^T: Delta = sum_c dO_c O_c = sum_j A_j dA_j, and "

@@ -63,17 +63,17 @@ def _k_step(dot: str, k_step: int | None) -> int:
     if k_step is not None:
         return k_step
     if dot in ("fp16", "bf16", "tf32"):
-        from proofs.bounds import HARDWARE
+        from flashcheck.proofs.bounds import HARDWARE
 
         return HARDWARE.mma_for(dot).k_step
     return 1
 
 
 def _mma_dot(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, mma) -> torch.Tensor:
-    """acc + a @ b through the tensor core's measured step model (proofs.hardware.MmaBehaviour, emulated
-    bit for bit by proofs.hardware_probe.BlockFma: k_step exact products aligned to the largest exponent
+    """acc + a @ b through the tensor core's measured step model (flashcheck.proofs.hardware.MmaBehaviour, emulated
+    bit for bit by flashcheck.proofs.hardware_probe.BlockFma: k_step exact products aligned to the largest exponent
     with extra_bits below fp32's 24, truncated, summed, the sum truncated into fp32)."""
-    from proofs.hardware_probe import BlockFma
+    from flashcheck.proofs.hardware_probe import BlockFma
 
     align = {"truncation": "trunc", "round": "rn", "floor": "floor"}[mma.alignment]
     norm = {"truncation": "rz", "round": "rn", "floor": "floor"}[mma.normalization]
@@ -113,7 +113,7 @@ def _tile_starts(Nk: int, block_k: int) -> list:
 
 
 def _visibility(B, H, Nq, Nk, causal, window, mask):
-    from reference.masks import visibility
+    from flashcheck.reference.masks import visibility
 
     return torch.as_tensor(visibility(B, H, Nq, Nk, causal=causal, window=window, mask=mask))
 
@@ -163,14 +163,14 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
     """(O, LSE) as the FA2 forward kernel computes them, see the module docstring (with
     return_fp32_o also O = acc / l before the store, what Delta uses with delta_from="fp32").
     mma: None (tensor-core steps summed exactly, rounded to nearest) or "h100" (both tensor-core dots,
-    Q K^T and P V, through the H100's measured truncating step model, proofs.hardware.h100())."""
+    Q K^T and P V, through the H100's measured truncating step model, flashcheck.proofs.hardware.h100())."""
     ks = _k_step(dot, k_step)
     pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask)
     tdt, acc_t, qk_scale, vis, kt, vt = pb.tdt, pb.acc_t, pb.qk_scale, pb.vis, pb.kt, pb.vt
     if mma is not None:
         if mma != "h100":
             raise ValueError(f"mma must be None or 'h100', got {mma!r}")
-        from proofs.hardware import h100
+        from flashcheck.proofs.hardware import h100
 
         mma = h100().mma_for(dot) if dot in ("fp16", "bf16", "tf32") else None
         if mma is not None and k_step is not None and k_step != mma.k_step:

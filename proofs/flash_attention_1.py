@@ -1,11 +1,11 @@
 """Lemma 6 (proofs/flash_attention_1.md): FlashAttention-1 Algorithm 1 returns softmax(QK^T)V (Theorem 1)
-with O(N) extra memory. Justifies reference.flash_attention_1; relied on by tests/test_flash_attention_1.py."""
+with O(N) extra memory. Justifies flashcheck.reference.flash_attention_1; relied on by tests/test_flash_attention_1.py."""
 from __future__ import annotations
 
 import mpmath as mp
 import sympy as sp
 
-from proofs.instances import DPS, assert_close, assert_symbolic_zero, attention_inputs, within
+from flashcheck.proofs.instances import DPS, assert_close, assert_symbolic_zero, attention_inputs, within
 
 STATEMENT = (
     "Algorithm 1 keeps, for each query row after the key blocks 1..j, the invariant m = max_{k<=j} s_k, "
@@ -59,9 +59,9 @@ def algorithm1_row(srow, V, b_c):
 def check_numeric() -> None:
     import numpy as np
 
-    from proofs.bounds import reference_bound
-    from reference import flash_attention_1
-    from reference.exact import exact_attention
+    from flashcheck.proofs.bounds import reference_bound
+    from flashcheck.reference import flash_attention_1
+    from flashcheck.reference.exact import exact_attention
 
     with mp.workdps(DPS):
         rng = np.random.default_rng(0)

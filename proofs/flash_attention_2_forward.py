@@ -1,11 +1,11 @@
 """Lemma 7 (proofs/flash_attention_2_forward.md): FA2 forward with deferred normalization and
-LSE = m + log l. Justifies reference.flash_attention_2_forward; tests/test_flash_attention_2_forward.py."""
+LSE = m + log l. Justifies flashcheck.reference.flash_attention_2_forward; tests/test_flash_attention_2_forward.py."""
 from __future__ import annotations
 
 import mpmath as mp
 import sympy as sp
 
-from proofs.instances import DPS, assert_close, assert_symbolic_zero, attention_inputs, within
+from flashcheck.proofs.instances import DPS, assert_close, assert_symbolic_zero, attention_inputs, within
 
 STATEMENT = (
     "With m^(0) = -inf, l^(0) = 0, O~^(0) = 0 and for each key block j: m^(j) = max(m^(j-1), rowmax S_j), "
@@ -41,9 +41,9 @@ def check_symbolic() -> None:
 def check_numeric() -> None:
     import numpy as np
 
-    from proofs.bounds import reference_bound
-    from reference import flash_attention_2_forward
-    from reference.exact import exact_attention
+    from flashcheck.proofs.bounds import reference_bound
+    from flashcheck.reference import flash_attention_2_forward
+    from flashcheck.reference.exact import exact_attention
 
     rng = np.random.default_rng(5)
     with mp.workdps(DPS):

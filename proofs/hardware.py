@@ -260,7 +260,7 @@ def exceeded(constants: HardwareConstants, m: Measured) -> list[str]:
 
 
 def main(argv=None) -> int:
-    """python3 -m proofs.hardware [REPORT.json]: the measured maxima beside the bound-side constants."""
+    """python3 -m flashcheck.proofs.hardware [REPORT.json]: the measured maxima beside the bound-side constants."""
     import sys
     path = (argv if argv is not None else sys.argv[1:]) or [str(H100_JSON)]
     report = load_report(path[0])

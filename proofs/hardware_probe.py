@@ -1,6 +1,6 @@
 """Measure, on the GPU, the hardware constants the error bounds assume (proofs/hardware.py reads them).
 
-    python3 -m proofs.hardware_probe --out proofs/measurements/h100.json [--raw FILE.npz] [--quick]
+    python3 -m flashcheck.proofs.hardware_probe --out proofs/measurements/h100.json [--raw FILE.npz] [--quick]
 
 What is measured, and how (each section is written to --out as soon as it is done, so a run that is
 killed still leaves what it measured):
@@ -536,8 +536,8 @@ def probe_attention_ptx() -> dict:
         return {"note": "interpreter: no PTX"}
     out = {}
     try:
-        import kernels
-        from kernels import triton_fwd
+        from flashcheck import kernels
+        from flashcheck.kernels import triton_fwd
         for dt, prec in ((torch.float16, None), (torch.float32, "ieee"), (torch.float32, "tf32")):
             q = torch.randn(1, 1, 256, 64, device="cuda", dtype=dt)
             kernels.attention(q, q, q, dot_precision=prec)

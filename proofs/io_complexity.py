@@ -1,8 +1,8 @@
 """Lemma 14 (proofs/io_complexity.md): HBM accesses of standard attention Theta(Nd + N^2), of FlashAttention
 Theta(N^2 d^2 / M), of block-sparse FlashAttention Theta(Nd + N^2 d^2 s / M), checked against the FA1
-reference's IO counter. Relied on by reference.flash_attention_1 and tests/test_flash_attention_1.py.
+reference's IO counter. Relied on by flashcheck.reference.flash_attention_1 and tests/test_flash_attention_1.py.
 
-    PYTHONPATH=. python -m proofs.io_complexity     # prints the measured/formula table
+    PYTHONPATH=. python -m flashcheck.proofs.io_complexity     # prints the measured/formula table
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def table():
     """Rows (N, d, M, measured, closed form, measured / (N^2 d^2 / M), measured / (Nd + N^2 d^2 / M))."""
     import numpy as np
 
-    from reference import algorithm1_hbm_accesses, flash_attention_1
+    from flashcheck.reference import algorithm1_hbm_accesses, flash_attention_1
 
     rows = []
     rng = np.random.default_rng(14)
@@ -88,7 +88,7 @@ def check_numeric() -> None:
                 r = block_sparse_accesses(N, d, M, s) / (N * d + N * N * d * d * s / M)
                 assert 1.0 <= r <= 40.0, f"block-sparse ratio {r:.2f}"
     # anchor: the block-sparse count with s = 1 is Algorithm 1's closed form
-    from reference import algorithm1_hbm_accesses
+    from flashcheck.reference import algorithm1_hbm_accesses
 
     for N, d, M in ((32, 8, 64), (64, 4, 256)):
         assert block_sparse_accesses(N, d, M, 1.0) == sum(algorithm1_hbm_accesses(N, N, d, d, M))

@@ -1,11 +1,11 @@
 """Lemma 8 (proofs/lse_trick.md): A = exp(P - LSE) (the backward recomputes the softmax from the LSE).
-Relied on by reference.attention_backward; tests/test_logsumexp.py, tests/test_attention_backward.py."""
+Relied on by flashcheck.reference.attention_backward; tests/test_logsumexp.py, tests/test_attention_backward.py."""
 from __future__ import annotations
 
 import mpmath as mp
 import sympy as sp
 
-from proofs.instances import DPS, assert_close, assert_symbolic_zero, logit_vectors, softmax
+from flashcheck.proofs.instances import DPS, assert_close, assert_symbolic_zero, logit_vectors, softmax
 
 STATEMENT = (
     "For a row p of logits with LSE = log sum_k exp(p_k) = m + log sum_k exp(p_k - m) (any m, in particular "
@@ -27,7 +27,7 @@ def check_symbolic() -> None:
 def check_numeric() -> None:
     import numpy as np
 
-    from reference import logsumexp
+    from flashcheck.reference import logsumexp
 
     with mp.workdps(DPS):
         for x in logit_vectors(8):

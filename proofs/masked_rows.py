@@ -5,7 +5,7 @@ from __future__ import annotations
 import mpmath as mp
 import sympy as sp
 
-from proofs.instances import DPS, assert_close, assert_symbolic_zero
+from flashcheck.proofs.instances import DPS, assert_close, assert_symbolic_zero
 
 STATEMENT = (
     "For a row with no visible key: LSE = log(empty sum) = -inf is the limit of LSE when every logit -> -inf; "
@@ -42,9 +42,9 @@ def check_symbolic() -> None:
 def check_numeric() -> None:
     import numpy as np
 
-    from reference import (attention, attention_backward, block_sparse_attention, flash_attention_1,
-                           flash_attention_2_forward, merge_states, online_softmax, standard_attention_backward,
-                           tiled_online_softmax)
+    from flashcheck.reference import (attention, attention_backward, block_sparse_attention, flash_attention_1,
+                                      flash_attention_2_forward, merge_states, online_softmax, standard_attention_backward,
+                                      tiled_online_softmax)
 
     with mp.workdps(DPS):
         # LSE(x - t) = LSE(x) - t at 60 digits: tends to -inf linearly

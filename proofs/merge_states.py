@@ -1,11 +1,11 @@
 """Lemma 12 (proofs/merge_states.md): merging (O, LSE) states over disjoint key sets is exact and
-associative. Justifies reference.merge_states; relied on by tests/test_merge_states.py."""
+associative. Justifies flashcheck.reference.merge_states; relied on by tests/test_merge_states.py."""
 from __future__ import annotations
 
 import mpmath as mp
 import sympy as sp
 
-from proofs.instances import DPS, assert_close, assert_symbolic_zero, attention_inputs, within
+from flashcheck.proofs.instances import DPS, assert_close, assert_symbolic_zero, attention_inputs, within
 
 STATEMENT = (
     "For disjoint key sets K1, K2 with states (O_k, LSE_k) = (softmax over K_k of s) V, log sum_{K_k} e^s): "
@@ -42,9 +42,9 @@ def check_symbolic() -> None:
 def check_numeric() -> None:
     import numpy as np
 
-    from proofs.bounds import reference_bound
-    from reference import attention, merge_states
-    from reference.exact import exact_attention
+    from flashcheck.proofs.bounds import reference_bound
+    from flashcheck.reference import attention, merge_states
+    from flashcheck.reference.exact import exact_attention
 
     with mp.workdps(DPS):
         rng = np.random.default_rng(12)

@@ -1,12 +1,12 @@
 """Lemma 2 (proofs/online_softmax.md): the online-softmax recurrence for d'_i.
-Justifies reference.online_softmax; relied on by tests/test_online_softmax.py."""
+Justifies flashcheck.reference.online_softmax; relied on by tests/test_online_softmax.py."""
 from __future__ import annotations
 
 import mpmath as mp
 import sympy as sp
 
-from proofs.instances import (DPS, assert_close, assert_symbolic_zero, logit_vectors, softmax, floats)
-from proofs.reference_bounds import softmax_bound
+from flashcheck.proofs.instances import (DPS, assert_close, assert_symbolic_zero, logit_vectors, softmax, floats)
+from flashcheck.proofs.reference_bounds import softmax_bound
 
 STATEMENT = (
     "With m_0 = -inf, d'_0 = 0, m_i = max(m_{i-1}, x_i), d'_i = d'_{i-1} exp(m_{i-1} - m_i) + exp(x_i - m_i): "
@@ -47,7 +47,7 @@ def online(x):
 def check_numeric() -> None:
     import numpy as np
 
-    from reference import online_softmax
+    from flashcheck.reference import online_softmax
 
     with mp.workdps(DPS):
         for x in logit_vectors(9):

@@ -1,7 +1,7 @@
 """Error bounds of the float64 references (reference/) against the exact result: the softmax family,
 the row recurrences and attention with dropout (derivations in proofs/reference_bounds.md).
 
-Attention without dropout is bounded by `proofs.bounds.reference_bound`; this module covers what that
+Attention without dropout is bounded by `flashcheck.proofs.bounds.reference_bound`; this module covers what that
 one does not model. Every bound is rigorous, not first order: a quantity computed as
 x (1 + d_1) ... (1 + d_k)^(+-1) with |d_i| <= u_i satisfies |log(x_hat / x)| <= sum_i lam(u_i),
 lam(u) = -log(1 - u), so its relative error is <= expm1(that sum): the gamma_n of Higham in log form,
@@ -97,7 +97,7 @@ def softmax_bound(x) -> SoftmaxBound:
 
 
 def row_recurrence_bound(x, v, block: int | None = None) -> np.ndarray:
-    """|o_hat - O| per output entry for reference.row_recurrence / tiled_row_recurrence (`block`
+    """|o_hat - O| per output entry for flashcheck.reference.row_recurrence / tiled_row_recurrence (`block`
     b: T = ceil(n / b) tiles; None covers every block size).
 
     Key j enters o' in its tile as p_j V_j / d'_t and is carried by o' d'_{t-1} alpha / d'_t; the d''s
@@ -155,8 +155,8 @@ class _Logits:
 def _logits(q, k, v, kwargs) -> _Logits:
     """Logit errors and softmax weight errors of the float64 references (attention, FA2 forward with
     any blocks, standard backward): reference_bounds.md, sec. 3."""
-    from reference.attention import expand_kv, masked_logits, masked_softmax, resolve_scale
-    from reference.shapes import check_attention_args
+    from flashcheck.reference.attention import expand_kv, masked_logits, masked_softmax, resolve_scale
+    from flashcheck.reference.shapes import check_attention_args
 
     kw = {k_: v_ for k_, v_ in kwargs.items() if k_ in ("scale", "causal", "window", "mask", "bias")}
     p = check_attention_args(q, k, v, **kw)
@@ -187,10 +187,10 @@ def _logits(q, k, v, kwargs) -> _Logits:
 
 
 def dropout_attention_bound(q, k, v, **kwargs) -> AttentionBound:
-    """|O_hat - O| and |LSE_hat - LSE| of reference.attention and reference.flash_attention_2_forward
+    """|O_hat - O| and |LSE_hat - LSE| of flashcheck.reference.attention and flashcheck.reference.flash_attention_2_forward
     (any blocks) with dropout (dropout_p, dropout_mask; also valid without), against the oracle's
     value rounded to float64 (reference_bounds.md, sec. 3)."""
-    from reference.attention import expand_kv
+    from flashcheck.reference.attention import expand_kv
 
     g = _logits(q, k, v, kwargs)
     p = g.problem
@@ -213,9 +213,9 @@ def dropout_attention_bound(q, k, v, **kwargs) -> AttentionBound:
 
 
 def dropout_attention_backward_bound(q, k, v, do, **kwargs) -> AttentionGradBound:
-    """|dQ_hat - dQ|, |dK_hat - dK|, |dV_hat - dV| of reference.standard_attention_backward with
+    """|dQ_hat - dQ|, |dK_hat - dK|, |dV_hat - dV| of flashcheck.reference.standard_attention_backward with
     dropout (through J_softmax; reference_bounds.md, sec. 4), against the oracle rounded to float64."""
-    from reference.attention import expand_kv, reduce_kv
+    from flashcheck.reference.attention import expand_kv, reduce_kv
 
     g = _logits(q, k, v, kwargs)
     p = g.problem

@@ -1,13 +1,13 @@
 """Lemma 4 (proofs/row_recurrence.md): the single-pass recurrence o'_i (normalized every step) gives
-softmax(x) V. Justifies reference.row_recurrence; relied on by tests/test_row_recurrence.py."""
+softmax(x) V. Justifies flashcheck.reference.row_recurrence; relied on by tests/test_row_recurrence.py."""
 from __future__ import annotations
 
 import mpmath as mp
 import sympy as sp
 
-from proofs.instances import (DPS, assert_close, assert_symbolic_zero, logit_vectors, floats,
-                              softmax, value_rows)
-from proofs.reference_bounds import row_recurrence_bound
+from flashcheck.proofs.instances import (DPS, assert_close, assert_symbolic_zero, logit_vectors, floats,
+                                         softmax, value_rows)
+from flashcheck.proofs.reference_bounds import row_recurrence_bound
 
 STATEMENT = (
     "With o'_0 = 0, o'_i = o'_{i-1} d'_{i-1} exp(m_{i-1} - m_i) / d'_i + exp(x_i - m_i) / d'_i V_i "
@@ -44,7 +44,7 @@ def recurrence(x, V):
 def check_numeric() -> None:
     import numpy as np
 
-    from reference import row_recurrence
+    from flashcheck.reference import row_recurrence
 
     with mp.workdps(DPS):
         for x in logit_vectors(8):

@@ -1,12 +1,12 @@
 """Lemma 1 (proofs/safe_softmax.md): safe softmax equals softmax (shift invariance).
-Justifies reference.safe_softmax; relied on by tests/test_safe_softmax.py."""
+Justifies flashcheck.reference.safe_softmax; relied on by tests/test_safe_softmax.py."""
 from __future__ import annotations
 
 import mpmath as mp
 import sympy as sp
 
-from proofs.instances import (DPS, assert_close, assert_symbolic_zero, logit_vectors, softmax, floats)
-from proofs.reference_bounds import softmax_bound
+from flashcheck.proofs.instances import (DPS, assert_close, assert_symbolic_zero, logit_vectors, softmax, floats)
+from flashcheck.proofs.reference_bounds import softmax_bound
 
 STATEMENT = (
     "For x in R^N and any real c, exp(x_i - c) / sum_j exp(x_j - c) = exp(x_i) / sum_j exp(x_j). "
@@ -42,7 +42,7 @@ def check_numeric() -> None:
     # the float64 reference on an input where naive exp overflows: finite, and equal to mpmath
     import numpy as np
 
-    from reference import safe_softmax
+    from flashcheck.reference import safe_softmax
 
     row = np.array([1e4, 1e4 - 1.0, 1e4 - 40.0])
     a = safe_softmax(row)

@@ -27,7 +27,7 @@ CASES = (  # (input dtype, dot precision)
 def make_inputs(dist: str, shape, dtype: str, seed: int = 0, n_tensors: int = 4):
     """q, k, v, do rounded to `dtype`, as float64. normal: N(0,1); outliers: FA3-style, 0.1% of the
     entries get an extra N(0, 100) term; large_logits: q scaled by 8 (logits with std ~8)."""
-    from proofs.emulation import round_to
+    from flashcheck.proofs.emulation import round_to
 
     rng = np.random.default_rng(seed)
     xs = [rng.standard_normal(shape) for _ in range(n_tensors)]
@@ -52,9 +52,9 @@ def worst_ratio(err, bound) -> float:
 
 def emulation_rows(n: int, d: int, exp: str, causal: bool = True, seed: int = 0):
     """Rows (source, dtype, dot, dist, kind, quantity, ratio) for the FA2 emulation."""
-    from proofs.bounds import Precision, backward_bound, forward_bound
-    from proofs.emulation import fa2_backward, fa2_forward
-    from reference import attention, standard_attention_backward
+    from flashcheck.proofs.bounds import Precision, backward_bound, forward_bound
+    from flashcheck.proofs.emulation import fa2_backward, fa2_forward
+    from flashcheck.reference import attention, standard_attention_backward
 
     rows = []
     shape = (1, 2, n, d)
@@ -86,8 +86,8 @@ def sdpa_rows(n: int, d: int, causal: bool = True, seed: int = 0):
     Only O is returned by SDPA, so only O is compared."""
     import torch
 
-    from proofs.bounds import Precision, forward_bound
-    from reference import attention
+    from flashcheck.proofs.bounds import Precision, forward_bound
+    from flashcheck.reference import attention
 
     rows = []
     shape = (1, 2, n, d)

@@ -1,12 +1,12 @@
 """Lemma 3 (proofs/tiled_online_softmax.md): block max / block sum recurrence; softmax over
-concatenated blocks. Justifies reference.tiled_online_softmax; tests/test_tiled_online_softmax.py."""
+concatenated blocks. Justifies flashcheck.reference.tiled_online_softmax; tests/test_tiled_online_softmax.py."""
 from __future__ import annotations
 
 import mpmath as mp
 import sympy as sp
 
-from proofs.instances import (DPS, assert_close, assert_symbolic_zero, logit_vectors, softmax, floats)
-from proofs.reference_bounds import softmax_bound
+from flashcheck.proofs.instances import (DPS, assert_close, assert_symbolic_zero, logit_vectors, softmax, floats)
+from flashcheck.proofs.reference_bounds import softmax_bound
 
 STATEMENT = (
     "For tiles x^(1), ..., x^(T) of x: m_t = max(m_{t-1}, max x^(t)), "
@@ -31,7 +31,7 @@ def check_symbolic(step=tile_step) -> None:
     l_0 = 0) gives l_1 = sum_{j<=a} e^{x_j - m_1}; then a second tile gives l_2 = sum over keys
     1..a+b (the disjoint union of the two tiles) of e^{x_j - m_2}: the inductive step for any sizes.
     Then the decomposition of softmax over two concatenated blocks, general sizes and shifts."""
-    from proofs.instances import assert_sum_identity
+    from flashcheck.proofs.instances import assert_sum_identity
 
     a, b = sp.symbols("a b", integer=True, positive=True)
     M1, M2 = sp.symbols("M_1 M_2", real=True)
@@ -65,7 +65,7 @@ def tiled(x, block):
 def check_numeric() -> None:
     import numpy as np
 
-    from reference import tiled_online_softmax
+    from flashcheck.reference import tiled_online_softmax
 
     with mp.workdps(DPS):
         for x in logit_vectors(10):

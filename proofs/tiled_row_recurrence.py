@@ -1,13 +1,13 @@
 """Lemma 5 (proofs/tiled_row_recurrence.md): normalize-at-end equals normalize-each-step, o'_t = O_t / d'_t,
-over tiles. Justifies reference.tiled_row_recurrence; relied on by tests/test_tiled_row_recurrence.py."""
+over tiles. Justifies flashcheck.reference.tiled_row_recurrence; relied on by tests/test_tiled_row_recurrence.py."""
 from __future__ import annotations
 
 import mpmath as mp
 import sympy as sp
 
-from proofs.instances import (DPS, assert_close, assert_symbolic_zero, logit_vectors, floats,
-                              softmax, value_rows)
-from proofs.reference_bounds import row_recurrence_bound
+from flashcheck.proofs.instances import (DPS, assert_close, assert_symbolic_zero, logit_vectors, floats,
+                                         softmax, value_rows)
+from flashcheck.proofs.reference_bounds import row_recurrence_bound
 
 STATEMENT = (
     "Over tiles t: unnormalized O_t = O_{t-1} exp(m_{t-1} - m_t) + sum_{j in t} exp(x_j - m_t) V_j and "
@@ -35,7 +35,7 @@ def check_symbolic(step=tile_step) -> None:
     o' = 0) against the definition softmax(x_1..a) V = sum e^{x_j} V_j / sum e^{x_j} (unshifted).
     Inductive step, any sizes: a second tile gives softmax(x_1..a+b) V over the union of the tiles.
     And o'_t = O_t / d'_t with the unnormalized O_t = O_{t-1} e^{m_{t-1} - m_t} + tile sum."""
-    from proofs.instances import assert_sum_identity
+    from flashcheck.proofs.instances import assert_sum_identity
 
     a, b = sp.symbols("a b", integer=True, positive=True)
     M1, M2 = sp.symbols("M_1 M_2", real=True)
@@ -76,7 +76,7 @@ def both(x, V, block):
 def check_numeric() -> None:
     import numpy as np
 
-    from reference import tiled_row_recurrence
+    from flashcheck.reference import tiled_row_recurrence
 
     with mp.workdps(DPS):
         for x in logit_vectors(11):

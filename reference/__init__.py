@@ -1,18 +1,20 @@
 """flashcheck's float64 NumPy references: one function per derivation step (ARCHITECTURE.md).
 
-No torch or triton here. `reference.exact` (mpmath) is imported on demand, not from this package.
+No torch or triton here. `flashcheck.reference.exact` (mpmath) is imported on demand, not from this package.
 """
-from reference import masks, shapes
-from reference.attention import attention
-from reference.backward import attention_backward, standard_attention_backward
-from reference.block_sparse import block_sparse_attention, causal_block_mask, local_block_mask
-from reference.flash_attention_1 import IOStats, algorithm1_hbm_accesses, flash_attention_1
-from reference.flash_attention_2 import flash_attention_2_forward
-from reference.masks import causal_offset, visibility
-from reference.merge import merge_states
-from reference.row_recurrence import RowState, row_recurrence, tiled_row_recurrence
-from reference.shapes import Problem, check_attention_args
-from reference.softmax import logsumexp, naive_softmax, online_softmax, safe_softmax, tiled_online_softmax
+if __name__ != "flashcheck.reference":  # one module object per file: ARCHITECTURE.md, "Import names"
+    raise ImportError(f"import flashcheck.reference, not {__name__} (the checkout's reference/ is flashcheck.reference)")
+from flashcheck.reference import masks, shapes
+from flashcheck.reference.attention import attention
+from flashcheck.reference.backward import attention_backward, standard_attention_backward
+from flashcheck.reference.block_sparse import block_sparse_attention, causal_block_mask, local_block_mask
+from flashcheck.reference.flash_attention_1 import IOStats, algorithm1_hbm_accesses, flash_attention_1
+from flashcheck.reference.flash_attention_2 import flash_attention_2_forward
+from flashcheck.reference.masks import causal_offset, visibility
+from flashcheck.reference.merge import merge_states
+from flashcheck.reference.row_recurrence import RowState, row_recurrence, tiled_row_recurrence
+from flashcheck.reference.shapes import Problem, check_attention_args
+from flashcheck.reference.softmax import logsumexp, naive_softmax, online_softmax, safe_softmax, tiled_online_softmax
 
 __all__ = [
     "IOStats",

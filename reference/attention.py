@@ -12,9 +12,9 @@ import math
 
 import numpy as np
 
-from reference.masks import visibility
-from reference.shapes import Problem, check_attention_args
-from reference.softmax import _divide_or_zero, safe_shift
+from flashcheck.reference.masks import visibility
+from flashcheck.reference.shapes import Problem, check_attention_args
+from flashcheck.reference.softmax import _divide_or_zero, safe_shift
 
 
 def resolve_scale(scale, d: int) -> float:

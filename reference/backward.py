@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.attention import (apply_dropout, expand_kv, logits_tile, masked_logits, masked_softmax, reduce_kv,
-                                 resolve_scale)
-from reference.masks import visibility
-from reference.flash_attention_2 import check_block, tile_ranges
-from reference.shapes import check_attention_args, check_backward_args
-from reference.softmax import safe_shift
+from flashcheck.reference.attention import (apply_dropout, expand_kv, logits_tile, masked_logits, masked_softmax, reduce_kv,
+                                            resolve_scale)
+from flashcheck.reference.masks import visibility
+from flashcheck.reference.flash_attention_2 import check_block, tile_ranges
+from flashcheck.reference.shapes import check_attention_args, check_backward_args
+from flashcheck.reference.softmax import safe_shift
 
 
 def attention_backward(q, k, v, o, lse, do, *, scale=None, causal=False, window=None, mask=None, bias=None,

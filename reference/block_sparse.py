@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from reference.flash_attention_2 import check_block, forward_tiles
-from reference.shapes import check_attention_args
+from flashcheck.reference.flash_attention_2 import check_block, forward_tiles
+from flashcheck.reference.shapes import check_attention_args
 
 
 def causal_block_mask(nq_blocks: int, nk_blocks: int) -> np.ndarray:

@@ -4,7 +4,7 @@ decimal digits), for small shapes (it loops in Python over every element).
 The inputs are float64 arrays, taken as exact rationals; every operation then runs with `dps` digits,
 so the result carries a relative error around 10^-dps, far below float64's 2^-53 ~ 1.1e-16. Results are
 float64 arrays (correctly rounded from the high-precision value, to within one extra rounding) or, with
-`as_mpf=True`, object arrays of mpmath numbers. Masking conventions are those of `reference.attention`:
+`as_mpf=True`, object arrays of mpmath numbers. Masking conventions are those of `flashcheck.reference.attention`:
 a fully masked row gives O = 0, LSE = -inf, zero gradients. The default scale is the exact 1/sqrt(d).
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-from reference.masks import visibility
-from reference.shapes import check_attention_args
+from flashcheck.reference.masks import visibility
+from flashcheck.reference.shapes import check_attention_args
 
 DEFAULT_DPS = 60
 
@@ -102,7 +102,7 @@ def _forward(q, k, v, *, scale, causal, window, mask, bias, dropout_p=0.0, dropo
 
 def exact_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None, bias=None, dropout_p=0.0,
                     dropout_mask=None, dps: int = DEFAULT_DPS, as_mpf: bool = False):
-    """(o, lse) of standard attention at `dps` digits; same arguments as `reference.attention`."""
+    """(o, lse) of standard attention at `dps` digits; same arguments as `flashcheck.reference.attention`."""
     with mpmath.workdps(dps):
         p, Q, K, V, sc, P, Pd, lse = _forward(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
                                               bias=bias, dropout_p=dropout_p, dropout_mask=dropout_mask)
@@ -115,7 +115,7 @@ def exact_attention(q, k, v, *, scale=None, causal=False, window=None, mask=None
 def exact_attention_backward(q, k, v, do, *, scale=None, causal=False, window=None, mask=None, bias=None,
                              dropout_p=0.0, dropout_mask=None, dps: int = DEFAULT_DPS, as_mpf: bool = False):
     """(dq, dk, dv) of L = sum(dO o O) at `dps` digits, through dS = P o (dP - rowsum(P o dP))
-    (the J_softmax product written out); same arguments as `reference.standard_attention_backward`."""
+    (the J_softmax product written out); same arguments as `flashcheck.reference.standard_attention_backward`."""
     with mpmath.workdps(dps):
         p, Q, K, V, sc, P, Pd, _ = _forward(q, k, v, scale=scale, causal=causal, window=window, mask=mask,
                                             bias=bias, dropout_p=dropout_p, dropout_mask=dropout_mask)

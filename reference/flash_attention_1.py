@@ -21,11 +21,11 @@ import numbers
 
 import numpy as np
 
-from reference.attention import expand_kv, resolve_scale
-from reference.flash_attention_2 import tile_ranges
-from reference.masks import visibility
-from reference.shapes import check_attention_args
-from reference.softmax import _divide_or_zero, safe_shift
+from flashcheck.reference.attention import expand_kv, resolve_scale
+from flashcheck.reference.flash_attention_2 import tile_ranges
+from flashcheck.reference.masks import visibility
+from flashcheck.reference.shapes import check_attention_args
+from flashcheck.reference.softmax import _divide_or_zero, safe_shift
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.attention import expand_kv, logits_tile, resolve_scale
-from reference.masks import visibility
-from reference.shapes import Problem, check_attention_args
-from reference.softmax import _divide_or_zero, safe_shift
+from flashcheck.reference.attention import expand_kv, logits_tile, resolve_scale
+from flashcheck.reference.masks import visibility
+from flashcheck.reference.shapes import Problem, check_attention_args
+from flashcheck.reference.softmax import _divide_or_zero, safe_shift
 
 
 def check_block(name: str, b) -> int:
@@ -83,7 +83,7 @@ def flash_attention_2_forward(q, k, v, *, block_q: int = 64, block_k: int = 64, 
                               window=None, mask=None, bias=None, dropout_p=0.0, dropout_mask=None):
     """FA2 forward: Q outer loop, un-normalized accumulator, one division at the end -> (o, lse).
 
-    Same arguments and result as `reference.attention` plus the tile sizes.
+    Same arguments and result as `flashcheck.reference.attention` plus the tile sizes.
     """
     problem = check_attention_args(q, k, v, scale=scale, causal=causal, window=window, mask=mask, bias=bias,
                                    dropout_p=dropout_p, dropout_mask=dropout_mask)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.shapes import check_causal, check_mask, check_window
+from flashcheck.reference.shapes import check_causal, check_mask, check_window
 
 
 def causal_offset(causal, Nq: int, Nk: int) -> int:

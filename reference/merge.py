@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.softmax import _divide_or_zero, safe_shift
+from flashcheck.reference.softmax import _divide_or_zero, safe_shift
 
 
 def merge_states(o1, lse1, o2, lse2):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reference.softmax import _divide_or_zero, _as_rows, safe_shift
+from flashcheck.reference.softmax import _divide_or_zero, _as_rows, safe_shift
 
 
 @dataclass(frozen=True)

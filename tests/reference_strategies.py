@@ -4,8 +4,8 @@ Strategies draw small NumPy problems: shapes from a small finite set (N = 1, odd
 Nq > Nk, GQA), both causal alignments, windows, random masks with fully masked rows, biases, and logit
 scales up to 1e4; the values come from a drawn seed, so every case replays exactly.
 
-Bounds: `reference_bounds` / `reference_backward_bounds` return `proofs.bounds.reference_bound`, or with
-dropout `proofs.reference_bounds` (the one derivation per tolerance), and the name of the one used;
+Bounds: `reference_bounds` / `reference_backward_bounds` return `flashcheck.proofs.bounds.reference_bound`, or with
+dropout `flashcheck.proofs.reference_bounds` (the one derivation per tolerance), and the name of the one used;
 tests `note()` it.
 """
 from __future__ import annotations
@@ -122,30 +122,30 @@ def _geometry(kwargs: dict) -> dict:
 
 def reference_bounds(q, k, v, **kwargs):
     """(bound_o, bound_lse, source) of the float64 forward references against the exact result:
-    proofs.bounds.reference_bound, or proofs.reference_bounds.dropout_attention_bound with dropout
+    flashcheck.proofs.bounds.reference_bound, or flashcheck.proofs.reference_bounds.dropout_attention_bound with dropout
     (which reference_bound does not model)."""
     if kwargs.get("dropout_p"):
-        from proofs.reference_bounds import dropout_attention_bound
+        from flashcheck.proofs.reference_bounds import dropout_attention_bound
 
         b = dropout_attention_bound(q, k, v, **kwargs)
-        return b.o, b.lse, "proofs.reference_bounds.dropout_attention_bound"
-    from proofs.bounds import reference_bound
+        return b.o, b.lse, "flashcheck.proofs.reference_bounds.dropout_attention_bound"
+    from flashcheck.proofs.bounds import reference_bound
 
     b = reference_bound(q, k, v, **_geometry(kwargs))
-    return np.asarray(b.o), np.asarray(b.lse), "proofs.bounds.reference_bound"
+    return np.asarray(b.o), np.asarray(b.lse), "flashcheck.proofs.bounds.reference_bound"
 
 
 def reference_backward_bounds(q, k, v, do, **kwargs):
     """(bound_dq, bound_dk, bound_dv, source) of the float64 backward references (as reference_bounds)."""
     if kwargs.get("dropout_p"):
-        from proofs.reference_bounds import dropout_attention_backward_bound
+        from flashcheck.proofs.reference_bounds import dropout_attention_backward_bound
 
         b = dropout_attention_backward_bound(q, k, v, do, **kwargs)
-        return b.dq, b.dk, b.dv, "proofs.reference_bounds.dropout_attention_backward_bound"
-    from proofs.bounds import reference_bound
+        return b.dq, b.dk, b.dv, "flashcheck.proofs.reference_bounds.dropout_attention_backward_bound"
+    from flashcheck.proofs.bounds import reference_bound
 
     b = reference_bound(q, k, v, do, **_geometry(kwargs))
-    return np.asarray(b.dq), np.asarray(b.dk), np.asarray(b.dv), "proofs.bounds.reference_bound"
+    return np.asarray(b.dq), np.asarray(b.dk), np.asarray(b.dv), "flashcheck.proofs.bounds.reference_bound"
 
 
 # ---- comparison ----------------------------------------------------------------------------------------
@@ -188,8 +188,8 @@ def on_grid(x, bits: int):
 
 
 def gamma(n: int) -> float:
-    """Higham's gamma_n in float64 (proofs.bounds.gamma)."""
-    from proofs.bounds import gamma as gamma_n
+    """Higham's gamma_n in float64 (flashcheck.proofs.bounds.gamma)."""
+    from flashcheck.proofs.bounds import gamma as gamma_n
 
     return float(gamma_n(n, U))
 

@@ -1,10 +1,10 @@
-"""reference.attention: standard attention, the float64 ground truth (seed 000 / seed 002 eqs. (1)-(3))."""
+"""flashcheck.reference.attention: standard attention, the float64 ground truth (seed 000 / seed 002 eqs. (1)-(3))."""
 import math
 
 import numpy as np
 import pytest
 
-from reference import attention
+from flashcheck.reference import attention
 from tests.reference_strategies import assert_within, reference_bounds
 
 
@@ -133,5 +133,5 @@ def test_reference_imports_neither_torch_nor_triton():
     import subprocess
     import sys
 
-    code = "import sys, reference, reference.exact; bad = {'torch', 'triton'} & set(sys.modules); assert not bad, bad"
+    code = "import sys, flashcheck.reference, flashcheck.reference.exact; bad = {'torch', 'triton'} & set(sys.modules); assert not bad, bad"
     subprocess.run([sys.executable, "-c", code], check=True)

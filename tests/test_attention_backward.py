@@ -1,9 +1,9 @@
-"""reference.attention_backward: the FA2 tiled backward with Delta = rowsum(dO o O) (seed 002)."""
+"""flashcheck.reference.attention_backward: the FA2 tiled backward with Delta = rowsum(dO o O) (seed 002)."""
 import numpy as np
 from hypothesis import given, note, strategies as st
 
-from reference import attention, attention_backward, standard_attention_backward
-from reference.exact import exact_attention_backward
+from flashcheck.reference import attention, attention_backward, standard_attention_backward
+from flashcheck.reference.exact import exact_attention_backward
 from tests.reference_strategies import (
     FD_GRID_BITS,
     FD_STEP,

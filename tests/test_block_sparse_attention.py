@@ -1,10 +1,10 @@
-"""reference.block_sparse_attention and the block-mask builders (seed 001, "Block-Sparse Attention")."""
+"""flashcheck.reference.block_sparse_attention and the block-mask builders (seed 001, "Block-Sparse Attention")."""
 import numpy as np
 import pytest
 from hypothesis import given, note, strategies as st
 
-from reference import attention, block_sparse_attention, causal_block_mask, local_block_mask
-from reference.block_sparse import expand_block_mask
+from flashcheck.reference import attention, block_sparse_attention, causal_block_mask, local_block_mask
+from flashcheck.reference.block_sparse import expand_block_mask
 from tests.reference_strategies import assert_within, note_comparison, reference_bounds, reference_cases, strict_fp
 
 

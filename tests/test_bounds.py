@@ -2,7 +2,7 @@
 
 Observed errors come from proofs/emulation.py (the FA2 kernel's rounding on the CPU) and from torch
 SDPA math; the float64 references are checked against the mpmath oracle with `reference_bound`.
-tf32 operands are TRUNCATED, as Triton's mma .tf32 does on the GPU (proofs.emulation truncates;
+tf32 operands are TRUNCATED, as Triton's mma .tf32 does on the GPU (flashcheck.proofs.emulation truncates;
 `truncating_tf32` pins that in the tests that depend on it).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, note, strategies as st
 
-from proofs.bounds import (
+from flashcheck.proofs.bounds import (
     BackwardBound,
     ForwardBound,
     LAMBDA,
@@ -25,8 +25,8 @@ from proofs.bounds import (
     lse_gradient_bound,
     reference_bound,
 )
-from proofs.emulation import fa2_backward, fa2_forward, round_to
-from proofs.tightness import DISTRIBUTIONS, make_inputs, worst_ratio
+from flashcheck.proofs.emulation import fa2_backward, fa2_forward, round_to
+from flashcheck.proofs.tightness import DISTRIBUTIONS, make_inputs, worst_ratio
 
 CASES = [("float16", "fp16"), ("bfloat16", "bf16"), ("float32", "tf32"), ("float32", "ieee")]
 KINDS = ["probabilistic", "worst_case"]
@@ -44,8 +44,8 @@ def _tf32_truncate(x):
 
 @contextlib.contextmanager
 def truncating_tf32():
-    """proofs.emulation with tf32 operands truncated instead of rounded to nearest."""
-    import proofs.emulation as em
+    """flashcheck.proofs.emulation with tf32 operands truncated instead of rounded to nearest."""
+    import flashcheck.proofs.emulation as em
 
     saved = em._tf32
     em._tf32 = _tf32_truncate
@@ -56,7 +56,7 @@ def truncating_tf32():
 
 
 def _case(dtype, dot, dist, seed=0, causal=True, shape=SHAPE, exp="libm"):
-    from reference import attention, standard_attention_backward
+    from flashcheck.reference import attention, standard_attention_backward
 
     q, k, v, do = make_inputs(dist, shape, dtype, seed)
     ref = attention(q, k, v, causal=causal)
@@ -109,7 +109,7 @@ def test_perturbing_by_a_few_bounds_is_caught(dtype, dot):
                                            ("float32", "tf32", 2.0**-8)])
 def test_a_slightly_wrong_softmax_scale_is_caught(dtype, dot, rel):
     """A plausible bug far below the input precision's eps^(1/2): the logit scale off by `rel`."""
-    from reference import attention
+    from flashcheck.reference import attention
 
     q, k, v, _ = make_inputs("normal", SHAPE, dtype, 1)
     o_ref, lse_ref = attention(q, k, v)
@@ -123,7 +123,7 @@ def test_a_slightly_wrong_softmax_scale_is_caught(dtype, dot, rel):
 def test_gqa_window_bias_and_masked_rows():
     """GQA (Hq = 2 Hkv), a sliding window that leaves some rows empty, and a bias: bounds hold, and
     a fully masked row gets bound 0 (O = 0 and LSE = -inf are compared exactly)."""
-    from reference import attention, standard_attention_backward
+    from flashcheck.reference import attention, standard_attention_backward
 
     rng = np.random.default_rng(3)
     B, Hq, Hkv, N, d = 1, 2, 1, 40, 16
@@ -150,7 +150,7 @@ def test_gqa_window_bias_and_masked_rows():
 def test_torch_sdpa_math_is_within_the_bound():
     import torch
 
-    from reference import attention
+    from flashcheck.reference import attention
 
     for dtype, dot, tdt in (("float32", "ieee", torch.float32), ("float16", "fp16", torch.float16)):
         q, k, v, _ = make_inputs("outliers", SHAPE, dtype, 2)
@@ -164,8 +164,8 @@ def test_torch_sdpa_math_is_within_the_bound():
 @given(seed=st.integers(0, 2**31 - 1), scale=st.sampled_from([0.1, 1.0, 4.0]),
        causal=st.sampled_from([False, True, "bottom_right"]))
 def test_references_are_within_reference_bound_of_mpmath(seed, scale, causal):
-    from reference import attention, standard_attention_backward
-    from reference.exact import exact_attention, exact_attention_backward
+    from flashcheck.reference import attention, standard_attention_backward
+    from flashcheck.reference.exact import exact_attention, exact_attention_backward
 
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((1, 1, 5, 4)) * scale
@@ -249,7 +249,7 @@ def test_bounds_are_never_nan_at_any_logit_scale(dtype, dot):
 def test_underflowed_weights_contribute_zero_not_nan():
     """One key dominates by ~1e9 and the logit errors exceed 709: the other keys' A_ij = 0 and
     exp(s_ij - m_i - log l_i + e_ij) underflows too, so their products A_ij b_ij are exactly 0."""
-    from proofs.bounds import _weighted_exp_err
+    from flashcheck.proofs.bounds import _weighted_exp_err
 
     A = np.array([[1.0, 0.0, 0.0, 0.5]])
     vis = np.array([[True, True, False, True]])
@@ -269,7 +269,7 @@ def test_underflowed_weights_contribute_zero_not_nan():
 def test_weighted_dev_fast_path_matches_the_direct_formula(lead):
     """_weighted_dev (chunked, stacked einsum, in-place |v - o|) equals sum_j W_ij |v_jc - o_ic| and
     sum_j W_ij (v_jc - o_ic)^2 formed with the full (Nq, Nk, dv) array, on several chunks."""
-    from proofs.bounds import _weighted_dev
+    from flashcheck.proofs.bounds import _weighted_dev
 
     rng = np.random.default_rng(7)
     Nq, Nk, dv = 40, 128, 128  # 2^18 / (Nk dv) = 16 rows per chunk: 3 chunks
@@ -286,8 +286,8 @@ def test_weighted_dev_fast_path_matches_the_direct_formula(lead):
 def test_row_blocks_give_the_same_bounds(dtype, dot, monkeypatch):
     """The forward and backward analyses run over blocks of query rows (dK, dV add up the blocks'
     products). Tiny blocks (1-3 rows) give the bounds of one block holding every row, to 1e-12."""
-    import proofs.bounds as pb
-    from reference import attention
+    import flashcheck.proofs.bounds as pb
+    from flashcheck.reference import attention
 
     rng = np.random.default_rng(11)
     q, k, v, do = (round_to(rng.standard_normal((1, 2, n, 16)), dtype) for n in (37, 45, 45, 37))
@@ -313,7 +313,7 @@ def test_keys_far_below_the_max_do_not_make_the_bounds_vacuous():
     every bound is finite (it was NaN); the emulated fp32 kernel is within them."""
     import warnings
 
-    from reference import attention, standard_attention_backward
+    from flashcheck.reference import attention, standard_attention_backward
 
     rng = np.random.default_rng(1)
     d, Nk = 8, 16
@@ -362,7 +362,7 @@ def _gpu_tf32_case():
 def test_truncation_model_is_deterministic_and_one_ulp():
     """tf32 conversions: |delta| < 2^-10 (one ulp of an 11-bit significand), one-sided, never random;
     fp16/bf16 conversions keep round to nearest (u = 2^-11 / 2^-8, random)."""
-    import proofs.bounds as pb
+    import flashcheck.proofs.bounds as pb
 
     m = pb._model(Precision(input="float32", dot="tf32"))
     assert m.trunc and m.u_in == m.u_p == 2.0**-10
@@ -384,7 +384,7 @@ def test_truncation_model_is_deterministic_and_one_ulp():
 def test_gpu_tf32_finding_is_within_the_truncation_bound(kind):
     """(a) The case that failed on the GPU, with the emulation truncating tf32 operands: O, LSE, dQ, dK,
     dV within the bounds of the truncation model."""
-    from reference import attention, standard_attention_backward
+    from flashcheck.reference import attention, standard_attention_backward
 
     inp, pr = _gpu_tf32_case()
     kw = dict(scale=inp.scale, precision=pr, kind=kind)
@@ -403,8 +403,8 @@ def test_gpu_tf32_finding_is_within_the_truncation_bound(kind):
 def test_round_to_nearest_tf32_model_misses_truncation(monkeypatch):
     """(b) The old model (tf32 operands rounded to nearest, u = 2^-11, random) is exceeded by the
     truncating emulation on the GPU's failing case, as on the GPU: a test with it catches the defect."""
-    import proofs.bounds as pb
-    from reference import attention
+    import flashcheck.proofs.bounds as pb
+    from flashcheck.reference import attention
 
     inp, pr = _gpu_tf32_case()
     ref_lse = attention(inp.q, inp.k, inp.v, scale=inp.scale)[1]
@@ -423,7 +423,7 @@ def test_round_to_nearest_tf32_model_misses_truncation(monkeypatch):
 @pytest.mark.parametrize("dtype,dot", [c for c in CASES if c[1] != "tf32"] + [("float64", "fp64")])
 def test_rounding_dots_do_not_depend_on_the_truncation_model(dtype, dot, monkeypatch):
     """(c) fp16/bf16/ieee/fp64 bounds are bitwise those of a model without any truncating dot."""
-    import proofs.bounds as pb
+    import flashcheck.proofs.bounds as pb
 
     q, k, v, do = make_inputs("outliers", (1, 2, 40, 16), dtype, 6)
     pr = Precision(input=dtype, dot=dot)
@@ -459,7 +459,7 @@ def _emulated_lse_gradient(q, k, v, w, dtype, dot, causal):
     dS = P w_i in fp32, converted to the operand dtype, fp32 product with K, scale at the end."""
     import torch
 
-    import proofs.emulation as em
+    import flashcheck.proofs.emulation as em
 
     with truncating_tf32():
         _, lse = fa2_forward(q, k, v, dtype=dtype, dot=dot, causal=causal)
@@ -533,10 +533,10 @@ def test_gqa_reduced_after_rounding_is_within_its_bound(dtype, dot):
     which is never below the in-kernel one's per-head part."""
     import torch
 
-    from proofs.bounds import Precision, backward_bound
-    from proofs.emulation import fa2_backward, fa2_forward, round_to
-    from reference.attention import attention
-    from reference.backward import attention_backward
+    from flashcheck.proofs.bounds import Precision, backward_bound
+    from flashcheck.proofs.emulation import fa2_backward, fa2_forward, round_to
+    from flashcheck.reference.attention import attention
+    from flashcheck.reference.backward import attention_backward
 
     group = 4
     rng = np.random.default_rng(11)
@@ -563,15 +563,15 @@ def test_gqa_reduced_after_rounding_is_within_its_bound(dtype, dot):
 
 
 def test_mma_step_bound_holds_on_the_h100_tensor_core_outputs():
-    """The data-driven tensor-core step bound (proofs.bounds.logits._mma_steps_error, bounds.md sec. 2a)
+    """The data-driven tensor-core step bound (flashcheck.proofs.bounds.logits._mma_steps_error, bounds.md sec. 2a)
     against every recorded H100 mma/wgmma output (proofs/measurements/h100_mma_raw.npz: random,
     cancelling and crafted A.B + C, fp16/bf16/tf32, K = 16..64): |D - exact| <= first order + the
     second-order term the logit bound adds; and it is sharper than delta (|acc| + sum |p|) per step."""
     import math
 
-    from proofs.bounds import HARDWARE
-    from proofs.bounds.logits import _mma_steps_error
-    from proofs.hardware import MEASUREMENTS
+    from flashcheck.proofs.bounds import HARDWARE
+    from flashcheck.proofs.bounds.logits import _mma_steps_error
+    from flashcheck.proofs.hardware import MEASUREMENTS
 
     raw = np.load(MEASUREMENTS / "h100_mma_raw.npz")
     configs = sorted({key.split("__")[0] for key in raw.files if not key.startswith("ieee")})
@@ -607,9 +607,9 @@ def test_exact_tf32_conversion_is_used_only_where_measured_and_can_fail(monkeypa
     converted differently is then caught."""
     import dataclasses as dc
 
-    import proofs.emulation as em
-    from proofs.bounds import HARDWARE, _model
-    from reference.attention import attention
+    import flashcheck.proofs.emulation as em
+    from flashcheck.proofs.bounds import HARDWARE, _model
+    from flashcheck.reference.attention import attention
 
     pr = Precision(input="float32", dot="tf32", exp="libm")
     pr_round = dc.replace(pr, hardware=dc.replace(HARDWARE, tf32_operand="round"))
@@ -639,8 +639,8 @@ def test_identical_keys_are_one_random_variable():
     """Bit-identical keys make identical errors (same operands, same operations): the probabilistic bound's
     random sums run over groups of identical keys (sum_g (sum_{j in g} W_j |v_j - O|)^2), which is the
     per-key sum when every key is distinct, and the plain worst case of one variable when all are equal."""
-    from proofs.bounds.common import _weighted_dev
-    from proofs.bounds.forward import _grouped_dev, _identical_keys
+    from flashcheck.proofs.bounds.common import _weighted_dev
+    from flashcheck.proofs.bounds.forward import _grouped_dev, _identical_keys
 
     rng = np.random.default_rng(0)
     W, v, o = rng.random((1, 2, 5, 7)), rng.standard_normal((1, 2, 7, 3)), rng.standard_normal((1, 2, 5, 3))

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from proofs.bounds import Precision, backward_bound
-from proofs.bounds.backward import (_accumulation_coefficients, _grouped_square_sum, _tensor_core_steps,
-                                    _tf32_truncate, backward_terms)
+from flashcheck.proofs.bounds import Precision, backward_bound
+from flashcheck.proofs.bounds.backward import (_accumulation_coefficients, _grouped_square_sum, _tensor_core_steps,
+                                               _tf32_truncate, backward_terms)
 
 
 def test_equal_products_form_one_group_and_distinct_ones_add_in_quadrature():
@@ -93,7 +93,7 @@ def test_tensor_core_steps_never_exceed_the_old_count_and_cover_each_step():
 
 
 def test_tf32_truncation_matches_the_emulation():
-    from proofs.emulation import round_to
+    from flashcheck.proofs.emulation import round_to
 
     x = np.random.default_rng(2).standard_normal(1000).astype(np.float32).astype(np.float64)
     np.testing.assert_array_equal(_tf32_truncate(x), round_to(x, "tf32"))
@@ -114,9 +114,9 @@ def _triangle(n: int, d: int, kval: float):
 
 @pytest.mark.parametrize("kval", [0.1, 1.0 / 3.0])
 def test_probabilistic_dq_bound_holds_when_every_product_is_equal(kval):
-    from proofs.emulation import fa2_backward, fa2_forward, round_to
-    from reference.attention import attention
-    from reference.backward import attention_backward
+    from flashcheck.proofs.emulation import fa2_backward, fa2_forward, round_to
+    from flashcheck.reference.attention import attention
+    from flashcheck.reference.backward import attention_backward
 
     q, k, v, do = (round_to(x, "float32") for x in _triangle(2048, 16, kval))
     o, lse = fa2_forward(q, k, v, dtype="float32", dot="ieee")

@@ -62,10 +62,10 @@ def test_gpu_kernel_within_both_bounds_at_long_nk(dtype, dot, family, nk):
 @pytest.mark.parametrize("p_split,delta_from", [(False, "output"), (True, "output"), (True, "fp32")])
 def test_p_split_and_delta_from_modes_are_bounded_and_tighter(dtype, dot, p_split, delta_from):
     """The kernel engineer's modes: emulated, within their bounds; p_split's O bound below the plain one."""
-    from proofs.bounds import Precision, backward_bound, forward_bound
-    from proofs.emulation import fa2_backward, fa2_forward, round_to
-    from reference.attention import attention
-    from reference.backward import attention_backward
+    from flashcheck.proofs.bounds import Precision, backward_bound, forward_bound
+    from flashcheck.proofs.emulation import fa2_backward, fa2_forward, round_to
+    from flashcheck.reference.attention import attention
+    from flashcheck.reference.backward import attention_backward
 
     rng = np.random.default_rng(5)
     q, k, v, do = (round_to(rng.standard_normal(s), dtype) for s in ((1, 1, 16, 32), (1, 1, 320, 32),
@@ -103,7 +103,7 @@ def test_ragged_nk_tail_tile_first(dtype, dot, family):
     follow that order (Precision.tile_order "partial_first"), and so does the emulation."""
     _assert_holds(attack("emulation", "cpu", dtype, dot, family, nk=600, nq=16, h=1, d=32, seed=3))
     if dot == "fp16":  # the order itself: the emulation's tiles as the kernel's
-        from proofs.emulation import _tile_starts
+        from flashcheck.proofs.emulation import _tile_starts
 
         assert _tile_starts(600, 64) == [576] + list(range(0, 576, 64)) and _tile_starts(640, 64)[0] == 0
 
@@ -112,5 +112,5 @@ def test_ragged_nk_tail_tile_first(dtype, dot, family):
 @pytest.mark.parametrize("dtype,dot", [("float16", "fp16"), ("float32", "tf32")])
 def test_truncating_tensor_core_emulation_within_both_bounds(dtype, dot, family):
     """The forward's tensor-core dots (Q K^T and P V) through the H100's measured truncating step model
-    (proofs.emulation mma="h100"): what the data-driven step bounds of logits.py / forward.py charge."""
+    (flashcheck.proofs.emulation mma="h100"): what the data-driven step bounds of logits.py / forward.py charge."""
     _assert_holds(attack("emulation", "cpu", dtype, dot, family, nk=640, nq=16, h=1, d=32, seed=4, mma="h100"))

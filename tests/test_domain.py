@@ -74,7 +74,7 @@ def test_flex_padding_to_its_compiled_shapes_is_exact(shape, causal, window, mas
     import numpy as np
     import torch
 
-    import reference
+    from flashcheck import reference
     from flashcheck.adapters import _flex
 
     B, Hq, Hkv, Nq, Nk, d = shape

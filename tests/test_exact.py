@@ -1,12 +1,12 @@
-"""The float64 references agree with the mpmath oracle (reference.exact) within the stated bound."""
+"""The float64 references agree with the mpmath oracle (flashcheck.reference.exact) within the stated bound."""
 import mpmath
 import numpy as np
 import pytest
 from hypothesis import given, note
 
-from reference import attention, logsumexp, safe_softmax, standard_attention_backward
-from reference.exact import exact_attention, exact_attention_backward, exact_logsumexp, exact_softmax
-from proofs.reference_bounds import softmax_bound
+from flashcheck.reference import attention, logsumexp, safe_softmax, standard_attention_backward
+from flashcheck.reference.exact import exact_attention, exact_attention_backward, exact_logsumexp, exact_softmax
+from flashcheck.proofs.reference_bounds import softmax_bound
 from tests.reference_strategies import (
     assert_within,
     logit_rows,
@@ -84,8 +84,8 @@ def _bias_cancellation_case():
 
 
 def test_bias_cancellation_is_within_the_dropout_bound():
-    """The same case through proofs.reference_bounds (which charges the product's rounding on kappa)."""
-    from proofs.reference_bounds import dropout_attention_bound
+    """The same case through flashcheck.proofs.reference_bounds (which charges the product's rounding on kappa)."""
+    from flashcheck.proofs.reference_bounds import dropout_attention_bound
 
     q, k, v, kw = _bias_cancellation_case()
     o, lse = attention(q, k, v, **kw)
@@ -97,8 +97,8 @@ def test_bias_cancellation_is_within_the_dropout_bound():
 
 
 def test_bias_cancellation_is_within_the_proofs_reference_bound():
-    """Regression: proofs.bounds once charged the product's rounding as u|s| (s after the bias)."""
-    bounds = pytest.importorskip("proofs.bounds")
+    """Regression: flashcheck.proofs.bounds once charged the product's rounding as u|s| (s after the bias)."""
+    bounds = pytest.importorskip("flashcheck.proofs.bounds")
     q, k, v, kw = _bias_cancellation_case()
     _, lse = attention(q, k, v, **kw)
     _, lse_x = exact_attention(q, k, v, **kw)

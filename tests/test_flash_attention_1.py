@@ -1,11 +1,11 @@
-"""reference.flash_attention_1: Algorithm 1 exactly as written, with its IO counter (seeds 000, 004)."""
+"""flashcheck.reference.flash_attention_1: Algorithm 1 exactly as written, with its IO counter (seeds 000, 004)."""
 import math
 
 import numpy as np
 from hypothesis import given, note, strategies as st
 
-from reference import algorithm1_hbm_accesses, attention, flash_attention_1
-from reference.exact import exact_attention
+from flashcheck.reference import algorithm1_hbm_accesses, attention, flash_attention_1
+from flashcheck.reference.exact import exact_attention
 from tests.reference_strategies import assert_within, note_comparison, reference_bounds, reference_cases, strict_fp
 
 SRAM = st.sampled_from((1, 8, 16, 24, 64, 1024))

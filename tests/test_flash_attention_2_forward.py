@@ -1,9 +1,9 @@
-"""reference.flash_attention_2_forward: Q outer loop, un-normalized accumulator, one division (seed 002)."""
+"""flashcheck.reference.flash_attention_2_forward: Q outer loop, un-normalized accumulator, one division (seed 002)."""
 import numpy as np
 from hypothesis import given, note, strategies as st
 
-from reference import attention, flash_attention_2_forward
-from reference.exact import exact_attention
+from flashcheck.reference import attention, flash_attention_2_forward
+from flashcheck.reference.exact import exact_attention
 from tests.reference_strategies import assert_within, note_comparison, reference_bounds, reference_cases, strict_fp
 
 BLOCKS = st.sampled_from(((1, 1), (2, 3), (4, 4), (3, 16), (64, 64)))

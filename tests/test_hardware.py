@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from proofs import hardware as hw
-from proofs import hardware_probe as probe
+from flashcheck.proofs import hardware as hw
+from flashcheck.proofs import hardware_probe as probe
 
 
 def test_committed_measurement_parses_and_constants_cover_it():

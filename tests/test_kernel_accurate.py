@@ -32,7 +32,7 @@ def _rel(got, want):
 @pytest.mark.parametrize("dtype", ["float16", "float32"] + (["bfloat16"] if CUDA else []))
 def test_modes_within_default_bounds(modes, dtype):
     """Causal bottom-right, GQA, ragged N and fully masked rows, against the derived bounds."""
-    from proofs.bounds import backward_bound, forward_bound
+    from flashcheck.proofs.bounds import backward_bound, forward_bound
 
     case = Case(Shape(1, 4, 2, 40, 23, 32), causal="bottom_right", mask="fully_masked_rows",
                 values="outliers", seed=5)
@@ -92,7 +92,7 @@ def test_accurate_forward_at_least_as_accurate(values):
 
 
 def test_arithmetic_states_the_modes():
-    from kernels.attention import arithmetic
+    from flashcheck.kernels.attention import arithmetic
 
     a = arithmetic("float16", interpret=True)
     assert (a.p_split, a.delta_from) == (False, "fp32")
@@ -110,7 +110,7 @@ def test_arithmetic_states_the_modes():
 @needs_kernel
 def test_residual_stored_only_when_a_backward_can_read_it():
     """No gradient needed, or fp32 outputs: no O_res (no extra memory); else O_res is O's rounding."""
-    from kernels.attention import _attention_fwd_op  # noqa: F401 - registers the op
+    from flashcheck.kernels.attention import _attention_fwd_op  # noqa: F401 - registers the op
 
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(1, 2, 20, 16, generator=g).half().to(DEVICE) for _ in range(3))

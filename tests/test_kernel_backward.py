@@ -1,5 +1,5 @@
-"""The Triton backward (dQ, dK, dV through autograd) agrees with reference.attention_backward within
-proofs.bounds.backward_bound; masked rows give exactly zero gradients; LSE is differentiable too.
+"""The Triton backward (dQ, dK, dV through autograd) agrees with flashcheck.reference.attention_backward within
+flashcheck.proofs.bounds.backward_bound; masked rows give exactly zero gradients; LSE is differentiable too.
 
 CPU: TRITON_INTERPRET=1, float32 and float16; outputs poisoned before each run.
 """
@@ -16,7 +16,7 @@ from tests.test_kernel_support import (assert_within, kernel_precision, needs_ke
 
 
 def check_backward(case: Case, dtype: str):
-    from proofs.bounds import backward_bound
+    from flashcheck.proofs.bounds import backward_bound
 
     inp = materialize(case, dtype)
     _, _, dq, dk, dv = run_kernel(inp, case, dtype, backward=True)
@@ -46,7 +46,7 @@ def test_fully_masked_rows_have_zero_gradients_and_no_nan():
     """Rows with nothing visible: O = 0, LSE = −inf, dQ row = 0, and no contribution to dK, dV."""
     import torch
 
-    from kernels import attention
+    from flashcheck.kernels import attention
     from tests.test_kernel_support import DEVICE
 
     g = torch.Generator().manual_seed(1)
@@ -75,12 +75,12 @@ def test_fully_masked_rows_have_zero_gradients_and_no_nan():
 def test_lse_gradient_is_softmax():
     """∂(Σ LSE)/∂s = softmax(S), so d(Σ LSE)/dq = scale · softmax(S) K: the kernel's dq (dO = 0, the
     dLSE term alone: dS = P ∘ dLSE), float32 and float16, against that float64 product computed in
-    numpy, within proofs.bounds.lse_gradient_bound (a missing or wrong-signed dLSE term, or a
+    numpy, within flashcheck.proofs.bounds.lse_gradient_bound (a missing or wrong-signed dLSE term, or a
     missing scale, is an O(|K|) error)."""
     import torch
 
-    from kernels import attention
-    from proofs.bounds import lse_gradient_bound
+    from flashcheck.kernels import attention
+    from flashcheck.proofs.bounds import lse_gradient_bound
     from tests.test_kernel_support import DEVICE, TORCH_DTYPES
 
     for dtype in ("float32", "float16"):
@@ -124,7 +124,7 @@ def test_backward_within_bound_at_logits_near_3e8():
     finite ones hold."""
     import warnings
 
-    from proofs.bounds import backward_bound, forward_bound
+    from flashcheck.proofs.bounds import backward_bound, forward_bound
 
     case = Case(Shape(1, 1, 1, 64, 64, 64), seed=0)
     inp = materialize(case, "float32")

@@ -15,7 +15,7 @@ def _qkv(B=1, Hq=2, Hkv=1, nq=8, nk=8, d=16, dv=16, dtype=torch.float32):
 
 
 def _attention():
-    from kernels import attention
+    from flashcheck.kernels import attention
     return attention
 
 
@@ -51,12 +51,12 @@ BAD_KW = [
     ("mask must be a bool", TypeError, dict(mask=torch.ones(8, 8))),
     ("does not broadcast", ValueError, dict(mask=torch.ones(3, 8, dtype=torch.bool))),
     ("does not broadcast", ValueError, dict(mask=torch.ones(1, 3, 8, 8, dtype=torch.bool))),
-    ("mask must be a bool tensor, a kernels", TypeError, dict(mask=[[True]])),
+    ("mask must be a bool tensor, a flashcheck.kernels", TypeError, dict(mask=[[True]])),
     ("precision must be one of", ValueError, dict(precision="high")),
     ("precision='accurate' with dot_precision='tf32'", ValueError,
      dict(precision="accurate", dot_precision="tf32")),
     ("delta_from must be one of", ValueError, dict(delta_from="float64")),
-    ("tiles must be a kernels.attention.KernelConfig", TypeError, dict(tiles=(64, 64))),
+    ("tiles must be a flashcheck.kernels.attention.KernelConfig", TypeError, dict(tiles=(64, 64))),
 ]
 
 
@@ -71,7 +71,7 @@ def test_bad_options_are_refused(match, exc, kw):
 
 @needs_kernel
 def test_block_mask_of_other_lengths_is_refused():
-    from kernels import build_block_mask
+    from flashcheck.kernels import build_block_mask
 
     q, k, v = _qkv()
     bm = build_block_mask(9, 8, block_q=16, block_k=16, device=DEVICE)
@@ -80,7 +80,7 @@ def test_block_mask_of_other_lengths_is_refused():
 
 
 def test_block_sizes_must_be_tile_sizes():
-    from kernels import build_block_mask
+    from flashcheck.kernels import build_block_mask
 
     with pytest.raises(ValueError, match="block_q must be a power of two"):
         build_block_mask(8, 8, block_q=24, block_k=16)
@@ -97,7 +97,7 @@ def test_oversized_sequences_are_refused_before_any_launch():
 
 def test_cpu_tensors_without_interpreter_are_refused():
     """Run in a fresh interpreter without TRITON_INTERPRET (the env var is read at import time)."""
-    code = ("import torch\nfrom kernels import attention\nq=torch.randn(1,1,4,16)\n"
+    code = ("import torch\nfrom flashcheck.kernels import attention\nq=torch.randn(1,1,4,16)\n"
             "try:\n attention(q,q,q)\nexcept ValueError as e:\n print('ERR', e)\n")
     env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

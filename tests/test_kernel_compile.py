@@ -1,4 +1,4 @@
-"""torch.compile traces kernels.attention as one custom op (flashcheck::attention_fwd/_bwd):
+"""torch.compile traces flashcheck.kernels.attention as one custom op (flashcheck::attention_fwd/_bwd):
 fullgraph=True (a graph break raises), same values as eager, gradients through the compiled graph.
 
 CPU: the aot_eager backend (tracing, fake tensors, autograd; no C++ toolchain needed);
@@ -10,7 +10,7 @@ from tests.test_kernel_support import DEVICE, needs_kernel
 
 
 def _fn(q, k, v, mask):
-    from kernels import attention
+    from flashcheck.kernels import attention
 
     o, lse = attention(q, k, v, causal="bottom_right", window=(5, None), mask=mask, return_lse=True)
     return (o * 2).sum() + lse.clamp_min(-1e4).sum(), o
@@ -19,7 +19,7 @@ def _fn(q, k, v, mask):
 @needs_kernel
 def test_custom_op_passes_opcheck():
     """torch.library.opcheck: schema, fake (meta) implementation and autograd registration agree."""
-    from kernels.attention import KernelConfig, TileConfig  # importing registers the ops
+    from flashcheck.kernels.attention import KernelConfig, TileConfig  # importing registers the ops
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, n, 16, generator=g).to(DEVICE).requires_grad_() for n in (12, 20, 20))

@@ -1,4 +1,4 @@
-"""The Triton forward (O and LSE) agrees with reference.attention within proofs.bounds.forward_bound.
+"""The Triton forward (O and LSE) agrees with flashcheck.reference.attention within flashcheck.proofs.bounds.forward_bound.
 
 CPU: through TRITON_INTERPRET=1 in float32 and float16 (bf16 runs on the GPU, test_kernel_gpu.py).
 Every feature: GQA, Nq != Nk, N not a multiple of the tile, head dims 16..111 and dv != d, causal in
@@ -31,7 +31,7 @@ DTYPES = ("float32", "float16")
 
 
 def check_forward(case: Case, dtype: str, dot_precision=None):
-    from proofs.bounds import forward_bound
+    from flashcheck.proofs.bounds import forward_bound
 
     inp = materialize(case, dtype)
     o, lse = run_kernel(inp, case, dtype, dot_precision=dot_precision)
@@ -64,15 +64,15 @@ def test_forward_tf32_dot_precision_within_its_bound():
 @needs_kernel
 def test_forward_value_head_dim_differs():
     """dv != d (v read with its own padded tile width)."""
-    from kernels import attention
+    from flashcheck.kernels import attention
     from tests.test_kernel_support import to_numpy, to_torch
 
     rng = np.random.default_rng(7)
     q = rng.standard_normal((1, 2, 20, 24)).astype(np.float32).astype(np.float64)
     k = rng.standard_normal((1, 1, 37, 24)).astype(np.float32).astype(np.float64)
     v = rng.standard_normal((1, 1, 37, 40)).astype(np.float32).astype(np.float64)
-    from proofs.bounds import forward_bound
-    from reference import attention as ref_attention
+    from flashcheck.proofs.bounds import forward_bound
+    from flashcheck.reference import attention as ref_attention
 
     o, lse = attention(to_torch(q, "float32"), to_torch(k, "float32"), to_torch(v, "float32"),
                        causal="bottom_right", return_lse=True)
@@ -88,7 +88,7 @@ def test_forward_non_contiguous_inputs_are_copied():
     """A transposed (B, N, H, d) → (B, H, N, d) view and a strided last dim give the same O."""
     import torch
 
-    from kernels import attention
+    from flashcheck.kernels import attention
     from tests.test_kernel_support import DEVICE
 
     g = torch.Generator().manual_seed(0)
@@ -117,7 +117,7 @@ def test_forward_kv_descriptors_change_nothing(precision, d):
 
     import torch
 
-    from kernels.attention import KernelConfig, attention, kernel_config
+    from flashcheck.kernels.attention import KernelConfig, attention, kernel_config
     from tests.test_kernel_support import CUDA, DEVICE
 
     dtype = torch.bfloat16 if CUDA else torch.float16
@@ -149,8 +149,8 @@ def test_forward_h100_tiles_within_their_bound_in_the_interpreter(precision, d):
     import torch
 
     from flashcheck.adapters import ours_precision
-    from kernels.attention import kernel_config
-    from proofs.bounds import forward_bound
+    from flashcheck.kernels.attention import kernel_config
+    from flashcheck.proofs.bounds import forward_bound
 
     case = Case(Shape(1, 2, 1, 150, 200, d), causal="bottom_right", mask="fully_masked_rows",
                 values="outliers", seed=4)
@@ -172,7 +172,7 @@ def test_launch_retries_with_fewer_stages_when_shared_memory_does_not_fit():
     raised before anything runs) is launched with one stage fewer, down to 1, then the error."""
     from triton.runtime.errors import OutOfResources
 
-    from kernels.attention import _launch_fitting
+    from flashcheck.kernels.attention import _launch_fitting
 
     class Kernel:
         def __init__(self, fits):

@@ -23,8 +23,8 @@ ALL_DTYPES = ("float32", "float16", "bfloat16")
 
 
 def _bounds_check(case, dtype, dot_precision=None, backward=True):
-    from proofs.bounds import backward_bound, forward_bound
-    from reference import attention_backward
+    from flashcheck.proofs.bounds import backward_bound, forward_bound
+    from flashcheck.reference import attention_backward
 
     inp = materialize(case, dtype)
     out = run_kernel(inp, case, dtype, backward=backward, dot_precision=dot_precision)
@@ -64,10 +64,10 @@ def test_gpu_tf32_dot_precision():
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_long_sequence_rows_within_bound(dtype, causal):
     """N = 16k, d = 128: O, LSE, dQ of the last 128 query rows against the bounds of that slice."""
-    from proofs.bounds import backward_bound, forward_bound
-    from reference import attention as ref_attention
-    from reference import attention_backward
-    from kernels import attention
+    from flashcheck.proofs.bounds import backward_bound, forward_bound
+    from flashcheck.reference import attention as ref_attention
+    from flashcheck.reference import attention_backward
+    from flashcheck.kernels import attention
 
     N, R, d = 16384, 128, 128
     rng = np.random.default_rng(16)
@@ -105,7 +105,7 @@ def test_gpu_no_nan_at_the_logit_overflow_edge(dtype, causal):
     o, lse, dq, dk, dv = run_kernel(inp, case, dtype, backward=True)
     for name, x in (("O", o), ("LSE", lse), ("dQ", dq), ("dK", dk), ("dV", dv)):
         assert np.isfinite(x).all(), f"{name} has non-finite entries at logit std {c * c:.3g}"
-    from proofs.bounds import forward_bound
+    from flashcheck.proofs.bounds import forward_bound
 
     ref_o, ref_lse = reference_forward(inp, case)
     fb = forward_bound(q, k, inp.v, scale=inp.scale, causal=causal,
@@ -115,7 +115,7 @@ def test_gpu_no_nan_at_the_logit_overflow_edge(dtype, causal):
 
 
 def test_gpu_torch_compile_inductor_fullgraph():
-    from kernels import attention
+    from flashcheck.kernels import attention
 
     torch._dynamo.reset()
 

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels.block_mask import build_block_mask
+from flashcheck.kernels.block_mask import build_block_mask
 from flashcheck.strategies import Case, Shape, materialize
 from tests.test_kernel_support import (DEVICE, assert_within, kernel_precision, needs_kernel,
                                        reference_forward, run_kernel, to_numpy)
@@ -15,7 +15,7 @@ BLOCK = 16
 
 
 def _visibility(nq, nk, causal, window, mask):
-    from reference.masks import visibility
+    from flashcheck.reference.masks import visibility
 
     m = None if mask is None else mask.cpu().numpy()
     return visibility(1 if m is None else m.shape[0], 1 if m is None else m.shape[1], nq, nk,
@@ -56,8 +56,8 @@ def test_tiles_are_classified_exactly(nq, nk, causal, window, with_mask, seed):
     (False, None, "block_sparse"), (True, None, None), ("bottom_right", (9, 0), "random"),
     (False, (4, 4), "fully_masked_rows"), (False, None, "padding")])
 def test_block_sparse_kernel_matches_reference(dtype, causal, window, mask_kind):
-    from proofs.bounds import backward_bound, forward_bound
-    from reference import attention_backward
+    from flashcheck.proofs.bounds import backward_bound, forward_bound
+    from flashcheck.reference import attention_backward
 
     case = Case(Shape(2, 2, 1, 45, 61, 32), causal=causal, window=window, mask=mask_kind, seed=11)
     inp = materialize(case, dtype)
@@ -84,7 +84,7 @@ def test_block_sparse_kernel_matches_reference(dtype, causal, window, mask_kind)
 def test_empty_tiles_are_never_read():
     """NaN in K/V rows that no query can see: the block-sparse kernel never loads their tiles, so
     O and all gradients stay finite (a kernel that visits them gets NaN · 0 = NaN in P V)."""
-    from kernels import attention
+    from flashcheck.kernels import attention
 
     g = torch.Generator().manual_seed(3)
     nq, nk = 40, 64
@@ -105,7 +105,7 @@ def test_empty_tiles_are_never_read():
 
 @needs_kernel
 def test_block_mask_with_other_causal_is_refused():
-    from kernels import attention
+    from flashcheck.kernels import attention
 
     q = torch.randn(1, 1, 20, 16, device=DEVICE)
     bm = build_block_mask(20, 20, block_q=BLOCK, block_k=BLOCK, causal=True, device=DEVICE)
@@ -117,9 +117,9 @@ def test_block_mask_with_other_causal_is_refused():
 def test_flex_block_mask_interop():
     """A FlexAttention BlockMask (sliding window ∧ causal mask_mod) gives the reference result."""
     flex = pytest.importorskip("torch.nn.attention.flex_attention")
-    from proofs.bounds import forward_bound
+    from flashcheck.proofs.bounds import forward_bound
 
-    from kernels import attention, from_flex_block_mask
+    from flashcheck.kernels import attention, from_flex_block_mask
 
     nq = nk = 50
 

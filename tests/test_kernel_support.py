@@ -1,5 +1,5 @@
 """Shared harness of the kernel tests (no tests here): where the kernel runs, output poisoning,
-running a `flashcheck.strategies.Case` through `kernels.attention`, and bound comparisons.
+running a `flashcheck.strategies.Case` through `flashcheck.kernels.attention`, and bound comparisons.
 
 The kernel runs on CUDA when there is a GPU, else through the Triton interpreter on the CPU
 (TRITON_INTERPRET=1 must be set before triton is imported: `make test` does it). Interpreter runs
@@ -62,7 +62,7 @@ def kernel_precision(dtype: str, d: int, dot_precision=None, block_mask=None):
 def run_kernel(inp, case, dtype: str, *, backward=False, dot_precision=None, mask=None, **modes):
     """(o, lse[, dq, dk, dv]) as float64 arrays; outputs poisoned before the kernel runs.
     `modes`: the kernel's precision options (precision=..., delta_from=...)."""
-    from kernels import attention
+    from flashcheck.kernels import attention
 
     q, k, v = (to_torch(x, dtype, backward) for x in (inp.q, inp.k, inp.v))
     if mask is None and inp.mask is not None:
@@ -78,14 +78,14 @@ def run_kernel(inp, case, dtype: str, *, backward=False, dot_precision=None, mas
 
 
 def reference_forward(inp, case):
-    from reference import attention
+    from flashcheck.reference import attention
 
     return attention(inp.q, inp.k, inp.v, scale=inp.scale, causal=case.causal, window=case.window,
                      mask=inp.mask)
 
 
 def reference_backward(inp, case, o, lse):
-    from reference import attention_backward
+    from flashcheck.reference import attention_backward
 
     return attention_backward(inp.q, inp.k, inp.v, o, lse, inp.do, scale=inp.scale,
                               causal=case.causal, window=case.window, mask=inp.mask)

@@ -1,11 +1,11 @@
-"""reference.logsumexp: LSE(x) = max(x) + LSE(x - max(x)) (seed 002)."""
+"""flashcheck.reference.logsumexp: LSE(x) = max(x) + LSE(x - max(x)) (seed 002)."""
 import numpy as np
 from hypothesis import given, note
 
-from reference import logsumexp, tiled_online_softmax
-from reference.exact import exact_logsumexp
+from flashcheck.reference import logsumexp, tiled_online_softmax
+from flashcheck.reference.exact import exact_logsumexp
 from tests.reference_strategies import assert_within, logit_rows, strict_fp
-from proofs.reference_bounds import softmax_bound
+from flashcheck.proofs.reference_bounds import softmax_bound
 
 
 @given(logit_rows())

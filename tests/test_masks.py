@@ -1,9 +1,9 @@
-"""reference.masks: causal alignment, windows and user masks AND into one visibility matrix."""
+"""flashcheck.reference.masks: causal alignment, windows and user masks AND into one visibility matrix."""
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from reference.masks import causal_offset, visibility
+from flashcheck.reference.masks import causal_offset, visibility
 
 
 def test_causal_offset_names_the_alignment():

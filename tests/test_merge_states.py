@@ -1,8 +1,8 @@
-"""reference.merge_states: combining partial results over disjoint key sets (split-KV / ring step)."""
+"""flashcheck.reference.merge_states: combining partial results over disjoint key sets (split-KV / ring step)."""
 import numpy as np
 from hypothesis import given, note, strategies as st
 
-from reference import attention, merge_states
+from flashcheck.reference import attention, merge_states
 from tests.reference_strategies import assert_within, note_comparison, reference_bounds, reference_cases, strict_fp
 
 

@@ -1,10 +1,10 @@
-"""reference.naive_softmax: the unshifted definition, and why the safe variants exist (seed 000)."""
+"""flashcheck.reference.naive_softmax: the unshifted definition, and why the safe variants exist (seed 000)."""
 import numpy as np
 import pytest
 
-from reference import naive_softmax, safe_softmax
+from flashcheck.reference import naive_softmax, safe_softmax
 from tests.reference_strategies import assert_within
-from proofs.reference_bounds import softmax_bound
+from flashcheck.proofs.reference_bounds import softmax_bound
 
 
 def test_naive_agrees_with_safe_for_moderate_logits():

@@ -1,13 +1,13 @@
-"""reference.online_softmax: the two-pass d' recurrence (seed 000, "online softmax")."""
+"""flashcheck.reference.online_softmax: the two-pass d' recurrence (seed 000, "online softmax")."""
 import math
 
 import numpy as np
 from hypothesis import example, given, note
 
-from reference import online_softmax, safe_softmax
-from reference.exact import exact_softmax
+from flashcheck.reference import online_softmax, safe_softmax
+from flashcheck.reference.exact import exact_softmax
 from tests.reference_strategies import assert_within, logit_rows, strict_fp
-from proofs.reference_bounds import softmax_bound
+from flashcheck.proofs.reference_bounds import softmax_bound
 
 
 @given(logit_rows())

@@ -26,7 +26,7 @@ PROOFS = Path(__file__).resolve().parent.parent / "proofs"
 
 
 def _lemma(name):
-    return importlib.import_module(f"proofs.{name}")
+    return importlib.import_module(f"flashcheck.proofs.{name}")
 
 
 @pytest.mark.parametrize("name", LEMMAS)
@@ -51,7 +51,7 @@ def test_a_false_step_is_rejected_by_the_symbolic_check():
     """The checks can fail: the online-softmax step without the rescale factor is not an identity."""
     import sympy as sp
 
-    from proofs.instances import assert_symbolic_zero
+    from flashcheck.proofs.instances import assert_symbolic_zero
 
     m_prev, m_i, x_i = sp.symbols("m_{i-1} m_i x_i", real=True)
     S = sp.Symbol("S", positive=True)
@@ -63,7 +63,7 @@ def test_a_false_step_is_rejected_by_the_symbolic_check():
 def test_a_wrong_value_is_rejected_by_the_numeric_comparison():
     import mpmath as mp
 
-    from proofs.instances import DPS, assert_close
+    from flashcheck.proofs.instances import DPS, assert_close
 
     with mp.workdps(DPS):
         with pytest.raises(AssertionError):
@@ -75,7 +75,7 @@ def test_a_wrong_value_is_rejected_by_the_numeric_comparison():
 def _online_step_special_cased_at_the_start(m_prev, d_prev, x_i):
     import sympy as sp
 
-    from proofs.online_softmax import online_step
+    from flashcheck.proofs.online_softmax import online_step
 
     if m_prev == -sp.oo:  # wrong only in the base case: d'_1 = 2
         return x_i, sp.Integer(2)
@@ -92,7 +92,7 @@ def _online_step_without_rescale(m_prev, d_prev, x_i):
 @pytest.mark.parametrize("step, where", [(_online_step_special_cased_at_the_start, "base case"),
                                          (_online_step_without_rescale, "inductive step")])
 def test_online_softmax_check_rejects_a_planted_step(step, where):
-    from proofs.online_softmax import check_symbolic
+    from flashcheck.proofs.online_softmax import check_symbolic
 
     with pytest.raises(AssertionError, match=where):
         check_symbolic(step)
@@ -101,7 +101,7 @@ def test_online_softmax_check_rejects_a_planted_step(step, where):
 def test_tiled_online_softmax_check_rejects_a_tile_step_without_rescale():
     import sympy as sp
 
-    from proofs import tiled_online_softmax as lemma
+    from flashcheck.proofs import tiled_online_softmax as lemma
 
     def step(m_prev, l_prev, lo, hi, M):
         m_t = sp.Max(m_prev, M)
@@ -115,7 +115,7 @@ def test_tiled_online_softmax_check_rejects_a_tile_step_without_rescale():
 def test_tiled_row_recurrence_check_rejects_planted_steps(bug):
     import sympy as sp
 
-    from proofs import tiled_row_recurrence as lemma
+    from flashcheck.proofs import tiled_row_recurrence as lemma
 
     def step(state, lo, hi, M):
         m_t, d_t, o_t = lemma.tile_step(state, lo, hi, M)
@@ -132,7 +132,7 @@ def test_tiled_row_recurrence_check_rejects_planted_steps(bug):
 
 def test_backward_check_sees_a_shifted_head_dim_index():
     """d = 1 could not tell k_jc from k_j(c+1); the d = 3 check does."""
-    from proofs import attention_backward as lemma
+    from flashcheck.proofs import attention_backward as lemma
 
     def shifted(*args):
         dq, dk, dv = lemma.fa2_double_loop(*args)
@@ -146,9 +146,9 @@ def test_reference_bounds_are_not_vacuous():
     """A relative perturbation of 1e-11 (about 5e4 u) of the float64 results exceeds each bound."""
     import numpy as np
 
-    from proofs.reference_bounds import dropout_attention_bound, row_recurrence_bound, softmax_bound
-    from reference import attention, row_recurrence, safe_softmax
-    from reference.exact import exact_attention, exact_softmax
+    from flashcheck.proofs.reference_bounds import dropout_attention_bound, row_recurrence_bound, softmax_bound
+    from flashcheck.reference import attention, row_recurrence, safe_softmax
+    from flashcheck.reference.exact import exact_attention, exact_softmax
     from tests.reference_strategies import assert_within
 
     rng = np.random.default_rng(5)

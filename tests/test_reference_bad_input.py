@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-import reference as R
-from reference.exact import exact_attention, exact_attention_backward
+import flashcheck.reference as R
+from flashcheck.reference.exact import exact_attention, exact_attention_backward
 
 rng = np.random.default_rng(0)
 Q = rng.standard_normal((1, 4, 3, 2))

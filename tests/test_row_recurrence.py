@@ -1,11 +1,11 @@
-"""reference.row_recurrence: the single-pass o'_i recurrence, normalized at every step (seed 000)."""
+"""flashcheck.reference.row_recurrence: the single-pass o'_i recurrence, normalized at every step (seed 000)."""
 import numpy as np
 from hypothesis import given, note
 
-from reference import attention, row_recurrence, safe_softmax
-from reference.exact import exact_attention
+from flashcheck.reference import attention, row_recurrence, safe_softmax
+from flashcheck.reference.exact import exact_attention
 from tests.reference_strategies import assert_within, logit_rows, strict_fp
-from proofs.reference_bounds import row_recurrence_bound
+from flashcheck.proofs.reference_bounds import row_recurrence_bound
 
 
 def _values(x, seed):

@@ -1,11 +1,11 @@
-"""reference.safe_softmax: the three-pass safe softmax (seed 000)."""
+"""flashcheck.reference.safe_softmax: the three-pass safe softmax (seed 000)."""
 import numpy as np
 from hypothesis import given, note
 
-from reference import safe_softmax
-from reference.exact import exact_softmax
+from flashcheck.reference import safe_softmax
+from flashcheck.reference.exact import exact_softmax
 from tests.reference_strategies import assert_within, logit_rows, strict_fp
-from proofs.reference_bounds import softmax_bound
+from flashcheck.proofs.reference_bounds import softmax_bound
 
 
 @given(logit_rows())

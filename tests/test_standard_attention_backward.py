@@ -1,9 +1,9 @@
-"""reference.standard_attention_backward: through J_softmax = diag(P) - P P^T (seed 002)."""
+"""flashcheck.reference.standard_attention_backward: through J_softmax = diag(P) - P P^T (seed 002)."""
 import numpy as np
 from hypothesis import given, note
 
-from reference import standard_attention_backward
-from reference.exact import exact_attention_backward
+from flashcheck.reference import standard_attention_backward
+from flashcheck.reference.exact import exact_attention_backward
 from tests.reference_strategies import assert_within, note_comparison, reference_backward_bounds, reference_cases, strict_fp
 
 NAMES = ("dq", "dk", "dv")

@@ -1,13 +1,13 @@
-"""reference.tiled_online_softmax: the online softmax over tiles of b entries (seed 001 example)."""
+"""flashcheck.reference.tiled_online_softmax: the online softmax over tiles of b entries (seed 001 example)."""
 import math
 
 import numpy as np
 from hypothesis import given, note, strategies as st
 
-from reference import safe_softmax, tiled_online_softmax
-from reference.exact import exact_softmax
+from flashcheck.reference import safe_softmax, tiled_online_softmax
+from flashcheck.reference.exact import exact_softmax
 from tests.reference_strategies import assert_within, logit_rows, strict_fp
-from proofs.reference_bounds import softmax_bound
+from flashcheck.proofs.reference_bounds import softmax_bound
 
 
 @given(logit_rows(), st.sampled_from((1, 2, 3, 5, 16, 64)))

@@ -1,12 +1,12 @@
-"""reference.tiled_row_recurrence: the o'_i recurrence over tiles (seed 000; worked in seed 003)."""
+"""flashcheck.reference.tiled_row_recurrence: the o'_i recurrence over tiles (seed 000; worked in seed 003)."""
 import math
 
 import numpy as np
 from hypothesis import given, note, strategies as st
 
-from reference import row_recurrence, tiled_row_recurrence
+from flashcheck.reference import row_recurrence, tiled_row_recurrence
 from tests.reference_strategies import assert_within, logit_rows, strict_fp
-from proofs.reference_bounds import row_recurrence_bound
+from flashcheck.proofs.reference_bounds import row_recurrence_bound
 
 
 @given(logit_rows(), st.sampled_from((1, 2, 3, 4, 7, 64)))

@@ -10,7 +10,7 @@ import math
 import mpmath
 import numpy as np
 
-from reference import (
+from flashcheck.reference import (
     attention,
     flash_attention_1,
     flash_attention_2_forward,

@@ -39,10 +39,10 @@ def build(n: int, d: int, spread: int, cancel: bool, seed: int = 0):
 
 
 def main(argv=None):
-    from proofs.bounds import Precision, backward_bound
-    from proofs.emulation import fa2_backward, fa2_forward, round_to
-    from reference.attention import attention
-    from reference.backward import attention_backward
+    from flashcheck.proofs.bounds import Precision, backward_bound
+    from flashcheck.proofs.emulation import fa2_backward, fa2_forward, round_to
+    from flashcheck.reference.attention import attention
+    from flashcheck.reference.backward import attention_backward
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=4096)

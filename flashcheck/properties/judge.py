@@ -29,19 +29,19 @@ from flashcheck.strategies import (CANONICAL, CANONICAL_SMALL, SMALL_SHAPES, SUI
 # ---- the modules judged against: the float64 references and the derived bounds ----------------------
 
 def reference_fn(name):
-    import reference
+    from flashcheck import reference
 
     return getattr(reference, name)
 
 
 def bound_fn(name):
-    from proofs import bounds
+    from flashcheck.proofs import bounds
 
     return getattr(bounds, name)
 
 
 def bounds_source() -> str:
-    return "proofs.bounds"
+    return "flashcheck.proofs.bounds"
 
 
 # ---- the subject: kernel, device, dtype --------------------------------------------------------------

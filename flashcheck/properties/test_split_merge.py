@@ -1,4 +1,4 @@
-"""Splitting the keys in two and merging the partial (O, LSE) with `reference.merge_states` equals the
+"""Splitting the keys in two and merging the partial (O, LSE) with `flashcheck.reference.merge_states` equals the
 whole.
 
 Error of the merge of two kernel states (o_t', l_t'), t = 1, 2, with |o_t' - o_t| <= b_t and

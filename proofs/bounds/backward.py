@@ -222,7 +222,7 @@ def _forward_rows_view(F: _Forward, r) -> _Forward:
 def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, kind, detail=None):
     """The bounds and the exact gradients; `detail` (a list) receives the named terms of each
     gradient (instrumentation: (name of the gradient, [Term]) pairs)."""
-    from reference.shapes import check_attention_args
+    from flashcheck.reference.shapes import check_attention_args
 
     pr = check_attention_args(q, k, v, scale=scale, causal=causal, window=window, mask=mask, bias=bias)
     M = _model(precision)  # (the model does not read the tiles)

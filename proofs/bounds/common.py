@@ -12,8 +12,8 @@ import numpy as np
 
 def _problem(q, k, v, scale, causal, window, mask, bias):
     """Exact logits S (masked to -inf), visibility, the float64 arrays, scale and sizes."""
-    from reference.attention import expand_kv, masked_logits, resolve_scale
-    from reference.shapes import check_attention_args
+    from flashcheck.reference.attention import expand_kv, masked_logits, resolve_scale
+    from flashcheck.reference.shapes import check_attention_args
 
     p = check_attention_args(q, k, v, scale=scale, causal=causal, window=window, mask=mask, bias=bias)
     qf = np.asarray(q, dtype=np.float64)

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from proofs.hardware import HardwareConstants, h100
+from flashcheck.proofs.hardware import HardwareConstants, h100
 
 
 # ----------------------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ class _Model:
 
 def _model(precision: Precision) -> _Model:
     if not isinstance(precision, Precision):
-        raise TypeError(f"precision must be a proofs.bounds.Precision, got {type(precision).__name__}")
+        raise TypeError(f"precision must be a flashcheck.proofs.bounds.Precision, got {type(precision).__name__}")
     pr = precision
     u_w = UNIT_ROUNDOFF[pr.accumulate]
     op = _DOT_OPERAND[pr.dot]

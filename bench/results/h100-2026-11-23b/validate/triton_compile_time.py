@@ -3,8 +3,8 @@ import time, sys
 import triton
 from triton.compiler import ASTSource
 from triton.backends.compiler import GPUTarget
-from kernels.triton_fwd import attn_fwd_kernel
-from kernels.attention import kernel_config
+from flashcheck.kernels.triton_fwd import attn_fwd_kernel
+from flashcheck.kernels.attention import kernel_config
 import torch
 fn = attn_fwd_kernel
 names = fn.arg_names
