@@ -180,8 +180,9 @@ class KernelUnderTest:
     precision_fn: Callable | None = None
     availability_fn: Callable | None = None
     domain: Domain = field(default_factory=Domain)
-    # calls with equal compile_key(signature) run the same compiled code (flashcheck.warmup compiles one
-    # of each); None: every distinct call signature may compile its own
+    # compile_key(signature): the compiled code a call needs, a frozenset of binaries (ours: Triton's) or
+    # one hashable (Flex: its padded shape); flashcheck.warmup compiles each once. None: every distinct
+    # call signature may compile its own
     compile_key: Callable | None = None
 
     def __repr__(self):
@@ -295,9 +296,9 @@ def resolve(target: str, *, supports: Iterable[str] | str | None = None, layout:
         raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
     on_cuda = device.startswith("cuda")
     if target == "ours":
-        kut = _ours()
+        kut = _ours(on_cuda)
     elif target == "ours-accurate":
-        kut = _ours_accurate()
+        kut = _ours_accurate(on_cuda)
     elif target in SDPA_BACKENDS:
         kut = _sdpa(target, on_cuda)
     elif target == "flex":
@@ -394,7 +395,28 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       hardware=interpreter() if a.exp == "libm" else h100())
 
 
-def _ours() -> KernelUnderTest:
+def ours_compile_key(precision: str = "default"):
+    """`KernelUnderTest.compile_key` of our kernel on CUDA: the Triton binaries a call with this
+    signature compiles (forward, and with a gradient the backward's three), from the launch
+    configuration the launcher itself uses (`kernels.attention.launches`) and Triton's specialization
+    of each launch (`flashcheck.warmup.triton_binary`)."""
+
+    def compile_key(sig) -> frozenset:
+        from flashcheck.warmup import triton_binary
+        from kernels.attention import Layout, launches
+
+        strides = sig.strides or (None, None, None)
+        q, k, v = (Layout(sig.dtype, shape, st) if st is not None else Layout.dense(sig.dtype, shape)
+                   for shape, st in zip((sig.q, sig.k, sig.v), strides))
+        # causal=True means the declared bottom-right alignment (`fn` below)
+        return frozenset(triton_binary(launch) for launch in launches(
+            q, k, v, causal="bottom_right" if sig.causal else False, window=sig.window, mask_shape=sig.mask,
+            grad=sig.grad, precision=precision, interpret=False))
+
+    return compile_key
+
+
+def _ours(on_cuda: bool = True) -> KernelUnderTest:
     from kernels.attention import attention
 
     def fn(q, k, v, *, causal=False, **kw):
@@ -413,17 +435,18 @@ def _ours() -> KernelUnderTest:
 
     return KernelUnderTest(name="ours", supports=CAPABILITIES, fn=fn, precision_fn=precision,
                            availability_fn=availability,
-                           domain=Domain(dtypes=("float32", "float16", "bfloat16"), causal_alignment="bottom_right"))
+                           domain=Domain(dtypes=("float32", "float16", "bfloat16"), causal_alignment="bottom_right"),
+                           compile_key=ours_compile_key() if on_cuda else None)  # the interpreter compiles nothing
 
 
 # ---- ours, accurate forward (kernel owner's block) -------------------------------------------------
 
-def _ours_accurate() -> KernelUnderTest:
+def _ours_accurate(on_cuda: bool = True) -> KernelUnderTest:
     """Our kernel with precision="accurate" (P·V as P_hi·V + P_lo·V, proofs/accurate_modes.md) and
     its default accurate backward: the same kernel under another name, its own precision model."""
     from kernels.attention import attention
 
-    kut = _ours()
+    kut = _ours(on_cuda)
 
     def fn(q, k, v, *, causal=False, **kw):
         return attention(q, k, v, causal="bottom_right" if causal else False, return_lse=True,
@@ -433,6 +456,8 @@ def _ours_accurate() -> KernelUnderTest:
         return ours_precision(dtype, dot_precision, head_dim=head_dim, precision="accurate")
 
     kut.name, kut.fn, kut.precision_fn = "ours-accurate", fn, precision
+    if on_cuda:
+        kut.compile_key = ours_compile_key("accurate")
     return kut
 
 
