@@ -299,7 +299,9 @@ def warm_up(target: str, device: str, options: dict, dry_run: list[str], path: s
             env: dict) -> WarmUp:
     """Record the suite's calls (`dry_run`: the suite's command with --flashcheck-dry-run `path`) and
     compile them meanwhile: `processes` compile processes (`serve`) start with it, each signature is
-    scheduled (`Schedule`) as soon as its line is written, one call per idle process at a time."""
+    scheduled (`Schedule`) as soon as its line is written, one call per idle process at a time.
+    With FLASHCHECK_WARMUP_LOG=PATH, each call is appended to PATH (JSON lines: process, start and
+    seconds, the kernels of the binaries it was to compile, the signature): where the time goes."""
     import selectors
 
     from flashcheck.adapters import resolve
@@ -315,8 +317,11 @@ def warm_up(target: str, device: str, options: dict, dry_run: list[str], path: s
         sel.register(p.stdout, selectors.EVENT_READ, i)
     idle, alive, busy_s = set(range(processes)), set(range(processes)), [0.0] * processes
     offset, recorded = 0, None
+    log = os.environ.get("FLASHCHECK_WARMUP_LOG")
+    current = {}
 
     def tell(i, sig):
+        current[i] = (sig, time.monotonic() - start)
         try:
             procs[i].stdin.write(("" if sig is None else json.dumps(sig.__dict__)) + "\n")
             procs[i].stdin.flush()
@@ -346,23 +351,29 @@ def warm_up(target: str, device: str, options: dict, dry_run: list[str], path: s
                 schedule.flight.pop(i, None)
                 continue
             busy_s[i] += float(line)
+            if log:
+                sig, began = current[i]
+                with open(log, "a") as f:
+                    f.write(json.dumps({"process": i, "start": round(began, 2), "seconds": float(line),
+                                        "end": time.time(),  # wall clock: Triton cache files written later are the suite's
+                                        "binaries": sorted(str(b[0]) if isinstance(b, tuple) else "call"
+                                                    for b in schedule.flight.get(i, ())),
+                                        "signature": sig.__dict__}) + "\n")
             schedule.finished(i)
             idle.add(i)
-    for i in alive:
-        tell(i, None)
-    for p in procs:
+    done = time.monotonic() - start
+    for p in procs:  # told to stop; not waited for: their exit (a CUDA context each) overlaps the suite
         try:
             p.stdin.close()
         except OSError:
             pass
-        p.wait()
     recorder.wait()
     if recorded is None:
         recorded = time.monotonic() - start
     keyed = schedule.kernel.compile_key is not None
     return WarmUp(signatures=len(schedule.need), binaries=len(schedule.binaries()) if keyed else None,
                   calls=schedule.calls,
-                  processes=processes, recorded_s=recorded, compiled_s=time.monotonic() - start - recorded,
+                  processes=processes, recorded_s=recorded, compiled_s=max(done - recorded, 0.0),
                   busiest_s=max(busy_s, default=0.0))
 
 
