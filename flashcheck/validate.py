@@ -200,9 +200,10 @@ def suite_command(args, device: str, *extra: str, parallel: bool = True) -> list
     return cmd
 
 
-def warm_up(args, device: str, tmp: str) -> str:
+def warm_up(args, device: str, tmp: str):
     """flashcheck.warmup: record the suite's calls on a stand-in and compile them on the real kernel
-    meanwhile, in one process per core. Returns what it did, in words."""
+    meanwhile, in one process per core; returns when every call is handed out (a `WarmingUp`: `.wait()`
+    for the rest)."""
     from flashcheck.warmup import warm_up as record_and_compile
 
     path = os.path.join(tmp, "signatures.jsonl")
@@ -211,7 +212,7 @@ def warm_up(args, device: str, tmp: str) -> str:
     # CPU), less than starting pytest-xdist workers; the cores compile meanwhile
     dry_run = suite_command(args, device, "--flashcheck-dry-run", path, "-q", parallel=False)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return str(record_and_compile(args.target, device, options, dry_run, path, cores, environment(args, device)))
+    return record_and_compile(args.target, device, options, dry_run, path, cores, environment(args, device))
 
 
 def run_pytest(args, device: str, report: str) -> tuple[int, list[str]]:
@@ -343,11 +344,15 @@ def main(argv=None) -> int:
     start = time.monotonic()
     warmed = None
     with tempfile.TemporaryDirectory() as tmp:
+        warming = None
         if args.warm_up == "on" or (args.warm_up == "auto" and args.target in ("ours", "ours-accurate", "flex") and device == "cuda"):
-            warmed = warm_up(args, device, tmp)
-            print(warmed, flush=True)
+            warming = warm_up(args, device, tmp)
+            print(warming.progress(), flush=True)
         report = os.path.join(tmp, "report.json")
         code, log = run_pytest(args, device, report)
+        if warming is not None:
+            warmed = str(warming.wait())
+            print(warmed, flush=True)
         records = json.load(open(report))["records"] if os.path.exists(report) else []
     elapsed = time.monotonic() - start
     if code not in (0, 1, 5) or not records:

@@ -147,10 +147,11 @@ def _int_class(x: int) -> str:
     return width + ("D" if x % 16 == 0 else "")
 
 
-# Relative compile times of our kernels' binaries (the backward's two are the larger): for balancing
-# the shares only. Any other binary (Flex's graphs, a user kernel's call) counts 1.
-BINARY_WEIGHT = {"attn_fwd_kernel": 1.0, "attn_bwd_preprocess_kernel": 0.2, "attn_bwd_dkdv_kernel": 1.5,
-                 "attn_bwd_dq_kernel": 1.2}
+# Seconds to compile one binary of each of our kernels, 16 at once on the H100 host (bench/results/
+# h100-2026-11-23c/validate: least squares over the warm-up's calls): the order of the calls only.
+# Any other binary (Flex's graphs, a user kernel's call) counts 1.
+BINARY_WEIGHT = {"attn_fwd_kernel": 4.5, "attn_bwd_preprocess_kernel": 0.1, "attn_bwd_dkdv_kernel": 1.55,
+                 "attn_bwd_dq_kernel": 1.55}
 
 
 def binaries(kernel, sig: Signature) -> frozenset:
@@ -231,6 +232,11 @@ class Schedule:
     def idle(self) -> bool:
         return not self.flight
 
+    def exhausted(self) -> bool:
+        """Every binary of the pending signatures is compiled or being compiled: nothing left to hand out."""
+        busy = set().union(*self.flight.values()) if self.flight else set()
+        return all(self.need[sig] <= self.done | busy for sig in self.pending)
+
 
 def call(kernel, sig: Signature, device: str):
     """The kernel on random inputs of `sig`'s shapes and strides (and its backward when `sig.grad`)."""
@@ -259,6 +265,12 @@ def serve(target: str, device: str, options: dict, source=sys.stdin, sink=sys.st
         import torch
 
         torch.zeros(1, device=device)
+        try:  # Triton's CUDA helpers (built with the host compiler on a cold cache): now, not in the first call
+            from triton.runtime.driver import driver
+
+            driver.active.get_current_device()
+        except Exception:  # noqa: BLE001 - the first call does it then
+            pass
     for line in source:
         if not line.strip():
             break
@@ -284,97 +296,153 @@ class WarmUp:
     calls: int
     processes: int
     recorded_s: float  # the dry run
-    compiled_s: float  # after the dry run, until the last call ended
+    dispatched_s: float  # every call handed out (the suite starts then)
+    compiled_s: float  # the last call ended
     busiest_s: float  # the most call time of one process
 
+    def needs(self) -> str:
+        return (f"{self.binaries} distinct compiled binaries by compile_key" if self.binaries is not None
+                else "no compile_key: one compile each")
+
     def __str__(self) -> str:
-        needs = (f"{self.binaries} distinct compiled binaries by compile_key" if self.binaries is not None
-                 else "no compile_key: one compile each")
-        return (f"warm-up: {self.signatures} distinct kernel calls recorded in {self.recorded_s:.1f} s ({needs}), "
-                f"compiled by {self.calls} calls in {self.processes} processes, done {self.compiled_s:.1f} s after "
-                f"the recording (busiest process {self.busiest_s:.1f} s of calls)")
+        return (f"warm-up: {self.signatures} distinct kernel calls recorded in {self.recorded_s:.1f} s ({self.needs()}), "
+                f"compiled by {self.calls} calls in {self.processes} processes in {self.compiled_s:.1f} s from the "
+                f"start (busiest process {self.busiest_s:.1f} s of calls; the suite started at "
+                f"{self.dispatched_s:.1f} s, when every call was handed out)")
+
+
+class WarmingUp:
+    """The warm-up under way (`warm_up`): the dry run recording, the compile processes calling."""
+
+    def __init__(self, target: str, device: str, options: dict, dry_run: list[str], path: str, processes: int,
+                 env: dict):
+        import selectors
+
+        from flashcheck.adapters import resolve
+
+        self.schedule = Schedule(resolve(target, device=device, **options))
+        self.path, self.processes = path, processes
+        self.start = time.monotonic()
+        # one thread each: the dry run and the compile processes run beside 15 others, and an idle
+        # intra-op pool spinning on a busy core slows everything (the dry run took 24 s on the H100 host)
+        env = dict(env)
+        env.setdefault("OMP_NUM_THREADS", "1")
+        cmd = [sys.executable, "-m", "flashcheck.warmup", target, "--device", device, "--options",
+               json.dumps(options)]
+        self.procs = [subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.DEVNULL, text=True, bufsize=1) for _ in range(processes)]
+        self.recorder = subprocess.Popen(dry_run, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.sel = selectors.DefaultSelector()
+        for i, p in enumerate(self.procs):
+            self.sel.register(p.stdout, selectors.EVENT_READ, i)
+        self.idle, self.alive = set(range(processes)), set(range(processes))
+        self.busy_s = [0.0] * processes
+        self.offset, self.recorded, self.dispatched, self.last = 0, None, None, 0.0
+        self.log = os.environ.get("FLASHCHECK_WARMUP_LOG")
+        self.current = {}
+        self.thread = None
+        self.at_dispatch = ""
+
+    def _tell(self, i, sig):
+        self.current[i] = (sig, time.monotonic() - self.start)
+        try:
+            self.procs[i].stdin.write(("" if sig is None else json.dumps(sig.__dict__)) + "\n")
+            self.procs[i].stdin.flush()
+        except OSError:  # it died (its calls compile in the suite)
+            self.alive.discard(i)
+
+    def step(self) -> None:
+        """Read what was recorded, hand out calls to idle processes, wait (<= 50 ms) for one to answer."""
+        schedule = self.schedule
+        if self.recorded is None:
+            ended = self.recorder.poll() is not None
+            self.offset = _read_new(self.path, self.offset, schedule)
+            if ended:
+                self.recorded = time.monotonic() - self.start
+        for i in sorted(self.idle & self.alive):
+            sig = schedule.next(i)
+            if sig is not None:
+                self.idle.discard(i)
+                self._tell(i, sig)
+            elif self.recorded is not None and schedule.idle():
+                self._tell(i, None)  # nothing left: stop
+                self.alive.discard(i)
+        if self.dispatched is None and self.recorded is not None and schedule.exhausted():
+            self.dispatched = time.monotonic() - self.start
+        if not self.alive:
+            return
+        for key, _ in self.sel.select(timeout=0.05):
+            i = key.data
+            line = self.procs[i].stdout.readline()
+            if not line:  # ended (or died mid-call)
+                self.sel.unregister(self.procs[i].stdout)
+                self.alive.discard(i)
+                schedule.flight.pop(i, None)
+                continue
+            self.busy_s[i] += float(line)
+            self.last = time.monotonic() - self.start
+            if self.log:
+                sig, began = self.current[i]
+                with open(self.log, "a") as f:
+                    f.write(json.dumps({"process": i, "start": round(began, 2), "seconds": float(line),
+                                        "end": time.time(),  # wall clock: later Triton cache files are the suite's
+                                        "binaries": sorted(str(b[0]) if isinstance(b, tuple) else "call"
+                                                           for b in schedule.flight.get(i, ())),
+                                        "signature": sig.__dict__}) + "\n")
+            schedule.finished(i)
+            self.idle.add(i)
+
+    def until_dispatched(self) -> "WarmingUp":
+        """Return once the recording ended and every call is handed out (or all processes ended); the
+        rest finishes in a background thread (`wait`), beside the suite's start-up."""
+        import threading
+
+        while self.alive and self.dispatched is None:
+            self.step()
+        if self.recorded is None:  # every compile process died: the dry run still ends
+            self.recorder.wait()
+            self.recorded = time.monotonic() - self.start
+        if self.dispatched is None:
+            self.dispatched = time.monotonic() - self.start
+        self.at_dispatch = (f"warm-up: {len(self.schedule.need)} distinct kernel calls recorded in "
+                            f"{self.recorded:.1f} s; the suite starts at {self.dispatched:.1f} s while the last "
+                            f"{len(self.schedule.flight)} of {self.schedule.calls} compile calls finish")
+        self.thread = threading.Thread(target=self._finish, daemon=True)
+        self.thread.start()
+        return self
+
+    def _finish(self) -> None:
+        while self.alive:
+            self.step()
+        for p in self.procs:  # told to stop; not waited for: their exit (a CUDA context each) overlaps the suite
+            try:
+                p.stdin.close()
+            except OSError:
+                pass
+
+    def wait(self) -> WarmUp:
+        if self.thread is not None:
+            self.thread.join()
+        keyed = self.schedule.kernel.compile_key is not None
+        return WarmUp(signatures=len(self.schedule.need),
+                      binaries=len(self.schedule.binaries()) if keyed else None, calls=self.schedule.calls,
+                      processes=self.processes, recorded_s=self.recorded, dispatched_s=self.dispatched,
+                      compiled_s=max(self.last, self.recorded), busiest_s=max(self.busy_s, default=0.0))
+
+    def progress(self) -> str:
+        """In words, when the suite starts."""
+        return self.at_dispatch
 
 
 def warm_up(target: str, device: str, options: dict, dry_run: list[str], path: str, processes: int,
-            env: dict) -> WarmUp:
+            env: dict) -> WarmingUp:
     """Record the suite's calls (`dry_run`: the suite's command with --flashcheck-dry-run `path`) and
     compile them meanwhile: `processes` compile processes (`serve`) start with it, each signature is
-    scheduled (`Schedule`) as soon as its line is written, one call per idle process at a time.
+    scheduled (`Schedule`) as soon as its line is written, one call per idle process at a time. Returns
+    once every call is handed out; `.wait()` for the rest and the `WarmUp` summary.
     With FLASHCHECK_WARMUP_LOG=PATH, each call is appended to PATH (JSON lines: process, start and
     seconds, the kernels of the binaries it was to compile, the signature): where the time goes."""
-    import selectors
-
-    from flashcheck.adapters import resolve
-
-    schedule = Schedule(resolve(target, device=device, **options))
-    start = time.monotonic()
-    cmd = [sys.executable, "-m", "flashcheck.warmup", target, "--device", device, "--options", json.dumps(options)]
-    procs = [subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True, bufsize=1) for _ in range(processes)]
-    recorder = subprocess.Popen(dry_run, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    sel = selectors.DefaultSelector()
-    for i, p in enumerate(procs):
-        sel.register(p.stdout, selectors.EVENT_READ, i)
-    idle, alive, busy_s = set(range(processes)), set(range(processes)), [0.0] * processes
-    offset, recorded = 0, None
-    log = os.environ.get("FLASHCHECK_WARMUP_LOG")
-    current = {}
-
-    def tell(i, sig):
-        current[i] = (sig, time.monotonic() - start)
-        try:
-            procs[i].stdin.write(("" if sig is None else json.dumps(sig.__dict__)) + "\n")
-            procs[i].stdin.flush()
-        except OSError:  # it died (its calls compile in the suite)
-            alive.discard(i)
-
-    while alive:
-        if recorded is None:
-            offset = _read_new(path, offset, schedule)
-            if recorder.poll() is not None:
-                offset = _read_new(path, offset, schedule)
-                recorded = time.monotonic() - start
-        for i in sorted(idle & alive):
-            sig = schedule.next(i)
-            if sig is not None:
-                idle.discard(i)
-                tell(i, sig)
-            elif recorded is not None and schedule.idle():
-                tell(i, None)  # nothing left: stop
-                alive.discard(i)
-        for key, _ in sel.select(timeout=0.05):
-            i = key.data
-            line = procs[i].stdout.readline()
-            if not line:  # ended (or died mid-call)
-                sel.unregister(procs[i].stdout)
-                alive.discard(i)
-                schedule.flight.pop(i, None)
-                continue
-            busy_s[i] += float(line)
-            if log:
-                sig, began = current[i]
-                with open(log, "a") as f:
-                    f.write(json.dumps({"process": i, "start": round(began, 2), "seconds": float(line),
-                                        "end": time.time(),  # wall clock: Triton cache files written later are the suite's
-                                        "binaries": sorted(str(b[0]) if isinstance(b, tuple) else "call"
-                                                    for b in schedule.flight.get(i, ())),
-                                        "signature": sig.__dict__}) + "\n")
-            schedule.finished(i)
-            idle.add(i)
-    done = time.monotonic() - start
-    for p in procs:  # told to stop; not waited for: their exit (a CUDA context each) overlaps the suite
-        try:
-            p.stdin.close()
-        except OSError:
-            pass
-    recorder.wait()
-    if recorded is None:
-        recorded = time.monotonic() - start
-    keyed = schedule.kernel.compile_key is not None
-    return WarmUp(signatures=len(schedule.need), binaries=len(schedule.binaries()) if keyed else None,
-                  calls=schedule.calls,
-                  processes=processes, recorded_s=recorded, compiled_s=max(done - recorded, 0.0),
-                  busiest_s=max(busy_s, default=0.0))
+    return WarmingUp(target, device, options, dry_run, path, processes, env).until_dispatched()
 
 
 def _read_new(path: str, offset: int, schedule: Schedule) -> int:

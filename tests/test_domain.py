@@ -229,7 +229,8 @@ def test_ours_compile_key_names_the_binaries_a_call_compiles():
 def test_the_warm_up_schedule_compiles_each_binary_once_longest_first():
     """flashcheck.warmup.Schedule: an idle process gets the call adding the most binaries not compiled or
     in flight (backward-carrying first), prefers one sharing nothing with a call in flight, and calls
-    whose binaries are all compiled are skipped."""
+    whose binaries are all compiled are skipped; once every binary is compiled or in flight the suite
+    may start (exhausted)."""
     from flashcheck.warmup import Schedule, Signature
 
     def s(n):
@@ -244,7 +245,9 @@ def test_the_warm_up_schedule_compiles_each_binary_once_longest_first():
         schedule.add(sig)
     assert schedule.next(0) == s(2)  # three binaries: first
     assert schedule.next(1) == s(4)  # s(3) shares b1 with the call in flight; s(4) shares nothing
+    assert not schedule.exhausted()
     assert schedule.next(2) == s(3)  # only f2 is new: taken rather than idling
+    assert schedule.next(3) is None and schedule.exhausted()  # s(1), s(5): every binary in flight
     schedule.finished(0)
     schedule.finished(1)
     schedule.finished(2)
