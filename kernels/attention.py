@@ -397,10 +397,16 @@ class Layout:
             n *= max(size, 1)
         return cls(dtype, tuple(shape), tuple(reversed(strides)))
 
-    def like(self, dtype: str | None = None) -> "Layout":
-        """torch.empty_like of this tensor: the same strides (a non-overlapping dense input; the
-        launches only see those), fresh and aligned."""
-        return Layout(dtype or self.dtype, self.shape, self.strides)
+    def like(self) -> "Layout":
+        """torch.empty_like of this tensor (preserve_format): its strides when it is non-overlapping and
+        dense (the dims of size > 1, by increasing stride, tile memory without gaps), else contiguous."""
+        expected = 1
+        for size, stride in sorted(((n, st) for n, st in zip(self.shape, self.strides) if n != 1),
+                                   key=lambda x: x[1]):
+            if stride != expected:
+                return Layout.dense(self.dtype, self.shape)
+            expected *= size
+        return Layout(self.dtype, self.shape, self.strides)
 
     @property
     def itemsize(self) -> int:
@@ -490,11 +496,11 @@ def forward_launch(q: Layout, k: Layout, v: Layout, o: Layout, dense: Layout | N
                   t.num_warps, t.num_stages)
 
 
-def backward_launches(q: Layout, k: Layout, v: Layout, o: Layout, do: Layout, has_res: bool,
+def backward_launches(q: Layout, k: Layout, v: Layout, o: Layout, do: Layout, grads: tuple, has_res: bool,
                       dense: Layout | None, sparse: tuple | None, *, band: bool, off_lo: int, off_hi: int,
                       block_q: int, block_k: int, dot: str, tiles: list[int],
                       interpret: bool | None = None) -> tuple[Launch, Launch, Launch]:
-    """The backward's launches: Δ (preprocess), dK/dV, dQ. dQ, dK, dV are `empty_like` q, k, v;
+    """The backward's launches: Δ (preprocess), dK/dV, dQ. `grads`: the Layouts of dQ, dK, dV;
     `sparse`: the Layouts of the (num, idx, q_num, q_idx) lists or None."""
     if interpret is None:
         interpret = _interpreting()
@@ -502,7 +508,7 @@ def backward_launches(q: Layout, k: Layout, v: Layout, o: Layout, do: Layout, ha
     Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
     cfg, bd, bdv = _tiles(d, dv, getattr(torch, q.dtype), block_q, block_k, tiles, interpret=interpret)
     lse = delta = Layout.dense("float32", (B, Hq, nq))
-    dq, dk, dv_ = q.like(), k.like(), v.like()
+    dq, dk, dv_ = grads
     pre_m = 16 if interpret else 64
     pre = Launch("attn_bwd_preprocess_kernel", (triton.cdiv(nq, pre_m), B * Hq),
                  (_ptr(o), _ptr(o), _ptr(do), _ptr(delta)),
@@ -552,7 +558,7 @@ def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask
               interpret=interpret)
     out = (forward_launch(q, k, v, o, dense, None, p_split=p_split, save_res=save_res, **kw),)
     if grad and B * Hq * nq * d and k.shape[0] * k.shape[1] * nk * d:
-        out += backward_launches(q, k, v, o, o, save_res, dense, None, **kw)
+        out += backward_launches(q, k, v, o, o, (q.like(), k.like(), v.like()), save_res, dense, None, **kw)
     return out
 
 
@@ -635,7 +641,8 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
         return dq.zero_(), dk.zero_(), dv_.zero_()
     has_res = o_res is not None and o_res.numel() > 0
     pre, dkdv, dq_launch = backward_launches(
-        Layout.of(q), Layout.of(k), Layout.of(v), Layout.of(o), Layout.of(do), has_res,
+        Layout.of(q), Layout.of(k), Layout.of(v), Layout.of(o), Layout.of(do),
+        (Layout.of(dq), Layout.of(dk), Layout.of(dv_)), has_res,
         None if dense is None else Layout.of(dense),
         tuple(Layout.of(t) for t in (sparse[0], sparse[1], sparse[4], sparse[5])) if sparse else None,
         band=band, off_lo=off_lo, off_hi=off_hi, block_q=block_q, block_k=block_k, dot=dot, tiles=tiles)

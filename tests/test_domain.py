@@ -147,7 +147,8 @@ def sig(q, k, v=None, *, dtype="bfloat16", grad=False, causal=False, window=None
 def test_launches_are_those_the_launcher_makes(dtype, monkeypatch):
     """kernels.attention.launches (what the warm-up keys on) predicts, from shapes and flags alone, every
     launch attention() and its backward make: grid, pointers, integer arguments, constexprs, warps,
-    stages; on odd strides of size-1 dims too (numpy keeps them; the kernel passes every stride)."""
+    stages; on odd strides of size-1 dims too (numpy keeps them; the kernel passes every stride), and
+    on K, V slices of longer sequences (their gradients are allocated contiguous)."""
     import importlib
 
     import torch
@@ -165,12 +166,15 @@ def test_launches_are_those_the_launcher_makes(dtype, monkeypatch):
     ]
     for q_shape, k_shape, kw in calls:
         for grad in (False, True):
-            for odd in (False, True):
+            for layout in ("dense", "odd", "gapped"):
                 q, k, v = (torch.randn(s, dtype=t) for s in (q_shape, k_shape, k_shape))
-                if odd:  # size-1 dims with strides other than the dense ones (as numpy leaves them)
+                if layout == "odd":  # size-1 dims with strides other than the dense ones (as numpy leaves them)
                     q, k, v = (torch.empty_strided(x.shape, tuple(st * 3 if n == 1 else st for n, st in
                                                                   zip(x.shape, x.stride())), dtype=t).copy_(x)
                                for x in (q, k, v))
+                if layout == "gapped":  # k, v: slices of longer sequences (the gradients come out dense)
+                    k, v = (torch.randn(x.shape[:2] + (x.shape[2] + 5, x.shape[3]), dtype=t)[:, :, 3:-2]
+                            for x in (k, v))
                 q, k, v = (x.requires_grad_(grad) for x in (q, k, v))
                 mask_shape = kw.get("mask_shape")
                 mask = None if mask_shape is None else torch.rand(mask_shape) < 0.5
@@ -181,7 +185,7 @@ def test_launches_are_those_the_launcher_makes(dtype, monkeypatch):
                     torch.autograd.grad(o, (q, k, v), torch.randn_like(o))
                 want = ka.launches(*(ka.Layout.of(x) for x in (q, k, v)), mask_shape=mask_shape, grad=grad,
                                    **args)
-                assert tuple(made) == want, (q_shape, k_shape, kw, grad, odd)
+                assert tuple(made) == want, (q_shape, k_shape, kw, grad, layout)
                 assert len(want) == (4 if grad else 1)
 
 
