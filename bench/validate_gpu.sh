@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `flashcheck validate` on the GPU machine, in one device call each (from the repo root):
-#   bash bench/validate_gpu.sh diag   # ours from a cold Triton cache with the warm-up (where its time goes),
+#   bash bench/validate_gpu.sh diag   # ours from a cold Triton cache with the warm-up (where its time goes:
+#                                     # bench/warmup_report.py; the answer key wants <= 90 s in all),
 #                                     # flex alone (its refusals and recompiles), the validate/compile tests
 #                                     # of the suite with -v and stack dumps when they overrun
 #   bash bench/validate_gpu.sh key    # the answer key (tests/test_validate_gpu.py: six targets, bf16, -n 8)
@@ -65,9 +66,12 @@ case "${1:-diag}" in
     step "ours with the warm-up (flashcheck.warmup), cold Triton cache (fresh TRITON_CACHE_DIR)"
     export TRITON_CACHE_DIR=/tmp/triton-cold-$$
     rm -rf "$TRITON_CACHE_DIR"
-    validate ours ${T1:-150} ours-warmup
+    FLASHCHECK_WARMUP_LOG="$W/ours-warmup-calls.jsonl" validate ours ${T1:-150} ours-warmup
     grep -E "^warm-up" "$W/ours-warmup.log"
     echo "Triton cache entries: $(ls "$TRITON_CACHE_DIR" | wc -l)"
+    # per-binary compile times, busiest compile processes, binaries predicted by compile_key vs in the
+    # cache, and those the suite compiled after the warm-up (missed keys): bench/warmup_report.py
+    python3 bench/warmup_report.py "$W/ours-warmup-calls.jsonl" --cache "$TRITON_CACHE_DIR" 2>&1 | tee "$W/ours-warmup-report.log"
     unset TRITON_CACHE_DIR
     step "flex alone (-n 8)"
     TORCH_LOGS=recompiles validate flex ${T2:-140} flex

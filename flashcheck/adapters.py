@@ -2,7 +2,7 @@
 
 `resolve(target)` turns a target string into a `KernelUnderTest`:
 
-- ``"ours"``: `kernels.attention` (the Triton kernel; on the CPU it needs ``TRITON_INTERPRET=1``);
+- ``"ours"``: `flashcheck.kernels.attention` (the Triton kernel; on the CPU it needs ``TRITON_INTERPRET=1``);
   ``"ours-accurate"``: the same with ``precision="accurate"`` (the split-P forward);
 - ``"torch-sdpa-math"``, ``"torch-sdpa-flash"``, ``"torch-sdpa-efficient"``, ``"torch-sdpa-cudnn"``:
   `torch.nn.functional.scaled_dot_product_attention` pinned to one backend with
@@ -22,7 +22,7 @@ attributes or options; inputs are generated inside it. An exception from the ker
 Every kernel takes and returns (B, H, N, d) tensors; a ``layout="bnhd"`` kernel gets (B, N, H, d)
 tensors and its outputs are transposed back. Masks are always (B, Hq, Nq, Nk)-broadcastable booleans,
 True = attend. `precision(dtype)` states the arithmetic the kernel performs, the input of the derived
-error bound (`proofs.bounds.Precision`).
+error bound (`flashcheck.proofs.bounds.Precision`).
 """
 from __future__ import annotations
 
@@ -180,8 +180,9 @@ class KernelUnderTest:
     precision_fn: Callable | None = None
     availability_fn: Callable | None = None
     domain: Domain = field(default_factory=Domain)
-    # calls with equal compile_key(signature) run the same compiled code (flashcheck.warmup compiles one
-    # of each); None: every distinct call signature may compile its own
+    # compile_key(signature): the compiled code a call needs, a frozenset of binaries (ours: Triton's) or
+    # one hashable (Flex: its padded shape); flashcheck.warmup compiles each once. None: every distinct
+    # call signature may compile its own
     compile_key: Callable | None = None
 
     def __repr__(self):
@@ -243,7 +244,7 @@ class KernelUnderTest:
         return o, lse
 
     def precision(self, dtype, dot_precision=None, *, head_dim=None):
-        """The arithmetic the kernel performs in `dtype` (a `proofs.bounds.Precision`); its tiling may
+        """The arithmetic the kernel performs in `dtype` (a `flashcheck.proofs.bounds.Precision`); its tiling may
         depend on the head dimension."""
         if self.precision_fn is None:
             raise ValueError(f"{self.name}: no precision model is known")
@@ -295,9 +296,9 @@ def resolve(target: str, *, supports: Iterable[str] | str | None = None, layout:
         raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
     on_cuda = device.startswith("cuda")
     if target == "ours":
-        kut = _ours()
+        kut = _ours(on_cuda)
     elif target == "ours-accurate":
-        kut = _ours_accurate()
+        kut = _ours_accurate(on_cuda)
     elif target in SDPA_BACKENDS:
         kut = _sdpa(target, on_cuda)
     elif target == "flex":
@@ -379,8 +380,8 @@ def _user(target: str, supports: frozenset | None, layout: str | None) -> Kernel
 
 def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, block_mask=None,
                    precision="default", delta_from="fp32", tiles=None):
-    """Our kernel's `kernels.attention.arithmetic(...)` (for these `attention` options) as the
-    `proofs.bounds.Precision` the bounds read: tile by tile into the accumulator ("recursive"), the
+    """Our kernel's `flashcheck.kernels.attention.arithmetic(...)` (for these `attention` options) as the
+    `flashcheck.proofs.bounds.Precision` the bounds read: tile by tile into the accumulator ("recursive"), the
     measured H100 hardware on the GPU, the CPU's IEEE arithmetic in the interpreter (exp "libm")."""
     from flashcheck.kernels.attention import arithmetic
     from flashcheck.proofs.hardware import h100, interpreter
@@ -394,11 +395,32 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       hardware=interpreter() if a.exp == "libm" else h100())
 
 
-def _ours() -> KernelUnderTest:
+def ours_compile_key(precision: str = "default"):
+    """`KernelUnderTest.compile_key` of our kernel on CUDA: the Triton binaries a call with this
+    signature compiles (forward, and with a gradient the backward's three), from the launch
+    configuration the launcher itself uses (`flashcheck.kernels.attention.launches`) and Triton's specialization
+    of each launch (`flashcheck.warmup.triton_binary`)."""
+
+    def compile_key(sig) -> frozenset:
+        from flashcheck.warmup import triton_binary
+        from flashcheck.kernels.attention import Layout, launches
+
+        strides = sig.strides or (None, None, None)
+        q, k, v = (Layout(sig.dtype, shape, st) if st is not None else Layout.dense(sig.dtype, shape)
+                   for shape, st in zip((sig.q, sig.k, sig.v), strides))
+        # causal=True means the declared bottom-right alignment (`fn` below)
+        return frozenset(triton_binary(launch) for launch in launches(
+            q, k, v, causal="bottom_right" if sig.causal else False, window=sig.window, mask_shape=sig.mask,
+            grad=sig.grad, precision=precision, interpret=False))
+
+    return compile_key
+
+
+def _ours(on_cuda: bool = True) -> KernelUnderTest:
     from flashcheck.kernels.attention import attention
 
     def fn(q, k, v, *, causal=False, **kw):
-        # causal=True means the declared alignment, bottom-right (flash-attn's, kernels.attention's "bottom_right")
+        # causal=True means the declared alignment, bottom-right (flash-attn's, flashcheck.kernels.attention's "bottom_right")
         return attention(q, k, v, causal="bottom_right" if causal else False, return_lse=True, **kw)
 
     def availability(device, dtype):
@@ -413,17 +435,18 @@ def _ours() -> KernelUnderTest:
 
     return KernelUnderTest(name="ours", supports=CAPABILITIES, fn=fn, precision_fn=precision,
                            availability_fn=availability,
-                           domain=Domain(dtypes=("float32", "float16", "bfloat16"), causal_alignment="bottom_right"))
+                           domain=Domain(dtypes=("float32", "float16", "bfloat16"), causal_alignment="bottom_right"),
+                           compile_key=ours_compile_key() if on_cuda else None)  # the interpreter compiles nothing
 
 
 # ---- ours, accurate forward (kernel owner's block) -------------------------------------------------
 
-def _ours_accurate() -> KernelUnderTest:
+def _ours_accurate(on_cuda: bool = True) -> KernelUnderTest:
     """Our kernel with precision="accurate" (P·V as P_hi·V + P_lo·V, proofs/accurate_modes.md) and
     its default accurate backward: the same kernel under another name, its own precision model."""
     from flashcheck.kernels.attention import attention
 
-    kut = _ours()
+    kut = _ours(on_cuda)
 
     def fn(q, k, v, *, causal=False, **kw):
         return attention(q, k, v, causal="bottom_right" if causal else False, return_lse=True,
@@ -433,6 +456,8 @@ def _ours_accurate() -> KernelUnderTest:
         return ours_precision(dtype, dot_precision, head_dim=head_dim, precision="accurate")
 
     kut.name, kut.fn, kut.precision_fn = "ours-accurate", fn, precision
+    if on_cuda:
+        kut.compile_key = ours_compile_key("accurate")
     return kut
 
 

@@ -88,7 +88,8 @@ def pytest_addoption(parser):
                     help="print one machine-readable line per finished test (used by `flashcheck validate`)")
     group.addoption("--flashcheck-dry-run", default=None, metavar="PATH",
                     help="run the suite on an exact float64 stand-in for the kernel (same capabilities, domain, "
-                         "precision model) and record each call's signature to PATH (flashcheck.warmup)")
+                         "precision model), judging nothing, and record each call's signature to PATH "
+                         "(flashcheck.warmup)")
     group.addoption("--flashcheck-report", default=None, metavar="PATH",
                     help="write one JSON record per test (outcome, worst error / bound, failure)")
 

@@ -186,10 +186,11 @@ def replay_command(nodeid: str, args, device: str) -> str:
     return f"{env} " + " ".join(shlex.quote(w) for w in words)
 
 
-def suite_command(args, device: str, *extra: str) -> list[str]:
+def suite_command(args, device: str, *extra: str, parallel: bool = True) -> list[str]:
+    """The suite's pytest command; `parallel`: with the -n workers."""
     cmd = [sys.executable, *pytest_base(), "flashcheck.properties", *kernel_options(args, device),
            "--hypothesis-profile", args.profile, *extra]
-    n = workers(args, device)
+    n = workers(args, device) if parallel else None
     if n:
         # worksteal: 15 properties of unequal length on 8 workers; idle workers take queued ones
         # (on the H100, ours took 106 s with the default load scheduling, 56 s for the longest property)
@@ -199,23 +200,19 @@ def suite_command(args, device: str, *extra: str) -> list[str]:
     return cmd
 
 
-def warm_up(args, device: str, tmp: str) -> str:
-    """flashcheck.warmup: record the suite's calls on a stand-in, compile them on the real kernel in one
-    process per core. Returns what it did, in words."""
-    from flashcheck.adapters import resolve
-    from flashcheck.warmup import distinct, run_parts, signatures
+def warm_up(args, device: str, tmp: str):
+    """flashcheck.warmup: record the suite's calls on a stand-in and compile them on the real kernel
+    meanwhile, in one process per core; returns when every call is handed out (a `WarmingUp`: `.wait()`
+    for the rest)."""
+    from flashcheck.warmup import warm_up as record_and_compile
 
-    start = time.monotonic()
     path = os.path.join(tmp, "signatures.jsonl")
-    subprocess.run(suite_command(args, device, "--flashcheck-dry-run", path, "-q"),
-                   env=environment(args, device), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    recorded = time.monotonic() - start
     options = {"supports": args.supports, "layout": args.layout, **{f: getattr(args, f) for f in DOMAIN_FLAGS}}
-    n = len(distinct(resolve(args.target, device=device, **options), signatures([path])))
-    if n:
-        run_parts(args.target, device, path, min(n, os.cpu_count() or 1), options, environment(args, device))
-    return (f"warm-up: {n} distinct kernel calls recorded in {recorded:.1f} s and compiled in "
-            f"{time.monotonic() - start - recorded:.1f} s")
+    # the dry run in one process: judging nothing, its properties take ~3 s in all (bf16 ci on the
+    # CPU), less than starting pytest-xdist workers; the cores compile meanwhile
+    dry_run = suite_command(args, device, "--flashcheck-dry-run", path, "-q", parallel=False)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return record_and_compile(args.target, device, options, dry_run, path, cores, environment(args, device))
 
 
 def run_pytest(args, device: str, report: str) -> tuple[int, list[str]]:
@@ -347,11 +344,15 @@ def main(argv=None) -> int:
     start = time.monotonic()
     warmed = None
     with tempfile.TemporaryDirectory() as tmp:
+        warming = None
         if args.warm_up == "on" or (args.warm_up == "auto" and args.target in ("ours", "ours-accurate", "flex") and device == "cuda"):
-            warmed = warm_up(args, device, tmp)
-            print(warmed, flush=True)
+            warming = warm_up(args, device, tmp)
+            print(warming.progress(), flush=True)
         report = os.path.join(tmp, "report.json")
         code, log = run_pytest(args, device, report)
+        if warming is not None:
+            warmed = str(warming.wait())
+            print(warmed, flush=True)
         records = json.load(open(report))["records"] if os.path.exists(report) else []
     elapsed = time.monotonic() - start
     if code not in (0, 1, 5) or not records:

@@ -194,6 +194,20 @@ def _dot_precision(dot_precision) -> str:
     return dot_precision
 
 
+def _modes(dtype, dot_precision, precision, delta_from, grad: bool) -> tuple[str, bool, bool]:
+    """(dot, p_split, save_res) of a call in `dtype` with these options; `grad`: a backward may follow."""
+    if dtype == torch.float32:
+        dot = _dot_precision(dot_precision)
+    else:
+        _dot_precision(dot_precision)  # still reject unknown spellings
+        dot = "tf32"  # no effect on fp16/bf16 operands (the backend default spelling)
+    p_split = _p_split(precision, dtype, dot)
+    _check_choice("delta_from", delta_from, _DELTA_FROM)
+    # The residual is worth storing only when a backward can read it, and only below fp32 output.
+    save_res = delta_from == "fp32" and dtype != torch.float32 and grad
+    return dot, p_split, save_res
+
+
 def _check_tiles(tiles) -> None:
     if tiles is None:
         return
@@ -336,17 +350,9 @@ def attention(q, k, v, *, scale=None, causal=False, window=None, mask=None, retu
         scale = 1.0 / math.sqrt(d)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
         raise TypeError(f"scale must be a finite float or None, got {scale!r}")
-    if q.dtype == torch.float32:
-        dot = _dot_precision(dot_precision)
-    else:
-        _dot_precision(dot_precision)  # still reject unknown spellings
-        dot = "tf32"  # no effect on fp16/bf16 operands (the backend default spelling)
-    p_split = _p_split(precision, q.dtype, dot)
-    _check_choice("delta_from", delta_from, _DELTA_FROM)
+    dot, p_split, save_res = _modes(q.dtype, dot_precision, precision, delta_from, torch.is_grad_enabled()
+                                    and (q.requires_grad or k.requires_grad or v.requires_grad))
     _check_tiles(tiles)
-    # The residual is worth storing only when a backward can read it, and only below fp32 output.
-    save_res = (delta_from == "fp32" and q.dtype != torch.float32 and torch.is_grad_enabled()
-                and (q.requires_grad or k.requires_grad or v.requires_grad))
     dense, sparse, causal, window = _normalize_mask(mask, B, Hq, nq, nk, causal, window, q.device)
     band, off_lo, off_hi = _band(causal, window, nq, nk)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
@@ -358,23 +364,93 @@ def attention(q, k, v, *, scale=None, causal=False, window=None, mask=None, retu
     return (o, lse) if return_lse else o
 
 
-# --------------------------------------------------------------------------- launches
+# --------------------------------------------------------------------------- launch configuration
+#
+# Every launch is first described in plain values (`Launch`), by the functions below, from plain
+# descriptions of its tensors (`Layout`); `_fwd_impl`/`_bwd_impl` then launch exactly that. The same
+# functions tell, without a GPU or a tensor, which binaries a call compiles (`launches`): Triton
+# compiles one per kernel, constexprs, num_warps/num_stages, pointer dtypes and 16-byte alignments,
+# and class of each integer argument (== 1, divisible by 16, 32/64-bit); flashcheck's warm-up reads it.
 
-def _mask_strides(dense):
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "int8": 1, "int32": 4, "bool": 1}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A tensor as a launch reads it: dtype name, shape, strides (elements), 16-byte aligned base."""
+    dtype: str
+    shape: tuple
+    strides: tuple
+    aligned: bool = True
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> "Layout":
+        return cls(str(t.dtype).replace("torch.", ""), tuple(t.shape), tuple(t.stride()),
+                   t.data_ptr() % 16 == 0)
+
+    @classmethod
+    def dense(cls, dtype: str, shape) -> "Layout":
+        """A freshly allocated contiguous tensor (torch's strides: size-0/1 dims count as 1)."""
+        strides, n = [], 1
+        for size in reversed(tuple(shape)):
+            strides.append(n)
+            n *= max(size, 1)
+        return cls(dtype, tuple(shape), tuple(reversed(strides)))
+
+    def like(self) -> "Layout":
+        """torch.empty_like of this tensor (preserve_format): its strides when it is non-overlapping and
+        dense (the dims of size > 1, by increasing stride, tile memory without gaps), else contiguous."""
+        expected = 1
+        for size, stride in sorted(((n, st) for n, st in zip(self.shape, self.strides) if n != 1),
+                                   key=lambda x: x[1]):
+            if stride != expected:
+                return Layout.dense(self.dtype, self.shape)
+            expected *= size
+        return Layout(self.dtype, self.shape, self.strides)
+
+    @property
+    def itemsize(self) -> int:
+        return _ITEMSIZE[self.dtype]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch as plain values: `kernel[grid](*leading, *ints, **constexprs, num_warps=,
+    num_stages=)` where `leading` are its pointer arguments (and sm_scale), passed by the launcher.
+    `pointers`: (dtype, 16-byte aligned) of each pointer argument, in order; num_warps/num_stages
+    None: Triton's default (not passed)."""
+    kernel: str
+    grid: tuple
+    pointers: tuple
+    ints: tuple
+    constexprs: tuple  # ((name, value), ...) in the kernel's order
+    num_warps: int | None = None
+    num_stages: int | None = None
+
+
+def _strides3(t: Layout) -> tuple:
+    return tuple(t.strides[:3])
+
+
+def _mask_strides(dense: Layout | None) -> tuple:
     if dense is None:
         return (0, 0, 0, 0)
-    return tuple(0 if dense.shape[i] == 1 else dense.stride(i) for i in range(4))
+    return tuple(0 if dense.shape[i] == 1 else dense.strides[i] for i in range(4))
 
 
-def _sparse_strides(num, idx):
-    ns = tuple(0 if num.shape[i] == 1 else num.stride(i) for i in range(2)) + (num.stride(2),)
-    is_ = tuple(0 if idx.shape[i] == 1 else idx.stride(i) for i in range(2)) + (idx.stride(2),)
+def _sparse_strides(num: Layout, idx: Layout) -> tuple:
+    ns = tuple(0 if num.shape[i] == 1 else num.strides[i] for i in range(2)) + (num.strides[2],)
+    is_ = tuple(0 if idx.shape[i] == 1 else idx.strides[i] for i in range(2)) + (idx.strides[2],)
     return ns + is_
 
 
-def _tiles(q, v, block_q, block_k, tiles: list[int], precision: str = "default"):
-    d, dv = q.shape[-1], v.shape[-1]
-    cfg = KernelConfig.unflat(tiles) if tiles else kernel_config(max(d, dv), q.dtype,
+def _ptr(t: Layout) -> tuple:
+    return (t.dtype, t.aligned)
+
+
+def _tiles(d: int, dv: int, dtype, block_q, block_k, tiles: list[int], precision: str = "default",
+           interpret: bool | None = None):
+    cfg = KernelConfig.unflat(tiles) if tiles else kernel_config(max(d, dv), dtype, interpret=interpret,
                                                                  precision=precision)
     if block_q:  # a block-sparse mask fixes the tile grid
         w = cfg.fwd
@@ -385,43 +461,144 @@ def _tiles(q, v, block_q, block_k, tiles: list[int], precision: str = "default")
     return cfg, max(16, triton.next_power_of_2(d)), max(16, triton.next_power_of_2(dv))
 
 
-def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot,
-              p_split, save_res, tiles):
+def _descriptor_ok(t: Layout) -> bool:
+    """A (Nk, d) tensor descriptor per head needs a 16-byte aligned head base and row stride
+    (TMA); the last dim is contiguous already (attention() copies it otherwise)."""
+    return t.aligned and all((t.strides[i] * t.itemsize) % 16 == 0 for i in range(3))
+
+
+def forward_launch(q: Layout, k: Layout, v: Layout, o: Layout, dense: Layout | None,
+                   sparse: tuple | None, *, band: bool, off_lo: int, off_hi: int, block_q: int,
+                   block_k: int, dot: str, p_split: bool, save_res: bool, tiles: list[int],
+                   interpret: bool | None = None) -> Launch:
+    """The forward kernel's launch. `sparse`: the Layouts of the block-sparse (num, idx) lists or
+    None; `dense`: the int8 (B|1, H|1, Nq|1, Nk|1) mask or None."""
     B, Hq, nq, d = q.shape
     Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
+    cfg, bd, bdv = _tiles(d, dv, getattr(torch, q.dtype), block_q, block_k, tiles,
+                          "accurate" if p_split else "default", interpret)
+    t = cfg.fwd
+    lse = Layout.dense("float32", (B, Hq, nq))
+    num, idx = sparse if sparse else (lse, lse)
+    sp = _sparse_strides(num, idx) if sparse else (0,) * 6
+    # pointers: Q, K, V, O, ORes (O when not written), LSE, Mask (Q when none), the four sparse lists
+    pointers = (_ptr(q), _ptr(k), _ptr(v), _ptr(o), _ptr(o), _ptr(lse), _ptr(dense or q),
+                _ptr(num), _ptr(idx), _ptr(num), _ptr(idx))
+    ints = (nq, nk, Hq, off_lo, off_hi, *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(o),
+            *_mask_strides(dense), *sp)
+    constexprs = (("GROUP", Hq // Hkv), ("HEAD_D", d), ("HEAD_DV", dv), ("BLOCK_D", bd), ("BLOCK_DV", bdv),
+                  ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n), ("BAND", band),
+                  ("HAS_MASK", dense is not None), ("SPARSE", bool(sparse)), ("DOT_PRECISION", dot),
+                  ("P_SPLIT", p_split), ("WRITE_RES", save_res),
+                  ("KV_DESC", t.kv_desc and _descriptor_ok(k) and _descriptor_ok(v)),
+                  ("WARP_SPEC", t.warp_specialize))
+    return Launch("attn_fwd_kernel", (triton.cdiv(nq, t.block_m), B * Hq), pointers, ints, constexprs,
+                  t.num_warps, t.num_stages)
+
+
+def backward_launches(q: Layout, k: Layout, v: Layout, o: Layout, do: Layout, grads: tuple, has_res: bool,
+                      dense: Layout | None, sparse: tuple | None, *, band: bool, off_lo: int, off_hi: int,
+                      block_q: int, block_k: int, dot: str, tiles: list[int],
+                      interpret: bool | None = None) -> tuple[Launch, Launch, Launch]:
+    """The backward's launches: Δ (preprocess), dK/dV, dQ. `grads`: the Layouts of dQ, dK, dV;
+    `sparse`: the Layouts of the (num, idx, q_num, q_idx) lists or None."""
+    if interpret is None:
+        interpret = _interpreting()
+    B, Hq, nq, d = q.shape
+    Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
+    cfg, bd, bdv = _tiles(d, dv, getattr(torch, q.dtype), block_q, block_k, tiles, interpret=interpret)
+    lse = delta = Layout.dense("float32", (B, Hq, nq))
+    dq, dk, dv_ = grads
+    pre_m = 16 if interpret else 64
+    pre = Launch("attn_bwd_preprocess_kernel", (triton.cdiv(nq, pre_m), B * Hq),
+                 (_ptr(o), _ptr(o), _ptr(do), _ptr(delta)),
+                 (nq, Hq, *_strides3(o), *_strides3(do)),
+                 (("HEAD_DV", dv), ("BLOCK_DV", bdv), ("BLOCK_M", pre_m), ("HAS_RES", has_res)))
+    num, idx, qnum, qidx = sparse if sparse else (lse,) * 4
+    sp_kv, sp_q = (_sparse_strides(num, idx), _sparse_strides(qnum, qidx)) if sparse else ((0,) * 6,) * 2
+    ms = _mask_strides(dense)
+    common = (("GROUP", Hq // Hkv), ("HEAD_D", d), ("HEAD_DV", dv), ("BLOCK_D", bd), ("BLOCK_DV", bdv))
+    flags = (("BAND", band), ("HAS_MASK", dense is not None), ("SPARSE", bool(sparse)), ("DOT_PRECISION", dot))
+    inputs = (_ptr(q), _ptr(k), _ptr(v), _ptr(do), _ptr(lse), _ptr(delta))
+    t = cfg.dkdv
+    dkdv = Launch("attn_bwd_dkdv_kernel", (triton.cdiv(nk, t.block_n), B * Hkv),
+                  inputs + (_ptr(dk), _ptr(dv_), _ptr(dense or q), _ptr(qnum), _ptr(qidx), _ptr(qnum), _ptr(qidx)),
+                  (nq, nk, Hkv, off_lo, off_hi, *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(do),
+                   *_strides3(dk), *_strides3(dv_), *ms, *sp_q),
+                  common + (("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n)) + flags, t.num_warps, t.num_stages)
+    t = cfg.dq
+    dq_ = Launch("attn_bwd_dq_kernel", (triton.cdiv(nq, t.block_m), B * Hq),
+                 inputs + (_ptr(dq), _ptr(dense or q), _ptr(num), _ptr(idx), _ptr(num), _ptr(idx)),
+                 (nq, nk, Hq, off_lo, off_hi, *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(do),
+                  *_strides3(dq), *ms, *sp_kv),
+                 common + (("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n)) + flags, t.num_warps, t.num_stages)
+    return pre, dkdv, dq_
+
+
+def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask_shape: tuple | None = None,
+             grad: bool = False, dot_precision=None, precision="default", delta_from="fp32",
+             interpret: bool | None = None) -> tuple[Launch, ...]:
+    """The launches `attention(q, k, v, causal=, window=, mask=<bool tensor of mask_shape, contiguous>,
+    dot_precision=, precision=, delta_from=)` makes for tensors laid out as `q`, `k`, `v` (Layouts; the
+    last dim contiguous), and, with `grad`, those of its backward (dO of O's shape, contiguous): what a
+    call compiles. No tensor, no GPU."""
+    q, k, v = (t if t.strides[-1] == 1 else Layout.dense(t.dtype, t.shape) for t in (q, k, v))
+    B, Hq, nq, d = q.shape
+    nk, dv = k.shape[2], v.shape[3]
+    dtype = getattr(torch, q.dtype)
+    dot, p_split, save_res = _modes(dtype, dot_precision, precision, delta_from, grad)
+    band, off_lo, off_hi = _band(causal, window, nq, nk)
+    dense = None
+    if mask_shape is not None:
+        dense = Layout.dense("int8", (1,) * (4 - len(mask_shape)) + tuple(mask_shape))
+    o = Layout.dense(q.dtype, (B, Hq, nq, dv))
+    if B * Hq * nq * dv == 0:
+        return ()
+    kw = dict(band=band, off_lo=off_lo, off_hi=off_hi, block_q=0, block_k=0, dot=dot, tiles=[],
+              interpret=interpret)
+    out = (forward_launch(q, k, v, o, dense, None, p_split=p_split, save_res=save_res, **kw),)
+    if grad and B * Hq * nq * d and k.shape[0] * k.shape[1] * nk * d:
+        out += backward_launches(q, k, v, o, o, (q.like(), k.like(), v.like()), save_res, dense, None, **kw)
+    return out
+
+
+# --------------------------------------------------------------------------- launches
+
+def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot,
+              p_split, save_res, tiles):
+    B, Hq, nq, _ = q.shape
+    dv = v.shape[3]
     o = torch.empty((B, Hq, nq, dv), dtype=q.dtype, device=q.device)
     # O_res shares O's layout (the kernels index both with O's strides); empty when not asked for.
     o_res = torch.empty_like(o) if save_res else o.new_empty((0,))
     lse = torch.empty((B, Hq, nq), dtype=torch.float32, device=q.device)
     if o.numel() == 0:
         return o, lse.fill_(float("-inf")), o_res
-    cfg, bd, bdv = _tiles(q, v, block_q, block_k, tiles, "accurate" if p_split else "default")
-    t = cfg.fwd
-    kv_desc = t.kv_desc and _descriptor_ok(k) and _descriptor_ok(v)
-    if kv_desc:
+    launch = forward_launch(
+        Layout.of(q), Layout.of(k), Layout.of(v), Layout.of(o), None if dense is None else Layout.of(dense),
+        (Layout.of(sparse[0]), Layout.of(sparse[1])) if sparse else None, band=band, off_lo=off_lo,
+        off_hi=off_hi, block_q=block_q, block_k=block_k, dot=dot, p_split=p_split, save_res=save_res,
+        tiles=tiles)
+    if dict(launch.constexprs)["KV_DESC"]:
         _use_descriptor_allocator()
     mask_t = dense if dense is not None else q
-    if sparse:
-        num, idx, fnum, fidx = sparse[:4]
-        sp = _sparse_strides(num, idx)
-    else:
-        num = idx = fnum = fidx = lse
-        sp = (0,) * 6
-    grid = (triton.cdiv(nq, t.block_m), B * Hq)
-    _launch_fitting(
-        attn_fwd_kernel, grid, t.num_stages,
-        q, k, v, o, o_res if save_res else o, lse, mask_t, num, idx, fnum, fidx,
-        scale, nq, nk, Hq, off_lo, off_hi,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        o.stride(0), o.stride(1), o.stride(2),
-        *_mask_strides(dense), *sp,
-        GROUP=Hq // Hkv, HEAD_D=d, HEAD_DV=dv, BLOCK_D=bd, BLOCK_DV=bdv,
-        BLOCK_M=t.block_m, BLOCK_N=t.block_n, BAND=band, HAS_MASK=dense is not None,
-        SPARSE=bool(sparse), DOT_PRECISION=dot, P_SPLIT=p_split, WRITE_RES=save_res,
-        KV_DESC=kv_desc, WARP_SPEC=t.warp_specialize, num_warps=t.num_warps)
+    num, idx, fnum, fidx = sparse[:4] if sparse else (lse,) * 4
+    _launch(attn_fwd_kernel, launch, q, k, v, o, o_res if save_res else o, lse, mask_t, num, idx, fnum, fidx,
+            scale, fitting=True)
     return o, lse, o_res
+
+
+def _launch(kernel, launch: Launch, *leading, fitting: bool = False):
+    """`launch` of `kernel` with these leading (pointer, float) arguments; `fitting`: through
+    `_launch_fitting` (the forward)."""
+    kwargs = dict(launch.constexprs)
+    if launch.num_warps is not None:
+        kwargs["num_warps"] = launch.num_warps
+    if fitting:
+        return _launch_fitting(kernel, launch.grid, launch.num_stages, *leading, *launch.ints, **kwargs)
+    if launch.num_stages is not None:
+        kwargs["num_stages"] = launch.num_stages
+    return kernel[launch.grid](*leading, *launch.ints, **kwargs)
 
 
 def _launch_fitting(kernel, grid, num_stages: int, *args, **kwargs):
@@ -436,13 +613,6 @@ def _launch_fitting(kernel, grid, num_stages: int, *args, **kwargs):
             if num_stages <= 1:
                 raise
             num_stages -= 1
-
-
-def _descriptor_ok(t: torch.Tensor) -> bool:
-    """A (Nk, d) tensor descriptor per head needs a 16-byte aligned head base and row stride
-    (TMA); the last dim is contiguous already (attention() copies it otherwise)."""
-    es = t.element_size()
-    return t.data_ptr() % 16 == 0 and all((t.stride(i) * es) % 16 == 0 for i in range(3))
 
 
 _allocator_set = False
@@ -462,58 +632,30 @@ def _use_descriptor_allocator() -> None:
 
 def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_lo, off_hi,
               block_q, block_k, dot, tiles):
-    B, Hq, nq, d = q.shape
-    Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
+    B, Hq, nq, _ = q.shape
     do = do if do.stride(-1) == 1 else do.contiguous()
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv_ = torch.empty_like(v)
     if q.numel() == 0 or k.numel() == 0:
         return dq.zero_(), dk.zero_(), dv_.zero_()
-    cfg, bd, bdv = _tiles(q, v, block_q, block_k, tiles)
-    delta = torch.empty((B, Hq, nq), dtype=torch.float32, device=q.device)
-    pre_m = 64 if not _interpreting() else 16
     has_res = o_res is not None and o_res.numel() > 0
-    attn_bwd_preprocess_kernel[(triton.cdiv(nq, pre_m), B * Hq)](
-        o, o_res if has_res else o, do, delta, nq, Hq, o.stride(0), o.stride(1), o.stride(2),
-        do.stride(0), do.stride(1), do.stride(2), HEAD_DV=dv, BLOCK_DV=bdv, BLOCK_M=pre_m,
-        HAS_RES=has_res)
+    pre, dkdv, dq_launch = backward_launches(
+        Layout.of(q), Layout.of(k), Layout.of(v), Layout.of(o), Layout.of(do),
+        (Layout.of(dq), Layout.of(dk), Layout.of(dv_)), has_res,
+        None if dense is None else Layout.of(dense),
+        tuple(Layout.of(t) for t in (sparse[0], sparse[1], sparse[4], sparse[5])) if sparse else None,
+        band=band, off_lo=off_lo, off_hi=off_hi, block_q=block_q, block_k=block_k, dot=dot, tiles=tiles)
+    delta = torch.empty((B, Hq, nq), dtype=torch.float32, device=q.device)
+    _launch(attn_bwd_preprocess_kernel, pre, o, o_res if has_res else o, do, delta)
     if dlse is not None:
         # LSE's own gradient: ∂LSE_i/∂S_ij = P_ij, so dS = P ∘ (dP − (Δ − dLSE)).
         delta = delta - dlse.to(torch.float32)
     mask_t = dense if dense is not None else q
-    ms = _mask_strides(dense)
-    common = dict(GROUP=Hq // Hkv, HEAD_D=d, HEAD_DV=dv, BLOCK_D=bd, BLOCK_DV=bdv, BAND=band,
-                  HAS_MASK=dense is not None, SPARSE=bool(sparse), DOT_PRECISION=dot)
-    if sparse:
-        num, idx, fnum, fidx, qnum, qidx, fqnum, fqidx = sparse
-        sp_kv, sp_q = _sparse_strides(num, idx), _sparse_strides(qnum, qidx)
-    else:
-        num = idx = fnum = fidx = qnum = qidx = fqnum = fqidx = lse
-        sp_kv = sp_q = (0,) * 6
-    t = cfg.dkdv
-    attn_bwd_dkdv_kernel[(triton.cdiv(nk, t.block_n), B * Hkv)](
-        q, k, v, do, lse, delta, dk, dv_, mask_t, qnum, qidx, fqnum, fqidx,
-        scale, nq, nk, Hkv, off_lo, off_hi,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        do.stride(0), do.stride(1), do.stride(2),
-        dk.stride(0), dk.stride(1), dk.stride(2),
-        dv_.stride(0), dv_.stride(1), dv_.stride(2),
-        *ms, *sp_q, BLOCK_M=t.block_m, BLOCK_N=t.block_n,
-        num_warps=t.num_warps, num_stages=t.num_stages, **common)
-    t = cfg.dq
-    attn_bwd_dq_kernel[(triton.cdiv(nq, t.block_m), B * Hq)](
-        q, k, v, do, lse, delta, dq, mask_t, num, idx, fnum, fidx,
-        scale, nq, nk, Hq, off_lo, off_hi,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        do.stride(0), do.stride(1), do.stride(2),
-        dq.stride(0), dq.stride(1), dq.stride(2),
-        *ms, *sp_kv, BLOCK_M=t.block_m, BLOCK_N=t.block_n,
-        num_warps=t.num_warps, num_stages=t.num_stages, **common)
+    num, idx, fnum, fidx, qnum, qidx, fqnum, fqidx = sparse if sparse else (lse,) * 8
+    _launch(attn_bwd_dkdv_kernel, dkdv, q, k, v, do, lse, delta, dk, dv_, mask_t, qnum, qidx, fqnum, fqidx,
+            scale)
+    _launch(attn_bwd_dq_kernel, dq_launch, q, k, v, do, lse, delta, dq, mask_t, num, idx, fnum, fidx, scale)
     return dq, dk, dv_
 
 

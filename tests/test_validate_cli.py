@@ -101,15 +101,19 @@ attention.supports = "causal,scale,gqa,lse,backward,mask,window"
 
 
 def test_the_warm_up_dry_run_records_the_calls_the_suite_makes(tmp_path):
-    """flashcheck.warmup's dry run (the suite on an exact stand-in) draws the inputs a correct kernel gets:
-    the signatures it records are those of a real run, so the warm-up compiles what the suite will need."""
+    """flashcheck.warmup's dry run (the suite on an exact stand-in, judging nothing) draws the inputs a
+    correct kernel gets: the signatures it records are those of a real, judged run, so the warm-up
+    compiles what the suite will need. Checked on the properties that call the kernel several times per
+    example (a key removed, keys split or permuted, kv heads repeated, a shift, twice, with gradients)."""
     from flashcheck.warmup import signatures
 
     src = tmp_path / "k.py"
     src.write_text(RECORDING)
     base = [sys.executable, "-m", "pytest", "-c", os.devnull, "--rootdir", str(ROOT), "-p", "flashcheck.pytest_plugin",
             "-p", "no:cacheprovider", "--pyargs", "flashcheck.properties", "--kernel", f"{src}:attention",
-            "--device", "cpu", "--hypothesis-profile", "ci", "-q", "-k", "o_within or dq_within or permuting"]
+            "--device", "cpu", "--hypothesis-profile", "ci", "-q", "-k",
+            "o_within or dq_within or permuting or split_keys or removing or shift or gqa or deterministic "
+            "or fully_masked"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), FLASHCHECK_PROFILE="ci")
     real, dry = tmp_path / "real.jsonl", tmp_path / "dry.jsonl"
     for calls, extra in ((real, []), (tmp_path / "unused.jsonl", ["--flashcheck-dry-run", str(dry)])):
@@ -119,6 +123,7 @@ def test_the_warm_up_dry_run_records_the_calls_the_suite_makes(tmp_path):
     recorded = signatures([dry])
     assert len(recorded) > 10 and any(s.grad for s in recorded)
     assert set(recorded) == set(signatures([real]))
+    assert sum(1 for _ in open(dry)) == sum(1 for _ in open(real))  # every call, not only every distinct one
     assert not (tmp_path / "unused.jsonl").exists()  # the dry run never called the kernel
 
 
