@@ -285,26 +285,27 @@ def record(*, ratio: float | None = None, info: str | None = None):
         stats["worst_info"] = info
 
 
-def record_accepted(case, dtype: str):
-    """The kernel ran on this input (kept to tell the refused domain from the accepted one)."""
+def record_accepted(case, dtype: str, backward: bool = False):
+    """The kernel ran on this input, its backward when `backward` (kept to tell the refused domain from the
+    accepted one)."""
     stats = _current["stats"]
     if stats is None:
         return
     stats["examples"] += 1
     if len(stats["accepted"]) < MAX_KEPT:
-        f = Features.of(case, dtype).to_dict()
+        f = Features.of(case, dtype, backward).to_dict()
         if f not in stats["accepted"]:
             stats["accepted"].append(f)
 
 
-def record_refusal(case, dtype: str, refusal):
+def record_refusal(case, dtype: str, refusal, backward: bool = False):
     stats = _current["stats"]
     if stats is None:
         return
     stats["refused"] += 1
     if len(stats["refusals"]) < MAX_KEPT:
         error = str(refusal)[:400]
-        stats["refusals"].append(Features.of(case, dtype).to_dict() | {"error": error})
+        stats["refusals"].append(Features.of(case, dtype, backward).to_dict() | {"error": error})
 
 
 def record_discard(reason: str):

@@ -15,19 +15,21 @@ from flashcheck.strategies import Shape
 
 @dataclass(frozen=True)
 class Features:
-    """What a rule can read of one input: its case without the values' seed and scale, and the dtype."""
+    """What a rule can read of one call: its case without the values' seed and scale, the dtype, and whether
+    it was the backward (a kernel can run an input's forward and refuse its gradients)."""
     shape: Shape
     causal: object
     window: object
     mask: object
     values: str
     dtype: str
+    backward: bool = False
 
     @classmethod
-    def of(cls, case, dtype: str) -> "Features":
+    def of(cls, case, dtype: str, backward: bool = False) -> "Features":
         window = None if case.window is None else tuple(case.window)
         return cls(shape=case.shape, causal=case.causal, window=window, mask=case.mask, values=case.values,
-                   dtype=dtype)
+                   dtype=dtype, backward=backward)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,6 +66,7 @@ def _rules(refused: list[Features]) -> list[Rule]:
         Rule("N = 1", lambda f: min(f.shape.Nq, f.shape.Nk) == 1),
         Rule("Nq = 1", lambda f: f.shape.Nq == 1),
         Rule("Nk = 1", lambda f: f.shape.Nk == 1),
+        Rule("gradients", lambda f: f.backward),
     ]
     for n in sorted({min(f.shape.Nq, f.shape.Nk) for f in refused}):
         if n > 1:
@@ -120,5 +123,6 @@ def _part(words: str, items) -> RefusedPart:
 def sentence(part: RefusedPart) -> str:
     ex, s = part.example, part.example["shape"]
     shape = (f"B={s['B']} Hq={s['Hq']} Hkv={s['Hkv']} Nq={s['Nq']} Nk={s['Nk']} d={s['d']} "
-             f"causal={ex['causal']} window={ex['window']} mask={ex['mask']} {ex['dtype']}")
+             f"causal={ex['causal']} window={ex['window']} mask={ex['mask']} {ex['dtype']}"
+             + (" (its backward)" if ex.get("backward") else ""))
     return f"refuses {part.words} ({part.count} inputs): {part.error}\n      e.g. {shape}"

@@ -35,3 +35,16 @@ def test_a_pair_of_conditions_when_no_single_one_separates():
 def test_what_no_rule_separates_is_said_to_be_so():
     (part,) = describe([(f(), "e")], [f()])  # the same features were accepted once
     assert part.words.startswith("inputs no simple rule describes")
+
+
+def test_gradients_refused_where_the_forward_runs_are_named_with_their_condition():
+    """A kernel that runs GQA's forward but raises in its backward (the forward of the same input accepted):
+    named "GQA with gradients", not "no simple rule"."""
+    def grad(x):
+        return Features(**{**x.__dict__, "backward": True})
+
+    refused = [(grad(f(Hkv=1, Nq=1, Nk=17)), "RuntimeError: No available kernel"), (grad(f(Hkv=1, d=32)), "e")]
+    accepted = ACCEPTED + [f(Hkv=1, Nq=1, Nk=17), f(Hkv=1, d=32), grad(f()), grad(f(Nq=1, Nk=17)), grad(f(d=32))]
+    (part,) = describe(refused, accepted)
+    assert part.words == "GQA (Hkv < Hq) with gradients" and part.count == 2
+    assert part.example["backward"] is True

@@ -138,9 +138,10 @@ def to_numpy(t):
     return t.detach().to("cpu", dtype=__import__("torch").float64).numpy()
 
 
-def refuse(subject: Subject, case: Case, refusal: Refusal):
-    """The kernel raised on this input: record the refusal and reject the input (hypothesis draws another)."""
-    record_refusal(case, subject.dtype, refusal)
+def refuse(subject: Subject, case: Case, refusal: Refusal, backward: bool = False):
+    """The kernel raised on this input (in its backward when `backward`): record the refusal and reject the
+    input (hypothesis draws another)."""
+    record_refusal(case, subject.dtype, refusal, backward)
     note(f"refused: {case!r} dtype={subject.dtype}: {refusal}")
     reject()
 
@@ -163,19 +164,27 @@ def run(subject: Subject, case: Case, inputs: Inputs, *, grad=False, q=None, k=N
     k = inputs.k if k is None else k
     v = inputs.v if v is None else v
     q_t, k_t, v_t = (subject.tensor(x, grad) for x in (q, k, v))
+    call = called(case, q, k)
     try:
         o_t, lse_t = subject.kernel(q_t, k_t, v_t, **subject.kwargs(case, inputs, mask))
     except Refusal as refusal:
-        refuse(subject, case, refusal)
+        refuse(subject, call, refusal)
     expect = (q.shape[0], q.shape[1], q.shape[2], v.shape[-1])
     if tuple(o_t.shape) != expect:
         raise AssertionError(f"O has shape {tuple(o_t.shape)}, expected {expect} (B, Hq, Nq, dv)")
-    record_accepted(case, subject.dtype)
-    call = replace(case, shape=replace(case.shape, Nk=k.shape[2]))
+    record_accepted(call, subject.dtype)
     dead = int(masked_rows(call, replace(inputs, mask=inputs.mask if mask is None else mask)).sum())
     _dead_rows["count"] = max(_dead_rows["count"] or 0, dead)
     return Run(o=to_numpy(o_t), lse=None if lse_t is None else to_numpy(lse_t), o_t=o_t, q_t=q_t, k_t=k_t, v_t=v_t,
                case=case, subject=subject)
+
+
+def called(case: Case, q, k) -> Case:
+    """`case` with the shape of the call actually made: properties call the kernel on parts of the keys
+    (split and merge, a masked key removed) or on repeated heads (GQA), and a refusal or an acceptance is
+    recorded for what the kernel was given, not for the case it came from."""
+    B, Hq, Nq, d = q.shape
+    return replace(case, shape=replace(case.shape, B=B, Hq=Hq, Hkv=k.shape[1], Nq=Nq, Nk=k.shape[2], d=d))
 
 
 def gradients(r: Run, do: np.ndarray):
@@ -186,7 +195,8 @@ def gradients(r: Run, do: np.ndarray):
     try:
         grads = torch.autograd.grad(r.o_t, (r.q_t, r.k_t, r.v_t), subject.tensor(do), allow_unused=True)
     except Exception as exc:  # noqa: BLE001 - the kernel's backward raised: its refusal
-        refuse(subject, r.case, Refusal(exc))
+        refuse(subject, called(r.case, r.q_t, r.k_t), Refusal(exc), backward=True)
+    record_accepted(called(r.case, r.q_t, r.k_t), subject.dtype, backward=True)
     out = []
     for g, x in zip(grads, (r.q_t, r.k_t, r.v_t)):
         out.append(np.zeros(tuple(x.shape)) if g is None else to_numpy(g))
