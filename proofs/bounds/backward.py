@@ -391,19 +391,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dSe = _dS_errors(M, vis, A, absg, _PError(wc=b_wc_row, A_wc1=Ab1_row, bad=bad_row, lin=b_lin_row,
                                                   det=b_det_row, sigma=b_sig), dP_err, eD=0.0, dD=0.0)
         wcS, linS, varS, detS = dSe.wc, dSe.lin, dSe.var, dSe.det
-        acc_sq = None
-        if kind == "probabilistic" and not M.tensor_core:
-            # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
-            # than that could be equal as computed, and are grouped
-            ordered = (M.recursive and Nk % precision.block_k == 0) & vis.all(axis=-1)
-            tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
-            acc_sq = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, precision.block_k, ordered)
-        tc_steps = None
-        if M.tensor_core and M.recursive:
-            ordered = (Nk % precision.block_k == 0) & vis.all(axis=-1)
-            tc_steps = np.concatenate(
-                [_tensor_core_steps(p, precision.block_k, M.k_step, ordered[:, :, rr, None])
-                 for rr, p in _product_chunks(dS, np.swapaxes(kf, -1, -2))], axis=2)
+        # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
+        # than that could be equal as computed, and are grouped
+        acc_sq, tc_steps = _dq_accumulation(M, kind, dS, kf, (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs, vis,
+                                            precision.block_k)
         ge = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
                    varS @ (kf * kf), (dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf, acc_sq=acc_sq,
                    tc_steps=tc_steps,
@@ -797,6 +788,22 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
     n_change = np.max(np.where(vis, later, 0.0), axis=-1) + (0.0 if M.alpha_exact_at_zero else 0.0)
     det = M.u_w * n_change * (absdo * (A @ np.abs(vf))).sum(-1)
     return var, det
+
+
+def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int):
+    """(acc_sq, tc_steps) of _grad for the accumulation dQ = dS @ K through key tiles of block_k: round to
+    nearest grouped by products that can be equal as computed (probabilistic, no tensor core; tolS bounds
+    the error of dS as computed), tensor-core steps from the partial sums (recursive tensor cores); None
+    where the model has neither. Tiles are ascending for unmasked rows with N_k a multiple of block_k."""
+    Nk = kf.shape[-2]
+    ordered = (M.recursive and Nk % block_k == 0) & vis.all(axis=-1)
+    acc_sq = tc_steps = None
+    if kind == "probabilistic" and not M.tensor_core:
+        acc_sq = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, block_k, ordered)
+    if M.tensor_core and M.recursive:
+        tc_steps = np.concatenate([_tensor_core_steps(p, block_k, M.k_step, ordered[:, :, rr, None])
+                                   for rr, p in _product_chunks(dS, np.swapaxes(kf, -1, -2))], axis=2)
+    return acc_sq, tc_steps
 
 
 def _product_chunks(S, oT):

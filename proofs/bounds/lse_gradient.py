@@ -8,8 +8,7 @@ from .common import (_exp_err, _fix_bad, _no_nan, _rows_chunks, _weighted_exp_er
 from .logits import (_logit_errors)
 from . import forward as _forward_module
 from .forward import (_forward)
-from .backward import (_combine, _forward_rows_view, _grad, _product_chunks, _rn_accumulation_sq, _store,
-                       _tensor_core_steps)
+from .backward import _combine, _dq_accumulation, _forward_rows_view, _grad, _store
 
 
 def lse_gradient_bound(q, k, *, scale=None, causal=False, window=None, mask=None, bias=None, dlse=None,
@@ -75,14 +74,8 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
         dS = A * g
         # the dQ accumulation as in backward_bound: round to nearest grouped by equal products, tensor
         # cores from the partial sums (ascending tiles: unmasked rows, N_k a multiple of block_k)
-        ordered = (M.recursive and pr.Nk % precision.block_k == 0) & vis.all(axis=-1)
-        acc_sq = tc_steps = None
-        if kind == "probabilistic" and not M.tensor_core:
-            acc_sq = _rn_accumulation_sq(dS, kf, (1 + M.u_p) * (A * absg + wcS) - A * absg, M.u_dacc,
-                                         precision.block_k, ordered)
-        if M.tensor_core and M.recursive:
-            tc_steps = np.concatenate([_tensor_core_steps(p, precision.block_k, M.k_step, ordered[:, :, rr, None])
-                                       for rr, p in _product_chunks(dS, np.swapaxes(kf, -1, -2))], axis=2)
+        acc_sq, tc_steps = _dq_accumulation(M, kind, dS, kf, (1 + M.u_p) * (A * absg + wcS) - A * absg, vis,
+                                            precision.block_k)
         ge = _grad(M, sc, n_k, (A * absg) @ abs_k, wcS @ abs_k, linS @ abs_k,
                    varS @ kk, (dS * dS) @ kk, detS @ abs_k, dS @ kf, acc_sq=acc_sq, tc_steps=tc_steps)
         dQ = ge.exact
