@@ -191,12 +191,12 @@ def gradients(r: Run, do: np.ndarray):
     """dQ, dK, dV through the kernel's O; an exception from its backward is a refusal of the input."""
     import torch
 
-    subject = r.subject
+    subject, call = r.subject, called(r.case, r.q_t, r.k_t)
     try:
         grads = torch.autograd.grad(r.o_t, (r.q_t, r.k_t, r.v_t), subject.tensor(do), allow_unused=True)
     except Exception as exc:  # noqa: BLE001 - the kernel's backward raised: its refusal
-        refuse(subject, called(r.case, r.q_t, r.k_t), Refusal(exc), backward=True)
-    record_accepted(called(r.case, r.q_t, r.k_t), subject.dtype, backward=True)
+        refuse(subject, call, Refusal(exc), backward=True)
+    record_accepted(call, subject.dtype, backward=True)
     out = []
     for g, x in zip(grads, (r.q_t, r.k_t, r.v_t)):
         out.append(np.zeros(tuple(x.shape)) if g is None else to_numpy(g))
