@@ -169,24 +169,6 @@ def weight(binary) -> float:
     return BINARY_WEIGHT.get(binary[0], 1.0) if isinstance(binary, tuple) and binary else 1.0
 
 
-def distinct(kernel, sigs: list[Signature]) -> list[Signature]:
-    """Signatures whose calls compile every binary any of `sigs` needs, few and none redundant: greedily
-    the one adding the most not yet covered (by weight), until all are (a set cover; Flex: one per
-    padded shape, dtype and grad)."""
-    need = {sig: binaries(kernel, sig) for sig in sigs}
-    covered, chosen = set(), []
-    left = list(need)
-    while left:
-        gain = [sum(weight(b) for b in need[sig] - covered) for sig in left]
-        best = max(range(len(left)), key=lambda i: gain[i])  # first of the best: deterministic
-        if gain[best] == 0:
-            break
-        sig = left.pop(best)
-        chosen.append(sig)
-        covered |= need[sig]
-    return chosen
-
-
 class Schedule:
     """Which signature an idle compile process calls next, as signatures arrive from the dry run: the one
     adding the most binaries that no process has compiled or is compiling (by weight: longest first,
@@ -211,8 +193,12 @@ class Schedule:
     def binaries(self) -> set:
         return set().union(*self.need.values()) if self.need else set()
 
+    def _busy(self) -> set:
+        """The binaries being compiled now, anywhere."""
+        return set().union(*self.flight.values()) if self.flight else set()
+
     def next(self, process) -> Signature | None:
-        busy = set().union(*self.flight.values()) if self.flight else set()
+        busy = self._busy()
         self.pending = [sig for sig in self.pending if not self.need[sig] <= self.done]
         best, best_key = None, None
         for sig in self.pending:
@@ -236,7 +222,7 @@ class Schedule:
 
     def exhausted(self) -> bool:
         """Every binary of the pending signatures is compiled or being compiled: nothing left to hand out."""
-        busy = set().union(*self.flight.values()) if self.flight else set()
+        busy = self._busy()
         return all(self.need[sig] <= self.done | busy for sig in self.pending)
 
 
