@@ -412,6 +412,10 @@ class Layout:
     def itemsize(self) -> int:
         return _ITEMSIZE[self.dtype]
 
+    def broadcast_strides(self, n: int) -> tuple:
+        """The strides of the first n dims, 0 on a dim of size 1 (broadcast over it)."""
+        return tuple(0 if self.shape[i] == 1 else self.strides[i] for i in range(n))
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -435,13 +439,11 @@ def _strides3(t: Layout) -> tuple:
 def _mask_strides(dense: Layout | None) -> tuple:
     if dense is None:
         return (0, 0, 0, 0)
-    return tuple(0 if dense.shape[i] == 1 else dense.strides[i] for i in range(4))
+    return dense.broadcast_strides(4)
 
 
 def _sparse_strides(num: Layout, idx: Layout) -> tuple:
-    ns = tuple(0 if num.shape[i] == 1 else num.strides[i] for i in range(2)) + (num.strides[2],)
-    is_ = tuple(0 if idx.shape[i] == 1 else idx.strides[i] for i in range(2)) + (idx.strides[2],)
-    return ns + is_
+    return num.broadcast_strides(2) + (num.strides[2],) + idx.broadcast_strides(2) + (idx.strides[2],)
 
 
 def _ptr(t: Layout) -> tuple:
