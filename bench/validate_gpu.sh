@@ -40,11 +40,12 @@ for p in d["refused_domain"]:
 EOF
 }
 
-# pytest_step LIMIT NAME ARGS...: -v (each node id as it ends), -rf, stacks of every process on a timeout
+# pytest_step LIMIT NAME ARGS...: -v (each node id as it ends), -rf; on the limit SIGINT (pytest still prints its
+# failures and summary), per-test stacks from faulthandler_timeout
 pytest_step() {
   local limit=$1 name=$2; shift 2
   local t=$(date +%s)
-  FLASHCHECK_STACKS="$W/stacks-$name" timeout -s USR1 -k 20 "$limit" python3 -m pytest -v -rf --tb=short \
+  FLASHCHECK_STACKS="$W/stacks-$name" timeout -s INT -k 30 "$limit" python3 -m pytest -v -rf --tb=short \
       -p no:cacheprovider -o faulthandler_timeout=$((limit - 10)) "$@" > "$W/$name.log" 2>&1
   local rc=$?
   echo "$name: exit $rc in $(( $(date +%s) - t )) s (limit $limit; 124/137: timed out, stacks in stacks-$name/)"
