@@ -41,8 +41,10 @@ audit: $(SETUP)
 	$(PY) -m flashcheck audit $(AUDIT_ARGS)
 
 # The GPU suite (GPU tests included; the slow tier stays out through addopts' -m "not slow").
+# One thread per worker (OMP_NUM_THREADS: numpy's BLAS and torch's CPU ops): 16 workers with 16 threads each
+# oversubscribed the H100 machine's 16 cores; worksteal balances the long tests (Triton compiles) over the workers.
 test-gpu: $(SETUP)
-	$(PY) -m pytest -q -n $${GPU_WORKERS:-8}
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -n $${GPU_WORKERS:-16} --dist worksteal
 
 bench: $(SETUP)
 	$(PY) bench/run.py $(BENCH_ARGS)
