@@ -19,7 +19,7 @@ export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 export OMP_NUM_THREADS ?= 1
 PYTEST_ARGS ?= -n 2
 
-.PHONY: test audit setup clean test-gpu bench
+.PHONY: test audit setup clean test-gpu answer-key bench
 
 setup: $(SETUP)
 
@@ -45,6 +45,10 @@ audit: $(SETUP)
 # oversubscribed the H100 machine's 16 cores; worksteal balances the long tests (Triton compiles) over the workers.
 test-gpu: $(SETUP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -n $${GPU_WORKERS:-16} --dist worksteal
+
+# The validate answer key (tests/test_validate_gpu.py, slow tier): six targets, each timed on an idle GPU machine.
+answer-key: $(SETUP)
+	$(PY) -m pytest -v -s -m slow tests/test_validate_gpu.py
 
 bench: $(SETUP)
 	$(PY) bench/run.py $(BENCH_ARGS)
