@@ -377,18 +377,36 @@ def _step_ends(sizes, k_step: int):
     return np.unique(np.asarray(ends)), np.asarray(tile_ends)
 
 
-def _partial_sums(A, vf, o, ends, tile_ends, products: int):
+def _partial_sums(A, vf, o, ends, tile_ends, products: int, blocked: bool = False):
     """For keys added in ascending order: sum over the accumulation steps s of F_s^2 and of C_s, with
     C_s = sum_{j<=s} A_j, F_s = sum_{j<=s} A_j (v_j - O) (the partial sum's fluctuation around O, sec. 6);
-    each product step counted `products` times, plus the rescale at each tile end."""
+    each product step counted `products` times, plus the rescale at each tile end.
+    blocked (acc * alpha + tl.dot(p, v)): a product step rounds the tile's own chain, whose partial sums start
+    at the tile (C_s, F_s minus their values at the previous tile's end); each tile end rounds twice, the
+    addition into the accumulator and the rescale, both on the whole partial sum (the last tile's rescale,
+    which never happens, is counted too)."""
     Nq, Nk = A.shape[-2:]
     dv = vf.shape[-1]
+    # before[e]: the key position whose partial sum a step ending at e starts from (-1: none, the sum is 0)
+    starts = np.concatenate([[0], np.asarray(tile_ends)[:-1] + 1])
+    before = starts[np.searchsorted(starts, ends, side="right") - 1] - 1 if blocked else None
+    tile_steps = 2 if blocked else 1
+
+    def within(X, axis):  # partial sums at the step ends, from the tile start when blocked
+        at = np.take(X, ends, axis=axis)
+        if not blocked:
+            return at
+        pad = [(0, 0)] * X.ndim
+        pad[axis] = (1, 0)
+        return at - np.take(np.pad(X, pad), before + 1, axis=axis)
+
     C = np.cumsum(A, axis=-1)
-    c_sum = products * C[..., ends].sum(-1) + C[..., tile_ends].sum(-1)
+    c_sum = products * within(C, -1).sum(-1) + tile_steps * C[..., tile_ends].sum(-1)
     f_sq = np.zeros((*np.broadcast_shapes(A.shape[:-1], o.shape[:-1]), dv))
     for r in _rows_chunks(Nq, Nk, dv, budget=1 << 20):
         F = np.cumsum(A[..., r, :, None] * (vf[..., None, :, :] - o[..., r, None, :]), axis=-2)
-        f_sq[..., r, :] = products * (F[..., ends, :] ** 2).sum(-2) + (F[..., tile_ends, :] ** 2).sum(-2)
+        f_sq[..., r, :] = (products * (within(F, -2) ** 2).sum(-2)
+                           + tile_steps * (F[..., tile_ends, :] ** 2).sum(-2))
     return f_sq, c_sum
 
 
@@ -485,10 +503,10 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         n_rn = (0 if M.tensor_core else n_pv) + T  # accumulation roundings to nearest
         acc_sq = n_rn * dev_A**2  # sum_s F_s^2 <= n (max |F_s|)^2, any order
         acc_c = np.full(oabs.shape, float(n_rn))  # sum_s C_s <= n
-        if n_rn and M.recursive and order is not None and vis.all():  # unmasked: the tiles in visiting order
+        if n_rn and order is not None and vis.all():  # unmasked: the tiles in visiting order
             ends, tile_ends = _step_ends(order.sizes, M.k_step)
             f_sq, c_sum = _partial_sums(order.apply(A), _keys_in_order(vf, order), o, ends, tile_ends,
-                                        M.pv_products)
+                                        M.pv_products, blocked=not M.recursive)
             acc_sq = np.minimum(acc_sq, f_sq)
             acc_c = np.minimum(acc_c, c_sum[..., None])
         if groups is not None:  # bit-identical keys make identical errors: Azuma over groups (sec. 6)
