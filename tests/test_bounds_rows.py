@@ -90,7 +90,8 @@ def _two_groups(nq, nk, d, seed, spread, dtype):
 def test_identical_rows_are_one_random_variable(monkeypatch, dtype, dot, spread):
     """Against the emulated kernel: the grouped probabilistic bound holds on every dK, dV entry; the planted
     version that treats every row as independent (group sizes 1, what the bound did before) is exceeded
-    (seeds 0-3: ungrouped dV 2.3-3.0x over, dK 1.1-2.0x; grouped at most 0.9 of the bound). The spread
+    (seeds 0-3: ungrouped dV 2.3-3.0x over; grouped at most 0.9 of the bound; the bound before the grouping:
+    dV 2.2-3.0x, dK 1.1-2.0x over, the worst case held). The spread
     keeps the two groups distinct in the operand format (a smaller one rounds them together)."""
     from flashcheck.proofs.emulation import fa2_backward, fa2_forward
     from flashcheck.reference.attention import attention
@@ -115,3 +116,32 @@ def test_identical_rows_are_one_random_variable(monkeypatch, dtype, dot, spread)
                                   f"at {worst}")
         over[name] = int((err > b1).sum())
     assert over["dV"] > 0, f"the ungrouped bound was not exceeded: {over}"
+
+
+def test_rescales_of_o_in_delta_count_only_tiles_that_can_move_the_max():
+    """Delta's acc * alpha roundings: with the max in the first tile no later alpha differs from 1 (nothing is
+    charged); logits rising along the keys move it in every tile (charged, each on the share visited so far)."""
+    from flashcheck.proofs.bounds.backward import _delta_accumulation
+
+    rng = np.random.default_rng(3)
+    d, nk = 16, 256
+    precision = Precision("float32", "ieee", exp="libm", block_k=64)
+    M = _model(precision)
+    assert M.alpha_exact_at_zero
+    q = rng.standard_normal((1, 1, 2, d))
+    q[0, 0, 1] = -q[0, 0, 0]  # row 1: key 0 far below its max
+    k, v, do = rng.standard_normal((1, 1, nk, d)), rng.standard_normal((1, 1, nk, d)), rng.standard_normal((1, 1, 2, d))
+    first = k.copy()
+    first[0, 0, 0] = 40.0 * q[0, 0, 0] / np.linalg.norm(q[0, 0, 0])  # row 0's max in the first tile, by far
+    for keys, charged in ((first, [False, True]), (k, [True, True])):
+        F = _forward(q, keys, v, None, False, None, None, None, precision, "probabilistic")
+        _, det = _delta_accumulation(F, M, do, F.kf, F.vf, F.scale, d, False, precision)
+        assert list(det[0, 0] > 0) == charged, det
+    u = np.linspace(1, 0, d)[None, None, None] / np.sqrt(d)  # logits rising by 8 along the keys
+    kr = 8 * np.sqrt(d) * np.arange(nk)[None, None, :, None] / nk * u[0] / np.sum(u[0] ** 2)
+    F = _forward(np.broadcast_to(u, (1, 1, 1, d)).copy(), kr, v, None, False, None, None, None, precision,
+                 "probabilistic")
+    _, det = _delta_accumulation(F, M, do[:, :, :1], F.kf, F.vf, F.scale, d, False, precision)
+    A = F.A[0, 0, 0]
+    shares = np.array([(A[: 64 * t, None] * np.abs(v[0, 0, : 64 * t])).sum(0) for t in (1, 2, 3)])
+    np.testing.assert_allclose(det[0, 0, 0], M.u_w * (np.abs(do[0, 0, 0]) * shares.sum(0)).sum(), rtol=1e-9)

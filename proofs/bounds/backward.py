@@ -23,7 +23,7 @@ def _combine(wc, lin, var, det, lam, kind):
 
 
 def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None, tc=None,
-                 lr: _LseRandom | None = None):
+                 lr: _LseRandom | None = None, lg_conv=None):
     """Bound on |Delta_hat_i - Delta_i|, Delta_hat = fl(sum_c dO_ic O_hat_ic) with the kernel's own O_hat.
 
     Contracting the exact O-error identity of sec. 5 with dO (bounds.md sec. 8):
@@ -35,7 +35,10 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
     (_tensor_core_steps), in place of n_pv u_dacc sum_c |dO_c| (A|V|)_c. lr (probabilistic): l's sum
     random over its groups of equal summands where lr.l_ok (_lse_random) in place of mu_lin |Delta|, and the
     final fp32 sum of dv products random over groups of equal products (_delta_dot) in place of
-    gamma_dv sum_c |dO_c| (|O_c| + bound.o_c): the returned std and det then carry them (rows of dK, dV)."""
+    gamma_dv sum_c |dO_c| (|O_c| + bound.o_c): the returned std and det then carry them (rows of dK, dV).
+    lg_conv (probabilistic, tf32 that truncates): the logits' (one-sided bound, exact error, floor) of their
+    input conversion (logits._Logits det_conv, conv, conv_floor): the first-order effect on Delta is then
+    computed with its sign, |sum_j A_j e_j g_j|, and V's conversion likewise (_delta_v_conversion)."""
     P = F.parts
     A, o, u = F.A, F.o, M.u_w
     abs_do = np.abs(dof)
@@ -77,9 +80,17 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
     det = ((A * (P["det"] + M.eps_exp) * absg).sum(-1) + (rp + mu_det) * aD + acc_det
            + ((n_pv * M.u_dacc * (abs_do * Av).sum(-1) if tc is None else tc) if M.tensor_core else 0.0)
            + M.eps_div * oabs_do.sum(-1))
+    v_conv = None
+    if lg_conv is not None:  # the logits' conversion, known exactly (sec. 8, "input conversions"): signed
+        one_sided, e, floor = lg_conv
+        Ae = A * e
+        det = (det - (A * one_sided * absg).sum(-1) + np.abs((Ae * g).sum(-1)) + (A * floor * absg).sum(-1)
+               + float(gamma(A.shape[-1] + 2, 2.0**-53)) * (np.abs(Ae) * absg).sum(-1))
+        v_conv = _delta_v_conversion(A, vf, dof)
     if M.trunc:  # P_j truncated (coefficients A_j dP_j), v_jc truncated (A_j dO_c v_jc), both summing
         # to Delta: one-sided errors, u (sum |coefficient| + |Delta|) / 2 each (bounds.md sec. 6)
-        det = det + 0.5 * (dp * ((A * np.abs(dP)).sum(-1) + aD) + di * ((abs_do * Av).sum(-1) + aD))
+        det = det + 0.5 * dp * ((A * np.abs(dP)).sum(-1) + aD)
+        det = det + (0.5 * di * ((abs_do * Av).sum(-1) + aD) if v_conv is None else v_conv)
     lam = F.parts.get("lam", LAMBDA)
     prob = lam * np.sqrt(var) + det + np.maximum(wc - lin, 0.0)
     capped = prob >= wc
@@ -91,6 +102,22 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
     var_all = np.where(capped, 0.0, var) + dot_var
     det_all = np.where(capped, wc, det + np.maximum(wc - lin, 0.0)) + dot_det
     return (np.minimum(lam * np.sqrt(var_all) + det_all, wc + rounding), np.sqrt(var_all), det_all)
+
+
+def _delta_v_conversion(A, vf, dof):
+    """|sum_c dO_c sum_j A_j (v~_jc - v_jc)| for V truncated to tf32 as the H100 does (exact), plus the
+    subnormal v (flushed or truncated: |v| each) and the float64 evaluation; None if V is not fp32 values
+    (forward._v_conversion contracted with dO, signed)."""
+    from .logits import _fp32_exact, tf32_truncated
+
+    if not _fp32_exact(vf):
+        return None
+    tiny = 2.0**-126
+    av = np.abs(vf)
+    dv = np.where(av < tiny, 0.0, tf32_truncated(vf) - vf)
+    g = float(gamma(A.shape[-1] + vf.shape[-1] + 1, 2.0**-53))
+    return (np.abs((dof * (A @ dv)).sum(-1))
+            + (np.abs(dof) * (A @ (av * (av < tiny)) + g * (A @ np.abs(dv)))).sum(-1))
 
 
 @dataclass(frozen=True)
@@ -370,8 +397,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 [(np.abs(do_r[:, :, rr]) * _tensor_core_steps(p, precision.block_k, M.k_step,
                                                               ordered[:, :, rr, None])).sum(-1)
                  for rr, p in _product_chunks(A, np.swapaxes(vf, -1, -2))], axis=2)
+        lg_conv = (lg.det_conv, lg.conv, lg.conv_floor) if conv is not None and lg.conv is not None else None
         eps_D, sig_D, det_D = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D, tc_D,
-                                           lr if kind == "probabilistic" else None)
+                                           lr if kind == "probabilistic" else None, lg_conv)
         eD = eps_D[..., None]
         dS_abs = A * absg
         dS = A * g
@@ -775,9 +803,11 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
     P_j v_jc with P_j = exp2(s_j - running max) (keys of different tiles with equal logits relative to
     their running max give equal products), within the bound on P_j's error; coefficient of a step
     u |dO_c| |partial sum| in the final normalization (_accumulation_coefficients of A_j v_jc), Azuma over
-    the groups (_grouped_square_sum). Rescales: one rounding u |acc| <= u (A|V|)_c per tile that can move
-    the running max (exp2(0) = 1 exactly otherwise), charged worst case (equal alphas round alike)."""
-    from .forward import _rescale_changes
+    the groups (_grouped_square_sum). Rescales: one rounding u |acc| per tile that can move the running max
+    (exp2(0) = 1 exactly otherwise), charged worst case (equal alphas round alike); with the tile order known
+    (unmasked rows) |acc_c| <= the share of (A|V|)_c visited before that tile and only the tiles after which
+    the max can still move count (forward._tile_changes), else u (A|V|)_c times the order-free count."""
+    from .forward import _keys_in_order, _rescale_changes, _tile_changes, _tile_order
 
     A, vis, s, m = F.A, F.vis, F.s, F.m
     rows, Nk = A.shape[-2:]
@@ -817,6 +847,15 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
         lead = p.shape[:3]
         var[:, :, r] = _grouped_square_sum(p.reshape(-1, dvn * Nk), coef.reshape(-1, dvn * Nk),
                                            tol.reshape(-1, dvn * Nk)).reshape(lead)
+    order = _tile_order(Nk, bk, precision.tile_order)
+    if order is not None and vis.all():
+        # the visiting order known (unmasked rows, as forward._l_sum_error): the rescale at tile t rounds
+        # acc_c * alpha, |acc_c| <= the share of (A|V|)_c visited before t, only where alpha can differ from 1
+        change = _tile_changes(s, lgf.wc, vis, order, M.alpha_exact_at_zero)
+        prefix = np.cumsum(np.add.reduceat(order.apply(A)[..., None, :] * np.swapaxes(
+            _keys_in_order(np.abs(vf), order), -1, -2)[:, :, None], order.starts, axis=-1), axis=-1)
+        before = (change[..., None, 1:] * prefix[..., :-1]).sum(-1)  # (B, H, rows, dv)
+        return var, M.u_w * (absdo * before).sum(-1)
     later = _rescale_changes(s, lgf.wc, vis, bk, M.alpha_exact_at_zero)
     n_change = np.max(np.where(vis, later, 0.0), axis=-1) + (0.0 if M.alpha_exact_at_zero else 0.0)
     det = M.u_w * n_change * (absdo * (A @ np.abs(vf))).sum(-1)
