@@ -22,7 +22,8 @@ def _combine(wc, lin, var, det, lam, kind):
     return np.minimum(lam * np.sqrt(np.maximum(var, 0.0)) + det + np.maximum(wc - lin, 0.0), wc)
 
 
-def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None, tc=None):
+def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None, tc=None,
+                 lr: _LseRandom | None = None, lg_conv=None):
     """Bound on |Delta_hat_i - Delta_i|, Delta_hat = fl(sum_c dO_ic O_hat_ic) with the kernel's own O_hat.
 
     Contracting the exact O-error identity of sec. 5 with dO (bounds.md sec. 8):
@@ -31,7 +32,13 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
     division and the store per column, and the fp32 sum of dv products. acc: (variance proxy, det) of
     the round-to-nearest P.V accumulation and rescales (_delta_accumulation), in place of the split
     along O; None: that split. tc: the tensor-core truncation of that accumulation from its partial sums
-    (_tensor_core_steps), in place of n_pv u_dacc sum_c |dO_c| (A|V|)_c."""
+    (_tensor_core_steps), in place of n_pv u_dacc sum_c |dO_c| (A|V|)_c. lr (probabilistic): l's sum
+    random over its groups of equal summands where lr.l_ok (_lse_random) in place of mu_lin |Delta|, and the
+    final fp32 sum of dv products random over groups of equal products (_delta_dot) in place of
+    gamma_dv sum_c |dO_c| (|O_c| + bound.o_c): the returned std and det then carry them (rows of dK, dV).
+    lg_conv (probabilistic, tf32 that truncates): the logits' (one-sided bound, exact error, floor) of their
+    input conversion (logits._Logits det_conv, conv, conv_floor): the first-order effect on Delta is then
+    computed with its sign, |sum_j A_j e_j g_j|, and V's conversion likewise (_delta_v_conversion)."""
     P = F.parts
     A, o, u = F.A, F.o, M.u_w
     abs_do = np.abs(dof)
@@ -65,17 +72,52 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
            + ri**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
            + acc_var
            + u_store**2 * ((dof * o) ** 2).sum(-1))
-    det = ((A * (P["det"] + M.eps_exp) * absg).sum(-1) + (rp + P["mu_lin"]) * aD + acc_det
+    if lr is not None:  # l's sum: Azuma over its groups of equal summands (rescales worst case)
+        var = var + lr.l_var * delta**2
+        mu_det = np.where(lr.l_ok, lr.l_det, P["mu_lin"])
+    else:
+        mu_det = P["mu_lin"]
+    det = ((A * (P["det"] + M.eps_exp) * absg).sum(-1) + (rp + mu_det) * aD + acc_det
            + ((n_pv * M.u_dacc * (abs_do * Av).sum(-1) if tc is None else tc) if M.tensor_core else 0.0)
            + M.eps_div * oabs_do.sum(-1))
+    v_conv = None
+    if lg_conv is not None:  # the logits' conversion, known exactly (sec. 8, "input conversions"): signed
+        one_sided, e, floor = lg_conv
+        Ae = A * e
+        det = (det - (A * one_sided * absg).sum(-1) + np.abs((Ae * g).sum(-1)) + (A * floor * absg).sum(-1)
+               + float(gamma(A.shape[-1] + 2, 2.0**-53)) * (np.abs(Ae) * absg).sum(-1))
+        v_conv = _delta_v_conversion(A, vf, dof)
     if M.trunc:  # P_j truncated (coefficients A_j dP_j), v_jc truncated (A_j dO_c v_jc), both summing
         # to Delta: one-sided errors, u (sum |coefficient| + |Delta|) / 2 each (bounds.md sec. 6)
-        det = det + 0.5 * (dp * ((A * np.abs(dP)).sum(-1) + aD) + di * ((abs_do * Av).sum(-1) + aD))
+        det = det + 0.5 * dp * ((A * np.abs(dP)).sum(-1) + aD)
+        det = det + (0.5 * di * ((abs_do * Av).sum(-1) + aD) if v_conv is None else v_conv)
     lam = F.parts.get("lam", LAMBDA)
     prob = lam * np.sqrt(var) + det + np.maximum(wc - lin, 0.0)
     capped = prob >= wc
-    return (np.minimum(prob, wc) + rounding, np.where(capped, 0.0, np.sqrt(var)),
-            np.where(capped, wc, det + np.maximum(wc - lin, 0.0)) + rounding)
+    if lr is None:
+        return (np.minimum(prob, wc) + rounding, np.where(capped, 0.0, np.sqrt(var)),
+                np.where(capped, wc, det + np.maximum(wc - lin, 0.0)) + rounding)
+    # the final sum's roundings join the random part (the cap above covers the rest only)
+    dot_var, dot_det = _delta_dot(dof, o, F.bound.o, u, F.problem.dv)
+    var_all = np.where(capped, 0.0, var) + dot_var
+    det_all = np.where(capped, wc, det + np.maximum(wc - lin, 0.0)) + dot_det
+    return (np.minimum(lam * np.sqrt(var_all) + det_all, wc + rounding), np.sqrt(var_all), det_all)
+
+
+def _delta_v_conversion(A, vf, dof):
+    """|sum_c dO_c sum_j A_j (v~_jc - v_jc)| for V truncated to tf32 as the H100 does (exact), plus the
+    subnormal v (flushed or truncated: |v| each) and the float64 evaluation; None if V is not fp32 values
+    (forward._v_conversion contracted with dO, signed)."""
+    from .logits import _fp32_exact, tf32_truncated
+
+    if not _fp32_exact(vf):
+        return None
+    tiny = 2.0**-126
+    av = np.abs(vf)
+    dv = np.where(av < tiny, 0.0, tf32_truncated(vf) - vf)
+    g = float(gamma(A.shape[-1] + vf.shape[-1] + 1, 2.0**-53))
+    return (np.abs((dof * (A @ dv)).sum(-1))
+            + (np.abs(dof) * (A @ (av * (av < tiny)) + g * (A @ np.abs(dv)))).sum(-1))
 
 
 @dataclass(frozen=True)
@@ -111,10 +153,13 @@ class _DSError:
     det: np.ndarray
 
 
-def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_var=0.0) -> _DSError:
+def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_var=0.0,
+               w_P=1.0, w_dP=1.0, w_S=1.0) -> _DSError:
     """dS_hat - dS for dS = A g (|g| = absg) with P_hat, dP_hat as given and Delta off by <= eD (dD of it
     not random): the subtraction, the product and the conversion of dS to the operand format (rho) on
-    (|g| + dP error + Delta error); floors of the working and operand formats (bounds.md sec. 8)."""
+    (|g| + dP error + Delta error); floors of the working and operand formats (bounds.md sec. 8).
+    w_P, w_dP, w_S: the row groups' weights of P's, dP's and dS's own random parts (_RowGroups; 1 for a
+    single row, as in dQ)."""
     u = M.u_w
     (_, r_p), _ = _conv(M)
     rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
@@ -124,8 +169,8 @@ def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_
                                  lambda: P.A_wc1 * (1 + rho_wc) * X - A * absg)
                    + M.floor_w * (1 + rho_wc) * X + M.floor_p, 0.0)
     linS = np.where(vis, A * ((P.lin + rho_lin) * absg + dP.lin + eD), 0.0)
-    varS = np.where(vis, A * A * ((P.sigma * absg) ** 2 + dP.sigma**2 + (2 * u**2 + r_p**2) * absg**2)
-                    + extra_var, 0.0)
+    varS = np.where(vis, A * A * (w_P * (P.sigma * absg) ** 2 + w_dP * dP.sigma**2
+                                  + w_S * (2 * u**2 + r_p**2) * absg**2) + extra_var, 0.0)
     # (a truncation of dS to tf32 is counted in _grad, with the other operand's)
     detS = np.where(vis, A * (P.det * absg + dP.det + dD), 0.0)
     return _DSError(wcS, linS, varS, detS)
@@ -230,7 +275,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dof = np.asarray(do, dtype=np.float64)
     if dof.shape != (pr.B, pr.Hq, pr.Nq, pr.dv):
         raise ValueError(f"do must have O's shape {(pr.B, pr.Hq, pr.Nq, pr.dv)}, got {dof.shape}")
-    n_events = 2.0 * pr.Nq * pr.group * (1 + pr.dv)
+    # per row feeding an entry: its LSE, its Delta and its dv entries of O (second-order parts of Delta)
+    n_events = 2.0 * pr.Nq * pr.group * (2 + pr.dv)
     F = _forward(q, k, v, scale, causal, window, mask, bias, precision, kind,
                  eta=FAILURE_PROBABILITY / n_events)
     lam = hoeffding_lambda(2.0)
@@ -272,6 +318,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     abs_vT, vT, vvT = _t(np.abs(vf)), _t(vf), _t(vf * vf)
     abs_k = np.abs(kf)
     # sums over query rows (dV, dK), accumulated block by block; dQ is per row
+    groups = _RowGroups.of(F.qf, dof, precision, group)
     dv_sums = dk_sums = conv_sums = None
 
     dq_blocks, dQ_blocks, dq_terms = [], [], []
@@ -304,11 +351,16 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
 
         _, Ab1_wc, bad = _weighted_exp_err(A, b_wc, e_wc, M.eps_exp, vis, log_a)
         b_lin = np.where(vis, lg.lin + (e_lse + eps_L)[..., None] + M.eps_exp, 0.0)
-        # probabilistic: the stored LSE's error splits into its random first-order part (std sig_L, from
-        # the forward's roundings, independent from row to row: it joins this entry's Azuma sum) and the rest
-        sig_L, det_L = Fr.parts["lse_sigma"], Fr.parts["lse_det"]
-        b_det = np.where(vis, lg_det + (det_L + e_lse)[..., None] + M.eps_exp, 0.0)
-        b_sig = lg.sigma  # e_lse is one rounding shared by the row: kept in b_det
+        # probabilistic: the stored LSE's error (and the rounding of LSE log2 e) splits into its
+        # round-to-nearest part (variance sig_L^2: the forward's logit roundings, l's sum over its groups of
+        # equal summands, the final roundings; independent between rows that do not compute alike, which
+        # the row groups' weights w_q account for: it joins this entry's Azuma sum) and the rest (det_L)
+        lr = _lse_random(Fr, M, kf, sc, d, bias is not None, precision)
+        sig_L2, det_L = lr.var, lr.det
+        rg = groups.rows(r)
+        w_q, w_do, w_qdo = rg.by_q[..., None], rg.by_do[..., None], rg.by_q_do[..., None]
+        b_det = np.where(vis, lg_det + det_L[..., None] + M.eps_exp, 0.0)
+        b_sig = lg.sigma
         floor_P = np.where(vis, M.floor_w * (1 + nu_q_wc) + M.floor_p * (1 + gamma(n_q, M.u_dacc)), 0.0)
 
         dodo = do_r * do_r
@@ -317,8 +369,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             wc=_t(_fix_bad(A * ((1 + b_wc) * (1 + nu_q_wc) - 1.0), bad,
                            lambda: Ab1_wc * (1 + nu_q_wc) - A) + floor_P) @ abs_do,
             lin=_t(A * (b_lin + nu_q_lin)) @ abs_do,
-            var_P=_t((A * b_sig) ** 2 + (A * sig_L[..., None]) ** 2) @ dodo,
-            var_AA=_t(A * A) @ dodo,
+            var_P=_t(w_q * ((A * b_sig) ** 2 + A * A * sig_L2[..., None])) @ dodo,
+            var_ops=_t(A * A * (r_p**2 * w_q + r_in**2 * w_do)) @ dodo,
             det=_t(A * b_det) @ abs_do,
             exact=_t(A) @ do_r))
 
@@ -345,7 +397,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 [(np.abs(do_r[:, :, rr]) * _tensor_core_steps(p, precision.block_k, M.k_step,
                                                               ordered[:, :, rr, None])).sum(-1)
                  for rr, p in _product_chunks(A, np.swapaxes(vf, -1, -2))], axis=2)
-        eps_D, sig_D, det_D = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D, tc_D)
+        lg_conv = (lg.det_conv, lg.conv, lg.conv_floor) if conv is not None and lg.conv is not None else None
+        eps_D, sig_D, det_D = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D, tc_D,
+                                           lr if kind == "probabilistic" else None, lg_conv)
         eD = eps_D[..., None]
         dS_abs = A * absg
         dS = A * g
@@ -362,21 +416,25 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # the LSE and Delta errors of row i come from the same forward roundings: (a + b)^2 <= 2a^2 + 2b^2
         dSe = _dS_errors(M, vis, A, absg, _PError(wc=b_wc, A_wc1=Ab1_wc, bad=bad, lin=b_lin, det=b_det, sigma=b_sig),
                          dP_err, eD=eD, dD=det_D[..., None],
-                         extra_var=2 * A * A * ((sig_L[..., None] * absg) ** 2 + sig_D[..., None] ** 2))
+                         extra_var=2 * A * A * w_q * (sig_L2[..., None] * absg**2 + sig_D[..., None] ** 2),
+                         w_P=w_q, w_dP=w_do, w_S=w_qdo)
         dS_wc, dS_lin, dS_var, dS_det = dSe.wc, dSe.lin, dSe.var, dSe.det
         # dK = scale dS^T Q: its pieces summed over the query rows (finished after the loop, _grad)
         aq, qq = np.abs(qf), qf * qf
         dk_sums = _accumulate(dk_sums, _DKSums(
             base=_t(dS_abs) @ aq, wcS=_t(dS_wc) @ aq, lin=_t(dS_lin) @ aq, var=_t(dS_var) @ qq,
-            SS=_t(dS * dS) @ qq, det=_t(dS_det) @ aq, exact=_t(dS) @ qf))
+            SS=_t(w_q * dS * dS) @ qq, det=_t(dS_det) @ aq, exact=_t(dS) @ qf))
         if detail is not None:  # the det parts of P (b_det), dP and Delta, each through dK and dV
-            b_parts = (("logits", lg_det), ("stored LSE", det_L[..., None]), ("LSE*log2e rounding", e_lse[..., None]),
-                       ("exp", M.eps_exp))
+            b_parts = (("logits", lg_det), ("stored LSE", det_L[..., None]), ("exp", M.eps_exp))
             for name, x in b_parts:
                 _add_sub("dK", "dS det: P " + name, _t(np.where(vis, A * x * absg, 0.0)) @ aq)
                 _add_sub("dV", "P det: " + name, _t(np.where(vis, A * x, 0.0)) @ abs_do)
             _add_sub("dK", "dS det: dP", _t(np.where(vis, A * dP_det, 0.0)) @ aq)
             _add_sub("dK", "dS det: Delta", _t(np.where(vis, A * det_D[..., None], 0.0)) @ aq)
+            # the row-common random parts (their variance proxies; shown as lam sqrt(.) alone)
+            _add_sub("dK", "dS var: LSE, Delta (rows)", _t(np.where(vis, 2 * A * A * w_q * (
+                sig_L2[..., None] * absg**2 + sig_D[..., None] ** 2), 0.0)) @ qq)
+            _add_sub("dV", "P var: stored LSE (rows)", _t(np.where(vis, w_q * A * A * sig_L2[..., None], 0.0)) @ dodo)
 
         # For dQ_i the LSE error is one factor (1 + c_i) on the whole row i of P, and sum_j dS_ij = 0
         # (Lemma 9), so it costs c_i |dQ_i| instead of c_i sum_j |dS_ij||k_j|: dQ_hat = (1 + c_i) dQ'_hat,
@@ -424,7 +482,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     # |F_s| <= sum_i A_ij |dO_ic| + |dV_jc|; the part along dV (and P's rounding along dV) worst case
     abs_dV = np.abs(dv_sums.exact)
     n_rn_q = 0 if M.tensor_core else n_q
-    dv_var = (dv_sums.var_P + (r_p**2 + r_in**2) * dv_sums.var_AA
+    dv_var = (dv_sums.var_P + dv_sums.var_ops
               + n_rn_q * u**2 * (AabsdO + abs_dV)**2)
     dv_det = (dv_sums.det + (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO
               + (n_rn_q * u + r_p + r_in) * abs_dV)
@@ -436,14 +494,15 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dv_err = _combine(_kv(dv_sums.wc), _kv(dv_sums.lin), _kv(dv_var), _kv(dv_det), lam, kind)
     if detail is not None:
         dv_parts = _GradError(dv_sums.wc, dv_sums.lin, (
-            ("P", dv_sums.var_P), ("operands", (r_p**2 + r_in**2) * dv_sums.var_AA),
+            ("P", dv_sums.var_P), ("operands", dv_sums.var_ops),
             ("accumulation", n_rn_q * u**2 * (AabsdO + abs_dV)**2)), (
             ("P", dv_sums.det), ("tensor core", (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO),
             ("accumulation along R", n_rn_q * u * abs_dV), ("P, dO conversions along R", (r_p + r_in) * abs_dV),
             ("tf32 truncation", (d_p + d_in) * 0.5 * (AabsdO + abs_dV) if M.trunc else 0.0 * abs_dV)), dv_sums.exact)
         detail.append(("dV", _terms(dv_parts, lam, kind, _kv)
                        + [Term("store", "other", _store(dv_err, np.abs(dV_exact), 0.0, M) - dv_err)]
-                       + [Term(name, "sub", _kv(x)) for name, x in sub["dV"].items()]))
+                       + [Term(name, "sub", lam * np.sqrt(_kv(x)) if " var: " in name else _kv(x))
+                          for name, x in sub["dV"].items()]))
     dv_err = _store(dv_err, np.abs(dV_exact), 0.0, M)
 
     ge = _grad(M, sc, n_q, dk_sums.base, dk_sums.wcS, dk_sums.lin, dk_sums.var, dk_sums.SS, dk_sums.det,
@@ -453,7 +512,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     if detail is not None:
         detail.append(("dK", _terms(ge, lam, kind, _kv)
                        + [Term("store and scale", "other", _store(dk_err, np.abs(_kv(dK_exact)), g2, M) - dk_err)]
-                       + [Term(name, "sub", sc * _kv(x)) for name, x in sub["dK"].items()]))
+                       + [Term(name, "sub", sc * (lam * np.sqrt(_kv(x)) if " var: " in name else _kv(x)))
+                          for name, x in sub["dK"].items()]))
         detail.append(("dQ", [Term(t.name, t.kind, np.concatenate([b[i].value for b in dq_terms], axis=2))
                               for i, t in enumerate(dq_terms[0])]))
     dk_err = _store(dk_err, np.abs(_kv(dK_exact)), g2, M)
@@ -478,13 +538,14 @@ def _accumulate(total, block):
 class _DVSums(_Summable):
     """dV's pieces summed over the query rows i (each (B, Hq, Nk, dv)): sum_i A_ij |dO_ic| (A_absdO), the
     majorant (wc) and its linear part (lin), the variance proxies of P's random error (var_P) and of the
-    operand roundings (var_AA = sum_i A_ij^2 dO_ic^2), the non-random P error (det), and dV itself (exact)."""
+    operand roundings (var_ops = sum_i A_ij^2 dO_ic^2 (r_p^2 w_q + r_in^2 w_do)), the non-random P error
+    (det), and dV itself (exact); variance terms weighted by the row groups (_RowGroups)."""
 
     A_absdO: np.ndarray
     wc: np.ndarray
     lin: np.ndarray
     var_P: np.ndarray
-    var_AA: np.ndarray
+    var_ops: np.ndarray
     det: np.ndarray
     exact: np.ndarray
 
@@ -742,9 +803,11 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
     P_j v_jc with P_j = exp2(s_j - running max) (keys of different tiles with equal logits relative to
     their running max give equal products), within the bound on P_j's error; coefficient of a step
     u |dO_c| |partial sum| in the final normalization (_accumulation_coefficients of A_j v_jc), Azuma over
-    the groups (_grouped_square_sum). Rescales: one rounding u |acc| <= u (A|V|)_c per tile that can move
-    the running max (exp2(0) = 1 exactly otherwise), charged worst case (equal alphas round alike)."""
-    from .forward import _rescale_changes
+    the groups (_grouped_square_sum). Rescales: one rounding u |acc| per tile that can move the running max
+    (exp2(0) = 1 exactly otherwise), charged worst case (equal alphas round alike); with the tile order known
+    (unmasked rows) |acc_c| <= the share of (A|V|)_c visited before that tile and only the tiles after which
+    the max can still move count (forward._tile_changes), else u (A|V|)_c times the order-free count."""
+    from .forward import _keys_in_order, _rescale_changes, _tile_changes, _tile_order
 
     A, vis, s, m = F.A, F.vis, F.s, F.m
     rows, Nk = A.shape[-2:]
@@ -784,6 +847,15 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
         lead = p.shape[:3]
         var[:, :, r] = _grouped_square_sum(p.reshape(-1, dvn * Nk), coef.reshape(-1, dvn * Nk),
                                            tol.reshape(-1, dvn * Nk)).reshape(lead)
+    order = _tile_order(Nk, bk, precision.tile_order)
+    if order is not None and vis.all():
+        # the visiting order known (unmasked rows, as forward._l_sum_error): the rescale at tile t rounds
+        # acc_c * alpha, |acc_c| <= the share of (A|V|)_c visited before t, only where alpha can differ from 1
+        change = _tile_changes(s, lgf.wc, vis, order, M.alpha_exact_at_zero)
+        prefix = np.cumsum(np.add.reduceat(order.apply(A)[..., None, :] * np.swapaxes(
+            _keys_in_order(np.abs(vf), order), -1, -2)[:, :, None], order.starts, axis=-1), axis=-1)
+        before = (change[..., None, 1:] * prefix[..., :-1]).sum(-1)  # (B, H, rows, dv)
+        return var, M.u_w * (absdo * before).sum(-1)
     later = _rescale_changes(s, lgf.wc, vis, bk, M.alpha_exact_at_zero)
     n_change = np.max(np.where(vis, later, 0.0), axis=-1) + (0.0 if M.alpha_exact_at_zero else 0.0)
     det = M.u_w * n_change * (absdo * (A @ np.abs(vf))).sum(-1)
@@ -889,3 +961,141 @@ class _ConvertedInputs:
             dk_rows=A * (g * e_s + e_dp), dk_rows_abs=A * (np.abs(g) * e_s_abs + e_dp_abs),
             ddo=dot - do_r, ddo_abs=np.abs(dot) + np.abs(do_r),
             dq_in=qt - qf, dq_in_abs=np.abs(qt) + np.abs(qf))
+
+
+# ----------------------------------------------------------------------------------------------
+# Row-common errors of dK, dV: random over groups of rows (bounds.md sec. 8, "row-common errors in dK, dV")
+# ----------------------------------------------------------------------------------------------
+
+
+def _operand_rows(x, precision: Precision):
+    """x as the dot's operands see it (the key by which two rows are equal as computed): truncated to tf32
+    when the hardware truncates, rounded to 10 bits when it rounds (either is coarser than fp32), rounded to
+    fp16/bf16 for those dots, unchanged otherwise; -0 made +0 (it computes like +0)."""
+    x = np.asarray(x, dtype=np.float64) + 0.0
+    dot = precision.dot
+    if dot == "tf32":
+        if precision.hardware.tf32_operand == "truncate":
+            return _tf32_truncate(x) + 0.0
+        b = np.ascontiguousarray(x.astype(np.float32)).view(np.int32)
+        b = (b + np.int32(0xFFF) + ((b >> 13) & 1)) & np.int32(~0x1FFF)  # round to nearest even, 10 bits
+        return b.view(np.float32).astype(np.float64) + 0.0
+    if dot == "fp16" and precision.input != "float16":
+        return x.astype(np.float16).astype(np.float64) + 0.0
+    if dot == "bf16" and precision.input != "bfloat16":
+        b = np.ascontiguousarray(x.astype(np.float32)).view(np.int32)
+        b = (b + np.int32(0x7FFF) + ((b >> 16) & 1)) & np.int32(~0xFFFF)
+        return b.view(np.float32).astype(np.float64) + 0.0
+    return x
+
+
+def _group_sizes(keys, group: int):
+    """For every query row (B, Hq, Nq) the number of rows of its kv head (all `group` query heads sharing
+    it) whose key rows (the last axes of each array in `keys`, concatenated) are bit-identical."""
+    x = np.concatenate([np.ascontiguousarray(k, dtype=np.float64) for k in keys], axis=-1)
+    B, Hq, Nq, w = x.shape
+    flat = x.reshape(B * (Hq // group), group * Nq, w)
+    out = np.empty(flat.shape[:2])
+    for h, rows in enumerate(flat):  # rows as opaque byte strings: bit-identical, one sort
+        _, inv, counts = np.unique(np.ascontiguousarray(rows).view(np.dtype((np.void, 8 * w))).reshape(-1),
+                                   return_inverse=True, return_counts=True)
+        out[h] = counts[inv.reshape(-1)]
+    return out.reshape(B, Hq, Nq)
+
+
+@dataclass(frozen=True)
+class _RowGroups:
+    """How many query rows compute like each row (B, Hq, Nq), counted over the kv head's query heads.
+
+    A rounding of row i that a bit-identical row i' repeats (the same operands through the same operations)
+    is one random variable, not two: the variance proxy of sum_{i in G} a_i delta is (sum_{i in G} a_i)^2
+    <= |G| sum_{i in G} a_i^2 (Cauchy-Schwarz), so each row's variance term is weighted by its group's size
+    (1 for distinct rows). by_q: rows with the same q (as the dot sees it): the logits, P, the stored LSE,
+    O and Delta's O part; by_do: the same dO (dP = dO V^T); by_q_do: the same q and dO (dS's roundings)."""
+
+    by_q: np.ndarray
+    by_do: np.ndarray
+    by_q_do: np.ndarray
+
+    @staticmethod
+    def of(qf, dof, precision: Precision, group: int) -> "_RowGroups":
+        q, do = _operand_rows(qf, precision), _operand_rows(dof, precision)
+        return _RowGroups(_group_sizes([q], group), _group_sizes([do], group), _group_sizes([q, do], group))
+
+    def rows(self, r) -> "_RowGroups":
+        return _RowGroups(self.by_q[:, :, r], self.by_do[:, :, r], self.by_q_do[:, :, r])
+
+
+@dataclass(frozen=True)
+class _LseRandom:
+    """The stored LSE's error of a block of rows, split for the sums over rows of dK and dV: `var`, the
+    variance proxy of its round-to-nearest parts (the forward's logit part sigma_L^2, l's sum over groups of
+    equal summands, the two final roundings of the forward, the backward's rounding of LSE log2(e)) and
+    `det`, the rest (the forward's non-random terms and majorant remainder, the constant ln 2, lg2).
+    l: the variance proxy of l's sum alone (relative, also in Delta through O = acc / l) where `l_ok`, and
+    l_det the rescales l * alpha there (worst case: equal alphas round alike)."""
+
+    var: np.ndarray
+    det: np.ndarray
+    l_var: np.ndarray
+    l_det: np.ndarray
+    l_ok: np.ndarray
+
+
+def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precision) -> _LseRandom:
+    """_LseRandom of the rows of Fr (bounds.md sec. 8, "row-common errors in dK, dV").
+
+    l = sum over tiles of l alpha + rowsum(P_tile): unmasked rows with the tile order known (as
+    forward._l_sum_error): every addition of tile t errs by <= u L_t (L_t = the share of l visited up to t;
+    any order inside the tile, tl.sum's tree included), one per key; the steps are grouped by the kernel's
+    summands P_j = exp2(s_j - running max) within their error bound (equal summands round alike,
+    _grouped_square_sum) and the proxy is capped by the square of the worst case of those roundings
+    (the forward's l_sum_det less its rescales). Rows whose LSE bound is the worst case keep l in det."""
+    from .forward import _tile_changes, _tile_order
+
+    A, vis, s, u = Fr.A, Fr.vis, Fr.s, M.u_w
+    P = Fr.parts
+    lse0 = np.where(Fr.empty, 0.0, Fr.lse)
+    # the forward's LSE = fl(fl(m2 + log2 l) ln2): two roundings, each <= u |LSE| (first order); the
+    # backward's fl(LSE log2 e): one more. Single operations per row: random over rows.
+    var = P["lse_sigma"] ** 2 + 3.0 * (u * lse0) ** 2
+    det = P["lse_det"] - 2.0 * u * np.abs(lse0)
+    Nk = A.shape[-1]
+    order = _tile_order(Nk, precision.block_k, precision.tile_order)
+    zero = np.zeros(A.shape[:-1])
+    l_ok = vis.all(-1) & ~P["lse_capped"] & ~Fr.empty
+    if order is None or not l_ok.any() or Nk == 0:
+        return _LseRandom(var, det, zero, zero, np.zeros_like(l_ok))
+    lgf = _logit_errors(Fr.qf, kf, s, Fr.m, vis, sc, M, d, has_bias, qk=P["qk"])
+    st, sizes = order.starts, np.asarray(order.sizes)
+    Ao, so, wco = order.apply(A), order.apply(s), order.apply(np.where(vis, lgf.wc, 0.0))
+    L = np.cumsum(np.add.reduceat(Ao, st, axis=-1), axis=-1)  # share of l after each tile
+    coef = u * np.repeat(L, sizes, axis=-1)
+    run = np.repeat(np.maximum.accumulate(np.maximum.reduceat(so, st, axis=-1), axis=-1), sizes, axis=-1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        pk = np.exp(so - run)  # the kernel's summands, in the units of the running max
+        e_run = np.max(wco, axis=-1, keepdims=True)  # error of the computed running max
+        tol = pk * (np.exp(wco + e_run) * (1 + M.eps_exp) - 1.0)
+    tol = np.where(np.isnan(tol), np.inf, tol)
+    l_var = _grouped_square_sum(pk.reshape(-1, Nk), coef.reshape(-1, Nk), tol.reshape(-1, Nk)).reshape(zero.shape)
+    change = _tile_changes(s, lgf.wc, vis, order, M.alpha_exact_at_zero)
+    l_det = u * (change[..., 1:] * L[..., :-1]).sum(-1)
+    rn_wc = np.maximum(P["l_sum_det"] - l_det, 0.0)  # the worst case of the roundings l_var models
+    l_var = np.where(l_ok, np.minimum(l_var, rn_wc**2), 0.0)
+    l_det = np.where(l_ok, l_det, 0.0)
+    return _LseRandom(var + l_var, det - np.where(l_ok, rn_wc, 0.0), l_var, l_det, l_ok)
+
+
+def _delta_dot(dof, o, o_err, u: float, dv: int):
+    """Delta_i = tl.sum(dO_i * O_hat_i) in fp32: (variance proxy, det) of its roundings (bounds.md sec. 8).
+    Products p_c = dO_c O_c (as computed within |dO_c| o_err_c), each rounded (<= u |p_c|) and dv - 1
+    additions in any order (each <= u S, S = sum_c |dO_c| (|O_c| + o_err_c)): one coefficient
+    u (|p_c| + o_err part + S) per product, grouped by products that can be equal as computed
+    (_grouped_square_sum), capped by (dv u S)^2 (the first-order worst case); det: gamma_dv's second order."""
+    p = dof * o
+    tol = np.abs(dof) * o_err
+    S = (np.abs(p) + tol).sum(-1)
+    coef = u * (np.abs(p) + tol + S[..., None])
+    lead = p.shape[:-1]
+    proxy = _grouped_square_sum(p.reshape(-1, dv), coef.reshape(-1, dv), tol.reshape(-1, dv)).reshape(lead)
+    return np.minimum(proxy, (dv * u * S) ** 2), (float(gamma(dv, u)) - dv * u) * S

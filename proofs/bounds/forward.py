@@ -45,6 +45,8 @@ class _ForwardParts:
     lam: float
     lse_sigma: np.ndarray  # LSE bound: random part (std), 0 where the worst case capped it
     lse_det: np.ndarray  # LSE bound: the rest
+    l_sum_det: np.ndarray  # l's first-order rounding bound on the data (_l_sum_error), inside lse_det where not capped
+    lse_capped: np.ndarray  # rows whose LSE bound is the worst case (lse_det holds it whole); True for worst_case
 
     # read access by name, for code written against the former dict (backward.py, lse_gradient.py)
     def __getitem__(self, key: str):
@@ -566,6 +568,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     if kind == "worst_case":
         lse_err = log_wc + rounding
         lse_sigma, lse_det = np.zeros_like(lse_err), lse_err
+        capped = np.ones(lse_err.shape, dtype=bool)
     else:
         lin = (A * b_lin).sum(axis=-1) + mu_lin
         # majorant series of |log(l_hat / l)|: -log(1 - x+) (its linear part is lin)
@@ -611,7 +614,8 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                            mu_wc=mu_wc, mu_lin=mu_lin, inv_den=inv_den, floors=floors,
                            final=final, n_pv=n_pv, T=T, n_l=n_l,
                            lam=lam, lse_sigma=np.where(empty, 0.0, lse_sigma),
-                           lse_det=np.where(empty, 0.0, lse_det)))
+                           lse_det=np.where(empty, 0.0, lse_det),
+                           l_sum_det=np.where(empty, 0.0, mu_det), lse_capped=capped | empty))
 
 
 @dataclass(frozen=True)
