@@ -21,6 +21,9 @@ Code-generation choices that leave every rounding where it was (`TileConfig`):
 - KV_DESC: K and V tiles through tensor descriptors (TMA on Hopper) instead of pointer loads; rows
   past Nk and head-dim columns past HEAD_D read as 0 exactly as the masked loads do.
 - WARP_SPEC: the loop over fully visible tiles warp-specialized (producer/consumer warps).
+- PIPE_QK: the loop over fully visible tiles software-pipelined by hand: S_{t+1} = Q K_{t+1}ᵀ is
+  issued before the softmax and P̃·V of tile t, so the tensor cores and the exp2 units can work at
+  once (FA3's intra-warpgroup overlap). Same products, same order of rescales and accumulation.
 """
 import triton
 import triton.language as tl
@@ -30,21 +33,29 @@ from flashcheck.kernels.tiles import (LN2, LOG2E, full_start, head_ptr, inner_ti
 
 
 @triton.jit
-def _fwd_tile(acc, l_i, m2_i, q, k_src, v_src, mask_base, start_n, offs_m, offs_d, offs_dv,
-              Nq, Nk, stride_kn, stride_vn, stride_mm, stride_mn, off_lo, off_hi, qk_scale2,
-              MASKED: tl.constexpr, BAND: tl.constexpr, HAS_MASK: tl.constexpr,
-              BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr,
-              DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr, KV_DESC: tl.constexpr):
-    """One key/value tile of the online-softmax recurrence (seed 002, FA2 Algorithm 1 body).
-    k_src, v_src: tensor descriptors of the head's K and V (KV_DESC) or its base pointers."""
-    offs_n = start_n + tl.arange(0, BLOCK_N)
+def _fwd_scores(q, k_src, start_n, offs_n, offs_d, Nk, stride_kn, qk_scale2,
+                MASKED: tl.constexpr, HEAD_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                KV_DESC: tl.constexpr):
+    """The logits of one key tile in the base-2 domain, before any mask: the first tensor-core
+    product of the tile. k_src: the head's K tensor descriptor (KV_DESC) or base pointer."""
     # K tile transposed, (BLOCK_D, BLOCK_N); rows past Nk and padded head-dim columns read as 0.
     if KV_DESC:
         kT = k_src.load([start_n, 0]).T
     else:
         kT = load_rows_t(k_src, offs_n, offs_d, stride_kn, Nk, HEAD_D, MASKED)
     # S2 = Q Kᵀ · scale · log2(e)   /   s2[i,j] = scale · log2(e) · Σ_c q[i,c] k[j,c]
-    s2 = tl.dot(q, kT, input_precision=DOT_PRECISION) * qk_scale2
+    return tl.dot(q, kT, input_precision=DOT_PRECISION) * qk_scale2
+
+
+@triton.jit
+def _fwd_update(acc, l_i, m2_i, s2, v_src, mask_base, offs_m, offs_n, offs_dv,
+                Nq, Nk, stride_vn, stride_mm, stride_mn, off_lo, off_hi, start_n,
+                MASKED: tl.constexpr, BAND: tl.constexpr, HAS_MASK: tl.constexpr,
+                HEAD_DV: tl.constexpr, DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr,
+                KV_DESC: tl.constexpr):
+    """The online-softmax update of one key tile given its logits s2 (`_fwd_scores`): mask, running
+    maximum and sum, and the second tensor-core product P̃ V into acc (seed 002, FA2 Algorithm 1
+    body after S). v_src: the head's V tensor descriptor (KV_DESC) or base pointer."""
     if MASKED or HAS_MASK:
         vis = visible(offs_m, offs_n, mask_base, Nq, Nk, off_lo, off_hi, stride_mm, stride_mn,
                       BAND, HAS_MASK)
@@ -81,6 +92,61 @@ def _fwd_tile(acc, l_i, m2_i, q, k_src, v_src, mask_base, start_n, offs_m, offs_
 
 
 @triton.jit
+def _fwd_tile(acc, l_i, m2_i, q, k_src, v_src, mask_base, start_n, offs_m, offs_d, offs_dv,
+              Nq, Nk, stride_kn, stride_vn, stride_mm, stride_mn, off_lo, off_hi, qk_scale2,
+              MASKED: tl.constexpr, BAND: tl.constexpr, HAS_MASK: tl.constexpr,
+              BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr,
+              DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr, KV_DESC: tl.constexpr):
+    """One key/value tile of the online-softmax recurrence (seed 002, FA2 Algorithm 1 body):
+    its logits, then its update, one after the other."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    s2 = _fwd_scores(q, k_src, start_n, offs_n, offs_d, Nk, stride_kn, qk_scale2,
+                     MASKED, HEAD_D, DOT_PRECISION, KV_DESC)
+    return _fwd_update(acc, l_i, m2_i, s2, v_src, mask_base, offs_m, offs_n, offs_dv,
+                       Nq, Nk, stride_vn, stride_mm, stride_mn, off_lo, off_hi, start_n,
+                       MASKED, BAND, HAS_MASK, HEAD_DV, DOT_PRECISION, P_SPLIT, KV_DESC)
+
+
+@triton.jit
+def _fwd_full_tiles_pipelined(acc, l_i, m2_i, q, k_src, v_src, mask_base, n_full, fib, f_lo,
+                              offs_m, offs_d, offs_dv, Nq, Nk, stride_kn, stride_vn, stride_mm,
+                              stride_mn, off_lo, off_hi, qk_scale2,
+                              BAND: tl.constexpr, HAS_MASK: tl.constexpr, SPARSE: tl.constexpr,
+                              BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr,
+                              DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr,
+                              KV_DESC: tl.constexpr):
+    """The n_full fully visible tiles with the logits of tile t + 1 issued before the update of
+    tile t (FA3's intra-warpgroup overlap, by hand): two S tiles live, so that the tensor cores
+    work on S_{t+1} = Q K_{t+1}ᵀ while the exp2/max/sum of tile t run. The same `_fwd_scores` and
+    `_fwd_update` in the same order of accumulation as `_fwd_tile`'s loop: bit for bit its result.
+    Tile 0's logits come before the loop and the last tile's update after it, so nothing past
+    tile n_full − 1 is read; n_full = 0 reads nothing, n_full = 1 runs no loop iteration."""
+    if n_full > 0:
+        start_n = full_start(0, fib, f_lo, SPARSE, BLOCK_N)
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        s2 = _fwd_scores(q, k_src, start_n, offs_n, offs_d, Nk, stride_kn, qk_scale2,
+                         False, HEAD_D, DOT_PRECISION, KV_DESC)
+        for t in range(0, n_full - 1):
+            start_next = full_start(t + 1, fib, f_lo, SPARSE, BLOCK_N)
+            offs_next = start_next + tl.arange(0, BLOCK_N)
+            # S2_{t+1} first: independent of tile t's softmax, so both can be in flight at once.
+            s2_next = _fwd_scores(q, k_src, start_next, offs_next, offs_d, Nk, stride_kn, qk_scale2,
+                                  False, HEAD_D, DOT_PRECISION, KV_DESC)
+            acc, l_i, m2_i = _fwd_update(acc, l_i, m2_i, s2, v_src, mask_base, offs_m, offs_n,
+                                         offs_dv, Nq, Nk, stride_vn, stride_mm, stride_mn, off_lo,
+                                         off_hi, start_n, False, BAND, HAS_MASK, HEAD_DV,
+                                         DOT_PRECISION, P_SPLIT, KV_DESC)
+            s2 = s2_next
+            start_n = start_next
+            offs_n = offs_next
+        acc, l_i, m2_i = _fwd_update(acc, l_i, m2_i, s2, v_src, mask_base, offs_m, offs_n,
+                                     offs_dv, Nq, Nk, stride_vn, stride_mm, stride_mn, off_lo,
+                                     off_hi, start_n, False, BAND, HAS_MASK, HEAD_DV,
+                                     DOT_PRECISION, P_SPLIT, KV_DESC)
+    return acc, l_i, m2_i
+
+
+@triton.jit
 def attn_fwd_kernel(
     Q, K, V, O, ORes, LSE, Mask,
     KvNum, KvIdx, FullNum, FullIdx,
@@ -97,11 +163,13 @@ def attn_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BAND: tl.constexpr, HAS_MASK: tl.constexpr, SPARSE: tl.constexpr,
     DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr, WRITE_RES: tl.constexpr,
-    KV_DESC: tl.constexpr, WARP_SPEC: tl.constexpr,
+    KV_DESC: tl.constexpr, WARP_SPEC: tl.constexpr, PIPE_QK: tl.constexpr,
 ):
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
     tl.static_assert(BLOCK_D >= HEAD_D and BLOCK_DV >= HEAD_DV, "head dim padded to the tile")
     tl.static_assert(BLOCK_D >= 16 and BLOCK_DV >= 16, "tl.dot needs K >= 16")
+    tl.static_assert(not (PIPE_QK and WARP_SPEC),
+                     "the hand-pipelined loop (PIPE_QK) and warp specialization are alternatives")
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     off_b = pid_bh // Hq
@@ -145,13 +213,20 @@ def attn_fwd_kernel(
                                    True, BAND, HAS_MASK, BLOCK_N, HEAD_D, HEAD_DV,
                                    DOT_PRECISION, P_SPLIT, KV_DESC)
     # Full tiles: no elementwise mask (a band-full tile still needs the dense mask, if any).
-    for t in tl.range(0, n_full, warp_specialize=WARP_SPEC):
-        start_n = full_start(t, fib, f_lo, SPARSE, BLOCK_N)
-        acc, l_i, m2_i = _fwd_tile(acc, l_i, m2_i, q, k_src, v_src, mask_base, start_n,
-                                   offs_m, offs_d, offs_dv, Nq, Nk, stride_kn, stride_vn,
-                                   stride_mm, stride_mn, off_lo, off_hi, qk_scale2,
-                                   False, BAND, HAS_MASK and not SPARSE, BLOCK_N, HEAD_D, HEAD_DV,
-                                   DOT_PRECISION, P_SPLIT, KV_DESC)
+    if PIPE_QK:
+        acc, l_i, m2_i = _fwd_full_tiles_pipelined(
+            acc, l_i, m2_i, q, k_src, v_src, mask_base, n_full, fib, f_lo, offs_m, offs_d, offs_dv,
+            Nq, Nk, stride_kn, stride_vn, stride_mm, stride_mn, off_lo, off_hi, qk_scale2,
+            BAND, HAS_MASK and not SPARSE, SPARSE, BLOCK_N, HEAD_D, HEAD_DV, DOT_PRECISION, P_SPLIT,
+            KV_DESC)
+    else:
+        for t in tl.range(0, n_full, warp_specialize=WARP_SPEC):
+            start_n = full_start(t, fib, f_lo, SPARSE, BLOCK_N)
+            acc, l_i, m2_i = _fwd_tile(acc, l_i, m2_i, q, k_src, v_src, mask_base, start_n,
+                                       offs_m, offs_d, offs_dv, Nq, Nk, stride_kn, stride_vn,
+                                       stride_mm, stride_mn, off_lo, off_hi, qk_scale2,
+                                       False, BAND, HAS_MASK and not SPARSE, BLOCK_N, HEAD_D,
+                                       HEAD_DV, DOT_PRECISION, P_SPLIT, KV_DESC)
 
     # O = diag(l)^−1 acc, the one division; a row with nothing visible has l = 0 and acc = 0 → O = 0.
     empty = l_i == 0.0
