@@ -7,6 +7,9 @@
         process; writes variants_main.json (--ws: the warp-specialized ones, variants_ws.json)
     PYTHONPATH=. python3 bench/kernel_speed.py --accurate-ab --out DIR   # precision="accurate" / default
         forward time, A/B interleaved, for candidate accurate-mode tiles; writes accurate_ab.json
+    PYTHONPATH=. python3 bench/kernel_speed.py --pipeline-ab --out DIR   # TileConfig.pipeline_qk (issue 10):
+        each tile pair without/with the hand-pipelined QKᵀ, and cuDNN, interleaved; writes pipeline_ab.json
+        (TRITON_INTERPRET=1 ... --pipeline-ab --dry-run: the same path on the CPU, tiny shapes, fp16)
 
 TFLOP/s counts 4·B·H·Nq·Nk·d for the forward (two matmuls) and 2.5× that for the backward
 (five matmuls), halved when causal; time is the median of triton.testing.do_bench.
@@ -34,9 +37,13 @@ Tile sweep (--sweep, N = 8k) that chose flashcheck.kernels.attention.kernel_conf
 64-query inner tiles, 8 warps, 3 stages (427); d=64 64×64/4 warps/3 stages (383).
 """
 import argparse
+import dataclasses
+import functools
 import itertools
 import math
+import statistics
 import sys
+import time
 
 import torch
 import triton
@@ -47,9 +54,9 @@ from flashcheck.kernels import attention
 ka = sys.modules["flashcheck.kernels.attention"]  # the module (the package attribute is the function)
 
 
-def _inputs(B, H, N, d, dtype=torch.bfloat16):
-    g = torch.Generator(device="cuda").manual_seed(0)
-    mk = lambda: torch.randn(B, H, N, d, device="cuda", dtype=dtype, generator=g).requires_grad_()  # noqa: E731
+def _inputs(B, H, N, d, dtype=torch.bfloat16, device="cuda"):
+    g = torch.Generator(device=device).manual_seed(0)
+    mk = lambda: torch.randn(B, H, N, d, device=device, dtype=dtype, generator=g).requires_grad_()  # noqa: E731
     return mk(), mk(), mk()
 
 
@@ -331,6 +338,129 @@ def accurate_ab(out=None, N=16384, rounds=5, rep=30):
             rounds=rounds, rows=rows), indent=1))
 
 
+@dataclasses.dataclass(frozen=True)
+class AbCell:
+    """One A/B cell of `pipeline_ab`: tile `plain` without and with pipeline_qk, and cuDNN, at one shape.
+    Times are medians over the rounds (ms); ratio: median over rounds of t_pipelined / t_plain (< 1:
+    pipelining is faster); ratio_lo/hi: its extremes over the rounds; x_cudnn_*: t_cudnn / t (> 1: faster
+    than cuDNN); diff_o/diff_lse: max |pipelined − plain| (must be 0: the same arithmetic)."""
+    d: int
+    N: int
+    B: int
+    H: int
+    causal: bool
+    tile: str
+    plain_ms: float
+    pipelined_ms: float
+    cudnn_ms: float
+    ratio: float
+    ratio_lo: float
+    ratio_hi: float
+    x_cudnn_plain: float
+    x_cudnn_pipelined: float
+    diff_o: float
+    diff_lse: float
+
+
+def _pipeline_pairs(d: int) -> list:
+    """The tiles measured without and with pipeline_qk per head dim: the table's (kernel_config), and one
+    alternative whose S tiles take half the registers (two S tiles live: register pressure is the risk of
+    pipelining at 128 × 128 with 8 warps) or, at d = 64, the 128-row tile that was 0.98× the table's time."""
+    T = ka.TileConfig
+    table = ka.kernel_config(d, torch.bfloat16, interpret=False).fwd
+    alt = {64: T(128, 64, 8, 3), 128: T(64, 64, 4, 3)}[d]
+    return [table, alt]
+
+
+def _median_ms(fn, dry_run: bool, rep: int) -> float:
+    """Median time of fn() in ms: do_bench on the GPU; on the CPU (dry run) two timed calls."""
+    if not dry_run:
+        return do_bench(fn, warmup=10, rep=rep, return_mode="median")
+    ts = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(ts)
+
+
+def pipeline_ab(out=None, rounds=5, rep=30, dry_run=False):
+    """TileConfig.pipeline_qk (S_{j+1} = Q K_{j+1}ᵀ issued before tile j's softmax) against the same tile
+    without it, and cuDNN, interleaved: per round one median timing of each, the order rotated every
+    round; B·N = 16k, H·d = 2048, bf16, d = 64/128, N = 1k/4k/16k, causal or not. Also max |O − O'|
+    and |LSE − LSE'| between the two (must be 0). dry_run: the same path through the interpreter
+    (TRITON_INTERPRET=1) with tiny shapes, fp16, SDPA's math backend for cuDNN and wall-clock timing:
+    it checks the script, never the speed."""
+    import json
+    from pathlib import Path
+    if dry_run and not ka._interpreting():
+        raise SystemExit("--dry-run needs TRITON_INTERPRET=1 in the environment (set before Triton is imported)")
+    if not dry_run and not torch.cuda.is_available():
+        raise SystemExit("--pipeline-ab measures on a CUDA GPU and none is visible; "
+                         "TRITON_INTERPRET=1 ... --pipeline-ab --dry-run checks the script on the CPU")
+    device, dtype = ("cpu", torch.float16) if dry_run else ("cuda", torch.bfloat16)
+    sizes = (96, 288) if dry_run else (1024, 4096, 16384)
+    cells = []
+    for d, N, causal in itertools.product((64, 128), sizes, (False, True)):
+        H, B = (2, 1) if dry_run else (2048 // d, max(1, 16384 // N))
+        q, k, v = _inputs(B, H, N, d, dtype, device)
+        cfg = ka.kernel_config(d, dtype, interpret=False)
+        if dry_run:
+            def cudnn(q=q, k=k, v=v, causal=causal):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        else:
+            cudnn = functools.partial(_cudnn(causal), q, k, v)
+        with torch.no_grad():
+            for tile in _pipeline_pairs(d):
+                runs = {}
+                for pipe in (False, True):
+                    tiles = ka.KernelConfig(dataclasses.replace(tile, pipeline_qk=pipe), cfg.dkdv, cfg.dq)
+                    runs[pipe] = functools.partial(attention, q, k, v, causal=causal, return_lse=True, tiles=tiles)
+                try:
+                    (o0, l0), (o1, l1) = runs[False](), runs[True]()
+                    fns = (runs[False], runs[True], cudnn)
+                    times = [[], [], []]
+                    for r in range(rounds):
+                        for i in (r % 3, (r + 1) % 3, (r + 2) % 3):
+                            times[i].append(_median_ms(fns[i], dry_run, rep))
+                except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, the rest runs
+                    print(f"d={d} N={N} causal={causal} {_label(tile)}: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}"[:300], flush=True)
+                    continue
+                ratios = [b / a for a, b in zip(times[0], times[1])]
+                t_plain, t_pipe, t_cudnn = (statistics.median(t) for t in times)
+                finite = torch.isfinite(l0) & torch.isfinite(l1)
+                cell = AbCell(d, N, B, H, causal, _label(tile), t_plain, t_pipe, t_cudnn,
+                              statistics.median(ratios), min(ratios), max(ratios), t_cudnn / t_plain,
+                              t_cudnn / t_pipe, (o1.float() - o0.float()).abs().max().item(),
+                              max((l1 - l0)[finite].abs().max().item() if finite.any() else 0.0,
+                                  float((torch.isfinite(l0) != torch.isfinite(l1)).any())))
+                cells.append(cell)
+                print(f"AB d={d:3} N={N:5} causal={causal!s:5} {cell.tile:16} pipelined/plain {cell.ratio:.3f} "
+                      f"[{cell.ratio_lo:.3f}, {cell.ratio_hi:.3f}]  x cuDNN {cell.x_cudnn_plain:.2f} -> "
+                      f"{cell.x_cudnn_pipelined:.2f}  diff O {cell.diff_o:.1e} LSE {cell.diff_lse:.1e}", flush=True)
+                if out:  # after every cell: a time-limited run still brings back what it measured
+                    Path(out).mkdir(parents=True, exist_ok=True)
+                    (Path(out) / ("pipeline_ab_dry_run.json" if dry_run else "pipeline_ab.json")).write_text(
+                        json.dumps(dict(device=torch.cuda.get_device_name() if not dry_run else "cpu (interpreter)",
+                                        torch=torch.__version__, triton=triton.__version__, rounds=rounds,
+                                        dry_run=dry_run, cells=[dataclasses.asdict(c) for c in cells]), indent=1))
+        del q, k, v
+        if not dry_run:
+            torch.cuda.empty_cache()
+    print("\nSUMMARY pipeline_qk (t pipelined / t plain, median of rounds [min, max]; x cuDNN = t_cuDNN / t; "
+          "diff must be 0)" + ("  DRY RUN: CPU interpreter, times mean nothing" if dry_run else ""))
+    print(f"{'d':>4} {'N':>6} {'causal':>6} {'tile':16} {'ratio':>6} {'lo':>6} {'hi':>6} {'xcuDNN':>7} {'->pipe':>7} "
+          f"{'diff O':>8} {'diff LSE':>8}")
+    for c in cells:
+        print(f"{c.d:>4} {c.N:>6} {c.causal!s:>6} {c.tile:16} {c.ratio:6.3f} {c.ratio_lo:6.3f} {c.ratio_hi:6.3f} "
+              f"{c.x_cudnn_plain:7.2f} {c.x_cudnn_pipelined:7.2f} {c.diff_o:8.1e} {c.diff_lse:8.1e}")
+    bad = [c for c in cells if c.diff_o != 0 or c.diff_lse != 0]
+    print(f"bitwise: {len(cells) - len(bad)} of {len(cells)} cells equal" + (
+        "; DIFFER: " + ", ".join(f"d={c.d} N={c.N} causal={c.causal} {c.tile}" for c in bad) if bad else ""))
+    return cells
+
+
 def profile_once(d=128, N=16384, causal=False, precision="default"):
     """A few launches of the default forward (for ncu --launch-skip/--launch-count)."""
     H, B = 2048 // d, max(1, 16384 // N)
@@ -349,11 +479,20 @@ if __name__ == "__main__":
     ap.add_argument("--profile-once", action="store_true")
     ap.add_argument("--accurate-ab", action="store_true",
                     help="cost of precision='accurate' over the default forward, A/B interleaved")
+    ap.add_argument("--pipeline-ab", action="store_true",
+                    help="TileConfig.pipeline_qk against the same tiles without it and cuDNN, interleaved")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="with --pipeline-ab: the same path on the CPU (TRITON_INTERPRET=1), tiny shapes")
     ap.add_argument("--precision", default="default")
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-check", action="store_true")
     a = ap.parse_args()
+    if a.pipeline_ab:  # before any CUDA query: it refuses cleanly without a GPU unless --dry-run
+        print(torch.__version__, triton.__version__, "interpreter" if a.dry_run else
+              torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device")
+        pipeline_ab(a.out, dry_run=a.dry_run)
+        sys.exit(0)
     print(torch.__version__, triton.__version__, torch.cuda.get_device_name())
     if a.profile_once:
         profile_once(d=a.d, precision=a.precision)
