@@ -22,8 +22,8 @@ Code-generation choices that leave every rounding where it was (`TileConfig`):
   past Nk and head-dim columns past HEAD_D read as 0 exactly as the masked loads do.
 - WARP_SPEC: the loop over fully visible tiles warp-specialized (producer/consumer warps).
 - PIPE_QK: the loop over fully visible tiles software-pipelined by hand: S_{t+1} = Q K_{t+1}ᵀ is
-  issued before the softmax and P̃·V of tile t, so the tensor cores and the exp2 units can work at
-  once (FA3's intra-warpgroup overlap). Same products, same order of rescales and accumulation.
+  issued before the softmax of tile t, so the tensor cores and the exp2 units can work at once
+  (FA3's intra-warpgroup overlap). Same products, same order of rescales and accumulation.
 """
 import triton
 import triton.language as tl
@@ -33,29 +33,30 @@ from flashcheck.kernels.tiles import (LN2, LOG2E, full_start, head_ptr, inner_ti
 
 
 @triton.jit
-def _fwd_scores(q, k_src, start_n, offs_n, offs_d, Nk, stride_kn, qk_scale2,
-                MASKED: tl.constexpr, HEAD_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                KV_DESC: tl.constexpr):
-    """The logits of one key tile in the base-2 domain, before any mask: the first tensor-core
-    product of the tile. k_src: the head's K tensor descriptor (KV_DESC) or base pointer."""
+def _fwd_qk(q, k_src, offs_n, offs_d, start_n, Nk, stride_kn,
+            MASKED: tl.constexpr, HEAD_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
+            KV_DESC: tl.constexpr):
+    """Q Kᵀ of one key tile, unscaled: the tile's first tensor-core product (its scaling is the
+    softmax's first step, so that the pipelined loop can keep this product in flight: `_fwd_full_tiles_
+    pipelined`). k_src: the head's K tensor descriptor (KV_DESC) or base pointer."""
     # K tile transposed, (BLOCK_D, BLOCK_N); rows past Nk and padded head-dim columns read as 0.
     if KV_DESC:
         kT = k_src.load([start_n, 0]).T
     else:
         kT = load_rows_t(k_src, offs_n, offs_d, stride_kn, Nk, HEAD_D, MASKED)
-    # S2 = Q Kᵀ · scale · log2(e)   /   s2[i,j] = scale · log2(e) · Σ_c q[i,c] k[j,c]
-    return tl.dot(q, kT, input_precision=DOT_PRECISION) * qk_scale2
+    # S = Q Kᵀ   /   s[i,j] = Σ_c q[i,c] k[j,c]
+    return tl.dot(q, kT, input_precision=DOT_PRECISION)
 
 
 @triton.jit
-def _fwd_update(acc, l_i, m2_i, s2, v_src, mask_base, offs_m, offs_n, offs_dv,
-                Nq, Nk, stride_vn, stride_mm, stride_mn, off_lo, off_hi, start_n,
-                MASKED: tl.constexpr, BAND: tl.constexpr, HAS_MASK: tl.constexpr,
-                HEAD_DV: tl.constexpr, DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr,
-                KV_DESC: tl.constexpr):
-    """The online-softmax update of one key tile given its logits s2 (`_fwd_scores`): mask, running
-    maximum and sum, and the second tensor-core product P̃ V into acc (seed 002, FA2 Algorithm 1
-    body after S). v_src: the head's V tensor descriptor (KV_DESC) or base pointer."""
+def _fwd_softmax(l_i, m2_i, qk, qk_scale2, mask_base, offs_m, offs_n, Nq, Nk, stride_mm, stride_mn,
+                 off_lo, off_hi, MASKED: tl.constexpr, BAND: tl.constexpr, HAS_MASK: tl.constexpr,
+                 P_SPLIT: tl.constexpr, OPERAND: tl.constexpr):
+    """The online-softmax step of one key tile given its Q Kᵀ (`_fwd_qk`): logits, mask, running
+    maximum and sum. Returns (m2_new, l_new, alpha, P_hi, P_lo), P̃ in the dtype OPERAND of the P·V
+    product (P_lo = P_hi unless P_SPLIT)."""
+    # S2 = Q Kᵀ · scale · log2(e)   /   s2[i,j] = scale · log2(e) · s[i,j]
+    s2 = qk * qk_scale2
     if MASKED or HAS_MASK:
         vis = visible(offs_m, offs_n, mask_base, Nq, Nk, off_lo, off_hi, stride_mm, stride_mn,
                       BAND, HAS_MASK)
@@ -74,21 +75,33 @@ def _fwd_update(acc, l_i, m2_i, s2, v_src, mask_base, offs_m, offs_n, offs_dv,
     alpha = tl.math.exp2(m2_i - m2_shift)
     # l_new = alpha · l_old + rowsum(P̃)
     l_i = l_i * alpha + tl.sum(p, 1)
+    p_hi = p.to(OPERAND)
+    if P_SPLIT:
+        # P − P_hi is exact in fp32 (Sterbenz: P/2 <= P_hi <= 2P); its rounding P_lo carries the
+        # next 8 (bf16) / 11 (fp16) bits of P into a second product. (One dot [P_hi | P_lo]·[V; V]
+        # instead of two ran 2.8–7× slower on the H100: the operand reshuffle; bench/NOTES.md.)
+        p_lo = (p - p_hi.to(tl.float32)).to(OPERAND)
+    else:
+        p_lo = p_hi
+    return m2_new, l_i, alpha, p_hi, p_lo
+
+
+@triton.jit
+def _fwd_pv(acc, alpha, p_hi, p_lo, v_src, offs_n, offs_dv, start_n, Nk, stride_vn,
+            MASKED: tl.constexpr, HEAD_DV: tl.constexpr, DOT_PRECISION: tl.constexpr,
+            P_SPLIT: tl.constexpr, KV_DESC: tl.constexpr):
+    """The tile's second tensor-core product into the rescaled accumulator. v_src: the head's V
+    tensor descriptor (KV_DESC) or base pointer."""
     if KV_DESC:
         v = v_src.load([start_n, 0])
     else:
         v = load_rows(v_src, offs_n, offs_dv, stride_vn, Nk, HEAD_DV, MASKED)
     # acc = diag(alpha) acc + P̃ V   /   acc[i,c] = alpha[i] acc[i,c] + Σ_j p[i,j] v[j,c]
     acc = acc * alpha[:, None]
-    p_hi = p.to(v.dtype)
     acc = tl.dot(p_hi, v, acc, input_precision=DOT_PRECISION)
     if P_SPLIT:
-        # P − P_hi is exact in fp32 (Sterbenz: P/2 <= P_hi <= 2P); its rounding P_lo carries the
-        # next 8 (bf16) / 11 (fp16) bits of P into a second product. (One dot [P_hi | P_lo]·[V; V]
-        # instead of two ran 2.8–7× slower on the H100: the operand reshuffle; bench/NOTES.md.)
-        p_lo = (p - p_hi.to(tl.float32)).to(v.dtype)
         acc = tl.dot(p_lo, v, acc, input_precision=DOT_PRECISION)
-    return acc, l_i, m2_new
+    return acc
 
 
 @triton.jit
@@ -98,13 +111,40 @@ def _fwd_tile(acc, l_i, m2_i, q, k_src, v_src, mask_base, start_n, offs_m, offs_
               BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr,
               DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr, KV_DESC: tl.constexpr):
     """One key/value tile of the online-softmax recurrence (seed 002, FA2 Algorithm 1 body):
-    its logits, then its update, one after the other."""
+    Q Kᵀ, softmax step, P̃ V, one after the other."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    s2 = _fwd_scores(q, k_src, start_n, offs_n, offs_d, Nk, stride_kn, qk_scale2,
-                     MASKED, HEAD_D, DOT_PRECISION, KV_DESC)
-    return _fwd_update(acc, l_i, m2_i, s2, v_src, mask_base, offs_m, offs_n, offs_dv,
-                       Nq, Nk, stride_vn, stride_mm, stride_mn, off_lo, off_hi, start_n,
-                       MASKED, BAND, HAS_MASK, HEAD_DV, DOT_PRECISION, P_SPLIT, KV_DESC)
+    qk = _fwd_qk(q, k_src, offs_n, offs_d, start_n, Nk, stride_kn, MASKED, HEAD_D, DOT_PRECISION, KV_DESC)
+    m2_i, l_i, alpha, p_hi, p_lo = _fwd_softmax(l_i, m2_i, qk, qk_scale2, mask_base, offs_m, offs_n, Nq, Nk,
+                                                stride_mm, stride_mn, off_lo, off_hi, MASKED, BAND,
+                                                HAS_MASK, P_SPLIT, q.dtype)
+    acc = _fwd_pv(acc, alpha, p_hi, p_lo, v_src, offs_n, offs_dv, start_n, Nk, stride_vn, MASKED,
+                  HEAD_DV, DOT_PRECISION, P_SPLIT, KV_DESC)
+    return acc, l_i, m2_i
+
+
+@triton.jit
+def _fwd_pipelined_step(acc, l_i, m2_i, alpha, p_hi, p_lo, qk, t, q, k_src, v_src, mask_base, fib, f_lo,
+                        offs_m, offs_d, offs_dv, Nq, Nk, stride_kn, stride_vn, stride_mm, stride_mn,
+                        off_lo, off_hi, qk_scale2,
+                        BAND: tl.constexpr, HAS_MASK: tl.constexpr, SPARSE: tl.constexpr,
+                        BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr,
+                        DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr, KV_DESC: tl.constexpr):
+    """One step of the pipelined loop over full tiles, given tile t's Q Kᵀ (qk) and tile t − 1's
+    pending P̃ (alpha, p_hi, p_lo): P̃ V of tile t − 1, then Q K_{t+1}ᵀ issued, then tile t's softmax
+    step — the product in flight while the exp2/max/sum run. Returns the state with tile t's P̃ pending
+    and tile t + 1's Q Kᵀ."""
+    start_p = full_start(t - 1, fib, f_lo, SPARSE, BLOCK_N)
+    acc = _fwd_pv(acc, alpha, p_hi, p_lo, v_src, start_p + tl.arange(0, BLOCK_N), offs_dv, start_p, Nk,
+                  stride_vn, False, HEAD_DV, DOT_PRECISION, P_SPLIT, KV_DESC)
+    start_n = full_start(t + 1, fib, f_lo, SPARSE, BLOCK_N)
+    qk_next = _fwd_qk(q, k_src, start_n + tl.arange(0, BLOCK_N), offs_d, start_n, Nk, stride_kn, False,
+                      HEAD_D, DOT_PRECISION, KV_DESC)
+    start_c = full_start(t, fib, f_lo, SPARSE, BLOCK_N)
+    m2_i, l_i, alpha, p_hi, p_lo = _fwd_softmax(l_i, m2_i, qk, qk_scale2, mask_base, offs_m,
+                                                start_c + tl.arange(0, BLOCK_N), Nq, Nk, stride_mm,
+                                                stride_mn, off_lo, off_hi, False, BAND, HAS_MASK, P_SPLIT,
+                                                q.dtype)
+    return acc, l_i, m2_i, alpha, p_hi, p_lo, qk_next
 
 
 @triton.jit
@@ -115,34 +155,64 @@ def _fwd_full_tiles_pipelined(acc, l_i, m2_i, q, k_src, v_src, mask_base, n_full
                               BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr,
                               DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr,
                               KV_DESC: tl.constexpr):
-    """The n_full fully visible tiles with the logits of tile t + 1 issued before the update of
-    tile t (FA3's intra-warpgroup overlap, by hand): two S tiles live, so that the tensor cores
-    work on S_{t+1} = Q K_{t+1}ᵀ while the exp2/max/sum of tile t run. The same `_fwd_scores` and
-    `_fwd_update` in the same order of accumulation as `_fwd_tile`'s loop: bit for bit its result.
-    Tile 0's logits come before the loop and the last tile's update after it, so nothing past
-    tile n_full − 1 is read; n_full = 0 reads nothing, n_full = 1 runs no loop iteration."""
+    """The n_full fully visible tiles, software-pipelined by hand (FA3's intra-warpgroup overlap):
+    step t runs P̃ V of tile t − 1, issues Q K_{t+1}ᵀ, then the softmax step of tile t, so the tensor
+    cores compute S_{t+1} while the exp2/max/sum of tile t run (two S tiles live).
+
+    Written for what the compilers keep in flight (read from the sm_90a TTGIR and ptxas, Triton 3.9:
+    bench/wgmma_schedule.py). Triton's Hopper MMA pipeliner (`dotCanBeProperlyAsync`) leaves a product
+    in flight only if nothing in its own iteration reads it (hence Q Kᵀ unscaled: the scaling is the
+    softmax's) and, in the next, its readers follow a `wait 0` (the one after P̃ V, hence P̃ V first;
+    in the order softmax, P̃ V it waits right after the product). ptxas serializes every wgmma of the
+    kernel (C7514) if a register copy reads an in-flight product; the loop-carried S of a one-step
+    loop is such a copy, so the loop runs two steps per iteration (S alternates between two register
+    sets, the carried one dead before it is rewritten). Steps outside the loop (tile 0, an odd step,
+    the last tile) are plain synchronous code.
+
+    Per tile the same `_fwd_qk`, `_fwd_softmax`, `_fwd_pv` as `_fwd_tile`, tiles in the same order:
+    bit for bit its result. Nothing past tile n_full − 1 is read (n_full = 0: nothing at all)."""
     if n_full > 0:
-        start_n = full_start(0, fib, f_lo, SPARSE, BLOCK_N)
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        s2 = _fwd_scores(q, k_src, start_n, offs_n, offs_d, Nk, stride_kn, qk_scale2,
-                         False, HEAD_D, DOT_PRECISION, KV_DESC)
-        for t in range(0, n_full - 1):
-            start_next = full_start(t + 1, fib, f_lo, SPARSE, BLOCK_N)
-            offs_next = start_next + tl.arange(0, BLOCK_N)
-            # S2_{t+1} first: independent of tile t's softmax, so both can be in flight at once.
-            s2_next = _fwd_scores(q, k_src, start_next, offs_next, offs_d, Nk, stride_kn, qk_scale2,
-                                  False, HEAD_D, DOT_PRECISION, KV_DESC)
-            acc, l_i, m2_i = _fwd_update(acc, l_i, m2_i, s2, v_src, mask_base, offs_m, offs_n,
-                                         offs_dv, Nq, Nk, stride_vn, stride_mm, stride_mn, off_lo,
-                                         off_hi, start_n, False, BAND, HAS_MASK, HEAD_DV,
-                                         DOT_PRECISION, P_SPLIT, KV_DESC)
-            s2 = s2_next
-            start_n = start_next
-            offs_n = offs_next
-        acc, l_i, m2_i = _fwd_update(acc, l_i, m2_i, s2, v_src, mask_base, offs_m, offs_n,
-                                     offs_dv, Nq, Nk, stride_vn, stride_mm, stride_mn, off_lo,
-                                     off_hi, start_n, False, BAND, HAS_MASK, HEAD_DV,
-                                     DOT_PRECISION, P_SPLIT, KV_DESC)
+        start_0 = full_start(0, fib, f_lo, SPARSE, BLOCK_N)
+        qk = _fwd_qk(q, k_src, start_0 + tl.arange(0, BLOCK_N), offs_d, start_0, Nk, stride_kn, False,
+                     HEAD_D, DOT_PRECISION, KV_DESC)
+        m2_i, l_i, alpha, p_hi, p_lo = _fwd_softmax(l_i, m2_i, qk, qk_scale2, mask_base, offs_m,
+                                                    start_0 + tl.arange(0, BLOCK_N), Nq, Nk, stride_mm,
+                                                    stride_mn, off_lo, off_hi, False, BAND, HAS_MASK,
+                                                    P_SPLIT, q.dtype)
+        if n_full > 1:
+            start_1 = full_start(1, fib, f_lo, SPARSE, BLOCK_N)
+            qk = _fwd_qk(q, k_src, start_1 + tl.arange(0, BLOCK_N), offs_d, start_1, Nk, stride_kn, False,
+                         HEAD_D, DOT_PRECISION, KV_DESC)
+            # Steps t = 1 .. n_full − 2: an odd one first, then two per iteration.
+            if (n_full - 2) % 2 == 1:
+                acc, l_i, m2_i, alpha, p_hi, p_lo, qk = _fwd_pipelined_step(
+                    acc, l_i, m2_i, alpha, p_hi, p_lo, qk, 1, q, k_src, v_src, mask_base, fib, f_lo, offs_m,
+                    offs_d, offs_dv, Nq, Nk, stride_kn, stride_vn, stride_mm, stride_mn, off_lo, off_hi,
+                    qk_scale2, BAND, HAS_MASK, SPARSE, BLOCK_N, HEAD_D, HEAD_DV, DOT_PRECISION, P_SPLIT,
+                    KV_DESC)
+            for t in range(1 + (n_full - 2) % 2, n_full - 1, 2):
+                acc, l_i, m2_i, alpha, p_hi, p_lo, qk = _fwd_pipelined_step(
+                    acc, l_i, m2_i, alpha, p_hi, p_lo, qk, t, q, k_src, v_src, mask_base, fib, f_lo, offs_m,
+                    offs_d, offs_dv, Nq, Nk, stride_kn, stride_vn, stride_mm, stride_mn, off_lo, off_hi,
+                    qk_scale2, BAND, HAS_MASK, SPARSE, BLOCK_N, HEAD_D, HEAD_DV, DOT_PRECISION, P_SPLIT,
+                    KV_DESC)
+                acc, l_i, m2_i, alpha, p_hi, p_lo, qk = _fwd_pipelined_step(
+                    acc, l_i, m2_i, alpha, p_hi, p_lo, qk, t + 1, q, k_src, v_src, mask_base, fib, f_lo,
+                    offs_m, offs_d, offs_dv, Nq, Nk, stride_kn, stride_vn, stride_mm, stride_mn, off_lo,
+                    off_hi, qk_scale2, BAND, HAS_MASK, SPARSE, BLOCK_N, HEAD_D, HEAD_DV, DOT_PRECISION,
+                    P_SPLIT, KV_DESC)
+            # The last tile: P̃ V of tile n_full − 2, then its softmax step.
+            start_p = full_start(n_full - 2, fib, f_lo, SPARSE, BLOCK_N)
+            acc = _fwd_pv(acc, alpha, p_hi, p_lo, v_src, start_p + tl.arange(0, BLOCK_N), offs_dv, start_p,
+                          Nk, stride_vn, False, HEAD_DV, DOT_PRECISION, P_SPLIT, KV_DESC)
+            start_c = full_start(n_full - 1, fib, f_lo, SPARSE, BLOCK_N)
+            m2_i, l_i, alpha, p_hi, p_lo = _fwd_softmax(l_i, m2_i, qk, qk_scale2, mask_base, offs_m,
+                                                        start_c + tl.arange(0, BLOCK_N), Nq, Nk, stride_mm,
+                                                        stride_mn, off_lo, off_hi, False, BAND, HAS_MASK,
+                                                        P_SPLIT, q.dtype)
+        start_p = full_start(n_full - 1, fib, f_lo, SPARSE, BLOCK_N)
+        acc = _fwd_pv(acc, alpha, p_hi, p_lo, v_src, start_p + tl.arange(0, BLOCK_N), offs_dv, start_p, Nk,
+                      stride_vn, False, HEAD_DV, DOT_PRECISION, P_SPLIT, KV_DESC)
     return acc, l_i, m2_i
 
 

@@ -161,12 +161,16 @@ def test_forward_kv_descriptors_change_nothing(precision, d):
     assert bool((o0[..., 5, :] == 0).all()) and bool(torch.isneginf(lse0[..., 5]).all())
 
 
-# The pipelined loop's cases (interpreter tiles 16 × 16: Nk // 16 full tiles when nothing masks them):
+# The pipelined loop's cases (interpreter tiles 16 × 16: Nk // 16 full tiles when nothing masks them;
+# n_full 0, 1, 2: no loop; 3: the odd step alone; 4: one two-step iteration; 5: both):
 # (id, (B, Hq, Hkv, Nq, Nk, d), causal, window, mask, precision, dtypes)
 PIPELINE_CASES = (
     ("n_full=0", (1, 2, 1, 9, 15, 64), False, None, None, "default", DTYPES),
     ("n_full=1 ragged", (1, 2, 2, 17, 20, 80), False, None, None, "default", DTYPES),
     ("n_full=2 GQA", (1, 4, 2, 16, 45, 64), False, None, None, "default", DTYPES),
+    ("n_full=3", (1, 1, 1, 5, 50, 64), False, None, None, "default", ("float16",)),
+    ("n_full=4", (1, 1, 1, 5, 64, 64), False, None, None, "default", ("float32",)),
+    ("n_full=5 ragged", (1, 1, 1, 5, 93, 80), False, None, None, "default", ("float16",)),
     ("many, causal top-left", (1, 2, 1, 70, 77, 128), True, None, None, "default", DTYPES),
     ("many, causal bottom-right", (2, 2, 1, 33, 90, 64), "bottom_right", None, None, "default", DTYPES),
     ("window", (1, 2, 2, 64, 64, 80), False, (40, 9), None, "default", ("float32",)),
@@ -181,7 +185,7 @@ PIPELINE_CASES = (
 def test_forward_pipelined_qk_changes_nothing(case):
     """The unmasked-tile loop pipelined by hand (TileConfig.pipeline_qk: S_{j+1} = Q K_{j+1}ᵀ issued
     before tile j's softmax) is a schedule, not new arithmetic: O and LSE bit for bit the default
-    loop's, for 0, 1, 2 and many full tiles, ragged N, GQA, both causal alignments, a window, a dense
+    loop's, for 0 to 5 and many full tiles, ragged N, GQA, both causal alignments, a window, a dense
     mask with a fully masked row, a block-sparse mask and the accurate mode, in fp32 and fp16."""
     import torch
 
