@@ -5,8 +5,8 @@ TileConfig.pipeline_qk and reports, per tile configuration:
 - smem: shared memory the binary asks for (the H100 gives a block at most 227 KiB; more and the launch
   falls back to fewer stages, `attention._launch_fitting`);
 - in flight: the wgmma products Triton leaves running past the next instructions (`ttng.warp_group_dot`
-  not followed at once by its `warp_group_dot_wait`), by name: the pipelined loop is meant to add
-  `qk_next` (Q K_{t+1}ᵀ running during tile t's softmax);
+  not followed at once by its `warp_group_dot_wait`), by name: `acc` a P̃·V product, `qk` a Q Kᵀ one
+  (the pipelined loop's: Q K_{t+1}ᵀ running during tile t's exponentials; its P̃·V are waited for);
 - regs / spill: ptxas -v; C7514: ptxas's "wgmma serialized" warning (then nothing overlaps at all).
 
     PYTHONPATH=. python3 bench/wgmma_schedule.py [--configs d,bm,bn,warps,stages;...] [--out DIR]
@@ -30,7 +30,7 @@ from triton.compiler import ASTSource
 from flashcheck.kernels.triton_fwd import attn_fwd_kernel
 
 H100_SMEM = 232448  # bytes: the largest dynamic shared memory a block may opt into on sm_90
-DEFAULT_CONFIGS = "128,128,128,8,3;128,64,64,4,3;128,128,64,8,2;64,64,64,4,3;64,128,64,8,3"
+DEFAULT_CONFIGS = "128,128,128,8,3;128,128,128,8,2;128,128,64,8,3;128,64,64,4,2;64,64,64,4,3;64,128,64,8,3"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,12 +49,12 @@ def _fwd_qk(q, k_src, offs_n, offs_d, start_n, Nk, stride_kn,
 
 
 @triton.jit
-def _fwd_softmax(l_i, m2_i, qk, qk_scale2, mask_base, offs_m, offs_n, Nq, Nk, stride_mm, stride_mn,
-                 off_lo, off_hi, MASKED: tl.constexpr, BAND: tl.constexpr, HAS_MASK: tl.constexpr,
-                 P_SPLIT: tl.constexpr, OPERAND: tl.constexpr):
-    """The online-softmax step of one key tile given its Q Kᵀ (`_fwd_qk`): logits, mask, running
-    maximum and sum. Returns (m2_new, l_new, alpha, P_hi, P_lo), P̃ in the dtype OPERAND of the P·V
-    product (P_lo = P_hi unless P_SPLIT)."""
+def _fwd_shift(m2_i, qk, qk_scale2, mask_base, offs_m, offs_n, Nq, Nk, stride_mm, stride_mn, off_lo, off_hi,
+               MASKED: tl.constexpr, BAND: tl.constexpr, HAS_MASK: tl.constexpr):
+    """First half of the online-softmax step of one key tile, from its Q Kᵀ (`_fwd_qk`): logits, mask,
+    running maximum and the exponents S2 − m2. Returns (m2_new, m2_shift, S2 − m2_shift). The last
+    reader of Q Kᵀ (the compiler may fuse the scaling into the subtraction), so that the pipelined
+    loop can issue the next product into its registers before the exponentials (`_fwd_exp`)."""
     # S2 = Q Kᵀ · scale · log2(e)   /   s2[i,j] = scale · log2(e) · s[i,j]
     s2 = qk * qk_scale2
     if MASKED or HAS_MASK:
@@ -69,8 +69,16 @@ def _fwd_softmax(l_i, m2_i, qk, qk_scale2, mask_base, offs_m, offs_n, Nq, Nk, st
         m2_shift = tl.where(m2_new == float("-inf"), 0.0, m2_new)
     else:
         m2_shift = m2_new
+    return m2_new, m2_shift, s2 - m2_shift[:, None]
+
+
+@triton.jit
+def _fwd_exp(l_i, m2_i, m2_shift, x, P_SPLIT: tl.constexpr, OPERAND: tl.constexpr):
+    """Second half of the softmax step, from the exponents x = S2 − m2_shift (`_fwd_shift`): P̃, the
+    rescale alpha and the running sum. Returns (l_new, alpha, P_hi, P_lo), P̃ in the dtype OPERAND of
+    the P·V product (P_lo = P_hi unless P_SPLIT)."""
     # P̃ = exp2(S2 − m2_new)   /   p[i,j] = 2^(s2[i,j] − m2_new[i])
-    p = tl.math.exp2(s2 - m2_shift[:, None])
+    p = tl.math.exp2(x)
     # alpha = exp2(m2_old − m2_new): rescales what was accumulated under the old maximum
     alpha = tl.math.exp2(m2_i - m2_shift)
     # l_new = alpha · l_old + rowsum(P̃)
@@ -83,6 +91,18 @@ def _fwd_softmax(l_i, m2_i, qk, qk_scale2, mask_base, offs_m, offs_n, Nq, Nk, st
         p_lo = (p - p_hi.to(tl.float32)).to(OPERAND)
     else:
         p_lo = p_hi
+    return l_i, alpha, p_hi, p_lo
+
+
+@triton.jit
+def _fwd_softmax(l_i, m2_i, qk, qk_scale2, mask_base, offs_m, offs_n, Nq, Nk, stride_mm, stride_mn,
+                 off_lo, off_hi, MASKED: tl.constexpr, BAND: tl.constexpr, HAS_MASK: tl.constexpr,
+                 P_SPLIT: tl.constexpr, OPERAND: tl.constexpr):
+    """The online-softmax step of one key tile from its Q Kᵀ: `_fwd_shift` then `_fwd_exp`.
+    Returns (m2_new, l_new, alpha, P_hi, P_lo)."""
+    m2_new, m2_shift, x = _fwd_shift(m2_i, qk, qk_scale2, mask_base, offs_m, offs_n, Nq, Nk, stride_mm,
+                                     stride_mn, off_lo, off_hi, MASKED, BAND, HAS_MASK)
+    l_i, alpha, p_hi, p_lo = _fwd_exp(l_i, m2_i, m2_shift, x, P_SPLIT, OPERAND)
     return m2_new, l_i, alpha, p_hi, p_lo
 
 
@@ -123,31 +143,6 @@ def _fwd_tile(acc, l_i, m2_i, q, k_src, v_src, mask_base, start_n, offs_m, offs_
 
 
 @triton.jit
-def _fwd_pipelined_step(acc, l_i, m2_i, alpha, p_hi, p_lo, qk, t, q, k_src, v_src, mask_base, fib, f_lo,
-                        offs_m, offs_d, offs_dv, Nq, Nk, stride_kn, stride_vn, stride_mm, stride_mn,
-                        off_lo, off_hi, qk_scale2,
-                        BAND: tl.constexpr, HAS_MASK: tl.constexpr, SPARSE: tl.constexpr,
-                        BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr,
-                        DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr, KV_DESC: tl.constexpr):
-    """One step of the pipelined loop over full tiles, given tile t's Q Kᵀ (qk) and tile t − 1's
-    pending P̃ (alpha, p_hi, p_lo): P̃ V of tile t − 1, then Q K_{t+1}ᵀ issued, then tile t's softmax
-    step — the product in flight while the exp2/max/sum run. Returns the state with tile t's P̃ pending
-    and tile t + 1's Q Kᵀ."""
-    start_p = full_start(t - 1, fib, f_lo, SPARSE, BLOCK_N)
-    acc = _fwd_pv(acc, alpha, p_hi, p_lo, v_src, start_p + tl.arange(0, BLOCK_N), offs_dv, start_p, Nk,
-                  stride_vn, False, HEAD_DV, DOT_PRECISION, P_SPLIT, KV_DESC)
-    start_n = full_start(t + 1, fib, f_lo, SPARSE, BLOCK_N)
-    qk_next = _fwd_qk(q, k_src, start_n + tl.arange(0, BLOCK_N), offs_d, start_n, Nk, stride_kn, False,
-                      HEAD_D, DOT_PRECISION, KV_DESC)
-    start_c = full_start(t, fib, f_lo, SPARSE, BLOCK_N)
-    m2_i, l_i, alpha, p_hi, p_lo = _fwd_softmax(l_i, m2_i, qk, qk_scale2, mask_base, offs_m,
-                                                start_c + tl.arange(0, BLOCK_N), Nq, Nk, stride_mm,
-                                                stride_mn, off_lo, off_hi, False, BAND, HAS_MASK, P_SPLIT,
-                                                q.dtype)
-    return acc, l_i, m2_i, alpha, p_hi, p_lo, qk_next
-
-
-@triton.jit
 def _fwd_full_tiles_pipelined(acc, l_i, m2_i, q, k_src, v_src, mask_base, n_full, fib, f_lo,
                               offs_m, offs_d, offs_dv, Nq, Nk, stride_kn, stride_vn, stride_mm,
                               stride_mn, off_lo, off_hi, qk_scale2,
@@ -156,21 +151,22 @@ def _fwd_full_tiles_pipelined(acc, l_i, m2_i, q, k_src, v_src, mask_base, n_full
                               DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr,
                               KV_DESC: tl.constexpr):
     """The n_full fully visible tiles, software-pipelined by hand (FA3's intra-warpgroup overlap):
-    step t runs P̃ V of tile t − 1, issues Q K_{t+1}ᵀ, then the softmax step of tile t, so the tensor
-    cores compute S_{t+1} while the exp2/max/sum of tile t run (two S tiles live).
+    step t runs P̃ V of tile t − 1, forms tile t's logits, issues Q K_{t+1}ᵀ, then tile t's softmax
+    step, so the tensor cores compute S_{t+1} while the exp2/max/sum of tile t run (two S tiles live).
 
-    Written for what the compilers keep in flight (read from the sm_90a TTGIR and ptxas, Triton 3.9:
-    bench/wgmma_schedule.py). Triton's Hopper MMA pipeliner (`dotCanBeProperlyAsync`) leaves a product
-    in flight only if nothing in its own iteration reads it (hence Q Kᵀ unscaled: the scaling is the
-    softmax's) and, in the next, its readers follow a `wait 0` (the one after P̃ V, hence P̃ V first;
-    in the order softmax, P̃ V it waits right after the product). ptxas serializes every wgmma of the
-    kernel (C7514) if a register copy reads an in-flight product; the loop-carried S of a one-step
-    loop is such a copy, so the loop runs two steps per iteration (S alternates between two register
-    sets, the carried one dead before it is rewritten). Steps outside the loop (tile 0, an odd step,
-    the last tile) are plain synchronous code.
+    The order is what the compilers need to keep the product in flight (read from the sm_90a TTGIR
+    and ptxas -v: bench/wgmma_schedule.py). Triton's Hopper MMA pipeliner (WGMMAPipeline.cpp,
+    `dotCanBeProperlyAsync`) leaves a product running only if nothing in its own iteration reads it
+    (hence Q Kᵀ carried unscaled) and the next iteration reads it after a `wait 0` (the one after
+    P̃ V, hence P̃ V first; in the order softmax, P̃ V, it waits right after the product). ptxas
+    serializes every wgmma of the kernel (C7514) if a register copy reads a running product: the
+    loop-carried Q Kᵀ needs none only if its registers are free when the next one is issued, hence the
+    logits (a multiply into other registers) formed before the issue.
 
-    Per tile the same `_fwd_qk`, `_fwd_softmax`, `_fwd_pv` as `_fwd_tile`, tiles in the same order:
-    bit for bit its result. Nothing past tile n_full − 1 is read (n_full = 0: nothing at all)."""
+    Per tile the same `_fwd_qk`, `_fwd_shift`, `_fwd_exp`, `_fwd_pv` as `_fwd_tile`, tiles in the
+    same order: bit for bit its result. Tile 0's product and softmax come before the loop, the last
+    tile's softmax and the last two P̃ V after it: nothing past tile n_full − 1 is read (n_full = 0:
+    nothing at all)."""
     if n_full > 0:
         start_0 = full_start(0, fib, f_lo, SPARSE, BLOCK_N)
         qk = _fwd_qk(q, k_src, start_0 + tl.arange(0, BLOCK_N), offs_d, start_0, Nk, stride_kn, False,
@@ -183,33 +179,29 @@ def _fwd_full_tiles_pipelined(acc, l_i, m2_i, q, k_src, v_src, mask_base, n_full
             start_1 = full_start(1, fib, f_lo, SPARSE, BLOCK_N)
             qk = _fwd_qk(q, k_src, start_1 + tl.arange(0, BLOCK_N), offs_d, start_1, Nk, stride_kn, False,
                          HEAD_D, DOT_PRECISION, KV_DESC)
-            # Steps t = 1 .. n_full − 2: an odd one first, then two per iteration.
-            if (n_full - 2) % 2 == 1:
-                acc, l_i, m2_i, alpha, p_hi, p_lo, qk = _fwd_pipelined_step(
-                    acc, l_i, m2_i, alpha, p_hi, p_lo, qk, 1, q, k_src, v_src, mask_base, fib, f_lo, offs_m,
-                    offs_d, offs_dv, Nq, Nk, stride_kn, stride_vn, stride_mm, stride_mn, off_lo, off_hi,
-                    qk_scale2, BAND, HAS_MASK, SPARSE, BLOCK_N, HEAD_D, HEAD_DV, DOT_PRECISION, P_SPLIT,
-                    KV_DESC)
-            for t in range(1 + (n_full - 2) % 2, n_full - 1, 2):
-                acc, l_i, m2_i, alpha, p_hi, p_lo, qk = _fwd_pipelined_step(
-                    acc, l_i, m2_i, alpha, p_hi, p_lo, qk, t, q, k_src, v_src, mask_base, fib, f_lo, offs_m,
-                    offs_d, offs_dv, Nq, Nk, stride_kn, stride_vn, stride_mm, stride_mn, off_lo, off_hi,
-                    qk_scale2, BAND, HAS_MASK, SPARSE, BLOCK_N, HEAD_D, HEAD_DV, DOT_PRECISION, P_SPLIT,
-                    KV_DESC)
-                acc, l_i, m2_i, alpha, p_hi, p_lo, qk = _fwd_pipelined_step(
-                    acc, l_i, m2_i, alpha, p_hi, p_lo, qk, t + 1, q, k_src, v_src, mask_base, fib, f_lo,
-                    offs_m, offs_d, offs_dv, Nq, Nk, stride_kn, stride_vn, stride_mm, stride_mn, off_lo,
-                    off_hi, qk_scale2, BAND, HAS_MASK, SPARSE, BLOCK_N, HEAD_D, HEAD_DV, DOT_PRECISION,
-                    P_SPLIT, KV_DESC)
+            for t in range(1, n_full - 1):
+                start_p = full_start(t - 1, fib, f_lo, SPARSE, BLOCK_N)
+                acc = _fwd_pv(acc, alpha, p_hi, p_lo, v_src, start_p + tl.arange(0, BLOCK_N), offs_dv, start_p,
+                              Nk, stride_vn, False, HEAD_DV, DOT_PRECISION, P_SPLIT, KV_DESC)
+                start_c = full_start(t, fib, f_lo, SPARSE, BLOCK_N)
+                m2_new, m2_shift, x = _fwd_shift(m2_i, qk, qk_scale2, mask_base, offs_m,
+                                                 start_c + tl.arange(0, BLOCK_N), Nq, Nk, stride_mm, stride_mn,
+                                                 off_lo, off_hi, False, BAND, HAS_MASK)
+                start_n = full_start(t + 1, fib, f_lo, SPARSE, BLOCK_N)
+                # S_{t+1} in flight during tile t's exponentials: nothing in this iteration reads it.
+                qk = _fwd_qk(q, k_src, start_n + tl.arange(0, BLOCK_N), offs_d, start_n, Nk, stride_kn, False,
+                             HEAD_D, DOT_PRECISION, KV_DESC)
+                l_i, alpha, p_hi, p_lo = _fwd_exp(l_i, m2_i, m2_shift, x, P_SPLIT, q.dtype)
+                m2_i = m2_new
             # The last tile: P̃ V of tile n_full − 2, then its softmax step.
             start_p = full_start(n_full - 2, fib, f_lo, SPARSE, BLOCK_N)
             acc = _fwd_pv(acc, alpha, p_hi, p_lo, v_src, start_p + tl.arange(0, BLOCK_N), offs_dv, start_p,
                           Nk, stride_vn, False, HEAD_DV, DOT_PRECISION, P_SPLIT, KV_DESC)
             start_c = full_start(n_full - 1, fib, f_lo, SPARSE, BLOCK_N)
-            m2_i, l_i, alpha, p_hi, p_lo = _fwd_softmax(l_i, m2_i, qk, qk_scale2, mask_base, offs_m,
-                                                        start_c + tl.arange(0, BLOCK_N), Nq, Nk, stride_mm,
-                                                        stride_mn, off_lo, off_hi, False, BAND, HAS_MASK,
-                                                        P_SPLIT, q.dtype)
+            m2_i, l_i, alpha, p_hi, p_lo = _fwd_softmax(l_i, m2_i, qk, qk_scale2, mask_base,
+                                                        offs_m, start_c + tl.arange(0, BLOCK_N), Nq, Nk,
+                                                        stride_mm, stride_mn, off_lo, off_hi, False, BAND,
+                                                        HAS_MASK, P_SPLIT, q.dtype)
         start_p = full_start(n_full - 1, fib, f_lo, SPARSE, BLOCK_N)
         acc = _fwd_pv(acc, alpha, p_hi, p_lo, v_src, start_p + tl.arange(0, BLOCK_N), offs_dv, start_p, Nk,
                       stride_vn, False, HEAD_DV, DOT_PRECISION, P_SPLIT, KV_DESC)

@@ -162,7 +162,7 @@ def test_forward_kv_descriptors_change_nothing(precision, d):
 
 
 # The pipelined loop's cases (interpreter tiles 16 × 16: Nk // 16 full tiles when nothing masks them;
-# n_full 0, 1, 2: no loop; 3: the odd step alone; 4: one two-step iteration; 5: both):
+# n_full 0: nothing; 1: prologue and last P̃ V; 2: no loop iteration; 3, 4, 5: one, two, three):
 # (id, (B, Hq, Hkv, Nq, Nk, d), causal, window, mask, precision, dtypes)
 PIPELINE_CASES = (
     ("n_full=0", (1, 2, 1, 9, 15, 64), False, None, None, "default", DTYPES),
