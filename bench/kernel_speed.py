@@ -7,6 +7,9 @@
         process; writes variants_main.json (--ws: the warp-specialized ones, variants_ws.json)
     PYTHONPATH=. python3 bench/kernel_speed.py --accurate-ab --out DIR   # precision="accurate" / default
         forward time, A/B interleaved, for candidate accurate-mode tiles; writes accurate_ab.json
+    PYTHONPATH=. python3 bench/kernel_speed.py --pipeline-ab --out DIR   # TileConfig.pipeline_qk (issue 10):
+        each tile pair without/with the hand-pipelined QKᵀ, and cuDNN, interleaved; writes pipeline_ab.json
+        (TRITON_INTERPRET=1 ... --pipeline-ab --dry-run: the same path on the CPU, tiny shapes, fp16)
 
 TFLOP/s counts 4·B·H·Nq·Nk·d for the forward (two matmuls) and 2.5× that for the backward
 (five matmuls), halved when causal; time is the median of triton.testing.do_bench.
@@ -34,9 +37,13 @@ Tile sweep (--sweep, N = 8k) that chose flashcheck.kernels.attention.kernel_conf
 64-query inner tiles, 8 warps, 3 stages (427); d=64 64×64/4 warps/3 stages (383).
 """
 import argparse
+import dataclasses
+import functools
 import itertools
 import math
+import statistics
 import sys
+import time
 
 import torch
 import triton
@@ -47,9 +54,9 @@ from flashcheck.kernels import attention
 ka = sys.modules["flashcheck.kernels.attention"]  # the module (the package attribute is the function)
 
 
-def _inputs(B, H, N, d, dtype=torch.bfloat16):
-    g = torch.Generator(device="cuda").manual_seed(0)
-    mk = lambda: torch.randn(B, H, N, d, device="cuda", dtype=dtype, generator=g).requires_grad_()  # noqa: E731
+def _inputs(B, H, N, d, dtype=torch.bfloat16, device="cuda"):
+    g = torch.Generator(device=device).manual_seed(0)
+    mk = lambda: torch.randn(B, H, N, d, device=device, dtype=dtype, generator=g).requires_grad_()  # noqa: E731
     return mk(), mk(), mk()
 
 
@@ -331,6 +338,179 @@ def accurate_ab(out=None, N=16384, rounds=5, rep=30):
             rounds=rounds, rows=rows), indent=1))
 
 
+@dataclasses.dataclass(frozen=True)
+class AbCell:
+    """One pipelined candidate in one cell of `pipeline_ab`: tile `tile` with pipeline_qk against the same
+    tile without it (its twin: the same arithmetic), the table's tile (kernel_config: today's default) and
+    cuDNN, at one shape. Times are medians over the rounds (ms); ratio_twin / ratio_table: median over the
+    rounds of t_pipelined / t_twin and / t_table (< 1: pipelining is faster), with their extremes;
+    x_cudnn_*: t_cudnn / t (> 1: faster than cuDNN); stages: those launched (pipelined, twin; fewer than
+    asked when the shared memory does not fit); diff_o / diff_lse: max |pipelined − twin| (must be 0)."""
+    d: int
+    N: int
+    B: int
+    H: int
+    causal: bool
+    tile: str
+    pipelined_ms: float
+    twin_ms: float
+    table_ms: float
+    cudnn_ms: float
+    ratio_twin: float
+    ratio_twin_lo: float
+    ratio_twin_hi: float
+    ratio_table: float
+    ratio_table_lo: float
+    ratio_table_hi: float
+    x_cudnn_table: float
+    x_cudnn_pipelined: float
+    stages: tuple
+    diff_o: float
+    diff_lse: float
+
+
+def _pipeline_candidates(d: int) -> list:
+    """Tiles measured without and with pipeline_qk per head dim, the table's first. Chosen from what fits
+    with the pipelined loop's extra buffers (bench/wgmma_schedule.py, sm_90a shared memory ≤ 227 KiB):
+    at d = 128 the table's 128×128/8w/3s needs 288 KiB pipelined (it would fall back to 2 stages: measured
+    as 128×128/8w/2s, next to its own twin), 128×64/8w/3s 160 KiB, 64×64/4w/2s 104 KiB (two blocks per SM);
+    at d = 64 the table's 64×64/4w/3s 72 KiB and 128×64/8w/3s (0.98× the table's time in 2026-11-23b)."""
+    T = ka.TileConfig
+    table = ka.kernel_config(d, torch.bfloat16, interpret=False).fwd
+    others = {64: [T(128, 64, 8, 3)], 128: [T(128, 128, 8, 2), T(128, 64, 8, 3), T(64, 64, 4, 2)]}[d]
+    return [table] + [c for c in others if c != table]
+
+
+def _median_ms(fn, dry_run: bool, rep: int) -> float:
+    """Median time of fn() in ms: do_bench on the GPU; on the CPU (dry run) two timed calls."""
+    if not dry_run:
+        return do_bench(fn, warmup=10, rep=rep, return_mode="median")
+    ts = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(ts)
+
+
+class _StagesLaunched:
+    """Records the num_stages of the forward's last launch (`attention._launch_fitting` lowers it when a
+    variant's shared memory does not fit): wraps the kernel it is handed."""
+
+    def __init__(self):
+        self.stages = None
+        self._fitting = ka._launch_fitting
+
+    def __enter__(self):
+        def fitting(kernel, grid, num_stages, *args, **kwargs):
+            rec = self
+
+            class Recording:
+                def __getitem__(self, g):
+                    def launch(*a, num_stages, **kw):
+                        out = kernel[g](*a, num_stages=num_stages, **kw)
+                        rec.stages = num_stages
+                        return out
+                    return launch
+            return self._fitting(Recording(), grid, num_stages, *args, **kwargs)
+        ka._launch_fitting = fitting
+        return self
+
+    def __exit__(self, *exc):
+        ka._launch_fitting = self._fitting
+
+
+def pipeline_ab(out=None, rounds=5, rep=30, dry_run=False):
+    """TileConfig.pipeline_qk (Q K_{t+1}ᵀ issued before tile t's exponentials) against the same tiles
+    without it, the table's tile and cuDNN, timed interleaved: per round one median timing of each, the
+    order rotated every round; B·N = 16k, H·d = 2048, bf16, d = 64/128, N = 1k/4k/16k, causal or not. Also
+    max |O − O'| and |LSE − LSE'| against the twin (must be 0) and the stages each launch used. dry_run: the
+    same path through the interpreter (TRITON_INTERPRET=1) with tiny shapes, fp16, SDPA's math backend for
+    cuDNN and wall-clock timing: it checks the script, never the speed."""
+    import json
+    from pathlib import Path
+    if dry_run and not ka._interpreting():
+        raise SystemExit("--dry-run needs TRITON_INTERPRET=1 in the environment (set before Triton is imported)")
+    if not dry_run and not torch.cuda.is_available():
+        raise SystemExit("--pipeline-ab measures on a CUDA GPU and none is visible; "
+                         "TRITON_INTERPRET=1 ... --pipeline-ab --dry-run checks the script on the CPU")
+    device, dtype = ("cpu", torch.float16) if dry_run else ("cuda", torch.bfloat16)
+    sizes = (96, 288) if dry_run else (1024, 4096, 16384)
+    cells = []
+    for d, N, causal in itertools.product((64, 128), sizes, (False, True)):
+        H, B = (2, 1) if dry_run else (2048 // d, max(1, 16384 // N))
+        q, k, v = _inputs(B, H, N, d, dtype, device)
+        cfg = ka.kernel_config(d, dtype, interpret=False)
+        if dry_run:
+            cudnn = functools.partial(torch.nn.functional.scaled_dot_product_attention, q, k, v, is_causal=causal)
+        else:
+            cudnn = functools.partial(_cudnn(causal), q, k, v)
+        runs, outs, stages = {}, {}, {}  # keyed (tile, pipelined)
+        with torch.no_grad():
+            for tile in _pipeline_candidates(d):
+                for pipe in (False, True):
+                    tiles = ka.KernelConfig(dataclasses.replace(tile, pipeline_qk=pipe), cfg.dkdv, cfg.dq)
+                    fn = functools.partial(attention, q, k, v, causal=causal, return_lse=True, tiles=tiles)
+                    try:
+                        with _StagesLaunched() as launched:
+                            outs[tile, pipe] = fn()
+                    except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, the rest runs
+                        print(f"d={d} N={N} causal={causal} {_label(tile)} pipeline_qk={pipe}: {type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}"[:300], flush=True)
+                        continue
+                    runs[tile, pipe], stages[tile, pipe] = fn, launched.stages
+            names = list(runs) + ["cudnn"]
+            fns = list(runs.values()) + [cudnn]
+            times = {n: [] for n in names}
+            for r in range(rounds):
+                for i in range(len(fns)):
+                    j = (i + r) % len(fns)
+                    times[names[j]].append(_median_ms(fns[j], dry_run, rep))
+        table = _pipeline_candidates(d)[0]
+        for tile in _pipeline_candidates(d):
+            if (tile, True) not in runs or (tile, False) not in runs or (table, False) not in runs:
+                continue
+            tp, tt, tb, tc = (times[n] for n in ((tile, True), (tile, False), (table, False), "cudnn"))
+            r_twin = [a / b for a, b in zip(tp, tt)]
+            r_table = [a / b for a, b in zip(tp, tb)]
+            (o0, l0), (o1, l1) = outs[tile, False], outs[tile, True]
+            finite = torch.isfinite(l0) & torch.isfinite(l1)
+            med = statistics.median
+            cell = AbCell(d, N, B, H, causal, _label(tile), med(tp), med(tt), med(tb), med(tc),
+                          med(r_twin), min(r_twin), max(r_twin), med(r_table), min(r_table), max(r_table),
+                          med(tc) / med(tb), med(tc) / med(tp), (stages[tile, True], stages[tile, False]),
+                          (o1.float() - o0.float()).abs().max().item(),
+                          max((l1 - l0)[finite].abs().max().item() if finite.any() else 0.0,
+                              float((torch.isfinite(l0) != torch.isfinite(l1)).any())))
+            cells.append(cell)
+            print(f"AB d={d:3} N={N:5} causal={cell.causal!s:5} {cell.tile:14} pipelined/twin {cell.ratio_twin:.3f} "
+                  f"[{cell.ratio_twin_lo:.3f}, {cell.ratio_twin_hi:.3f}] /table {cell.ratio_table:.3f}  x cuDNN "
+                  f"{cell.x_cudnn_table:.2f} -> {cell.x_cudnn_pipelined:.2f}  stages {cell.stages}  "
+                  f"diff O {cell.diff_o:.1e} LSE {cell.diff_lse:.1e}", flush=True)
+        if out:  # after every cell: a time-limited run still brings back what it measured
+            Path(out).mkdir(parents=True, exist_ok=True)
+            (Path(out) / ("pipeline_ab_dry_run.json" if dry_run else "pipeline_ab.json")).write_text(json.dumps(dict(
+                device="cpu (interpreter)" if dry_run else torch.cuda.get_device_name(), torch=torch.__version__,
+                triton=triton.__version__, rounds=rounds, dry_run=dry_run,
+                cells=[dataclasses.asdict(c) for c in cells]), indent=1))
+        del q, k, v, outs
+        if not dry_run:
+            torch.cuda.empty_cache()
+    print("\nSUMMARY pipeline_qk: t pipelined / t twin (same tile, no pipelining) and / t table (today's default), "
+          "medians of rounds; x cuDNN = t_cuDNN / t; diff vs twin must be 0"
+          + ("  DRY RUN: CPU interpreter, times mean nothing" if dry_run else ""))
+    print(f"{'d':>4} {'N':>6} {'causal':>6} {'tile':14} {'/twin':>6} {'lo':>6} {'hi':>6} {'/table':>7} "
+          f"{'xcuDNN':>7} {'->pipe':>7} {'stages':>7} {'diff O':>8} {'diff LSE':>8}")
+    for c in cells:
+        print(f"{c.d:>4} {c.N:>6} {c.causal!s:>6} {c.tile:14} {c.ratio_twin:6.3f} {c.ratio_twin_lo:6.3f} "
+              f"{c.ratio_twin_hi:6.3f} {c.ratio_table:7.3f} {c.x_cudnn_table:7.2f} {c.x_cudnn_pipelined:7.2f} "
+              f"{'%s/%s' % c.stages:>7} {c.diff_o:8.1e} {c.diff_lse:8.1e}")
+    bad = [c for c in cells if c.diff_o != 0 or c.diff_lse != 0]
+    print(f"bitwise: {len(cells) - len(bad)} of {len(cells)} pipelined kernels equal to their twins" + (
+        "; DIFFER: " + ", ".join(f"d={c.d} N={c.N} causal={c.causal} {c.tile}" for c in bad) if bad else ""))
+    return cells
+
+
 def profile_once(d=128, N=16384, causal=False, precision="default"):
     """A few launches of the default forward (for ncu --launch-skip/--launch-count)."""
     H, B = 2048 // d, max(1, 16384 // N)
@@ -349,11 +529,20 @@ if __name__ == "__main__":
     ap.add_argument("--profile-once", action="store_true")
     ap.add_argument("--accurate-ab", action="store_true",
                     help="cost of precision='accurate' over the default forward, A/B interleaved")
+    ap.add_argument("--pipeline-ab", action="store_true",
+                    help="TileConfig.pipeline_qk against the same tiles without it and cuDNN, interleaved")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="with --pipeline-ab: the same path on the CPU (TRITON_INTERPRET=1), tiny shapes")
     ap.add_argument("--precision", default="default")
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-check", action="store_true")
     a = ap.parse_args()
+    if a.pipeline_ab:  # before any CUDA query: it refuses cleanly without a GPU unless --dry-run
+        print(torch.__version__, triton.__version__, "interpreter" if a.dry_run else
+              torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device")
+        pipeline_ab(a.out, dry_run=a.dry_run)
+        sys.exit(0)
     print(torch.__version__, triton.__version__, torch.cuda.get_device_name())
     if a.profile_once:
         profile_once(d=a.d, precision=a.precision)

@@ -41,16 +41,20 @@ class TileConfig:
     The flags are code-generation choices of the forward (ignored by the backward kernels) that
     leave the arithmetic as it is (`triton_fwd`): kv_desc, K/V tiles through tensor descriptors
     (TMA; used where the strides allow it, else pointer loads); warp_specialize, the unmasked-tile
-    loop split into producer/consumer warps (Triton's automatic warp specialization)."""
+    loop split into producer/consumer warps (Triton's automatic warp specialization); pipeline_qk,
+    the unmasked-tile loop software-pipelined by hand, S_{j+1} = Q K_{j+1}ᵀ issued before the
+    softmax and P̃·V of tile j (two S tiles live; exclusive with warp_specialize; off until the GPU
+    shows it faster: bench/NOTES.md, "Next device call: pipelined QK^T (issue 10)")."""
     block_m: int
     block_n: int
     num_warps: int = 4
     num_stages: int = 2
     kv_desc: bool = False
     warp_specialize: bool = False
+    pipeline_qk: bool = False
 
 
-_TILE_FIELDS = 6  # ints per TileConfig in KernelConfig.flat()
+_TILE_FIELDS = 7  # ints per TileConfig in KernelConfig.flat()
 
 
 @dataclass(frozen=True)
@@ -62,10 +66,10 @@ class KernelConfig:
     dq: TileConfig
 
     def flat(self) -> list[int]:
-        """3 × 6 ints, the form a torch custom op can carry."""
+        """3 × 7 ints, the form a torch custom op can carry."""
         return [int(x) for t in (self.fwd, self.dkdv, self.dq)
                 for x in (t.block_m, t.block_n, t.num_warps, t.num_stages, t.kv_desc,
-                          t.warp_specialize)]
+                          t.warp_specialize, t.pipeline_qk)]
 
     @staticmethod
     def unflat(xs) -> "KernelConfig":
@@ -219,6 +223,9 @@ def _check_tiles(tiles) -> None:
             b = getattr(t, f)
             if not isinstance(b, int) or b < 16 or b & (b - 1):
                 raise ValueError(f"tiles.{name}.{f} must be a power of 2 >= 16, got {b!r}")
+        if t.pipeline_qk and t.warp_specialize:
+            raise ValueError(f"tiles.{name}: pipeline_qk and warp_specialize are alternative schedules "
+                             "of the unmasked-tile loop; set at most one")
 
 
 # --------------------------------------------------------------------------- input checks
@@ -493,7 +500,7 @@ def forward_launch(q: Layout, k: Layout, v: Layout, o: Layout, dense: Layout | N
                   ("HAS_MASK", dense is not None), ("SPARSE", bool(sparse)), ("DOT_PRECISION", dot),
                   ("P_SPLIT", p_split), ("WRITE_RES", save_res),
                   ("KV_DESC", t.kv_desc and _descriptor_ok(k) and _descriptor_ok(v)),
-                  ("WARP_SPEC", t.warp_specialize))
+                  ("WARP_SPEC", t.warp_specialize), ("PIPE_QK", t.pipeline_qk))
     return Launch("attn_fwd_kernel", (triton.cdiv(nq, t.block_m), B * Hq), pointers, ints, constexprs,
                   t.num_warps, t.num_stages)
 

@@ -106,6 +106,38 @@ def test_interpreter_shapes_are_small():
     assert all(max(s[3], s[4]) <= 64 for s in KERNEL_SHAPES)
 
 
+def _forward_with(q, k, v, precision="default", **fwd_change):
+    """(O, LSE) of `attention(q, k, v, ...)` at kernel_config's tiles with the forward's TileConfig
+    fields `fwd_change` replaced (code-generation choices: kv_desc, pipeline_qk, ...)."""
+    import dataclasses
+
+    from flashcheck.kernels.attention import KernelConfig, attention, kernel_config
+
+    def run(causal=False, window=None, mask=None):
+        base = kernel_config(max(q.shape[-1], v.shape[-1]), q.dtype, precision=precision)
+        fwd = dataclasses.replace(base.fwd, **fwd_change)
+        return attention(q, k, v, causal=causal, window=window, mask=mask, return_lse=True,
+                         precision=precision, tiles=KernelConfig(fwd, base.dkdv, base.dq))
+    return run
+
+
+def _assert_bitwise(what, a, b):
+    """(O, LSE) pairs `a` and `b` equal bit for bit (−inf LSE of fully masked rows included, NaN never)."""
+    import torch
+
+    (o0, lse0), (o1, lse1) = a, b
+    for name, x, y in (("O", o0, o1), ("LSE", lse0, lse1)):
+        both_nan = x.isnan() & y.isnan()  # NaN is never agreement: counted, must be none
+        assert not bool(both_nan.any()), f"{what}: {name} has {int(both_nan.sum())} NaN"
+        diff = (x.float() - y.float()).abs().nan_to_num(float("inf"))
+        same = (x == y) | (x.isneginf() & y.isneginf())
+        if not bool(same.all()):
+            where = tuple(int(i) for i in torch.nonzero(~same)[0])
+            raise AssertionError(f"{what}: {name} differs in {int((~same).sum())} of {x.numel()} entries, "
+                                 f"first at {where}, max |diff| {diff.max().item():.3g} (bound: 0, the same "
+                                 "arithmetic)")
+
+
 @needs_kernel
 @pytest.mark.parametrize("precision", ["default", "accurate"])
 @pytest.mark.parametrize("d", [24, 20])  # rows of 48 bytes: descriptors; 40 bytes: pointer loads
@@ -113,11 +145,8 @@ def test_forward_kv_descriptors_change_nothing(precision, d):
     """K/V tiles through tensor descriptors (TileConfig.kv_desc, TMA on Hopper) are a
     code-generation choice: O and LSE bit for bit those of pointer loads — ragged N (tiles crossing
     Nk read zeros either way), GQA, causal bottom-right, a dense mask with a fully masked row."""
-    import dataclasses
-
     import torch
 
-    from flashcheck.kernels.attention import KernelConfig, attention, kernel_config
     from tests.test_kernel_support import CUDA, DEVICE
 
     dtype = torch.bfloat16 if CUDA else torch.float16
@@ -126,16 +155,78 @@ def test_forward_kv_descriptors_change_nothing(precision, d):
     k, v = (torch.randn(1, 2, 77, d, generator=g).to(DEVICE, dtype) for _ in range(2))
     mask = torch.rand(1, 1, 45, 77, generator=g).to(DEVICE) > 0.3
     mask[..., 5, :] = False
-    base = kernel_config(d, dtype, precision=precision)
-    outs = []
-    for kv_desc in (False, True):
-        fwd = dataclasses.replace(base.fwd, kv_desc=kv_desc)
-        outs.append(attention(q, k, v, causal="bottom_right", mask=mask, return_lse=True,
-                              precision=precision, tiles=KernelConfig(fwd, base.dkdv, base.dq)))
-    (o0, lse0), (o1, lse1) = outs
-    assert torch.equal(o0, o1), f"O differs: max |diff| {(o0.float() - o1.float()).abs().max().item():.3g}"
-    assert torch.equal(lse0, lse1), f"LSE differs: max |diff| {(lse0 - lse1).abs().max().item():.3g}"
+    o0, lse0 = _forward_with(q, k, v, precision, kv_desc=False)(causal="bottom_right", mask=mask)
+    o1, lse1 = _forward_with(q, k, v, precision, kv_desc=True)(causal="bottom_right", mask=mask)
+    _assert_bitwise("kv_desc", (o0, lse0), (o1, lse1))
     assert bool((o0[..., 5, :] == 0).all()) and bool(torch.isneginf(lse0[..., 5]).all())
+
+
+# The pipelined loop's cases (interpreter tiles 16 × 16: Nk // 16 full tiles when nothing masks them;
+# n_full 0: nothing; 1: prologue and last P̃ V; 2: no loop iteration; 3, 4, 5: one, two, three):
+# (id, (B, Hq, Hkv, Nq, Nk, d), causal, window, mask, precision, dtypes)
+PIPELINE_CASES = (
+    ("n_full=0", (1, 2, 1, 9, 15, 64), False, None, None, "default", DTYPES),
+    ("n_full=1 ragged", (1, 2, 2, 17, 20, 80), False, None, None, "default", DTYPES),
+    ("n_full=2 GQA", (1, 4, 2, 16, 45, 64), False, None, None, "default", DTYPES),
+    ("n_full=3", (1, 1, 1, 5, 50, 64), False, None, None, "default", ("float16",)),
+    ("n_full=4", (1, 1, 1, 5, 64, 64), False, None, None, "default", ("float32",)),
+    ("n_full=5 ragged", (1, 1, 1, 5, 93, 80), False, None, None, "default", ("float16",)),
+    ("many, causal top-left", (1, 2, 1, 70, 77, 128), True, None, None, "default", DTYPES),
+    ("many, causal bottom-right", (2, 2, 1, 33, 90, 64), "bottom_right", None, None, "default", DTYPES),
+    ("window", (1, 2, 2, 64, 64, 80), False, (40, 9), None, "default", ("float32",)),
+    ("dense mask, masked row", (1, 2, 1, 21, 67, 64), False, None, "dense", "default", ("float16",)),
+    ("block-sparse mask", (1, 2, 1, 48, 80, 64), True, None, "sparse", "default", ("float16",)),
+    ("accurate (P split)", (1, 2, 1, 20, 64, 128), "bottom_right", None, None, "accurate", ("float16",)),
+)
+
+
+@needs_kernel
+@pytest.mark.parametrize("case", PIPELINE_CASES, ids=[c[0] for c in PIPELINE_CASES])
+def test_forward_pipelined_qk_changes_nothing(case):
+    """The unmasked-tile loop pipelined by hand (TileConfig.pipeline_qk: S_{j+1} = Q K_{j+1}ᵀ issued
+    before tile j's softmax) is a schedule, not new arithmetic: O and LSE bit for bit the default
+    loop's, for 0 to 5 and many full tiles, ragged N, GQA, both causal alignments, a window, a dense
+    mask with a fully masked row, a block-sparse mask and the accurate mode, in fp32 and fp16."""
+    import torch
+
+    from flashcheck.kernels.block_mask import build_block_mask
+    from tests.test_kernel_support import CUDA, DEVICE
+
+    name, (B, Hq, Hkv, nq, nk, d), causal, window, mask_kind, precision, dtypes = case
+    for dtype in dtypes:
+        t = torch.bfloat16 if CUDA and dtype == "float16" else getattr(torch, dtype)
+        g = torch.Generator().manual_seed(11)
+        q = torch.randn(B, Hq, nq, d, generator=g).to(DEVICE, t)
+        k, v = (torch.randn(B, Hkv, nk, d, generator=g).to(DEVICE, t) for _ in range(2))
+        mask = None
+        if mask_kind is not None:
+            mask = torch.rand(1, 1, nq, nk, generator=g).to(DEVICE) > 0.2
+            mask[..., 3, :] = False
+            if mask_kind == "sparse":
+                mask[..., 32:, 16:48] = False  # whole tiles empty: skipped
+                mask[..., :, :16] = True  # whole tiles visible: the full-tile list
+                blk = 16 if not CUDA else 64
+                mask = build_block_mask(nq, nk, block_q=blk, block_k=blk, causal=causal, mask=mask)
+        kw = dict(causal=causal if mask_kind != "sparse" else False, window=window, mask=mask)
+        default = _forward_with(q, k, v, precision)(**kw)
+        pipelined = _forward_with(q, k, v, precision, pipeline_qk=True)(**kw)
+        _assert_bitwise(f"{name} {dtype}", default, pipelined)
+        if mask_kind == "dense":
+            assert bool((default[0][..., 3, :] == 0).all()) and bool(torch.isneginf(default[1][..., 3]).all())
+
+
+@needs_kernel
+def test_pipelined_qk_and_warp_specialization_are_exclusive():
+    """Two schedules of one loop: asking for both is a clear error naming the field, before any launch."""
+    import torch
+
+    from flashcheck.kernels.attention import KernelConfig, TileConfig, attention
+    from tests.test_kernel_support import DEVICE
+
+    t = TileConfig(16, 16, 1, 1, warp_specialize=True, pipeline_qk=True)
+    x = torch.zeros(1, 1, 16, 16, device=DEVICE)
+    with pytest.raises(ValueError, match="tiles.fwd: pipeline_qk and warp_specialize"):
+        attention(x, x, x, tiles=KernelConfig(t, t, t))
 
 
 @needs_kernel
