@@ -320,6 +320,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     # sums over query rows (dV, dK), accumulated block by block; dQ is per row
     groups = _RowGroups.of(F.qf, dof, precision, group)
     dv_sums = dk_sums = conv_sums = None
+    # round-to-nearest accumulations over the query rows (dK, dV), as dQ's over the keys: they need every
+    # row's products at once, so the row blocks' dS, P and their error bounds are kept until after the loop
+    rn_rows = kind == "probabilistic" and not M.tensor_core
+    row_blocks = []
 
     dq_blocks, dQ_blocks, dq_terms = [], [], []
     sub = {"dK": {}, "dV": {}}  # instrumentation only: det sub-parts summed over the row blocks
@@ -373,6 +377,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             var_ops=_t(A * A * (r_p**2 * w_q + r_in**2 * w_do)) @ dodo,
             det=_t(A * b_det) @ abs_do,
             exact=_t(A) @ do_r))
+        if rn_rows:  # the bound on P's error as the kernel computes it (exp underflow floor included)
+            P_wc = _fix_bad(A * b_wc, bad, lambda: Ab1_wc - A) + np.where(vis, M.floor_w, 0.0)
+            tolP = (1 + M.u_p) * (A + P_wc) - A
 
         # dP = dO V^T (dv-long dot), g = dP - Delta, dS = P o g in fp32, rounded to the operand format
         dP = do_r @ vT
@@ -451,8 +458,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         wcS, linS, varS, detS = dSe.wc, dSe.lin, dSe.var, dSe.det
         # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
         # than that could be equal as computed, and are grouped
-        acc_sq, tc_steps = _dq_accumulation(M, kind, dS, kf, (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs, vis,
-                                            precision.block_k)
+        tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
+        acc_sq, tc_steps = _dq_accumulation(M, kind, dS, kf, tolS, vis, precision.block_k)
+        if rn_rows:
+            row_blocks.append((dS, tolS, tolP))
         ge = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
                    varS @ (kf * kf), (dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf, acc_sq=acc_sq,
                    tc_steps=tc_steps,
@@ -478,14 +487,23 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dQ_blocks.append(dQ_exact)
 
     AabsdO = dv_sums.A_absdO
+    acc_dk = acc_dv = None
+    if rn_rows:
+        dS_all, tolS_all, tolP_all = (np.concatenate(x, axis=2) for x in zip(*row_blocks))
+        del row_blocks
+        acc_dk = _rows_accumulation(M, dS_all, F.qf, tolS_all, F.vis, precision.block_q, group)
+        acc_dv = _rows_accumulation(M, F.A, dof, tolP_all, F.vis, precision.block_q, group)
+        del dS_all, tolS_all, tolP_all
     # systematic parts (sec. 6): a partial sum s of the accumulation is C_s dV + F_s, C_s in [0, 1],
     # |F_s| <= sum_i A_ij |dO_ic| + |dV_jc|; the part along dV (and P's rounding along dV) worst case
     abs_dV = np.abs(dv_sums.exact)
     n_rn_q = 0 if M.tensor_core else n_q
-    dv_var = (dv_sums.var_P + dv_sums.var_ops
-              + n_rn_q * u**2 * (AabsdO + abs_dV)**2)
+    # the accumulation: grouped round to nearest (acc_dv, no part along dV), else the split along dV
+    dv_acc_var = n_rn_q * u**2 * (AabsdO + abs_dV)**2 if acc_dv is None else acc_dv
+    dv_along = n_rn_q * u * abs_dV if acc_dv is None else 0.0 * abs_dV
+    dv_var = dv_sums.var_P + dv_sums.var_ops + dv_acc_var
     dv_det = (dv_sums.det + (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO
-              + (n_rn_q * u + r_p + r_in) * abs_dV)
+              + dv_along + (r_p + r_in) * abs_dV)
     if M.trunc:  # P and dO truncated to tf32, one-sided: (u_p + u_in) (sum_i A_ij |dO_ic| + |dV_jc|) / 2
         dv_det = dv_det + (d_p + (d_in if conv is None else 0.0)) * 0.5 * (AabsdO + np.abs(dv_sums.exact))
     if conv is not None:  # the input conversions' first-order effect, signed (sec. 8, "input conversions")
@@ -495,9 +513,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     if detail is not None:
         dv_parts = _GradError(dv_sums.wc, dv_sums.lin, (
             ("P", dv_sums.var_P), ("operands", dv_sums.var_ops),
-            ("accumulation", n_rn_q * u**2 * (AabsdO + abs_dV)**2)), (
+            ("accumulation", dv_acc_var)), (
             ("P", dv_sums.det), ("tensor core", (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO),
-            ("accumulation along R", n_rn_q * u * abs_dV), ("P, dO conversions along R", (r_p + r_in) * abs_dV),
+            ("accumulation along R", dv_along), ("P, dO conversions along R", (r_p + r_in) * abs_dV),
             ("tf32 truncation", (d_p + d_in) * 0.5 * (AabsdO + abs_dV) if M.trunc else 0.0 * abs_dV)), dv_sums.exact)
         detail.append(("dV", _terms(dv_parts, lam, kind, _kv)
                        + [Term("store", "other", _store(dv_err, np.abs(dV_exact), 0.0, M) - dv_err)]
@@ -506,7 +524,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dv_err = _store(dv_err, np.abs(dV_exact), 0.0, M)
 
     ge = _grad(M, sc, n_q, dk_sums.base, dk_sums.wcS, dk_sums.lin, dk_sums.var, dk_sums.SS, dk_sums.det,
-               dk_sums.exact, conv_known=None if conv is None else (conv_sums.dK, conv_sums.dK_abs, conv.n_ops))
+               dk_sums.exact, acc_sq=acc_dk, conv_known=None if conv is None else (conv_sums.dK, conv_sums.dK_abs, conv.n_ops))
     dK_exact = ge.exact
     dk_err = _combine(_kv(ge.wc), _kv(ge.lin), _kv(ge.var), _kv(ge.det), lam, kind)
     if detail is not None:
@@ -876,6 +894,27 @@ def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int):
         tc_steps = np.concatenate([_tensor_core_steps(p, block_k, M.k_step, ordered[:, :, rr, None])
                                    for rr, p in _product_chunks(dS, np.swapaxes(kf, -1, -2))], axis=2)
     return acc_sq, tc_steps
+
+
+def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int):
+    """acc_sq of _grad for the accumulation over the query rows of S^T @ other (dK: dS^T Q; dV: P^T dO) in
+    the dK/dV pass, the round-to-nearest model of dQ's over the keys (_rn_accumulation_sq) on the other axis.
+    S, tolS, vis: (B, Hq, Nq, Nk); other: (B, Hq, Nq, c). One accumulator per key runs through the query
+    heads of its GQA group in turn (head g, then its query tiles of block_q), so the group's rows are one
+    contraction of group * Nq products in that order. Tiles ascending only when no entry of the group is
+    masked and N_q is a multiple of block_q: a masked entry anywhere in a tile makes it partial, and partial
+    tiles come first (kernels/triton_bwd.py); otherwise the order-free coefficient u sum |p|. Returns
+    (B, Hq, Nk, c): the kv head's proxy spread evenly over its query heads (the callers sum them, _kv)."""
+    B, Hq, Nq, Nk = S.shape
+    Hkv = Hq // group
+
+    def heads(x):  # (B, Hq, Nq, ...) -> (B, Hkv, group * Nq, ...): head g's rows at g * Nq ...
+        return x.reshape(B, Hkv, group * Nq, *x.shape[3:])
+    ordered = (M.recursive and Nq % block_q == 0) & heads(vis).all(axis=(-2, -1))
+    ordered = np.broadcast_to(ordered[..., None], (B, Hkv, Nk))
+    acc = _rn_accumulation_sq(np.swapaxes(heads(S), -1, -2), heads(other), np.swapaxes(heads(tolS), -1, -2),
+                              M.u_dacc, block_q, ordered)
+    return np.repeat(acc / group, group, axis=1)
 
 
 def _product_chunks(S, oT):
