@@ -140,3 +140,62 @@ def test_terms_name_every_piece_of_each_gradient():
     for name, ts in terms.items():
         assert {"var", "det"} <= {t.kind for t in ts}, name
         assert all(np.all(t.value >= 0) for t in ts), name
+
+
+def _rows_triangle(nq: int, nk: int, d: int, qval: float):
+    """The transpose of _triangle for dK, dV: every query row identical (q = qval, so P_ij and dS_ij repeat
+    down each key's column), dO = +e_0 on the first half of each head's rows and -e_0 after, two query heads on
+    one kv head: each dK, dV accumulation over the rows adds runs of equal products of both signs."""
+    rng = np.random.default_rng(5)
+    q = np.full((1, 2, nq, d), qval)
+    k, v = rng.standard_normal((1, 1, nk, d)), rng.standard_normal((1, 1, nk, d))
+    do = np.zeros((1, 2, nq, d))
+    do[:, :, : nq // 2, 0], do[:, :, nq // 2:, 0] = 0.1, -0.1
+    return q, k, v, do
+
+
+def test_probabilistic_dk_dv_bounds_hold_when_every_row_product_is_equal():
+    """End to end against the emulated kernel on rows whose products repeat (a soundness check: the
+    accumulation is not the largest term here, test_rows_accumulation_groups_* checks it alone)."""
+    from flashcheck.proofs.emulation import fa2_backward, fa2_forward, round_to
+    from flashcheck.reference.attention import attention
+    from flashcheck.reference.backward import attention_backward
+
+    q, k, v, do = (round_to(x, "float32") for x in _rows_triangle(1024, 16, 16, 0.1))
+    o, lse = fa2_forward(q, k, v, dtype="float32", dot="ieee")
+    got = fa2_backward(q, k, v, o, lse, do, dtype="float32", dot="ieee")
+    O, L = attention(q, k, v)
+    exact = attention_backward(q, k, v, O, L, do)
+    bb = backward_bound(q, k, v, do, precision=Precision("float32", "ieee", exp="libm"), kind="probabilistic")
+    for name, g, e, b in zip(("dK", "dV"), got[1:], exact[1:], (bb.dk, bb.dv)):
+        err = np.abs(g - e)
+        worst = np.unravel_index(np.argmax(err / b), err.shape)
+        assert (err <= b).all(), f"{name}: error {err[worst]:.3g} over the bound {b[worst]:.3g} at {worst}"
+
+
+def test_rows_accumulation_groups_equal_products_across_the_gqa_group():
+    """dK/dV's accumulation over the query rows: one accumulator through both query heads of the kv head,
+    tiles of block_q in order. Equal products on every row of both heads are one class: the proxy is
+    (sum of the steps' bounds)^2 over the 2 N_q steps, split evenly over the heads; distinct products add
+    in quadrature (far less); a masked entry makes the order unknown (u sum |p| at every step)."""
+    from flashcheck.proofs.bounds.backward import _rows_accumulation
+    from flashcheck.proofs.bounds.precision import _model
+
+    M = _model(Precision("float32", "ieee", exp="libm"))
+    nq, nk, c, bq = 256, 3, 2, 64
+    S, other = np.full((1, 2, nq, nk), 0.25), np.full((1, 2, nq, c), 1.0 / 3.0)
+    vis, tol = np.ones(S.shape, dtype=bool), np.zeros(S.shape)
+    p = np.full(2 * nq, 0.25 / 3.0)
+    acc = _rows_accumulation(M, S, other, tol, vis, bq, group=2)
+    np.testing.assert_allclose(acc.sum(axis=1), (M.u_dacc * _accumulation_coefficients(p, bq, True).sum()) ** 2
+                               * np.ones((1, nk, c)), rtol=1e-12)
+    np.testing.assert_array_equal(acc[:, 0], acc[:, 1])
+    vis[0, 1, 5, 0] = False  # order unknown for the whole kv head
+    unordered = _rows_accumulation(M, S, other, tol, vis, bq, group=2).sum(axis=1)
+    np.testing.assert_allclose(unordered, (M.u_dacc * 2 * nq * np.abs(p).sum()) ** 2 * np.ones((1, nk, c)),
+                               rtol=1e-12)
+    rng = np.random.default_rng(7)
+    Sr, orr = rng.standard_normal(S.shape), rng.standard_normal(other.shape)
+    pr = np.concatenate([Sr[0, 0, :, 0] * orr[0, 0, :, 0], Sr[0, 1, :, 0] * orr[0, 1, :, 0]])
+    distinct = _rows_accumulation(M, Sr, orr, tol, np.ones(S.shape, dtype=bool), bq, group=2).sum(axis=1)
+    assert distinct[0, 0, 0] < 0.1 * (M.u_dacc * _accumulation_coefficients(pr, bq, True).sum()) ** 2
