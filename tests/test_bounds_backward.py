@@ -199,3 +199,29 @@ def test_rows_accumulation_groups_equal_products_across_the_gqa_group():
     pr = np.concatenate([Sr[0, 0, :, 0] * orr[0, 0, :, 0], Sr[0, 1, :, 0] * orr[0, 1, :, 0]])
     distinct = _rows_accumulation(M, Sr, orr, tol, np.ones(S.shape, dtype=bool), bq, group=2).sum(axis=1)
     assert distinct[0, 0, 0] < 0.1 * (M.u_dacc * _accumulation_coefficients(pr, bq, True).sum()) ** 2
+
+
+def test_dq_accumulation_takes_ascending_tiles_only_where_nothing_of_the_head_is_masked():
+    """The kernels visit a query block's partial key tiles first: a row that sees every key may still meet its
+    diagonal tile first (causal). So the ascending-tile model of the dQ accumulation applies only where nothing
+    of the head is masked; a head with one masked entry takes the order-free coefficients for every row, the
+    row that sees every key included."""
+    from flashcheck.proofs.bounds.backward import _dq_accumulation, _rn_accumulation_sq
+    from flashcheck.proofs.bounds.precision import _model
+
+    rng = np.random.default_rng(5)
+    nq, nk, d, bk = 4, 128, 8, 32
+    precision = Precision("float32", "ieee", exp="libm", block_k=bk)
+    M = _model(precision)
+    dS = rng.standard_normal((1, 1, nq, nk)) / nk
+    kf = rng.standard_normal((1, 1, nk, d))
+    tolS = 1e-7 * np.abs(dS)
+    vis = np.ones((1, 1, nq, nk), bool)
+    vis[0, 0, 1:, -1] = False  # causal-like: rows 1.. miss the last key; row 0 sees every key
+    dS = np.where(vis, dS, 0.0)
+    head_full = vis.all(axis=(-2, -1), keepdims=True)
+    got, _ = _dq_accumulation(M, "probabilistic", dS, kf, tolS, vis, bk, head_full)
+    order_free = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, bk, np.zeros((1, 1, nq), bool))
+    ascending = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, bk, np.ones((1, 1, nq), bool))
+    np.testing.assert_allclose(got[0, 0, 0], order_free[0, 0, 0], rtol=1e-12)
+    assert not np.allclose(ascending[0, 0, 0], order_free[0, 0, 0], rtol=1e-3, atol=0)  # they differ: it can fail

@@ -332,6 +332,11 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         sub[grad][name] = x if name not in sub[grad] else sub[grad][name] + x
     # every term below belongs to one query row i, except the sums over i of dV and dK: blocks of rows
     # keep the (rows, Nk) temporaries small; dV and dK add up the blocks' products
+    # The kernels visit a query block's partial key tiles (any masked entry in the block x tile) first, then
+    # its full tiles in ascending order: a row that sees every key can still meet its tiles out of order (a
+    # causal block's diagonal tile). Tiles come in ascending order for every row only where nothing of the
+    # head is masked; elsewhere the accumulation models take the order-free coefficients.
+    head_full = F.vis.all(axis=(-2, -1), keepdims=True)
     for r in _rows_chunks(Nq, Nk, 1, budget=_forward_module.ROW_BLOCK_ENTRIES):
         Fr = _forward_rows_view(F, r)
         vis, A, qf, o, empty = Fr.vis, Fr.A, Fr.qf, Fr.o, Fr.empty
@@ -395,11 +400,11 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         absg = np.abs(g)
         acc_D = None
         if kind == "probabilistic" and not M.tensor_core and M.pv_products == 1:
-            acc_D = _delta_accumulation(Fr, M, do_r, kf, vf, sc, d, bias is not None, precision)
+            acc_D = _delta_accumulation(Fr, M, do_r, kf, vf, sc, d, bias is not None, precision, head_full)
         tc_D = None
         if M.tensor_core and M.recursive and M.pv_products == 1:
             # the P.V accumulation of O (normalized products A_j v_jc), weighted by |dO_c| in Delta
-            ordered = (Nk % precision.block_k == 0) & vis.all(axis=-1)
+            ordered = (Nk % precision.block_k == 0) & vis.all(axis=-1) & head_full[..., 0]
             tc_D = M.u_dacc * np.concatenate(
                 [(np.abs(do_r[:, :, rr]) * _tensor_core_steps(p, precision.block_k, M.k_step,
                                                               ordered[:, :, rr, None])).sum(-1)
@@ -459,7 +464,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
         # than that could be equal as computed, and are grouped
         tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
-        acc_sq, tc_steps = _dq_accumulation(M, kind, dS, kf, tolS, vis, precision.block_k)
+        acc_sq, tc_steps = _dq_accumulation(M, kind, dS, kf, tolS, vis, precision.block_k, head_full)
         if rn_rows:
             row_blocks.append((dS, tolS, tolP))
         ge = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
@@ -812,7 +817,8 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered):
     return out
 
 
-def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bias: bool, precision):
+def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bias: bool, precision,
+                        head_full=None):
     """(variance proxy, det) of the first-order error that the kernel's round-to-nearest P.V accumulation
     (one rounding per product, tiles of block_k) and its rescales acc * alpha put into
     Delta_i = sum_c dO_ic O_ic (rows of F), in place of the split along O (bounds.md sec. 8).
@@ -840,7 +846,7 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
         pk = np.where(vis, np.exp(np.where(vis, s - run, 0.0)), 0.0)  # the kernel's P before the division
         e_run = np.max(np.where(vis, lgf.wc, 0.0), axis=-1, keepdims=True)  # error of the computed running max
         rel = np.where(vis, np.exp(lgf.wc + e_run) * (1 + M.eps_exp) * (1 + M.u_pv) - 1.0, 0.0)
-    ordered = (M.recursive and Nk % bk == 0) & vis.all(axis=-1)
+    ordered = (M.recursive and Nk % bk == 0) & vis.all(axis=-1) & _heads_unmasked(head_full)
     dvn = vf.shape[-1]
     absdo = np.abs(dof)
     var = np.zeros(A.shape[:-1])
@@ -880,13 +886,20 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
     return var, det
 
 
-def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int):
+def _heads_unmasked(head_full):
+    """Per row (..., 1): whether the row's head has nothing masked (None: the caller vouches for it)."""
+    return True if head_full is None else head_full[..., 0]
+
+
+def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head_full=None):
     """(acc_sq, tc_steps) of _grad for the accumulation dQ = dS @ K through key tiles of block_k: round to
     nearest grouped by products that can be equal as computed (probabilistic, no tensor core; tolS bounds
     the error of dS as computed), tensor-core steps from the partial sums (recursive tensor cores); None
-    where the model has neither. Tiles are ascending for unmasked rows with N_k a multiple of block_k."""
+    where the model has neither. Tiles are ascending where nothing of the head is masked (`head_full`, (..., 1, 1):
+    a partial tile of a row's query block is visited first even when that row sees every key) and N_k is a
+    multiple of block_k."""
     Nk = kf.shape[-2]
-    ordered = (M.recursive and Nk % block_k == 0) & vis.all(axis=-1)
+    ordered = (M.recursive and Nk % block_k == 0) & vis.all(axis=-1) & _heads_unmasked(head_full)
     acc_sq = tc_steps = None
     if kind == "probabilistic" and not M.tensor_core:
         acc_sq = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, block_k, ordered)

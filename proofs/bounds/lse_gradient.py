@@ -46,6 +46,7 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
     (r_in, r_p), _ = _conv(M)
     abs_k, kk = np.abs(kf), kf * kf
     out, exact = [], []
+    head_full = F.vis.all(axis=(-2, -1), keepdims=True)  # ascending key tiles: nothing of the head masked
     for r in _rows_chunks(pr.Nq, pr.Nk, 1, budget=_forward_module.ROW_BLOCK_ENTRIES):
         Fr = _forward_rows_view(F, r)
         vis, A, empty = Fr.vis, Fr.A, Fr.empty
@@ -73,9 +74,9 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
         detS = np.where(vis, A * b_det * absg, 0.0)
         dS = A * g
         # the dQ accumulation as in backward_bound: round to nearest grouped by equal products, tensor
-        # cores from the partial sums (ascending tiles: unmasked rows, N_k a multiple of block_k)
+        # cores from the partial sums (ascending tiles: nothing of the head masked, N_k a multiple of block_k)
         acc_sq, tc_steps = _dq_accumulation(M, kind, dS, kf, (1 + M.u_p) * (A * absg + wcS) - A * absg, vis,
-                                            precision.block_k)
+                                            precision.block_k, head_full)
         ge = _grad(M, sc, n_k, (A * absg) @ abs_k, wcS @ abs_k, linS @ abs_k,
                    varS @ kk, (dS * dS) @ kk, detS @ abs_k, dS @ kf, acc_sq=acc_sq, tc_steps=tc_steps)
         dQ = ge.exact
