@@ -404,7 +404,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         tc_D = None
         if M.tensor_core and M.recursive and M.pv_products == 1:
             # the P.V accumulation of O (normalized products A_j v_jc), weighted by |dO_c| in Delta
-            ordered = (Nk % precision.block_k == 0) & vis.all(axis=-1) & head_full[..., 0]
+            ordered = (Nk % precision.block_k == 0) & vis.all(axis=-1) & _heads_unmasked(head_full)
             tc_D = M.u_dacc * np.concatenate(
                 [(np.abs(do_r[:, :, rr]) * _tensor_core_steps(p, precision.block_k, M.k_step,
                                                               ordered[:, :, rr, None])).sum(-1)

@@ -389,9 +389,9 @@ def _partial_sums(A, vf, o, ends, tile_ends, products: int, blocked: bool = Fals
     which never happens, is counted too)."""
     Nq, Nk = A.shape[-2:]
     dv = vf.shape[-1]
-    # before[e]: the key position whose partial sum a step ending at e starts from (-1: none, the sum is 0)
+    # tile_start[e]: the first key of the tile that the step ending at e belongs to
     starts = np.concatenate([[0], np.asarray(tile_ends)[:-1] + 1])
-    before = starts[np.searchsorted(starts, ends, side="right") - 1] - 1 if blocked else None
+    tile_start = starts[np.searchsorted(starts, ends, side="right") - 1]
     tile_steps = 2 if blocked else 1
 
     def within(X, axis):  # partial sums at the step ends, from the tile start when blocked
@@ -399,8 +399,8 @@ def _partial_sums(A, vf, o, ends, tile_ends, products: int, blocked: bool = Fals
         if not blocked:
             return at
         pad = [(0, 0)] * X.ndim
-        pad[axis] = (1, 0)
-        return at - np.take(np.pad(X, pad), before + 1, axis=axis)
+        pad[axis] = (1, 0)  # padded[t] = the cumulative sum before key t (0 before the first)
+        return at - np.take(np.pad(X, pad), tile_start, axis=axis)
 
     C = np.cumsum(A, axis=-1)
     c_sum = products * within(C, -1).sum(-1) + tile_steps * C[..., tile_ends].sum(-1)
