@@ -198,6 +198,34 @@ def table(cases) -> str:
     return "\n".join(lines)
 
 
+def table_by_size(cases) -> str:
+    """Markdown: one row per (N_k, N_q, precision): cases, entries compared, entries over each bound, the
+    minimum of bound / observed over every family (and where), and the medians of probabilistic bound /
+    observed on random inputs per quantity (the tightness the issue measures per N_k)."""
+    lines = ["| N_k | N_q | precision | cases | entries | over wc | over prob | min wc/obs (where) "
+             "| min prob/obs (where) | median prob/obs, random: O, LSE, dQ, dK, dV |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    keys = sorted({(c.nk, c.nq, c.dtype, c.dot, c.source) for c in cases})
+    for nk, nq, dt, dot, src in keys:
+        cs = [c for c in cases if (c.nk, c.nq, c.dtype, c.dot, c.source) == (nk, nq, dt, dot, src)]
+        n = sum(r.compared for c in cs for r in c.ratios)
+        over = {k: sum(r.over for c in cs for r in c.ratios if r.kind == k) for k in KINDS}
+        mins = {}
+        for k in KINDS:
+            m = min(((r.min, f"{r.quantity}, {c.family}") for c in cs for r in c.ratios if r.kind == k),
+                    default=(math.inf, "-"))
+            mins[k] = f"{m[0]:.3g} ({m[1]})"
+        meds = []
+        for qn in QUANTITIES:
+            x = [r.median for c in cs if c.family == "random" for r in c.ratios
+                 if r.quantity == qn and r.kind == "probabilistic" and math.isfinite(r.median)]
+            meds.append(f"{np.median(x):.3g}" if x else "-")
+        lines.append(f"| {nk} | {nq} | {dt} {dot}{'' if src == 'kernel' else ' (' + src + ')'} | {len(cs)} | {n} "
+                     f"| {over['worst_case']} | {over['probabilistic']} | {mins['worst_case']} "
+                     f"| {mins['probabilistic']} | {', '.join(meds)} |")
+    return "\n".join(lines)
+
+
 def explain(source: str, device: str, precisions, nk: int, nq: int, h: int, d: int, seed: int) -> str:
     """Markdown: on random inputs, per precision, the probabilistic O and LSE bounds split into their
     terms (flashcheck.proofs.bounds.forward.forward_terms): each cell is the median over entries of term / observed
@@ -266,7 +294,8 @@ def main(argv=None):
     ap.add_argument("--table", default=None, help="write the markdown table here as well")
     a = ap.parse_args(argv)
     if a.table_from:
-        print(table(load(a.table_from)))
+        cases = load(a.table_from)
+        print(table(cases) + "\n\n" + table_by_size(cases))
         return 0
     if a.explain:
         print(explain(a.source, a.device, a.precisions, a.nk[0], a.nq, a.h, a.d, a.seeds[0]))
