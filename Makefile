@@ -42,9 +42,11 @@ audit: $(SETUP)
 
 # The GPU suite (GPU tests included; the slow tier stays out through addopts' -m "not slow").
 # One thread per worker (OMP_NUM_THREADS: numpy's BLAS and torch's CPU ops): 16 workers with 16 threads each
-# oversubscribed the H100 machine's 16 cores; worksteal balances the long tests (Triton compiles) over the workers.
+# oversubscribed the H100 machine's 16 cores. The longest tests are collected first (tests/conftest.py,
+# GPU_LONGEST_FIRST) and handed out one at a time (--maxschedchunk: pytest-xdist >= 3.4), so none starts late.
 test-gpu: $(SETUP)
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -n $${GPU_WORKERS:-16} --dist worksteal
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -n $${GPU_WORKERS:-16} --dist load \
+	    $$($(PY) -m pytest --help | grep -q maxschedchunk && echo --maxschedchunk 1)
 
 # The validate answer key (tests/test_validate_gpu.py, slow tier): six targets, each timed on an idle GPU machine.
 answer-key: $(SETUP)

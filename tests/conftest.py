@@ -26,8 +26,50 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+# The GPU suite's longest tests (>= 40 s each on the H100, 16 workers; durations of
+# bench/results/h100-2026-11-24/suite/suite.log, longest first). Under xdist they go out first, one or two
+# per worker (`make test-gpu`: --dist load --maxschedchunk 1), so no worker starts a 200 s test near the end:
+# the run of 2026-11-24 (worksteal, collection order) was cut at 500 s with two such tests still running,
+# while its 820 tests add up to ~4700 worker-seconds (~300 s on 16 workers). Order only: nothing is skipped.
+GPU_LONGEST_FIRST = (
+    "flashcheck/properties/test_finite.py::test_no_nan_or_inf_from_finite_inputs",
+    "flashcheck/properties/test_backward_dk.py::test_dk_within_bound",
+    "flashcheck/properties/test_determinism.py::test_backward_is_bitwise_deterministic",
+    "tests/test_kernel_gpu.py::test_gpu_forward_backward_within_bound",
+    "flashcheck/properties/test_backward_dq.py::test_dq_within_bound",
+    "tests/test_kernel_backward.py::test_backward_matches_reference_within_bound",
+    "flashcheck/properties/test_backward_dv.py::test_dv_within_bound",
+    "tests/test_audit.py::test_gpu_audit_puts_every_backend_side_by_side_and_ours_within_its_bound",
+    "flashcheck/properties/test_mask_removal.py::test_masking_a_key_equals_removing_it",
+    "tests/test_catalog.py::test_validate_passes_correct_kernel",
+    "flashcheck/properties/test_gqa.py::test_gqa_equals_repeated_kv_heads",
+    "flashcheck/properties/test_split_merge.py::test_split_keys_and_merge_equals_whole",
+    "flashcheck/properties/test_forward_o.py::test_o_within_bound",
+    "tests/test_validate_cli.py::test_torch_sdpa_cpu_backends_hold",
+    "flashcheck/properties/test_masked_rows.py::test_fully_masked_rows_give_zero_output",
+    "tests/test_kernel_forward.py::test_forward_matches_reference_within_bound",
+    "flashcheck/properties/test_convex_hull.py::test_output_rows_in_convex_hull_of_attended_values",
+    "tests/test_kernel_gpu.py::test_gpu_every_head_dim",
+    "tests/test_kernel_forward.py::test_forward_pipelined_qk_changes_nothing",
+    "tests/test_validate_cli.py::test_the_warm_up_dry_run_records_the_calls_the_suite_makes",
+    "flashcheck/properties/test_shift_invariance.py::test_per_row_logit_shift_leaves_o_unchanged",
+    "flashcheck/properties/test_permutation.py::test_permuting_keys_and_values_leaves_o_unchanged",
+    "tests/test_catalog.py::test_validate_fails_buggy_kernel",
+    "flashcheck/properties/test_forward_lse.py::test_lse_within_bound",
+)
+
+
+def _longest_first_rank(item) -> int:
+    name = item.nodeid.split("[", 1)[0]
+    for rank, prefix in enumerate(GPU_LONGEST_FIRST):
+        if name.endswith(prefix):
+            return rank
+    return len(GPU_LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
     if _cuda_available():
+        items.sort(key=_longest_first_rank)  # stable: the rest keep their collection order
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine)")
     for item in items:
