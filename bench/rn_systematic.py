@@ -1,0 +1,239 @@
+"""When may round-to-nearest accumulation along O be modelled as random? (issue 8, bounds.md sec. 6)
+
+Emulates the fp32 recursive sum S_s = fl(S_{s-1} + x_s) of summands x_s = A_s v_s step by step with
+np.float32 (round to nearest even, as the kernel's fp32 accumulator) and records every rounding error
+exactly: e_s = S_s - (S_{s-1} + x_s) in float64 (exact: S_{s-1} + x_s needs <= 24 + 29 bits whenever the
+exponents of S_{s-1} and x_s differ by <= 29; a smaller x_s moves the result by < 2^-30 ulp(S), far below
+what is measured). delta_s = e_s / (S_{s-1} + x_s) is the step's relative error, and its first-order
+effect splits exactly (sec. 6) into the part along O and the fluctuation:
+
+    sum_s delta_s S*_s = O sum_s delta_s C_s + sum_s delta_s F_s,   C_s = sum_{j<=s} A_j,  F_s = S*_s - C_s O
+
+(S*_s the exact partial sums, sum A = 1). Reported per case, max over the rows (independent seeds):
+    z = |O sum delta_s C_s| / (u |O| sqrt(sum C_s^2))   the random-model scale: Azuma gives z <= lambda = 6.56
+    w = |O sum delta_s C_s| / (u |O| sum C_s)           the worst case (what forward.py charges now): w <= 1
+    rho = spread of the summands / ulp(S_s), the candidate criterion's statistic: the summands' standard
+          deviation around their trend (a centred window of 64 neighbours) over ulp of the running sum;
+          "min rho" over the steps after the first 64; "frac<1" the share of the steps with rho < 1.
+    zK = |along| / (lambda u |O| sqrt(sum_{rho_s >= 1} C_s^2) + u |O| sum_{rho_s < 1} C_s): the per-step form of
+         the candidate (random where rho >= K = 1, worst case elsewhere); zK > 1 breaks the candidate.
+
+    python bench/rn_systematic.py --n 512 4096 65536 --rows 8 --out /tmp/rn.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+U = 2.0**-24  # fp32 unit roundoff
+LAMBDA = math.sqrt(2 * math.log(2 / 2.0**-30))  # the bound's confidence (sec. 6), 6.56
+K_RHO = 1.0  # the candidate's threshold in ulps of the running sum (Poisson summation, see NOTES)
+WINDOW = 64  # neighbours for the summands' local spread around their trend
+
+
+@dataclass(frozen=True)
+class Summands:
+    """One family's rows: weights A (rows, n), sum 1 per row, and the fp32 summands x = fl(p v) the kernel adds
+    (p the unnormalized weights; x / sum p = A v up to the product's rounding, which is not studied here)."""
+    name: str
+    weights: str
+    r: float  # nominal relative spread of V (0: constant)
+    A: np.ndarray
+    x: np.ndarray
+
+
+@dataclass(frozen=True)
+class Result:
+    family: str
+    weights: str
+    r: float
+    n: int
+    rows: int
+    z_max: float
+    w_max: float
+    rho_min: float
+    frac_below_k: float
+    zk_max: float
+    criterion_random: bool  # min rho >= K over the chain: the whole-chain form would call it random
+    broken: bool  # the random model (whole chain or per-step form) claims less than observed
+
+
+def _rows_product(p: np.ndarray, v: np.ndarray):
+    x = (p.astype(np.float32) * v.astype(np.float32)).astype(np.float32)
+    return (p / p.sum(-1, keepdims=True)).astype(np.float64), x
+
+
+def _weights(kind: str, rows: int, n: int, rng) -> np.ndarray:
+    if kind == "uniform":  # uniform rows: p = exp2(0) = 1 exactly in the kernel
+        return np.ones((rows, n))
+    g = rng.standard_normal((rows, n))  # softmax of N(0, 1) logits
+    return np.exp(g - g.max(-1, keepdims=True)).astype(np.float32).astype(np.float64)
+
+
+def _mean(rng, rows):  # a common mean with full fp32 significand (no short binary expansion)
+    return (0.5 + rng.random((rows, 1))).astype(np.float32).astype(np.float64)
+
+
+def spread_family(weights: str, r: float) -> Callable:
+    def make(rows, n, rng):
+        v = _mean(rng, rows) * (1.0 + r * rng.standard_normal((rows, n)))
+        return Summands("spread", weights, r, *_rows_product(_weights(weights, rows, n, rng), v))
+    return make
+
+
+def grid_offset(rows, n, rng):
+    """v = 1 + (k + 1/4) G, k uniform integers in [-64, 64], G = ulp of the running sum in its last binade
+    (uniform rows: S_s = s v on average): every summand has residue 1/4 ulp there, whatever its spread."""
+    G = 2.0 ** (math.floor(math.log2(n - 1)) - 23)
+    v = 1.0 + (rng.integers(-64, 65, (rows, n)) + 0.25) * G
+    return Summands("grid_offset", "uniform", 64 * G / math.sqrt(3), *_rows_product(np.ones((rows, n)), v))
+
+
+def pattern(period: int) -> Callable:
+    def make(rows, n, rng):
+        base = _mean(rng, rows) * (1.0 + 2.0**-4 * rng.standard_normal((rows, period)))
+        v = np.tile(base, (1, -(-n // period)))[:, :n]
+        return Summands(f"pattern{period}", "uniform", 2.0**-4, *_rows_product(np.ones((rows, n)), v))
+    return make
+
+
+def integers(rows, n, rng):
+    v = rng.integers(1, 101, (rows, n)).astype(np.float64)
+    return Summands("integers", "uniform", 0.58, *_rows_product(np.ones((rows, n)), v))
+
+
+def low_precision(dtype, weights: str, r: float) -> Callable:
+    """V with values of a coarse format (fp16 / bf16 inputs); softmax weights also rounded to it (P in fp16)."""
+    def make(rows, n, rng):
+        v = _astype(_mean(rng, rows) * (1.0 + r * rng.standard_normal((rows, n))), dtype).astype(np.float64)
+        p = _astype(_weights(weights, rows, n, rng), dtype).astype(np.float64)
+        name = "fp16" if dtype is np.float16 else "bf16"
+        return Summands(f"{name}_valued", weights, r, *_rows_product(p, v))
+    return make
+
+
+def sorted_v(weights: str) -> Callable:
+    def make(rows, n, rng):
+        v = np.sort(_mean(rng, rows) * (1.0 + 2.0**-4 * rng.standard_normal((rows, n))), axis=-1)
+        return Summands("sorted_v", weights, 2.0**-4, *_rows_product(_weights(weights, rows, n, rng), v))
+    return make
+
+
+def alternating(rows, n, rng):
+    v = _mean(rng, rows) * np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
+    return Summands("alternating", "uniform", 1.0, *_rows_product(np.ones((rows, n)), v))
+
+
+def _bf16(x):
+    b = np.asarray(x, np.float32).view(np.uint32)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000  # round to nearest even, 8 significand bits
+    return b.view(np.float32)
+
+
+class _BF16:  # astype-compatible stand-in (numpy has no bfloat16)
+    pass
+
+
+def _astype(a, dtype):
+    return _bf16(a) if dtype is _BF16 else a.astype(dtype)
+
+
+def families():
+    out = []
+    for w in ("uniform", "softmax"):
+        for e in (None, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2):
+            out.append(spread_family(w, 0.0 if e is None else 2.0**-e))
+    out += [grid_offset, pattern(2), pattern(3), pattern(4), pattern(16), integers, alternating,
+            sorted_v("uniform"), sorted_v("softmax")]
+    for dt in (np.float16, _BF16):
+        for w, r in (("uniform", 2.0**-4), ("softmax", 2.0**-4), ("softmax", 0.0)):
+            out.append(low_precision(dt, w, r))
+    return out
+
+
+def rn_chain(fam: Summands) -> Result:
+    """Sum every row's x in fp32 step by step; the exact split of the first-order error (module docstring)."""
+    A, x = fam.A, fam.x
+    rows, n = x.shape
+    xd = x.astype(np.float64)
+    C = np.cumsum(A, axis=-1)
+    exact = np.cumsum(xd, axis=-1)  # S*_s (float64: error ~ 2^-53 s |x|, far below the fp32 roundings)
+    O = exact[:, -1]  # O sum p: the common factor sum p cancels in z, w, zK
+    # the summands' local spread around their trend: std over a centred window
+    k = np.ones(WINDOW) / WINDOW
+    mean = np.stack([np.convolve(r_, k, mode="same") for r_ in xd])
+    sq = np.stack([np.convolve(r_ * r_, k, mode="same") for r_ in xd])
+    spread = np.sqrt(np.maximum(sq - mean * mean, 0.0))
+    S = np.zeros(rows, np.float32)
+    along = np.zeros(rows)
+    rho = np.empty((rows, n))
+    for s in range(n):
+        t = S.astype(np.float64) + xd[:, s]
+        S = S + x[:, s]
+        e = S.astype(np.float64) - t
+        with np.errstate(divide="ignore", invalid="ignore"):
+            delta = np.where(t != 0, e / t, 0.0)
+        along += delta * C[:, s]
+        rho[:, s] = spread[:, s] / np.spacing(np.abs(S))
+    along = np.abs(along * O)
+    oabs = np.abs(O)
+    rnd = rho >= K_RHO
+    c2, c1 = (C * C).sum(-1), C.sum(-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = along / (U * oabs * np.sqrt(c2))
+        wv = along / (U * oabs * c1)
+        zk = along / (LAMBDA * U * oabs * np.sqrt((C * C * rnd).sum(-1)) + U * oabs * (C * ~rnd).sum(-1))
+    z, wv, zk = (np.nan_to_num(a, nan=0.0) for a in (z, wv, zk))
+    tail = rho[:, WINDOW:] if n > 2 * WINDOW else rho
+    rho_min = float(tail.min())
+    crit = rho_min >= K_RHO
+    return Result(fam.name, fam.weights, fam.r, n, rows, float(z.max()), float(wv.max()), rho_min,
+                  float((tail < K_RHO).mean()), float(zk.max()), crit,
+                  bool((crit and z.max() > LAMBDA) or zk.max() > 1.0))
+
+
+def table(results):
+    lines = ["| family | weights | r | n | max z | max w | min rho | frac rho<1 | max zK | K-criterion says | broken |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r.family} | {r.weights} | {r.r:.3g} | {r.n} | {r.z_max:.3g} | {r.w_max:.3g} | "
+                     f"{r.rho_min:.3g} | {r.frac_below_k:.3g} | {r.zk_max:.3g} | "
+                     f"{'random' if r.criterion_random else 'systematic'} | {'YES' if r.broken else ''} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, nargs="+", default=[512, 4096])
+    ap.add_argument("--rows", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", nargs="*", default=None, help="family names to run")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--table-from", default=None)
+    a = ap.parse_args(argv)
+    if a.table_from:
+        print(table([Result(**json.loads(l)) for l in open(a.table_from)]))
+        return
+    results = []
+    for n in a.n:
+        for make in families():
+            fam = make(a.rows, n, np.random.default_rng([a.seed, n]))
+            if a.only and fam.name not in a.only:
+                continue
+            res = rn_chain(fam)
+            results.append(res)
+            if a.out:
+                with open(a.out, "a") as f:
+                    f.write(json.dumps(asdict(res)) + "\n")
+            print(table([res]).splitlines()[-1], file=sys.stderr, flush=True)
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
