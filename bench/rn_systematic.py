@@ -46,6 +46,8 @@ class Summands:
     r: float  # nominal relative spread of V (0: constant)
     A: np.ndarray
     x: np.ndarray
+    x_nom: np.ndarray  # what the bound knows: p v exactly (float64)
+    x_unknown: float  # |x - x_nom| <= x_unknown |x_nom|: relative uncertainty of each x_s for the bound (exp2's unknown low bits; 0: p = 1 exactly)
 
 
 @dataclass(frozen=True)
@@ -62,11 +64,29 @@ class Result:
     zk_max: float
     criterion_random: bool  # min rho >= K over the chain: the whole-chain form would call it random
     broken: bool  # the random model (whole chain or per-step form) claims less than observed
+    ev_ratio: float  # max |along| / the data-evaluated bound (sound: <= 1)
+    ev_w: float  # max data-evaluated bound / the worst case u |O| sum C_s (what would remain of the drift term)
+    ev_z: float  # max data-evaluated bound / (u |O| sqrt(sum C_s^2))
 
 
-def _rows_product(p: np.ndarray, v: np.ndarray):
-    x = (p.astype(np.float32) * v.astype(np.float32)).astype(np.float32)
-    return (p / p.sum(-1, keepdims=True)).astype(np.float64), x
+EPS_EXP = 2.0**-22  # a stand-in for ex2.approx's relative error: the bound knows p only to this
+
+
+def _rows_product(p: np.ndarray, v: np.ndarray, rng=None, fmt=None):
+    """(A, x, x_unknown): the kernel's x = fl(p^ v), p^ = p (1 + eta) with an exp2 error |eta| <= EPS_EXP that the
+    bound does not know (none where p = exp2(0) = 1, uniform rows), then rounded to P's operand format fmt."""
+    A = (p / p.sum(-1, keepdims=True)).astype(np.float64)
+    v32 = v.astype(np.float32)
+    if rng is None or np.all(p == 1.0):
+        ph, unknown = p, 0.0
+    else:  # p^ to fp32 and the product: 2 roundings; 2^-40 for the second-order terms
+        ph = p * (1.0 + EPS_EXP * rng.uniform(-1, 1, p.shape))
+        unknown = EPS_EXP + 2 * U + 2.0**-40
+        if fmt is not None:  # which fp16/bf16 neighbour p^ rounds to is unknown
+            ph = _astype(ph, fmt).astype(np.float64)
+            unknown += 2.0 ** -(11 if fmt is np.float16 else 8)
+    x = (ph.astype(np.float32) * v32).astype(np.float32)
+    return A, x, p * v32.astype(np.float64), unknown
 
 
 def _weights(kind: str, rows: int, n: int, rng) -> np.ndarray:
@@ -83,7 +103,15 @@ def _mean(rng, rows):  # a common mean with full fp32 significand (no short bina
 def spread_family(weights: str, r: float) -> Callable:
     def make(rows, n, rng):
         v = _mean(rng, rows) * (1.0 + r * rng.standard_normal((rows, n)))
-        return Summands("spread", weights, r, *_rows_product(_weights(weights, rows, n, rng), v))
+        return Summands("spread", weights, r, *_rows_product(_weights(weights, rows, n, rng), v, rng))
+    return make
+
+
+def zero_mean(weights: str) -> Callable:
+    """V ~ N(0, 1), the attack's random family: O ~ n^-1/2, the partial sums a random walk far below sum |x|."""
+    def make(rows, n, rng):
+        v = rng.standard_normal((rows, n))
+        return Summands("zero_mean", weights, 1.0, *_rows_product(_weights(weights, rows, n, rng), v, rng))
     return make
 
 
@@ -112,16 +140,15 @@ def low_precision(dtype, weights: str, r: float) -> Callable:
     """V with values of a coarse format (fp16 / bf16 inputs); softmax weights also rounded to it (P in fp16)."""
     def make(rows, n, rng):
         v = _astype(_mean(rng, rows) * (1.0 + r * rng.standard_normal((rows, n))), dtype).astype(np.float64)
-        p = _astype(_weights(weights, rows, n, rng), dtype).astype(np.float64)
         name = "fp16" if dtype is np.float16 else "bf16"
-        return Summands(f"{name}_valued", weights, r, *_rows_product(p, v))
+        return Summands(f"{name}_valued", weights, r, *_rows_product(_weights(weights, rows, n, rng), v, rng, dtype))
     return make
 
 
 def sorted_v(weights: str) -> Callable:
     def make(rows, n, rng):
         v = np.sort(_mean(rng, rows) * (1.0 + 2.0**-4 * rng.standard_normal((rows, n))), axis=-1)
-        return Summands("sorted_v", weights, 2.0**-4, *_rows_product(_weights(weights, rows, n, rng), v))
+        return Summands("sorted_v", weights, 2.0**-4, *_rows_product(_weights(weights, rows, n, rng), v, rng))
     return make
 
 
@@ -149,7 +176,7 @@ def families():
     for w in ("uniform", "softmax"):
         for e in (None, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2):
             out.append(spread_family(w, 0.0 if e is None else 2.0**-e))
-    out += [grid_offset, pattern(2), pattern(3), pattern(4), pattern(16), integers, alternating,
+    out += [zero_mean("uniform"), zero_mean("softmax"), grid_offset, pattern(2), pattern(3), pattern(4), pattern(16), integers, alternating,
             sorted_v("uniform"), sorted_v("softmax")]
     for dt in (np.float16, _BF16):
         for w, r in (("uniform", 2.0**-4), ("softmax", 2.0**-4), ("softmax", 0.0)):
@@ -190,21 +217,70 @@ def rn_chain(fam: Summands) -> Result:
         wv = along / (U * oabs * c1)
         zk = along / (LAMBDA * U * oabs * np.sqrt((C * C * rnd).sum(-1)) + U * oabs * (C * ~rnd).sum(-1))
     z, wv, zk = (np.nan_to_num(a, nan=0.0) for a in (z, wv, zk))
+    ev = data_evaluated(fam, C)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ev_ratio = np.nan_to_num(along / (ev * oabs), nan=0.0)
+        ev_w, ev_z = ev / (U * c1), ev / (U * np.sqrt(c2))
     tail = rho[:, WINDOW:] if n > 2 * WINDOW else rho
     rho_min = float(tail.min())
     crit = rho_min >= K_RHO
     return Result(fam.name, fam.weights, fam.r, n, rows, float(z.max()), float(wv.max()), rho_min,
                   float((tail < K_RHO).mean()), float(zk.max()), crit,
-                  bool((crit and z.max() > LAMBDA) or zk.max() > 1.0))
+                  bool((crit and z.max() > LAMBDA) or zk.max() > 1.0), float(ev_ratio.max()), float(ev_w.max()),
+                  float(ev_z.max()))
+
+
+def _saw_known(xl, xh, g):
+    """Round-to-nearest error of (a value on the grid g) + x, x in [xl, xh]: g (k - x / g), k = round(x / g),
+    as centre and half-width where no half-integer (a jump or a tie, whose direction depends on the sum's last
+    bit) lies in [xl / g, xh / g]; known = False elsewhere."""
+    rl, rh = xl / g, xh / g  # exact: g is a power of two
+    k = np.floor(rl + 0.5)
+    known = (rh + 0.5 < k + 1) & (rl + 0.5 > k)
+    return known, g * (k - 0.5 * (rl + rh)), 0.5 * g * (rh - rl)
+
+
+def data_evaluated(fam: Summands, C):
+    """A deterministic bound on |sum_s delta_s C_s| (the along-O factor, per row) evaluated on the data, the way
+    sec. 6a evaluates the tensor-core steps: not a model of delta but its value. Step s rounds S^_{s-1} + x_s to
+    the grid g_s = ulp(S^_s); where S^_{s-1} lies on that grid (|S^_{s-1}| >= 2^e_s, same or higher binade) the
+    error is g_s (k - x_s / g_s) whatever S^_{s-1} is: a function of x_s alone. The binades come from the exact
+    partial sums S*_s of the bound's x_nom and the worst-case distance E_s of S^_s from them (accumulated
+    roundings u sum |S*| (1 + 2 s u), plus x's unknown part); a step whose binade, grid or residue is not
+    certain is charged u C_s (|delta| <= u)."""
+    xn, unk = fam.x_nom, fam.x_unknown
+    rows, n = xn.shape
+    S = np.cumsum(xn, axis=-1)
+    aS = np.abs(S)
+    steps = np.arange(1, n + 1)
+    E = U * np.cumsum(aS, axis=-1) * (1 + 2 * steps * U) + unk * np.cumsum(np.abs(xn), axis=-1)
+    lo, hi = aS - E, aS + E
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e_lo = np.floor(np.log2(np.where(lo > 0, lo, np.nan)))
+        e_hi = np.floor(np.log2(np.where(hi > 0, hi, np.nan)))
+    binade = np.isfinite(e_lo) & (e_lo == e_hi)
+    e = np.where(binade, e_hi, 0.0)
+    prev_lo = np.concatenate([np.full((rows, 1), np.inf), lo[:, :-1]], axis=-1)  # S^_{-1} = 0: x_0 exact
+    on_grid = binade & ((prev_lo >= 2.0**e) | (steps == 1))
+    g = 2.0 ** (e - 23)
+    known, centre, half = _saw_known(xn - unk * np.abs(xn), xn + unk * np.abs(xn), g)
+    known &= on_grid
+    # delta_s = err_s / t_s, t_s = S^_{s-1} + x_s with |t_s - S*_s| <= E_s: centre / S* plus a first-order margin
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d_c = np.where(known, centre / S, 0.0)
+        d_w = np.where(known, (half + np.abs(centre) * E / lo) / lo, U)
+    return np.abs((C * d_c).sum(-1)) + (C * d_w).sum(-1)
 
 
 def table(results):
-    lines = ["| family | weights | r | n | max z | max w | min rho | frac rho<1 | max zK | K-criterion says | broken |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| family | weights | r | n | max z | max w | min rho | frac rho<1 | max zK | K-criterion says | broken "
+             "| data-eval: obs/bound | bound/wc | bound z |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r.family} | {r.weights} | {r.r:.3g} | {r.n} | {r.z_max:.3g} | {r.w_max:.3g} | "
                      f"{r.rho_min:.3g} | {r.frac_below_k:.3g} | {r.zk_max:.3g} | "
-                     f"{'random' if r.criterion_random else 'systematic'} | {'YES' if r.broken else ''} |")
+                     f"{'random' if r.criterion_random else 'systematic'} | {'YES' if r.broken else ''} | "
+                     f"{r.ev_ratio:.3g} | {r.ev_w:.3g} | {r.ev_z:.3g} |")
     return "\n".join(lines)
 
 
