@@ -67,6 +67,10 @@ class Result:
     ev_ratio: float  # max |along| / the data-evaluated bound (sound: <= 1)
     ev_w: float  # max data-evaluated bound / the worst case u |O| sum C_s (what would remain of the drift term)
     ev_z: float  # max data-evaluated bound / (u |O| sqrt(sum C_s^2))
+    zf_max: float  # max |sum delta_s F_s| / (u sqrt(sum F_s^2)): the fluctuation against sec. 6's random model
+    sec6_max: float  # max |sum delta_s S*_s| / (u |O| sum C_s + lambda u sqrt(sum F_s^2)): sec. 6's charge, > 1 over
+    ev_total_ratio: float  # max |sum delta_s S*_s| / the data-evaluated bound of the whole first-order error
+    ev_total_vs_sec6: float  # median data-evaluated bound of the whole error / sec. 6's charge
 
 
 EPS_EXP = 2.0**-22  # a stand-in for ex2.approx's relative error: the bound knows p only to this
@@ -112,6 +116,17 @@ def zero_mean(weights: str) -> Callable:
     def make(rows, n, rng):
         v = rng.standard_normal((rows, n))
         return Summands("zero_mean", weights, 1.0, *_rows_product(_weights(weights, rows, n, rng), v, rng))
+    return make
+
+
+def step_sign(weights: str) -> Callable:
+    """v = +a for the first half, -a (1 + 2^-10) for the second (bench/adversaries/step_sign_o.py): O ~ 0, the partial
+    sums climb to n a / 2 and come back, each half with its own constant residue."""
+    def make(rows, n, rng):
+        a = _mean(rng, rows)
+        b = -(a.astype(np.float32) * np.float32(1 + 2.0**-10)).astype(np.float64)
+        v = np.where(np.arange(n) < n // 2, a, b)
+        return Summands("step_sign", weights, 1.0, *_rows_product(_weights(weights, rows, n, rng), v, rng))
     return make
 
 
@@ -176,7 +191,7 @@ def families():
     for w in ("uniform", "softmax"):
         for e in (None, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2):
             out.append(spread_family(w, 0.0 if e is None else 2.0**-e))
-    out += [zero_mean("uniform"), zero_mean("softmax"), grid_offset, pattern(2), pattern(3), pattern(4), pattern(16), integers, alternating,
+    out += [zero_mean("uniform"), zero_mean("softmax"), step_sign("uniform"), step_sign("softmax"), grid_offset, pattern(2), pattern(3), pattern(4), pattern(16), integers, alternating,
             sorted_v("uniform"), sorted_v("softmax")]
     for dt in (np.float16, _BF16):
         for w, r in (("uniform", 2.0**-4), ("softmax", 2.0**-4), ("softmax", 0.0)):
@@ -199,6 +214,8 @@ def rn_chain(fam: Summands) -> Result:
     spread = np.sqrt(np.maximum(sq - mean * mean, 0.0))
     S = np.zeros(rows, np.float32)
     along = np.zeros(rows)
+    fluct = np.zeros(rows)
+    F = exact - C * O[:, None]  # the partial sums' fluctuation around O (sum p F_s of sec. 6)
     rho = np.empty((rows, n))
     for s in range(n):
         t = S.astype(np.float64) + xd[:, s]
@@ -207,8 +224,10 @@ def rn_chain(fam: Summands) -> Result:
         with np.errstate(divide="ignore", invalid="ignore"):
             delta = np.where(t != 0, e / t, 0.0)
         along += delta * C[:, s]
+        fluct += delta * F[:, s]
         rho[:, s] = spread[:, s] / np.spacing(np.abs(S))
-    along = np.abs(along * O)
+    total = np.abs(along * O + fluct)  # the whole first-order error, x units
+    along, fluct = np.abs(along * O), np.abs(fluct)
     oabs = np.abs(O)
     rnd = rho >= K_RHO
     c2, c1 = (C * C).sum(-1), C.sum(-1)
@@ -217,7 +236,13 @@ def rn_chain(fam: Summands) -> Result:
         wv = along / (U * oabs * c1)
         zk = along / (LAMBDA * U * oabs * np.sqrt((C * C * rnd).sum(-1)) + U * oabs * (C * ~rnd).sum(-1))
     z, wv, zk = (np.nan_to_num(a, nan=0.0) for a in (z, wv, zk))
-    ev = data_evaluated(fam, C)
+    f2 = np.sqrt((F * F).sum(-1))
+    sec6 = U * oabs * c1 + LAMBDA * U * f2
+    ev, ev_tot = data_evaluated(fam, C)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        zf = np.nan_to_num(fluct / (U * f2), nan=0.0)
+        s6 = np.nan_to_num(total / sec6, nan=0.0)
+        evt = np.nan_to_num(total / ev_tot, nan=0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         ev_ratio = np.nan_to_num(along / (ev * oabs), nan=0.0)
         ev_w, ev_z = ev / (U * c1), ev / (U * np.sqrt(c2))
@@ -227,7 +252,8 @@ def rn_chain(fam: Summands) -> Result:
     return Result(fam.name, fam.weights, fam.r, n, rows, float(z.max()), float(wv.max()), rho_min,
                   float((tail < K_RHO).mean()), float(zk.max()), crit,
                   bool((crit and z.max() > LAMBDA) or zk.max() > 1.0), float(ev_ratio.max()), float(ev_w.max()),
-                  float(ev_z.max()))
+                  float(ev_z.max()), float(zf.max()), float(s6.max()), float(evt.max()),
+                  float(np.median(ev_tot / sec6)))
 
 
 def _saw_known(xl, xh, g):
@@ -247,7 +273,8 @@ def data_evaluated(fam: Summands, C):
     error is g_s (k - x_s / g_s) whatever S^_{s-1} is: a function of x_s alone. The binades come from the exact
     partial sums S*_s of the bound's x_nom and the worst-case distance E_s of S^_s from them (accumulated
     roundings u sum |S*| (1 + 2 s u), plus x's unknown part); a step whose binade, grid or residue is not
-    certain is charged u C_s (|delta| <= u)."""
+    certain is charged u C_s (|delta| <= u). Returns (that bound, the same for the whole first-order error
+    sum_s e_s, along and around O together)."""
     xn, unk = fam.x_nom, fam.x_unknown
     rows, n = xn.shape
     S = np.cumsum(xn, axis=-1)
@@ -269,18 +296,22 @@ def data_evaluated(fam: Summands, C):
     with np.errstate(divide="ignore", invalid="ignore"):
         d_c = np.where(known, centre / S, 0.0)
         d_w = np.where(known, (half + np.abs(centre) * E / lo) / lo, U)
-    return np.abs((C * d_c).sum(-1)) + (C * d_w).sum(-1)
+    along = np.abs((C * d_c).sum(-1)) + (C * d_w).sum(-1)
+    # the whole first-order error sum_s e_s: the known errors signed, the rest u |S^_s| <= u (|S*_s| + E_s)
+    total = np.abs(np.where(known, centre, 0.0).sum(-1)) + np.where(known, half, U * hi).sum(-1)
+    return along, total
 
 
 def table(results):
     lines = ["| family | weights | r | n | max z | max w | min rho | frac rho<1 | max zK | K-criterion says | broken "
-             "| data-eval: obs/bound | bound/wc | bound z |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| data-eval: obs/bound | bound/wc | bound z | fluct z | obs/sec6 | data-eval total: obs/bound | bound/sec6 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r.family} | {r.weights} | {r.r:.3g} | {r.n} | {r.z_max:.3g} | {r.w_max:.3g} | "
                      f"{r.rho_min:.3g} | {r.frac_below_k:.3g} | {r.zk_max:.3g} | "
                      f"{'random' if r.criterion_random else 'systematic'} | {'YES' if r.broken else ''} | "
-                     f"{r.ev_ratio:.3g} | {r.ev_w:.3g} | {r.ev_z:.3g} |")
+                     f"{r.ev_ratio:.3g} | {r.ev_w:.3g} | {r.ev_z:.3g} | {r.zf_max:.3g} | {r.sec6_max:.3g} | "
+                     f"{r.ev_total_ratio:.3g} | {r.ev_total_vs_sec6:.3g} |")
     return "\n".join(lines)
 
 
