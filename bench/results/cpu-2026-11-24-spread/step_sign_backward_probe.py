@@ -1,3 +1,5 @@
+# Probe (task spread): uniform rows, dO = +a over the first half of the query rows, -a(1+1e-3) over the second, times
+# (1 + spread N(0,1)); fp32 ieee emulation vs both backward bounds.  PYTHONPATH=$PWD python3 THIS 4096 1e-6
 import numpy as np, sys, time
 from flashcheck.proofs.bounds import Precision, backward_bound
 from flashcheck.proofs.emulation import fa2_backward, fa2_forward
