@@ -749,7 +749,7 @@ def _walk_accumulation(x, sizes, blocked, delta):
 def test_accumulation_remainder_bounds_the_second_order(blocked, values):
     """The P.V accumulation's second-order remainder evaluated on the data (bounds.md sec. 6, "Second-order
     terms"): the computed sum minus the exact one minus its first-order part sum_r delta_r X_r, walked with a
-    large unit roundoff (u = 2^-14, N u = 0.07 over 1088 roundings), stays below _accumulation_remainder; with
+    large unit roundoff (u = 2^-14, N u ~ 0.064 over 1040-1056 roundings), stays below _accumulation_remainder; with
     every delta = +u on constant V (all partial sums positive, the errors of the errors all adding up) it is
     within 10% of it, so the remainder is needed at long N and a smaller one (e.g. without the errors'
     own growth, or half of it) fails."""
