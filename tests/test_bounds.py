@@ -707,3 +707,76 @@ def test_partial_sums_follow_the_accumulation_steps(blocked, sizes, k_step, prod
         start = end
     np.testing.assert_allclose(c_sum, want_c, rtol=1e-12)
     np.testing.assert_allclose(f_sq, want_f, rtol=1e-12, atol=1e-15)
+
+
+def _walk_accumulation(x, sizes, blocked, delta):
+    """The forward's P.V chain walked step by step in float64 with the given rounding errors (delta(X): the
+    relative error of the step whose exact value is X): the computed sum and the first-order part
+    sum_r delta_r X_r over the exact values X_r. recursive: every product step rounds the running sum, each
+    tile end the rescale; blocked: a product step rounds the tile's own chain, each tile end the rescale of
+    the accumulator and the addition (the last tile's rescale, which the model counts, as well)."""
+    acc = chain = first = 0.0
+    S = np.cumsum(x, axis=0)
+    start = 0
+    for w in sizes:
+        for e in range(start, start + w):
+            X = S[e] - (S[start - 1] if blocked and start else 0.0)
+            d = delta(X)
+            if blocked:
+                chain = (chain + x[e]) * (1 + d)
+            else:
+                acc = (acc + x[e]) * (1 + d)
+            first = first + d * X
+        end = start + w
+        if blocked:  # acc * alpha (acc = the sum of the earlier tiles), then + the chain
+            X0 = S[start - 1] if start else 0.0 * S[0]
+            d = delta(X0)
+            acc, first = acc * (1 + d), first + d * X0
+            d = delta(S[end - 1])
+            acc, first, chain = (acc + chain) * (1 + d), first + d * S[end - 1], 0.0
+        else:  # the rescale at the next tile (after the last one as well)
+            d = delta(S[end - 1])
+            acc, first = acc * (1 + d), first + d * S[end - 1]
+        start = end
+    if blocked:  # the rescale after the last tile
+        d = delta(S[-1])
+        acc, first = acc * (1 + d), first + d * S[-1]
+    return acc, first
+
+
+@pytest.mark.parametrize("blocked", [False, True])
+@pytest.mark.parametrize("values", ["constant", "random"])
+def test_accumulation_remainder_bounds_the_second_order(blocked, values):
+    """The P.V accumulation's second-order remainder evaluated on the data (bounds.md sec. 6, "Second-order
+    terms"): the computed sum minus the exact one minus its first-order part sum_r delta_r X_r, walked with a
+    large unit roundoff (u = 2^-14, N u ~ 0.064 over 1040-1056 roundings), stays below _accumulation_remainder; with
+    every delta = +u on constant V (all partial sums positive, the errors of the errors all adding up) it is
+    within 10% of it, so the remainder is needed at long N and a smaller one (e.g. without the errors'
+    own growth, or half of it) fails."""
+    from flashcheck.proofs.bounds.forward import _accumulation_remainder, _step_ends, _tile_order
+    from flashcheck.proofs.bounds.precision import _model
+
+    u = 2.0**-14
+    M = dataclasses.replace(_model(Precision("float32", "ieee")), u_w=u, u_dacc=u)
+    nk, dv = 1024, 2
+    rng = np.random.default_rng(7)
+    A = rng.random((1, nk)) + 1.0
+    A /= A.sum(-1, keepdims=True)
+    v = np.full((nk, dv), 0.7) if values == "constant" else rng.standard_normal((nk, dv))
+    order = _tile_order(nk, 64, "ascending")
+    ends, tile_ends = _step_ends(order.sizes, 1)
+    A_absv = A @ np.abs(v)
+    bound = _accumulation_remainder(A, v, order, ends, tile_ends, blocked, M, A_absv, A_absv)[0]
+    x = A[0, :, None] * v
+    exact = x.sum(0)
+    if values == "constant":
+        runs = [lambda X: u * np.sign(X)]  # every rounding up in magnitude: the worst case
+    else:
+        signs = np.random.default_rng(11)
+        runs = [lambda X: u * np.sign(X)] + [lambda X: u * signs.choice([-1.0, 1.0], size=X.shape) for _ in range(5)]
+    for delta in runs:
+        acc, first = _walk_accumulation(x, order.sizes, blocked, delta)
+        rem = np.abs(acc - exact - first)
+        assert np.all(rem <= bound), (rem, bound)
+    if values == "constant":
+        assert np.all(rem >= 0.9 * bound), (rem, bound)

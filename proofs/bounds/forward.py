@@ -418,6 +418,72 @@ def _partial_sums(A, vf, o, ends, tile_ends, products: int, blocked: bool = Fals
     return f_sq, c_sum
 
 
+@dataclass(frozen=True)
+class _SecondOrderSums:
+    """What the accumulation's second order needs of the steps (_second_order_partial_sums)."""
+
+    wx: np.ndarray  # sum_r w_r |X_r| per row and column
+    w: float  # sum_r w_r
+    n: int  # the number of roundings N
+    n_b: int  # bound on sum_r B_r / B: the steps that the summands' perturbation reaches
+
+
+def _second_order_partial_sums(A, vf, ends, tile_ends, blocked: bool = False):
+    """The accumulation's second-order remainder on the data (bounds.md sec. 6, "Second-order terms"), one
+    rounding per step: sum over the rounding steps r of w_r |X_r| per column, X_r the exact value step r
+    rounds (the partial sum of A_j v_jc that _partial_sums counts: from the tile start for a blocked chain's
+    steps) and w_r the number of later roundings whose input carries step r's error; with W = sum_r w_r and
+    N, the number of roundings. recursive: every later step (one chain). blocked: a chain step reaches the
+    later steps of its tile's chain and every tile-end step from its tile's addition on; a tile-end step (the
+    addition, then the rescale, per tile end; the last tile's rescale counted too) the later tile-end steps.
+    Each |X_r| is evaluated in float64; its evaluation error (<= 2 gamma_{Nk+1}(2^-53) sum_j A_j |v_jc|) is
+    the caller's. Returns _SecondOrderSums."""
+    Nq, Nk = A.shape[-2:]
+    dv = vf.shape[-1]
+    ends, tile_ends = np.asarray(ends), np.asarray(tile_ends)
+    T, n_e = len(tile_ends), len(ends)
+    tile = np.searchsorted(tile_ends, ends)  # the tile of each product step
+    if blocked:
+        first = np.searchsorted(tile, np.arange(T))  # index of each tile's first step
+        later_in_tile = np.bincount(tile, minlength=T)[tile] - 1 - (np.arange(n_e) - first[tile])
+        w_prod = later_in_tile + 2.0 * (T - tile)
+        w_tile = 4.0 * T - 3.0 - 4.0 * np.arange(T)  # (2T - 1 - 2t) + (2T - 2 - 2t)
+    else:  # time order: by key position, a tile end's rescale after the product step that ends there
+        rank = np.arange(n_e) + tile  # product step i comes after the rescales of the earlier tiles
+        w_prod = (n_e + T - 1 - rank).astype(np.float64)
+        w_tile = (n_e + T - 1 - (np.searchsorted(ends, tile_ends) + 1 + np.arange(T))).astype(np.float64)
+    starts = np.concatenate([[0], tile_ends[:-1] + 1])
+    out = np.zeros((*np.broadcast_shapes(A.shape[:-1], vf.shape[:-2] + (1,))[:-1], Nq, dv))
+    for r in _rows_chunks(Nq, Nk, dv, budget=1 << 20):
+        S = np.cumsum(A[..., r, :, None] * vf[..., None, :, :], axis=-2)  # (..., rows, Nk, dv)
+        X = S[..., ends, :]
+        if blocked:
+            S0 = np.concatenate([np.zeros_like(S[..., :1, :]), S], axis=-2)  # S0[t]: the sum before key t
+            X = X - S0[..., starts[tile], :]
+        out[..., r, :] = (np.abs(X) * w_prod[:, None]).sum(-2) + (np.abs(S[..., tile_ends, :]) * w_tile[:, None]).sum(-2)
+    # steps whose input carries a summand's perturbation: every step (recursive); a chain step only its own
+    # tile's summands (sum_t n_t B_t <= max_t n_t B), a tile-end step all
+    n_b = (np.bincount(tile, minlength=T).max() + 2 * T) if blocked else n_e + T
+    return _SecondOrderSums(wx=out, w=float(w_prod.sum() + w_tile.sum()), n=n_e + (2 if blocked else 1) * T,
+                            n_b=int(n_b))
+
+
+def _accumulation_remainder(A, vf, order, ends, tile_ends, blocked, M: _Model, Av, A_absv):
+    """Bound on sum_j A_j (1 + b_j) nu_j v_jc minus its first-order part (the P.V accumulation's and operand
+    conversion's linear terms, modelled in var/det), for one rounding u per accumulation step on the data
+    (bounds.md sec. 6, "Second-order terms", accumulation). B = sum_j A_j |beta_j| |v_jc| bounds the
+    perturbation of the summands (weights and operand conversion); the steps r, their exact values X_r
+    and counts after them w_r come from _second_order_partial_sums."""
+    u = M.u_w
+    rho = (1.0 + M.u_pv) * (1.0 + M.u_in) - 1.0
+    B = (1.0 + rho) * Av - A_absv
+    st = _second_order_partial_sums(order.apply(A), _keys_in_order(vf, order), ends, tile_ends, blocked)
+    slack = 2.0 * float(gamma(A.shape[-1] + 1, 2.0**-53)) * A_absv  # float64 evaluation of each |X_r|
+    grow = 1.0 + float(gamma(st.n, u))  # 1 + gamma_N: the errors of the errors (sec. 6)
+    return ((rho - M.u_pv - M.u_in) * A_absv + rho * (Av - A_absv) + st.n_b * u * B
+            + grow * u * u * (st.wx + st.w * (B + slack)))
+
+
 def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias, explain=False,
                   groups=None) -> _ForwardRows:
     """The forward analysis of a block of query rows (s, vis, qf restricted to those rows). With
@@ -505,7 +571,11 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         # worst-case: u |O| sum_s C_s <= n u |O|) and the fluctuation around O (random). Constant or
         # near-constant V, uniform rows, a large mean: the systematic part is then all deterministic.
         num_lin = dev_lin + nu_lin * A_absv + mu_lin * oabs
-        remainder = np.maximum(num_wc - num_lin, 0.0)
+        # num_wc - num_lin, split: the P.V accumulation's majorant part (nu_wc Av - nu_lin A|v|) and the
+        # rest (the weights' and l's nonlinear terms, the floors); the former may be replaced by its
+        # data-evaluated bound below (sec. 6, "Second-order terms")
+        rest = (dev_b - dev_lin) + (mu_wc * A1b[..., None] - mu_lin) * oabs + floors
+        acc_rem = nu_wc * Av - nu_lin * A_absv
         (ri, rp), (di, dp) = _conv(M)
         rp = M.u_pv if rp else 0.0
         n_rn = (0 if M.tensor_core else n_pv) + T  # accumulation roundings to nearest
@@ -517,6 +587,11 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                                         M.pv_products, blocked=not M.recursive)
             acc_sq = np.minimum(acc_sq, f_sq)
             acc_c = np.minimum(acc_c, c_sum[..., None])
+            if not M.tensor_core and M.k_step == 1 and M.pv_products == 1 and M.u_dacc == u:
+                # one rounding (u) per step of the exact partial sums X_r: the second order evaluated on them
+                acc_rem = np.minimum(acc_rem, _accumulation_remainder(
+                    A, vf, order, ends, tile_ends, not M.recursive, M, Av, A_absv))
+        remainder = np.maximum(rest, 0.0) + np.maximum(acc_rem, 0.0)
         if groups is not None:  # bit-identical keys make identical errors: Azuma over groups (sec. 6)
             dev_sig, dev_AA = (_grouped_dev(W, groups, vf, o) for W in (A * lg.sigma, A))
         var = dev_sig + (rp**2 + ri**2) * dev_AA + u**2 * acc_sq
