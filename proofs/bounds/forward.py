@@ -418,6 +418,26 @@ def _partial_sums(A, vf, o, ends, tile_ends, products: int, blocked: bool = Fals
     return f_sq, c_sum
 
 
+def _partial_abs_sums(A, vf, ends, tile_ends, products: int, blocked: bool = False):
+    """sum over the accumulation steps s of |X_s|, X_s = C_s O + F_s the exact value step s rounds (the steps of
+    _partial_sums, counted alike): the first-order error sum_s delta_s X_s of the chain is <= u sum_s |X_s|
+    whatever the signs of the delta_s (bounds.md sec. 6, "The accumulation is charged on the data")."""
+    Nq, Nk = A.shape[-2:]
+    dv = vf.shape[-1]
+    starts = np.concatenate([[0], np.asarray(tile_ends)[:-1] + 1])
+    tile_start = starts[np.searchsorted(starts, ends, side="right") - 1]
+    out = np.zeros((*np.broadcast_shapes(A.shape[:-1], vf.shape[:-2] + (1,))[:-1], Nq, dv))
+    for r in _rows_chunks(Nq, Nk, dv, budget=1 << 20):
+        S = np.cumsum(A[..., r, :, None] * vf[..., None, :, :], axis=-2)  # (..., rows, Nk, dv)
+        X = S[..., ends, :]
+        if blocked:  # a chain step rounds the tile's own partial sum; the tile ends (2 roundings) the whole
+            S0 = np.concatenate([np.zeros_like(S[..., :1, :]), S], axis=-2)
+            X = X - S0[..., tile_start, :]
+        out[..., r, :] = (products * np.abs(X).sum(-2)
+                          + (2 if blocked else 1) * np.abs(S[..., tile_ends, :]).sum(-2))
+    return out
+
+
 @dataclass(frozen=True)
 class _SecondOrderSums:
     """What the accumulation's second order needs of the steps (_second_order_partial_sums)."""
@@ -581,12 +601,21 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         n_rn = (0 if M.tensor_core else n_pv) + T  # accumulation roundings to nearest
         acc_sq = n_rn * dev_A**2  # sum_s F_s^2 <= n (max |F_s|)^2, any order
         acc_c = np.full(oabs.shape, float(n_rn))  # sum_s C_s <= n
+        acc_abs = 0.0 * oabs  # sum_s |X_s| where the steps are known (below)
         if n_rn and order is not None and vis.all():  # unmasked: the tiles in visiting order
             ends, tile_ends = _step_ends(order.sizes, M.k_step)
             f_sq, c_sum = _partial_sums(order.apply(A), _keys_in_order(vf, order), o, ends, tile_ends,
                                         M.pv_products, blocked=not M.recursive)
             acc_sq = np.minimum(acc_sq, f_sq)
             acc_c = np.minimum(acc_c, c_sum[..., None])
+            # The chain's first order charged on the data, u sum_s |X_s|, in place of the random model of the
+            # fluctuation: round to nearest is systematic when the partial sums climb and fall back (V = +a
+            # then -a(1+eps) over uniform rows: O ~ 0, nothing along O, the fluctuation one-signed per half;
+            # bench/adversaries/step_sign_o.py, 7x over the random model at N_k = 65536)
+            acc_abs = _partial_abs_sums(order.apply(A), _keys_in_order(vf, order), ends, tile_ends,
+                                        M.pv_products, blocked=not M.recursive)
+            acc_sq = 0.0 * acc_sq
+            acc_c = 0.0 * acc_c
             if not M.tensor_core and M.k_step == 1 and M.pv_products == 1 and M.u_dacc == u:
                 # one rounding (u) per step of the exact partial sums X_r: the second order evaluated on them
                 acc_rem = np.minimum(acc_rem, _accumulation_remainder(
@@ -595,7 +624,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         if groups is not None:  # bit-identical keys make identical errors: Azuma over groups (sec. 6)
             dev_sig, dev_AA = (_grouped_dev(W, groups, vf, o) for W in (A * lg.sigma, A))
         var = dev_sig + (rp**2 + ri**2) * dev_AA + u**2 * acc_sq
-        det = dev_det + ((rp + ri) + acc_c * u + mu_det[..., None]) * oabs
+        det = dev_det + ((rp + ri) + acc_c * u + mu_det[..., None]) * oabs + u * acc_abs
         tc = (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
         if M.mma is not None and M.recursive and order is not None and vis.all() and not precision.p_split:
             # the P.V chain's tensor-core steps evaluated on the data (as for the logit dot, logits.py):
@@ -621,7 +650,8 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
             (x_logdet, x_alpha, x_exp), _ = _weighted_dev([A * det_logit, A * alpha_det, A * M.eps_exp], [], vf, o)
             o_terms = OTerms(logit_random=lam * np.sqrt(dev_sig), operand_random=lam * np.sqrt((rp**2 + ri**2) * dev_AA),
                            accumulation_random=lam * u * np.sqrt(acc_sq), logit_det=x_logdet, rescale_alpha=x_alpha,
-                           exp=x_exp, operand_along_o=(rp + ri) * oabs, accumulation_drift=acc_c * u * oabs,
+                           exp=x_exp, operand_along_o=(rp + ri) * oabs,
+                           accumulation_drift=acc_c * u * oabs + u * acc_abs,
                            l_sum=mu_det[..., None] * oabs, tensor_core_acc=tc, truncation=tr,
                            operand_conversion=conv_o, remainder=remainder)
             o_terms = _map_terms(o_terms, lambda x: x * inv_den)
@@ -712,7 +742,7 @@ class OTerms:
     rescale_alpha: np.ndarray  # argument roundings of the rescales alpha (telescoped) and of p's shift
     exp: np.ndarray  # exp2 relative error (ex2.approx or libm), per key
     operand_along_o: np.ndarray  # operand roundings along O (systematic on structured inputs)
-    accumulation_drift: np.ndarray  # accumulator roundings along O: u |O| sum_s C_s
+    accumulation_drift: np.ndarray  # accumulator roundings: u sum_s |X_s| on the data where the steps are known, else along O u |O| sum_s C_s
     l_sum: np.ndarray  # the rounding of l's sum (mu |O|)
     tensor_core_acc: np.ndarray  # tensor-core accumulation steps of P.V (truncation: worst case)
     truncation: np.ndarray  # tf32 truncation of P and V (one-sided; V's exact when known)
