@@ -15,11 +15,12 @@ from . import forward as _forward_module
 from .forward import (_Forward, _forward)
 
 
-def _combine(wc, lin, var, det, lam, kind):
-    """worst_case: the majorant wc. probabilistic: lam sqrt(var) + det + (wc - lin), capped by wc."""
+def _combine(wc, rem, var, det, lam, kind):
+    """worst_case: the majorant wc. probabilistic: lam sqrt(var) + det + rem, capped by wc; rem bounds the
+    nonlinear remainder (wc - lin, or _GradError.rem)."""
     if kind == "worst_case":
         return wc
-    return np.minimum(lam * np.sqrt(np.maximum(var, 0.0)) + det + np.maximum(wc - lin, 0.0), wc)
+    return np.minimum(lam * np.sqrt(np.maximum(var, 0.0)) + det + np.maximum(rem, 0.0), wc)
 
 
 def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None, tc=None,
@@ -168,12 +169,23 @@ def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_
     wcS = np.where(vis, _fix_bad(A * ((1 + P.wc) * (1 + rho_wc) * X - absg), P.bad,
                                  lambda: P.A_wc1 * (1 + rho_wc) * X - A * absg)
                    + M.floor_w * (1 + rho_wc) * X + M.floor_p, 0.0)
-    linS = np.where(vis, A * ((P.lin + rho_lin) * absg + dP.lin + eD), 0.0)
+    # dS rounded to nearest into the operand format errs by <= max(u_p |dS|, floor_p) (floor_p: half the
+    # subnormal spacing; fp16 dS = A g reaches it at long N_k, A ~ 1/N_k): a first-order, mean-zero rounding
+    # like the relative part, so its square joins the variance (max^2 <= a^2 + b^2) and it leaves wc - lin
+    f_p = _random_floor(M)
+    linS = np.where(vis, A * ((P.lin + rho_lin) * absg + dP.lin + eD) + f_p, 0.0)
     varS = np.where(vis, A * A * (w_P * (P.sigma * absg) ** 2 + w_dP * dP.sigma**2
-                                  + w_S * (2 * u**2 + r_p**2) * absg**2) + extra_var, 0.0)
+                                  + w_S * (2 * u**2 + r_p**2) * absg**2) + w_S * f_p**2 + extra_var, 0.0)
     # (a truncation of dS to tf32 is counted in _grad, with the other operand's)
     detS = np.where(vis, A * (P.det * absg + dP.det + dD), 0.0)
     return _DSError(wcS, linS, varS, detS)
+
+
+def _random_floor(M: _Model) -> float:
+    """The absolute floor of rounding P or dS to the operand format where that rounding is to nearest (fp16,
+    bf16: mean-zero in the model of sec. 6, like the relative part); 0 where it truncates (tf32: one-sided,
+    the floor stays worst case)."""
+    return 0.0 if M.trunc else M.floor_p
 
 
 def _store(err, exact_abs, u_scale, M: _Model):
@@ -371,15 +383,18 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         b_det = np.where(vis, lg_det + det_L[..., None] + M.eps_exp, 0.0)
         b_sig = lg.sigma
         floor_P = np.where(vis, M.floor_w * (1 + nu_q_wc) + M.floor_p * (1 + gamma(n_q, M.u_dacc)), 0.0)
+        # P rounded to nearest into the operand format: its subnormal floor is a mean-zero rounding of the
+        # row (as dS's, _dS_errors): first order, random, grouped by q like P's relative rounding
+        f_P = np.where(vis, _random_floor(M), 0.0)
 
         dodo = do_r * do_r
         dv_sums = _accumulate(dv_sums, _DVSums(
             A_absdO=_t(A) @ abs_do,
             wc=_t(_fix_bad(A * ((1 + b_wc) * (1 + nu_q_wc) - 1.0), bad,
                            lambda: Ab1_wc * (1 + nu_q_wc) - A) + floor_P) @ abs_do,
-            lin=_t(A * (b_lin + nu_q_lin)) @ abs_do,
+            lin=_t(A * (b_lin + nu_q_lin) + f_P) @ abs_do,
             var_P=_t(w_q * ((A * b_sig) ** 2 + A * A * sig_L2[..., None])) @ dodo,
-            var_ops=_t(A * A * (r_p**2 * w_q + r_in**2 * w_do)) @ dodo,
+            var_ops=_t(A * A * (r_p**2 * w_q + r_in**2 * w_do) + w_q * f_P**2) @ dodo,
             det=_t(A * b_det) @ abs_do,
             exact=_t(A) @ do_r))
         if rn_rows:  # the bound on P's error as the kernel computes it (exp underflow floor included)
@@ -464,20 +479,20 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
         # than that could be equal as computed, and are grouped
         tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
-        acc_sq, tc_steps = _dq_accumulation(M, kind, dS, kf, tolS, vis, precision.block_k, head_full)
+        acc_sq, partial, tc_steps = _dq_accumulation(M, kind, dS, kf, tolS, vis, precision.block_k, head_full)
         if rn_rows:
             row_blocks.append((dS, tolS, tolP))
         ge = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
                    varS @ (kf * kf), (dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf, acc_sq=acc_sq,
-                   tc_steps=tc_steps,
+                   tc_steps=tc_steps, partial=partial,
                    conv_known=None if conv is None else (
                        ce.dk_rows @ kf + dS @ conv.dk_in,
                        ce.dk_rows_abs @ abs_k + np.abs(dS) @ conv.dk_in_abs, conv.n_ops))
-        wc, lin, var, det, dQ_exact = ge.wc, ge.lin, ge.var, ge.det, ge.exact
+        wc, var, det, dQ_exact = ge.wc, ge.var, ge.det, ge.exact
         dq_delta = sc * eD * (np.abs(A @ kf)
                               + _fix_bad(A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0), bad_row,
                                          lambda: Ab1_row * ((1 + kap_k) * (1 + rho_wc)) - A) @ abs_k)
-        dq_err = (1 + c_row) * (_combine(wc, lin, var, det, lam, kind) + dq_delta) + c_row * np.abs(dQ_exact)
+        dq_err = (1 + c_row) * (_combine(wc, ge.rem, var, det, lam, kind) + dq_delta) + c_row * np.abs(dQ_exact)
         if detail is not None:
             dq_terms.append(_terms(ge, lam, kind) + [
                 Term("Delta error (row-common)", "other", (1 + c_row) * dq_delta),
@@ -493,11 +508,12 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
 
     AabsdO = dv_sums.A_absdO
     acc_dk = acc_dv = None
+    partial_dk = None
     if rn_rows:
         dS_all, tolS_all, tolP_all = (np.concatenate(x, axis=2) for x in zip(*row_blocks))
         del row_blocks
-        acc_dk = _rows_accumulation(M, dS_all, F.qf, tolS_all, F.vis, precision.block_q, group)
-        acc_dv = _rows_accumulation(M, F.A, dof, tolP_all, F.vis, precision.block_q, group)
+        acc_dk, partial_dk = _rows_accumulation(M, dS_all, F.qf, tolS_all, F.vis, precision.block_q, group)
+        acc_dv, _ = _rows_accumulation(M, F.A, dof, tolP_all, F.vis, precision.block_q, group)
         del dS_all, tolS_all, tolP_all
     # systematic parts (sec. 6): a partial sum s of the accumulation is C_s dV + F_s, C_s in [0, 1],
     # |F_s| <= sum_i A_ij |dO_ic| + |dV_jc|; the part along dV (and P's rounding along dV) worst case
@@ -514,9 +530,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     if conv is not None:  # the input conversions' first-order effect, signed (sec. 8, "input conversions")
         dv_det = dv_det + np.abs(conv_sums.dV) + float(gamma(conv.n_ops, UNIT_ROUNDOFF["float64"])) * conv_sums.dV_abs
     dV_exact = _kv(dv_sums.exact)
-    dv_err = _combine(_kv(dv_sums.wc), _kv(dv_sums.lin), _kv(dv_var), _kv(dv_det), lam, kind)
+    dv_err = _combine(_kv(dv_sums.wc), _kv(dv_sums.wc - dv_sums.lin), _kv(dv_var), _kv(dv_det), lam, kind)
     if detail is not None:
-        dv_parts = _GradError(dv_sums.wc, dv_sums.lin, (
+        dv_parts = _GradError(dv_sums.wc, dv_sums.lin, dv_sums.wc - dv_sums.lin, (
             ("P", dv_sums.var_P), ("operands", dv_sums.var_ops),
             ("accumulation", dv_acc_var)), (
             ("P", dv_sums.det), ("tensor core", (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO),
@@ -529,9 +545,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dv_err = _store(dv_err, np.abs(dV_exact), 0.0, M)
 
     ge = _grad(M, sc, n_q, dk_sums.base, dk_sums.wcS, dk_sums.lin, dk_sums.var, dk_sums.SS, dk_sums.det,
-               dk_sums.exact, acc_sq=acc_dk, conv_known=None if conv is None else (conv_sums.dK, conv_sums.dK_abs, conv.n_ops))
+               dk_sums.exact, acc_sq=acc_dk, partial=partial_dk, conv_known=None if conv is None else (conv_sums.dK, conv_sums.dK_abs, conv.n_ops))
     dK_exact = ge.exact
-    dk_err = _combine(_kv(ge.wc), _kv(ge.lin), _kv(ge.var), _kv(ge.det), lam, kind)
+    dk_err = _combine(_kv(ge.wc), _kv(ge.rem), _kv(ge.var), _kv(ge.det), lam, kind)
     if detail is not None:
         detail.append(("dK", _terms(ge, lam, kind, _kv)
                        + [Term("store and scale", "other", _store(dk_err, np.abs(_kv(dK_exact)), g2, M) - dk_err)]
@@ -601,11 +617,13 @@ class _ConversionSums(_Summable):
 @dataclass(frozen=True)
 class _GradError:
     """The error of scale * S @ other (sec. 8) in the pieces of sec. 6: the majorant wc and its linear
-    part lin, and the first-order part split into named variance proxies (var_parts, random) and
+    part lin, a bound rem on the nonlinear remainder (wc - lin, or smaller from the accumulation's partial
+    sums, _grad), and the first-order part split into named variance proxies (var_parts, random) and
     non-random terms (det_parts); var and det are their sums. `exact` = scale * S @ other."""
 
     wc: np.ndarray
     lin: np.ndarray
+    rem: np.ndarray
     var_parts: tuple
     det_parts: tuple
     exact: np.ndarray
@@ -626,7 +644,7 @@ def _terms(ge: _GradError, lam, kind, reduce=lambda x: x) -> list:
     ones = np.ones_like(reduce(ge.exact))
     out += [Term(name, "det", reduce(x) * ones) for name, x in ge.det_parts]
     if kind == "probabilistic":
-        out.append(Term("majorant remainder wc - lin", "det", np.maximum(reduce(ge.wc) - reduce(ge.lin), 0.0)))
+        out.append(Term("majorant remainder wc - lin", "det", np.maximum(reduce(ge.rem), 0.0)))
     return out
 
 
@@ -649,7 +667,7 @@ def _total(parts):
 
 
 def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_other, acc_sq=None,
-          tc_steps=None, conv_known=None) -> _GradError:
+          tc_steps=None, conv_known=None, partial=None) -> _GradError:
     """scale * S @ other with S's error (wc, lin, var, det), the operand rounding of `other` (u_in) and
     the accumulation of n terms (tensor core or RN), from the products base = |S| @ |other|,
     wcS @ |other|, linS @ |other|, varS @ other^2, (S * S) @ other^2, detS @ |other| and S @ other
@@ -660,6 +678,9 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     place of n * base. conv_known: (signed first-order effect of the input conversions on S @ other,
     the same with absolute values, operations per entry) (_ConvertedInputs.effects), in place of the
     conversion of `other` in the one-sided truncation term; its float64 evaluation error is added.
+    partial (recursive accumulations only): sum over the accumulation's n roundings of a bound on the exact
+    partial sum each rounds (C1: _rn_accumulation_sq's, or tc_steps), which bounds the remainder rem
+    (bounds.md sec. 8, "second order of the accumulations"); None: rem = wc - lin.
 
     wc = (1 + kappa) (wcS + |S|) @ |other| - base, evaluated as kappa (wcS_ao + base) + wcS_ao: the same
     number without the cancellation of the literal form (kappa ~ n u, so its rounding error was up to
@@ -691,7 +712,18 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
         signed, absolute, n_ops = conv_known
         det_parts.append(("input conversions (exact)",
                           sc * (np.abs(signed) + float(gamma(n_ops, UNIT_ROUNDOFF["float64"])) * absolute)))
-    return _GradError(wc, lin, var_parts, tuple(det_parts), sc * S_other)
+    rem = wc - lin
+    if partial is not None and M.recursive:
+        # error = sum_s (p^_s - p_s) + sum_s e_s exactly, e_s = delta_s T_s with T_s = S_s + D_s + E_{s-1}
+        # (exact partial sum, products' errors so far, roundings so far): beyond the first order (lin's
+        # linear terms, delta_s S_s) remain the products' nonlinear part and u sum_s (|D_s| + |E_{s-1}|) with
+        # |D_s| <= W = sum_s |p^_s - p_s| and sum_s |e_s| <= u (C1 + n W) / (1 - n u) (bounds.md sec. 8)
+        ua = M.u_dacc
+        W = (1 + M.u_in) * wcS_ao + M.u_in * base
+        with np.errstate(divide="ignore", invalid="ignore"):
+            E = np.where(n * ua < 1.0, ua * (partial + n * W) / max(1.0 - n * ua, 0.0), np.inf)
+        rem = np.minimum(rem, sc * ((wcS_ao - linS_ao) + M.u_in * wcS_ao + n * ua * (W + E)))
+    return _GradError(wc, lin, rem, var_parts, tuple(det_parts), sc * S_other)
 
 
 
@@ -797,15 +829,18 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered):
     steps whose products could be equal as computed (|other| tolS around each, tolS the bound on the
     error of S's entry as computed, `other` exact) form one group whose errors are summed worst case; distinct
     groups are the independent, mean-zero roundings of the model (Azuma over groups). Returns, per
-    (B, H, rows, d): sum_G (sum_{s in G} u |partial sum bound|_s)^2."""
+    (B, H, rows, d): sum_G (sum_{s in G} u |partial sum bound|_s)^2, and the sum over the steps of the
+    partial sum bounds (C1 of _grad's remainder)."""
     B, H, R, n = S.shape
     out = np.zeros((B, H, R, other.shape[-1]))
+    partial = np.zeros_like(out)
     oT = np.swapaxes(other, -1, -2)  # (B, H, d, n)
     for r, p in _product_chunks(S, oT):
         coef_o = u * _accumulation_coefficients(p, block, True)
         coef_u = u * _accumulation_coefficients(p, block, False)
         ordr = np.broadcast_to(np.asarray(ordered)[..., r], S.shape[:2] + (r.stop - r.start,))
         coef = np.where(ordr[..., None, None], coef_o, coef_u)
+        partial[:, :, r] = coef.sum(-1) / u
         coef = np.where(p == 0.0, np.where(S[:, :, r, None, :] == 0.0, 0.0, coef), coef)
         with np.errstate(invalid="ignore"):  # inf * 0 (a vacuous dS bound times k = 0): any value
             tol = tolS[:, :, r, None, :] * np.abs(oT[:, :, None, :, :])
@@ -814,7 +849,7 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered):
         coef = np.fmin(coef, (1 + u) * (np.abs(p) + tol))
         shape = p.shape[:-1]
         out[:, :, r] = _grouped_square_sum(p.reshape(-1, n), coef.reshape(-1, n), tol.reshape(-1, n)).reshape(shape)
-    return out
+    return out, partial
 
 
 def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bias: bool, precision,
@@ -892,7 +927,7 @@ def _heads_unmasked(head_full):
 
 
 def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head_full=None):
-    """(acc_sq, tc_steps) of _grad for the accumulation dQ = dS @ K through key tiles of block_k: round to
+    """(acc_sq, partial, tc_steps) of _grad for the accumulation dQ = dS @ K through key tiles of block_k: round to
     nearest grouped by products that can be equal as computed (probabilistic, no tensor core; tolS bounds
     the error of dS as computed), tensor-core steps from the partial sums (recursive tensor cores); None
     where the model has neither. Tiles are ascending where nothing of the head is masked (`head_full`, (..., 1, 1):
@@ -900,13 +935,14 @@ def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head
     multiple of block_k."""
     Nk = kf.shape[-2]
     ordered = (M.recursive and Nk % block_k == 0) & vis.all(axis=-1) & _heads_unmasked(head_full)
-    acc_sq = tc_steps = None
+    acc_sq = partial = tc_steps = None
     if kind == "probabilistic" and not M.tensor_core:
-        acc_sq = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, block_k, ordered)
+        acc_sq, partial = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, block_k, ordered)
     if M.tensor_core and M.recursive:
         tc_steps = np.concatenate([_tensor_core_steps(p, block_k, M.k_step, ordered[:, :, rr, None])
                                    for rr, p in _product_chunks(dS, np.swapaxes(kf, -1, -2))], axis=2)
-    return acc_sq, tc_steps
+        partial = tc_steps  # each step's |accumulator| + sum |products| bound: C1 of the step model
+    return acc_sq, partial, tc_steps
 
 
 def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int):
@@ -917,7 +953,8 @@ def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int)
     contraction of group * Nq products in that order. Tiles ascending only when no entry of the group is
     masked and N_q is a multiple of block_q: a masked entry anywhere in a tile makes it partial, and partial
     tiles come first (kernels/triton_bwd.py); otherwise the order-free coefficient u sum |p|. Returns
-    (B, Hq, Nk, c): the kv head's proxy spread evenly over its query heads (the callers sum them, _kv)."""
+    (B, Hq, Nk, c) twice: the kv head's proxy and its partial-sum total C1, spread evenly over its query heads
+    (the callers sum them, _kv)."""
     B, Hq, Nq, Nk = S.shape
     Hkv = Hq // group
 
@@ -925,9 +962,9 @@ def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int)
         return x.reshape(B, Hkv, group * Nq, *x.shape[3:])
     ordered = (M.recursive and Nq % block_q == 0) & heads(vis).all(axis=(-2, -1))
     ordered = np.broadcast_to(ordered[..., None], (B, Hkv, Nk))
-    acc = _rn_accumulation_sq(np.swapaxes(heads(S), -1, -2), heads(other), np.swapaxes(heads(tolS), -1, -2),
-                              M.u_dacc, block_q, ordered)
-    return np.repeat(acc / group, group, axis=1)
+    acc, partial = _rn_accumulation_sq(np.swapaxes(heads(S), -1, -2), heads(other),
+                                       np.swapaxes(heads(tolS), -1, -2), M.u_dacc, block_q, ordered)
+    return np.repeat(acc / group, group, axis=1), np.repeat(partial / group, group, axis=1)
 
 
 def _product_chunks(S, oT):
