@@ -31,7 +31,7 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
     sum_c dO_c (N_c/D - O_c) = [sum_j p_j (b_j g_j + (1 + b_j)(sum_c dO_c nu_jc v_jc - mu_j Delta))] / D,
     g_j = dP_j - Delta, so the logit errors enter through |g_j| (not sum_c |dO_c||v_jc - O_c|); then the
     division and the store per column, and the fp32 sum of dv products. acc: (variance proxy, det) of
-    the round-to-nearest P.V accumulation and rescales (_delta_accumulation), in place of the split
+    the round-to-nearest P.V accumulation and rescales and its partial-sum total (_delta_accumulation), in place of the split
     along O; None: that split. tc: the tensor-core truncation of that accumulation from its partial sums
     (_tensor_core_steps), in place of n_pv u_dacc sum_c |dO_c| (A|V|)_c. lr (probabilistic): l's sum
     random over its groups of equal summands where lr.l_ok (_lse_random) in place of mu_lin |Delta|, and the
@@ -65,10 +65,13 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
     # as for O (sec. 6): the parts of the accumulation and P-rounding errors along O (resp. Delta) are
     # systematic on structured inputs: worst case; only the fluctuation around them is random
     # (sum_j A_j |v_jc - O_c| <= (A|V|)_c + |O_c|)
+    rem = wc - lin
     if acc is None:
         acc_var, acc_det = n_rn * u**2 * ((dof * (Av + np.abs(o))) ** 2).sum(-1), n_rn * u * oabs_do.sum(-1)
     else:
-        acc_var, acc_det = acc
+        acc_var, acc_det, partial = acc
+        if M.recursive:
+            rem = np.minimum(rem, _delta_accumulation_remainder(F, M, abs_do, absdov, vf, partial, wc, lin))
     var = (((A * P["sigma"] * g) ** 2).sum(-1) + rp**2 * ((A * g) ** 2).sum(-1)
            + ri**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
            + acc_var
@@ -93,16 +96,47 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
         det = det + 0.5 * dp * ((A * np.abs(dP)).sum(-1) + aD)
         det = det + (0.5 * di * ((abs_do * Av).sum(-1) + aD) if v_conv is None else v_conv)
     lam = F.parts.get("lam", LAMBDA)
-    prob = lam * np.sqrt(var) + det + np.maximum(wc - lin, 0.0)
+    prob = lam * np.sqrt(var) + det + np.maximum(rem, 0.0)
     capped = prob >= wc
     if lr is None:
         return (np.minimum(prob, wc) + rounding, np.where(capped, 0.0, np.sqrt(var)),
-                np.where(capped, wc, det + np.maximum(wc - lin, 0.0)) + rounding)
+                np.where(capped, wc, det + np.maximum(rem, 0.0)) + rounding)
     # the final sum's roundings join the random part (the cap above covers the rest only)
     dot_var, dot_det = _delta_dot(dof, o, F.bound.o, u, F.problem.dv)
     var_all = np.where(capped, 0.0, var) + dot_var
-    det_all = np.where(capped, wc, det + np.maximum(wc - lin, 0.0)) + dot_det
+    det_all = np.where(capped, wc, det + np.maximum(rem, 0.0)) + dot_det
     return (np.minimum(lam * np.sqrt(var_all) + det_all, wc + rounding), np.sqrt(var_all), det_all)
+
+
+def _delta_accumulation_remainder(F: _Forward, M: _Model, abs_do, absdov, vf, partial, wc, lin):
+    """The remainder of Delta's bound (wc - lin) with the P.V accumulation's part from its partial sums
+    (bounds.md sec. 8, "second order of the accumulations"), for the recursive round-to-nearest accumulation.
+
+    wc - lin less the accumulation's gamma_{n_pv} (its majorant with nu_wc and nu_lin free of the accumulation:
+    the conversions and the rescales' gamma_T), plus, per column, |dO_c| [(1 + gamma_T)(u C1_c + n u (W_c + E_c))
+    (1 + f) - u C1_c]: the normalized accumulation error eps_c = (1 + theta_T) sum_s delta_s T_s with
+    T_s = S_s + D_s + E_{s-1} (|D_s| <= W_c = the products' errors, sum |e_s| <= E_c = u (C1_c + n W_c) / (1 - n u),
+    C1_c = sum of the partial-sum bounds, `partial`), divided by D/l in [D_low, D_up]
+    (|l/D - 1| <= f = max(1/D_low - 1, D_up - 1)); its first order sum_s delta_s S_s is the Azuma proxy."""
+    P = F.parts
+    A, inv = F.A, P["inv_den"][..., 0]
+    n, ua, u, T = P["n_pv"], M.u_dacc, M.u_w, P["T"]
+    g_T = float(gamma(T, u))
+    conv = (1 + M.u_pv) * (1 + M.u_in)
+    nu_wc = conv * (1 + g_T) - 1.0
+    nu_lin = M.u_pv + M.u_in + T * u
+    Ab1 = P["Ab1_wc"]
+    rest = (wc - (P["nu_wc"] - nu_wc) * (Ab1 * absdov).sum(-1) * inv
+            - (lin - (P["nu_lin"] - nu_lin) * (A * absdov).sum(-1)))
+    av = np.abs(vf)
+    W = (Ab1 * (conv * (1 + g_T))) @ av - A @ av  # (rows, dv): sum_j |p^_j - p_j| in normalized units
+    if n * ua >= 1.0:
+        return np.full_like(wc, np.inf)
+    E = ua * (partial + n * W) / (1.0 - n * ua)
+    f = np.maximum(np.maximum(inv - 1.0, Ab1.sum(-1) * (1 + P["mu_wc"]) - 1.0), 0.0)[..., None]
+    first = ua * partial
+    acc = (1 + g_T) * (first + n * ua * (W + E)) * (1 + f) - first
+    return rest + (abs_do * acc).sum(-1)
 
 
 def _delta_v_conversion(A, vf, dof):
@@ -854,7 +888,7 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered):
 
 def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bias: bool, precision,
                         head_full=None):
-    """(variance proxy, det) of the first-order error that the kernel's round-to-nearest P.V accumulation
+    """(variance proxy, det, partial) of the first-order error that the kernel's round-to-nearest P.V accumulation
     (one rounding per product, tiles of block_k) and its rescales acc * alpha put into
     Delta_i = sum_c dO_ic O_ic (rows of F), in place of the split along O (bounds.md sec. 8).
 
@@ -865,7 +899,9 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
     the groups (_grouped_square_sum). Rescales: one rounding u |acc| per tile that can move the running max
     (exp2(0) = 1 exactly otherwise), charged worst case (equal alphas round alike); with the tile order known
     (unmasked rows) |acc_c| <= the share of (A|V|)_c visited before that tile and only the tiles after which
-    the max can still move count (forward._tile_changes), else u (A|V|)_c times the order-free count."""
+    the max can still move count (forward._tile_changes), else u (A|V|)_c times the order-free count.
+    partial (rows, dv): per column, the sum over the steps of the partial-sum bounds (C1 of
+    _delta_accumulation_remainder)."""
     from .forward import _keys_in_order, _rescale_changes, _tile_changes, _tile_order
 
     A, vis, s, m = F.A, F.vis, F.s, F.m
@@ -885,6 +921,7 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
     dvn = vf.shape[-1]
     absdo = np.abs(dof)
     var = np.zeros(A.shape[:-1])
+    partial = np.zeros(A.shape[:-1] + (dvn,))  # sum over the steps of the partial-sum bounds, per column
     step = max(1, (1 << 21) // max(1, Nk * dvn))
     for r0 in range(0, rows, step):
         r = slice(r0, min(rows, r0 + step))
@@ -893,6 +930,7 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
         coef = _accumulation_coefficients(normalized, bk, True)
         coef_u = _accumulation_coefficients(normalized, bk, False)
         coef = np.where(ordered[:, :, r, None, None], coef, coef_u)
+        partial[:, :, r] = np.where(vis[:, :, r, None, :], coef, 0.0).sum(-1)
         # |e_s| <= min(u |partial sum|, |product as computed|) (the accumulator itself is a float)
         with np.errstate(invalid="ignore"):
             tol_n = (A * rel)[:, :, r, None, :] * np.abs(vT)
@@ -914,11 +952,11 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
         prefix = np.cumsum(np.add.reduceat(order.apply(A)[..., None, :] * np.swapaxes(
             _keys_in_order(np.abs(vf), order), -1, -2)[:, :, None], order.starts, axis=-1), axis=-1)
         before = (change[..., None, 1:] * prefix[..., :-1]).sum(-1)  # (B, H, rows, dv)
-        return var, M.u_w * (absdo * before).sum(-1)
+        return var, M.u_w * (absdo * before).sum(-1), partial
     later = _rescale_changes(s, lgf.wc, vis, bk, M.alpha_exact_at_zero)
     n_change = np.max(np.where(vis, later, 0.0), axis=-1) + (0.0 if M.alpha_exact_at_zero else 0.0)
     det = M.u_w * n_change * (absdo * (A @ np.abs(vf))).sum(-1)
-    return var, det
+    return var, det, partial
 
 
 def _heads_unmasked(head_full):
