@@ -369,7 +369,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     # round-to-nearest accumulations over the query rows (dK, dV), as dQ's over the keys: they need every
     # row's products at once, so the row blocks' dS, P and their error bounds are kept until after the loop
     rn_rows = kind == "probabilistic" and not M.tensor_core
-    row_blocks = []
+    tc_rows = M.tensor_core and M.recursive  # tensor-core steps over the query rows from the partial sums
+    row_blocks, dS_blocks = [], []
 
     dq_blocks, dQ_blocks, dq_terms = [], [], []
     sub = {"dK": {}, "dV": {}}  # instrumentation only: det sub-parts summed over the row blocks
@@ -516,6 +517,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         acc_sq, partial, tc_steps = _dq_accumulation(M, kind, dS, kf, tolS, vis, precision.block_k, head_full)
         if rn_rows:
             row_blocks.append((dS, tolS, tolP))
+        if tc_rows:
+            dS_blocks.append(dS)
         ge = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
                    varS @ (kf * kf), (dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf, acc_sq=acc_sq,
                    tc_steps=tc_steps, partial=partial,
@@ -542,7 +545,15 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
 
     AabsdO = dv_sums.A_absdO
     acc_dk = acc_dv = None
-    partial_dk = None
+    partial_dk = tc_dk = None
+    tc_dv = n_q * AabsdO if M.tensor_core else 0.0 * AabsdO
+    if tc_rows:
+        dS_all = np.concatenate(dS_blocks, axis=2)
+        del dS_blocks
+        tc_dk = _rows_tensor_core(M, dS_all, F.qf, F.vis, precision.block_q, group, n_q)
+        tc_dv = _rows_tensor_core(M, F.A, dof, F.vis, precision.block_q, group, n_q)
+        del dS_all
+        partial_dk = tc_dk
     if rn_rows:
         dS_all, tolS_all, tolP_all = (np.concatenate(x, axis=2) for x in zip(*row_blocks))
         del row_blocks
@@ -557,7 +568,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dv_acc_var = n_rn_q * u**2 * (AabsdO + abs_dV)**2 if acc_dv is None else acc_dv
     dv_along = n_rn_q * u * abs_dV if acc_dv is None else 0.0 * abs_dV
     dv_var = dv_sums.var_P + dv_sums.var_ops + dv_acc_var
-    dv_det = (dv_sums.det + (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO
+    dv_det = (dv_sums.det + M.u_dacc * tc_dv
               + dv_along + (r_p + r_in) * abs_dV)
     if M.trunc:  # P and dO truncated to tf32, one-sided: (u_p + u_in) (sum_i A_ij |dO_ic| + |dV_jc|) / 2
         dv_det = dv_det + (d_p + (d_in if conv is None else 0.0)) * 0.5 * (AabsdO + np.abs(dv_sums.exact))
@@ -569,7 +580,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dv_parts = _GradError(dv_sums.wc, dv_sums.lin, dv_sums.wc - dv_sums.lin, (
             ("P", dv_sums.var_P), ("operands", dv_sums.var_ops),
             ("accumulation", dv_acc_var)), (
-            ("P", dv_sums.det), ("tensor core", (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO),
+            ("P", dv_sums.det), ("tensor core", M.u_dacc * tc_dv),
             ("accumulation along R", dv_along), ("P, dO conversions along R", (r_p + r_in) * abs_dV),
             ("tf32 truncation", (d_p + d_in) * 0.5 * (AabsdO + abs_dV) if M.trunc else 0.0 * abs_dV)), dv_sums.exact)
         detail.append(("dV", _terms(dv_parts, lam, kind, _kv)
@@ -579,7 +590,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dv_err = _store(dv_err, np.abs(dV_exact), 0.0, M)
 
     ge = _grad(M, sc, n_q, dk_sums.base, dk_sums.wcS, dk_sums.lin, dk_sums.var, dk_sums.SS, dk_sums.det,
-               dk_sums.exact, acc_sq=acc_dk, partial=partial_dk, conv_known=None if conv is None else (conv_sums.dK, conv_sums.dK_abs, conv.n_ops))
+               dk_sums.exact, acc_sq=acc_dk, tc_steps=tc_dk, partial=partial_dk, conv_known=None if conv is None else (conv_sums.dK, conv_sums.dK_abs, conv.n_ops))
     dK_exact = ge.exact
     dk_err = _combine(_kv(ge.wc), _kv(ge.rem), _kv(ge.var), _kv(ge.det), lam, kind)
     if detail is not None:
@@ -1003,6 +1014,28 @@ def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int)
     acc, partial = _rn_accumulation_sq(np.swapaxes(heads(S), -1, -2), heads(other),
                                        np.swapaxes(heads(tolS), -1, -2), M.u_dacc, block_q, ordered)
     return np.repeat(acc / group, group, axis=1), np.repeat(partial / group, group, axis=1)
+
+
+def _rows_tensor_core(M: _Model, S, other, vis, block_q: int, group: int, n_steps: int):
+    """tc_steps of _grad for the tensor-core accumulation over the query rows of S^T @ other (dK: dS^T Q, dV:
+    P^T dO) in the dK/dV pass: sum over the MMA steps of (|accumulator| + the step's sum |p|) bounded from the
+    partial sums of ascending query tiles (_tensor_core_steps, as dQ's over the keys) where the rows come in
+    order (nothing of the kv head's group masked, N_q a multiple of block_q: _rows_accumulation's condition),
+    else n_steps sum |p| (n_steps: the accumulator's MMA steps through the group). (B, Hq, Nk, c): the kv
+    head's value spread evenly over its query heads (the callers sum them, _kv)."""
+    B, Hq, Nq, Nk = S.shape
+    Hkv = Hq // group
+
+    def heads(x):  # (B, Hq, Nq, ...) -> (B, Hkv, group * Nq, ...)
+        return x.reshape(B, Hkv, group * Nq, *x.shape[3:])
+    ordered = (M.recursive and Nq % block_q == 0) & heads(vis).all(axis=(-2, -1))
+    St, oT = np.swapaxes(heads(S), -1, -2), np.swapaxes(heads(other), -1, -2)  # (B, Hkv, Nk, gNq), (B, Hkv, c, gNq)
+    unordered = n_steps * (np.abs(St) @ np.abs(np.swapaxes(oT, -1, -2)))
+    steps = np.concatenate([_tensor_core_steps(p, block_q, M.k_step, True) for _, p in _product_chunks(St, oT)],
+                           axis=2)
+    out = np.where(np.broadcast_to(np.asarray(ordered)[..., None, None], unordered.shape),
+                   np.minimum(steps, unordered), unordered)
+    return np.repeat(out / group, group, axis=1)
 
 
 def _product_chunks(S, oT):
