@@ -52,7 +52,7 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
            + P["Ab1_wc"].sum(-1) * P["mu_wc"] * aD) * inv + sum_fin)
     rounding = float(gamma(F.problem.dv, u)) * (abs_do * (np.abs(o) + F.bound.o)).sum(-1)
     if kind == "worst_case":
-        return wc + rounding, np.zeros_like(wc), wc + rounding
+        return wc + rounding, np.zeros_like(wc), wc + rounding, np.zeros_like(wc)
     oabs_do = abs_do * np.abs(o)
     u_store = M.u_out if F.bound.precision.delta_from == "output" else 0.0
     lin = ((A * P["b_lin"] * absg).sum(-1) + P["nu_lin"] * (A * absdov).sum(-1) + P["mu_lin"] * aD
@@ -85,27 +85,34 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
            + ((n_pv * M.u_dacc * (abs_do * Av).sum(-1) if tc is None else tc) if M.tensor_core else 0.0)
            + M.eps_div * oabs_do.sum(-1))
     v_conv = None
+    signed = np.zeros_like(aD)  # the signed conversion effects whose absolute values det holds
     if lg_conv is not None:  # the logits' conversion, known exactly (sec. 8, "input conversions"): signed
         one_sided, e, floor = lg_conv
         Ae = A * e
-        det = (det - (A * one_sided * absg).sum(-1) + np.abs((Ae * g).sum(-1)) + (A * floor * absg).sum(-1)
+        signed = (Ae * g).sum(-1)
+        det = (det - (A * one_sided * absg).sum(-1) + np.abs(signed) + (A * floor * absg).sum(-1)
                + float(gamma(A.shape[-1] + 2, 2.0**-53)) * (np.abs(Ae) * absg).sum(-1))
         v_conv = _delta_v_conversion(A, vf, dof)
     if M.trunc:  # P_j truncated (coefficients A_j dP_j), v_jc truncated (A_j dO_c v_jc), both summing
         # to Delta: one-sided errors, u (sum |coefficient| + |Delta|) / 2 each (bounds.md sec. 6)
         det = det + 0.5 * dp * ((A * np.abs(dP)).sum(-1) + aD)
-        det = det + (0.5 * di * ((abs_do * Av).sum(-1) + aD) if v_conv is None else v_conv)
+        if v_conv is None:
+            det = det + 0.5 * di * ((abs_do * Av).sum(-1) + aD)
+        else:
+            det = det + np.abs(v_conv[0]) + v_conv[1]
+            signed = signed + v_conv[0]
     lam = F.parts.get("lam", LAMBDA)
     prob = lam * np.sqrt(var) + det + np.maximum(rem, 0.0)
     capped = prob >= wc
+    signed = np.where(capped, 0.0, signed)
     if lr is None:
         return (np.minimum(prob, wc) + rounding, np.where(capped, 0.0, np.sqrt(var)),
-                np.where(capped, wc, det + np.maximum(rem, 0.0)) + rounding)
+                np.where(capped, wc, det + np.maximum(rem, 0.0)) + rounding, signed)
     # the final sum's roundings join the random part (the cap above covers the rest only)
     dot_var, dot_det = _delta_dot(dof, o, F.bound.o, u, F.problem.dv)
     var_all = np.where(capped, 0.0, var) + dot_var
     det_all = np.where(capped, wc, det + np.maximum(rem, 0.0)) + dot_det
-    return (np.minimum(lam * np.sqrt(var_all) + det_all, wc + rounding), np.sqrt(var_all), det_all)
+    return (np.minimum(lam * np.sqrt(var_all) + det_all, wc + rounding), np.sqrt(var_all), det_all, signed)
 
 
 def _delta_accumulation_remainder(F: _Forward, M: _Model, abs_do, absdov, vf, partial, wc, lin):
@@ -140,8 +147,8 @@ def _delta_accumulation_remainder(F: _Forward, M: _Model, abs_do, absdov, vf, pa
 
 
 def _delta_v_conversion(A, vf, dof):
-    """|sum_c dO_c sum_j A_j (v~_jc - v_jc)| for V truncated to tf32 as the H100 does (exact), plus the
-    subnormal v (flushed or truncated: |v| each) and the float64 evaluation; None if V is not fp32 values
+    """(sum_c dO_c sum_j A_j (v~_jc - v_jc) for V truncated to tf32 as the H100 does (exact, signed), the
+    subnormal v (flushed or truncated: |v| each) and the float64 evaluation); None if V is not fp32 values
     (forward._v_conversion contracted with dO, signed)."""
     from .logits import _fp32_exact, tf32_truncated
 
@@ -151,8 +158,8 @@ def _delta_v_conversion(A, vf, dof):
     av = np.abs(vf)
     dv = np.where(av < tiny, 0.0, tf32_truncated(vf) - vf)
     g = float(gamma(A.shape[-1] + vf.shape[-1] + 1, 2.0**-53))
-    return (np.abs((dof * (A @ dv)).sum(-1))
-            + (np.abs(dof) * (A @ (av * (av < tiny)) + g * (A @ np.abs(dv)))).sum(-1))
+    return ((dof * (A @ dv)).sum(-1),
+            (np.abs(dof) * (A @ (av * (av < tiny)) + g * (A @ np.abs(dv)))).sum(-1))
 
 
 @dataclass(frozen=True)
@@ -413,6 +420,13 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # the row groups' weights w_q account for: it joins this entry's Azuma sum) and the rest (det_L)
         lr = _lse_random(Fr, M, kf, sc, d, bias is not None, precision)
         sig_L2, det_L = lr.var, lr.det
+        # tf32 that truncates: the stored LSE's conversion part c_i = sum_j A_ij e_ij is known with its sign
+        # (the forward holds |c_i| in its det where its bound is not capped): in dK and dV it enters signed,
+        # -A_ij c_i per P_ij, summed over the rows with the other conversion effects (sec. 8, "input conversions")
+        lse_signed = np.zeros_like(det_L)
+        if conv is not None and lg.conv is not None and kind == "probabilistic":
+            lse_signed = np.where(Fr.parts["lse_capped"], 0.0, (A * lg.conv).sum(-1))
+            det_L = np.maximum(det_L - np.abs(lse_signed), 0.0)
         rg = groups.rows(r)
         w_q, w_do, w_qdo = rg.by_q[..., None], rg.by_do[..., None], rg.by_q_do[..., None]
         b_det = np.where(vis, lg_det + det_L[..., None] + M.eps_exp, 0.0)
@@ -460,7 +474,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                                                               ordered[:, :, rr, None])).sum(-1)
                  for rr, p in _product_chunks(A, np.swapaxes(vf, -1, -2))], axis=2)
         lg_conv = (lg.det_conv, lg.conv, lg.conv_floor) if conv is not None and lg.conv is not None else None
-        eps_D, sig_D, det_D = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D, tc_D,
+        eps_D, sig_D, det_D, delta_signed = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D, tc_D,
                                            lr if kind == "probabilistic" else None, lg_conv)
         eD = eps_D[..., None]
         dS_abs = A * absg
@@ -472,6 +486,13 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 dK_abs=_t(ce.dk_rows_abs) @ np.abs(qf) + _t(np.abs(dS)) @ ce.dq_in_abs,
                 dV=_t(A * ce.e_s) @ do_r + _t(A) @ ce.ddo,
                 dV_abs=_t(A * ce.e_s_abs) @ abs_do + _t(A) @ ce.ddo_abs))
+            # the row-common conversion parts, signed: the stored LSE's (-c_i on every P_ij) and Delta's
+            # (-d_i on every dS_ij); det_L and det_D no longer hold their absolute values
+            cl, cd = lse_signed[..., None], delta_signed[..., None]
+            conv_sums = conv_sums + _ConversionSums(
+                dK=-(_t(A * (cl * g + cd)) @ qf), dK_abs=_t(A * (np.abs(cl) * absg + np.abs(cd))) @ np.abs(qf),
+                dV=-(_t(A * cl) @ do_r), dV_abs=_t(A * np.abs(cl)) @ abs_do)
+            det_D = np.maximum(det_D - np.abs(delta_signed), 0.0)
 
         dP_err = _DPError(wc=dP_wc, lin=dP_lin, sigma=dP_sig, det=dP_det)
 
