@@ -1227,10 +1227,11 @@ def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precisi
     """_LseRandom of the rows of Fr (bounds.md sec. 8, "row-common errors in dK, dV").
 
     l = sum over tiles of l alpha + rowsum(P_tile): unmasked rows with the tile order known (as
-    forward._l_sum_error): every addition of tile t errs by <= u L_t (L_t = the share of l visited up to t;
-    any order inside the tile, tl.sum's tree included), one per key; the steps are grouped by the kernel's
-    summands P_j = exp2(s_j - running max) within their error bound (equal summands round alike,
-    _grouped_square_sum) and the proxy is capped by the square of the worst case of those roundings
+    forward._l_sum_error): the rowsum's additions (any order, tl.sum's tree included) each err by <= u pi_t
+    (pi_t the tile's share of l), one per key, grouped by the kernel's summands P_j = exp2(s_j - running max)
+    within their error bound; the merge l alpha + rowsum by <= u L_t (L_t the share visited up to t; exact for
+    the first tile), grouped by the tiles' rowsums as computed (equal values round alike, _grouped_square_sum,
+    one sweep over both kinds of steps); the proxy is capped by the square of the worst case of those roundings
     (the forward's l_sum_det less its rescales). Rows whose LSE bound is the worst case keep l in det."""
     from .forward import _tile_changes, _tile_order
 
@@ -1250,15 +1251,29 @@ def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precisi
     lgf = _logit_errors(Fr.qf, kf, s, Fr.m, vis, sc, M, d, has_bias, qk=P["qk"])
     st, sizes = order.starts, np.asarray(order.sizes)
     Ao, so, wco = order.apply(A), order.apply(s), order.apply(np.where(vis, lgf.wc, 0.0))
-    L = np.cumsum(np.add.reduceat(Ao, st, axis=-1), axis=-1)  # share of l after each tile
-    coef = u * np.repeat(L, sizes, axis=-1)
+    share = np.add.reduceat(Ao, st, axis=-1)  # tile t's share of l
+    L = np.cumsum(share, axis=-1)  # share of l after each tile
     run = np.repeat(np.maximum.accumulate(np.maximum.reduceat(so, st, axis=-1), axis=-1), sizes, axis=-1)
     with np.errstate(invalid="ignore", over="ignore"):
         pk = np.exp(so - run)  # the kernel's summands, in the units of the running max
         e_run = np.max(wco, axis=-1, keepdims=True)  # error of the computed running max
         tol = pk * (np.exp(wco + e_run) * (1 + M.eps_exp) - 1.0)
     tol = np.where(np.isnan(tol), np.inf, tol)
-    l_var = _grouped_square_sum(pk.reshape(-1, Nk), coef.reshape(-1, Nk), tol.reshape(-1, Nk)).reshape(zero.shape)
+    # tile t's rowsum: size - 1 additions in any order (tl.sum's tree), each partial sum <= the tile's share
+    # (charged once per key, grouped by the kernel's summands as before); then the merge l alpha + rowsum,
+    # <= u L_t (exact for the first tile, l = 0), grouped by tiles whose rowsums can be equal as computed
+    # (their summands' tolerances plus the rowsum's own rounding). One grouped sum over both kinds of steps:
+    # a key's step and a merge meet only where their values can be equal, which only adds.
+    T = share.shape[-1]
+    rowsum = np.add.reduceat(pk, st, axis=-1)
+    tol_sum = np.add.reduceat(tol, st, axis=-1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        tol_r = tol_sum + gamma(sizes - 1, u) * (rowsum + tol_sum)
+    tol_r = np.where(np.isnan(tol_r), np.inf, tol_r)
+    coef = np.concatenate([u * np.repeat(share, sizes, axis=-1), u * np.where(np.arange(T) > 0, L, 0.0)], axis=-1)
+    vals, tols = np.concatenate([pk, rowsum], axis=-1), np.concatenate([tol, tol_r], axis=-1)
+    l_var = _grouped_square_sum(vals.reshape(-1, Nk + T), coef.reshape(-1, Nk + T),
+                                tols.reshape(-1, Nk + T)).reshape(zero.shape)
     change = _tile_changes(s, lgf.wc, vis, order, M.alpha_exact_at_zero)
     l_det = u * (change[..., 1:] * L[..., :-1]).sum(-1)
     rn_wc = np.maximum(P["l_sum_det"] - l_det, 0.0)  # the worst case of the roundings l_var models
