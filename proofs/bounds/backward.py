@@ -15,11 +15,12 @@ from . import forward as _forward_module
 from .forward import (_Forward, _forward)
 
 
-def _combine(wc, lin, var, det, lam, kind):
-    """worst_case: the majorant wc. probabilistic: lam sqrt(var) + det + (wc - lin), capped by wc."""
+def _combine(wc, rem, var, det, lam, kind):
+    """worst_case: the majorant wc. probabilistic: lam sqrt(var) + det + rem, capped by wc; rem bounds the
+    nonlinear remainder (wc - lin, or _GradError.rem)."""
     if kind == "worst_case":
         return wc
-    return np.minimum(lam * np.sqrt(np.maximum(var, 0.0)) + det + np.maximum(wc - lin, 0.0), wc)
+    return np.minimum(lam * np.sqrt(np.maximum(var, 0.0)) + det + np.maximum(rem, 0.0), wc)
 
 
 def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None, tc=None,
@@ -30,7 +31,7 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
     sum_c dO_c (N_c/D - O_c) = [sum_j p_j (b_j g_j + (1 + b_j)(sum_c dO_c nu_jc v_jc - mu_j Delta))] / D,
     g_j = dP_j - Delta, so the logit errors enter through |g_j| (not sum_c |dO_c||v_jc - O_c|); then the
     division and the store per column, and the fp32 sum of dv products. acc: (variance proxy, det) of
-    the round-to-nearest P.V accumulation and rescales (_delta_accumulation), in place of the split
+    the round-to-nearest P.V accumulation and rescales and its partial-sum total (_delta_accumulation), in place of the split
     along O; None: that split. tc: the tensor-core truncation of that accumulation from its partial sums
     (_tensor_core_steps), in place of n_pv u_dacc sum_c |dO_c| (A|V|)_c. lr (probabilistic): l's sum
     random over its groups of equal summands where lr.l_ok (_lse_random) in place of mu_lin |Delta|, and the
@@ -51,7 +52,7 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
            + P["Ab1_wc"].sum(-1) * P["mu_wc"] * aD) * inv + sum_fin)
     rounding = float(gamma(F.problem.dv, u)) * (abs_do * (np.abs(o) + F.bound.o)).sum(-1)
     if kind == "worst_case":
-        return wc + rounding, np.zeros_like(wc), wc + rounding
+        return wc + rounding, np.zeros_like(wc), wc + rounding, np.zeros_like(wc)
     oabs_do = abs_do * np.abs(o)
     u_store = M.u_out if F.bound.precision.delta_from == "output" else 0.0
     lin = ((A * P["b_lin"] * absg).sum(-1) + P["nu_lin"] * (A * absdov).sum(-1) + P["mu_lin"] * aD
@@ -64,10 +65,13 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
     # as for O (sec. 6): the parts of the accumulation and P-rounding errors along O (resp. Delta) are
     # systematic on structured inputs: worst case; only the fluctuation around them is random
     # (sum_j A_j |v_jc - O_c| <= (A|V|)_c + |O_c|)
+    rem = wc - lin
     if acc is None:
         acc_var, acc_det = n_rn * u**2 * ((dof * (Av + np.abs(o))) ** 2).sum(-1), n_rn * u * oabs_do.sum(-1)
     else:
-        acc_var, acc_det = acc
+        acc_var, acc_det, partial = acc
+        if M.recursive:
+            rem = np.minimum(rem, _delta_accumulation_remainder(F, M, abs_do, absdov, vf, partial, wc, lin))
     var = (((A * P["sigma"] * g) ** 2).sum(-1) + rp**2 * ((A * g) ** 2).sum(-1)
            + ri**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
            + acc_var
@@ -81,32 +85,70 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
            + ((n_pv * M.u_dacc * (abs_do * Av).sum(-1) if tc is None else tc) if M.tensor_core else 0.0)
            + M.eps_div * oabs_do.sum(-1))
     v_conv = None
+    signed = np.zeros_like(aD)  # the signed conversion effects whose absolute values det holds
     if lg_conv is not None:  # the logits' conversion, known exactly (sec. 8, "input conversions"): signed
         one_sided, e, floor = lg_conv
         Ae = A * e
-        det = (det - (A * one_sided * absg).sum(-1) + np.abs((Ae * g).sum(-1)) + (A * floor * absg).sum(-1)
+        signed = (Ae * g).sum(-1)
+        det = (det - (A * one_sided * absg).sum(-1) + np.abs(signed) + (A * floor * absg).sum(-1)
                + float(gamma(A.shape[-1] + 2, 2.0**-53)) * (np.abs(Ae) * absg).sum(-1))
         v_conv = _delta_v_conversion(A, vf, dof)
     if M.trunc:  # P_j truncated (coefficients A_j dP_j), v_jc truncated (A_j dO_c v_jc), both summing
         # to Delta: one-sided errors, u (sum |coefficient| + |Delta|) / 2 each (bounds.md sec. 6)
         det = det + 0.5 * dp * ((A * np.abs(dP)).sum(-1) + aD)
-        det = det + (0.5 * di * ((abs_do * Av).sum(-1) + aD) if v_conv is None else v_conv)
+        if v_conv is None:
+            det = det + 0.5 * di * ((abs_do * Av).sum(-1) + aD)
+        else:
+            det = det + np.abs(v_conv[0]) + v_conv[1]
+            signed = signed + v_conv[0]
     lam = F.parts.get("lam", LAMBDA)
-    prob = lam * np.sqrt(var) + det + np.maximum(wc - lin, 0.0)
+    prob = lam * np.sqrt(var) + det + np.maximum(rem, 0.0)
     capped = prob >= wc
+    signed = np.where(capped, 0.0, signed)
     if lr is None:
         return (np.minimum(prob, wc) + rounding, np.where(capped, 0.0, np.sqrt(var)),
-                np.where(capped, wc, det + np.maximum(wc - lin, 0.0)) + rounding)
+                np.where(capped, wc, det + np.maximum(rem, 0.0)) + rounding, signed)
     # the final sum's roundings join the random part (the cap above covers the rest only)
     dot_var, dot_det = _delta_dot(dof, o, F.bound.o, u, F.problem.dv)
     var_all = np.where(capped, 0.0, var) + dot_var
-    det_all = np.where(capped, wc, det + np.maximum(wc - lin, 0.0)) + dot_det
-    return (np.minimum(lam * np.sqrt(var_all) + det_all, wc + rounding), np.sqrt(var_all), det_all)
+    det_all = np.where(capped, wc, det + np.maximum(rem, 0.0)) + dot_det
+    return (np.minimum(lam * np.sqrt(var_all) + det_all, wc + rounding), np.sqrt(var_all), det_all, signed)
+
+
+def _delta_accumulation_remainder(F: _Forward, M: _Model, abs_do, absdov, vf, partial, wc, lin):
+    """The remainder of Delta's bound (wc - lin) with the P.V accumulation's part from its partial sums
+    (bounds.md sec. 8, "second order of the accumulations"), for the recursive round-to-nearest accumulation.
+
+    wc - lin less the accumulation's gamma_{n_pv} (its majorant with nu_wc and nu_lin free of the accumulation:
+    the conversions and the rescales' gamma_T), plus, per column, |dO_c| [(1 + gamma_T)(u C1_c + n u (W_c + E_c))
+    (1 + f) - u C1_c]: the normalized accumulation error eps_c = (1 + theta_T) sum_s delta_s T_s with
+    T_s = S_s + D_s + E_{s-1} (|D_s| <= W_c = the products' errors, sum |e_s| <= E_c = u (C1_c + n W_c) / (1 - n u),
+    C1_c = sum of the partial-sum bounds, `partial`), divided by D/l in [D_low, D_up]
+    (|l/D - 1| <= f = max(1/D_low - 1, D_up - 1)); its first order sum_s delta_s S_s is the Azuma proxy."""
+    P = F.parts
+    A, inv = F.A, P["inv_den"][..., 0]
+    n, ua, u, T = P["n_pv"], M.u_dacc, M.u_w, P["T"]
+    g_T = float(gamma(T, u))
+    conv = (1 + M.u_pv) * (1 + M.u_in)
+    nu_wc = conv * (1 + g_T) - 1.0
+    nu_lin = M.u_pv + M.u_in + T * u
+    Ab1 = P["Ab1_wc"]
+    rest = (wc - (P["nu_wc"] - nu_wc) * (Ab1 * absdov).sum(-1) * inv
+            - (lin - (P["nu_lin"] - nu_lin) * (A * absdov).sum(-1)))
+    av = np.abs(vf)
+    W = (Ab1 * (conv * (1 + g_T))) @ av - A @ av  # (rows, dv): sum_j |p^_j - p_j| in normalized units
+    if n * ua >= 1.0:
+        return np.full_like(wc, np.inf)
+    E = ua * (partial + n * W) / (1.0 - n * ua)
+    f = np.maximum(np.maximum(inv - 1.0, Ab1.sum(-1) * (1 + P["mu_wc"]) - 1.0), 0.0)[..., None]
+    first = ua * partial
+    acc = (1 + g_T) * (first + n * ua * (W + E)) * (1 + f) - first
+    return rest + (abs_do * acc).sum(-1)
 
 
 def _delta_v_conversion(A, vf, dof):
-    """|sum_c dO_c sum_j A_j (v~_jc - v_jc)| for V truncated to tf32 as the H100 does (exact), plus the
-    subnormal v (flushed or truncated: |v| each) and the float64 evaluation; None if V is not fp32 values
+    """(sum_c dO_c sum_j A_j (v~_jc - v_jc) for V truncated to tf32 as the H100 does (exact, signed), the
+    subnormal v (flushed or truncated: |v| each) and the float64 evaluation); None if V is not fp32 values
     (forward._v_conversion contracted with dO, signed)."""
     from .logits import _fp32_exact, tf32_truncated
 
@@ -116,8 +158,8 @@ def _delta_v_conversion(A, vf, dof):
     av = np.abs(vf)
     dv = np.where(av < tiny, 0.0, tf32_truncated(vf) - vf)
     g = float(gamma(A.shape[-1] + vf.shape[-1] + 1, 2.0**-53))
-    return (np.abs((dof * (A @ dv)).sum(-1))
-            + (np.abs(dof) * (A @ (av * (av < tiny)) + g * (A @ np.abs(dv)))).sum(-1))
+    return ((dof * (A @ dv)).sum(-1),
+            (np.abs(dof) * (A @ (av * (av < tiny)) + g * (A @ np.abs(dv)))).sum(-1))
 
 
 @dataclass(frozen=True)
@@ -168,12 +210,23 @@ def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_
     wcS = np.where(vis, _fix_bad(A * ((1 + P.wc) * (1 + rho_wc) * X - absg), P.bad,
                                  lambda: P.A_wc1 * (1 + rho_wc) * X - A * absg)
                    + M.floor_w * (1 + rho_wc) * X + M.floor_p, 0.0)
-    linS = np.where(vis, A * ((P.lin + rho_lin) * absg + dP.lin + eD), 0.0)
+    # dS rounded to nearest into the operand format errs by <= max(u_p |dS|, floor_p) (floor_p: half the
+    # subnormal spacing; fp16 dS = A g reaches it at long N_k, A ~ 1/N_k): a first-order, mean-zero rounding
+    # like the relative part, so its square joins the variance (max^2 <= a^2 + b^2) and it leaves wc - lin
+    f_p = _random_floor(M)
+    linS = np.where(vis, A * ((P.lin + rho_lin) * absg + dP.lin + eD) + f_p, 0.0)
     varS = np.where(vis, A * A * (w_P * (P.sigma * absg) ** 2 + w_dP * dP.sigma**2
-                                  + w_S * (2 * u**2 + r_p**2) * absg**2) + extra_var, 0.0)
+                                  + w_S * (2 * u**2 + r_p**2) * absg**2) + w_S * f_p**2 + extra_var, 0.0)
     # (a truncation of dS to tf32 is counted in _grad, with the other operand's)
     detS = np.where(vis, A * (P.det * absg + dP.det + dD), 0.0)
     return _DSError(wcS, linS, varS, detS)
+
+
+def _random_floor(M: _Model) -> float:
+    """The absolute floor of rounding P or dS to the operand format where that rounding is to nearest (fp16,
+    bf16: mean-zero in the model of sec. 6, like the relative part); 0 where it truncates (tf32: one-sided,
+    the floor stays worst case)."""
+    return 0.0 if M.trunc else M.floor_p
 
 
 def _store(err, exact_abs, u_scale, M: _Model):
@@ -319,11 +372,13 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     abs_k = np.abs(kf)
     # sums over query rows (dV, dK), accumulated block by block; dQ is per row
     groups = _RowGroups.of(F.qf, dof, precision, group)
+    keys = _KeyGroups.of(kf, vf, precision)
     dv_sums = dk_sums = conv_sums = None
     # round-to-nearest accumulations over the query rows (dK, dV), as dQ's over the keys: they need every
     # row's products at once, so the row blocks' dS, P and their error bounds are kept until after the loop
     rn_rows = kind == "probabilistic" and not M.tensor_core
-    row_blocks = []
+    tc_rows = M.tensor_core and M.recursive  # tensor-core steps over the query rows from the partial sums
+    row_blocks, dS_blocks = [], []
 
     dq_blocks, dQ_blocks, dq_terms = [], [], []
     sub = {"dK": {}, "dV": {}}  # instrumentation only: det sub-parts summed over the row blocks
@@ -366,20 +421,30 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # the row groups' weights w_q account for: it joins this entry's Azuma sum) and the rest (det_L)
         lr = _lse_random(Fr, M, kf, sc, d, bias is not None, precision)
         sig_L2, det_L = lr.var, lr.det
+        # tf32 that truncates: the stored LSE's conversion part c_i = sum_j A_ij e_ij is known with its sign
+        # (the forward holds |c_i| in its det where its bound is not capped): in dK and dV it enters signed,
+        # -A_ij c_i per P_ij, summed over the rows with the other conversion effects (sec. 8, "input conversions")
+        lse_signed = np.zeros_like(det_L)
+        if conv is not None and lg.conv is not None and kind == "probabilistic":
+            lse_signed = np.where(Fr.parts["lse_capped"], 0.0, (A * lg.conv).sum(-1))
+            det_L = np.maximum(det_L - np.abs(lse_signed), 0.0)
         rg = groups.rows(r)
         w_q, w_do, w_qdo = rg.by_q[..., None], rg.by_do[..., None], rg.by_q_do[..., None]
         b_det = np.where(vis, lg_det + det_L[..., None] + M.eps_exp, 0.0)
         b_sig = lg.sigma
         floor_P = np.where(vis, M.floor_w * (1 + nu_q_wc) + M.floor_p * (1 + gamma(n_q, M.u_dacc)), 0.0)
+        # P rounded to nearest into the operand format: its subnormal floor is a mean-zero rounding of the
+        # row (as dS's, _dS_errors): first order, random, grouped by q like P's relative rounding
+        f_P = np.where(vis, _random_floor(M), 0.0)
 
         dodo = do_r * do_r
         dv_sums = _accumulate(dv_sums, _DVSums(
             A_absdO=_t(A) @ abs_do,
             wc=_t(_fix_bad(A * ((1 + b_wc) * (1 + nu_q_wc) - 1.0), bad,
                            lambda: Ab1_wc * (1 + nu_q_wc) - A) + floor_P) @ abs_do,
-            lin=_t(A * (b_lin + nu_q_lin)) @ abs_do,
+            lin=_t(A * (b_lin + nu_q_lin) + f_P) @ abs_do,
             var_P=_t(w_q * ((A * b_sig) ** 2 + A * A * sig_L2[..., None])) @ dodo,
-            var_ops=_t(A * A * (r_p**2 * w_q + r_in**2 * w_do)) @ dodo,
+            var_ops=_t(A * A * (r_p**2 * w_q + r_in**2 * w_do) + w_q * f_P**2) @ dodo,
             det=_t(A * b_det) @ abs_do,
             exact=_t(A) @ do_r))
         if rn_rows:  # the bound on P's error as the kernel computes it (exp underflow floor included)
@@ -410,7 +475,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                                                               ordered[:, :, rr, None])).sum(-1)
                  for rr, p in _product_chunks(A, np.swapaxes(vf, -1, -2))], axis=2)
         lg_conv = (lg.det_conv, lg.conv, lg.conv_floor) if conv is not None and lg.conv is not None else None
-        eps_D, sig_D, det_D = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D, tc_D,
+        eps_D, sig_D, det_D, delta_signed = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D, tc_D,
                                            lr if kind == "probabilistic" else None, lg_conv)
         eD = eps_D[..., None]
         dS_abs = A * absg
@@ -422,6 +487,13 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 dK_abs=_t(ce.dk_rows_abs) @ np.abs(qf) + _t(np.abs(dS)) @ ce.dq_in_abs,
                 dV=_t(A * ce.e_s) @ do_r + _t(A) @ ce.ddo,
                 dV_abs=_t(A * ce.e_s_abs) @ abs_do + _t(A) @ ce.ddo_abs))
+            # the row-common conversion parts, signed: the stored LSE's (-c_i on every P_ij) and Delta's
+            # (-d_i on every dS_ij); det_L and det_D no longer hold their absolute values
+            cl, cd = lse_signed[..., None], delta_signed[..., None]
+            conv_sums = conv_sums + _ConversionSums(
+                dK=-(_t(A * (cl * g + cd)) @ qf), dK_abs=_t(A * (np.abs(cl) * absg + np.abs(cd))) @ np.abs(qf),
+                dV=-(_t(A * cl) @ do_r), dV_abs=_t(A * np.abs(cl)) @ abs_do)
+            det_D = np.maximum(det_D - np.abs(delta_signed), 0.0)
 
         dP_err = _DPError(wc=dP_wc, lin=dP_lin, sigma=dP_sig, det=dP_det)
 
@@ -458,26 +530,30 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         b_det_row = np.where(vis, lg_det + M.eps_exp, 0.0)
         # Likewise the Delta error is one number per row: it adds -delta_i sum_j P_ij k_j, bounded with
         # |sum_j A_ij k_jc| (dq_delta), so dQ's dS errors leave it out.
+        # dQ sums over the keys: keys that compute alike repeat their roundings (_KeyGroups)
         dSe = _dS_errors(M, vis, A, absg, _PError(wc=b_wc_row, A_wc1=Ab1_row, bad=bad_row, lin=b_lin_row,
-                                                  det=b_det_row, sigma=b_sig), dP_err, eD=0.0, dD=0.0)
+                                                  det=b_det_row, sigma=b_sig), dP_err, eD=0.0, dD=0.0,
+                         w_P=keys.by_k, w_dP=keys.by_v, w_S=keys.by_k_v)
         wcS, linS, varS, detS = dSe.wc, dSe.lin, dSe.var, dSe.det
         # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
         # than that could be equal as computed, and are grouped
         tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
-        acc_sq, tc_steps = _dq_accumulation(M, kind, dS, kf, tolS, vis, precision.block_k, head_full)
+        acc_sq, partial, tc_steps = _dq_accumulation(M, kind, dS, kf, tolS, vis, precision.block_k, head_full)
         if rn_rows:
             row_blocks.append((dS, tolS, tolP))
+        if tc_rows:
+            dS_blocks.append(dS)
         ge = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
-                   varS @ (kf * kf), (dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf, acc_sq=acc_sq,
-                   tc_steps=tc_steps,
+                   varS @ (kf * kf), (keys.by_k * dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf, acc_sq=acc_sq,
+                   tc_steps=tc_steps, partial=partial,
                    conv_known=None if conv is None else (
                        ce.dk_rows @ kf + dS @ conv.dk_in,
                        ce.dk_rows_abs @ abs_k + np.abs(dS) @ conv.dk_in_abs, conv.n_ops))
-        wc, lin, var, det, dQ_exact = ge.wc, ge.lin, ge.var, ge.det, ge.exact
+        wc, var, det, dQ_exact = ge.wc, ge.var, ge.det, ge.exact
         dq_delta = sc * eD * (np.abs(A @ kf)
                               + _fix_bad(A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0), bad_row,
                                          lambda: Ab1_row * ((1 + kap_k) * (1 + rho_wc)) - A) @ abs_k)
-        dq_err = (1 + c_row) * (_combine(wc, lin, var, det, lam, kind) + dq_delta) + c_row * np.abs(dQ_exact)
+        dq_err = (1 + c_row) * (_combine(wc, ge.rem, var, det, lam, kind) + dq_delta) + c_row * np.abs(dQ_exact)
         if detail is not None:
             dq_terms.append(_terms(ge, lam, kind) + [
                 Term("Delta error (row-common)", "other", (1 + c_row) * dq_delta),
@@ -493,11 +569,20 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
 
     AabsdO = dv_sums.A_absdO
     acc_dk = acc_dv = None
+    partial_dk = tc_dk = None
+    tc_dv = n_q * AabsdO if M.tensor_core else 0.0 * AabsdO
+    if tc_rows:
+        dS_all = np.concatenate(dS_blocks, axis=2)
+        del dS_blocks
+        tc_dk = _rows_tensor_core(M, dS_all, F.qf, F.vis, precision.block_q, group, n_q)
+        tc_dv = _rows_tensor_core(M, F.A, dof, F.vis, precision.block_q, group, n_q)
+        del dS_all
+        partial_dk = tc_dk
     if rn_rows:
         dS_all, tolS_all, tolP_all = (np.concatenate(x, axis=2) for x in zip(*row_blocks))
         del row_blocks
-        acc_dk = _rows_accumulation(M, dS_all, F.qf, tolS_all, F.vis, precision.block_q, group)
-        acc_dv = _rows_accumulation(M, F.A, dof, tolP_all, F.vis, precision.block_q, group)
+        acc_dk, partial_dk = _rows_accumulation(M, dS_all, F.qf, tolS_all, F.vis, precision.block_q, group)
+        acc_dv, _ = _rows_accumulation(M, F.A, dof, tolP_all, F.vis, precision.block_q, group)
         del dS_all, tolS_all, tolP_all
     # systematic parts (sec. 6): a partial sum s of the accumulation is C_s dV + F_s, C_s in [0, 1],
     # |F_s| <= sum_i A_ij |dO_ic| + |dV_jc|; the part along dV (and P's rounding along dV) worst case
@@ -507,19 +592,19 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dv_acc_var = n_rn_q * u**2 * (AabsdO + abs_dV)**2 if acc_dv is None else acc_dv
     dv_along = n_rn_q * u * abs_dV if acc_dv is None else 0.0 * abs_dV
     dv_var = dv_sums.var_P + dv_sums.var_ops + dv_acc_var
-    dv_det = (dv_sums.det + (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO
+    dv_det = (dv_sums.det + M.u_dacc * tc_dv
               + dv_along + (r_p + r_in) * abs_dV)
     if M.trunc:  # P and dO truncated to tf32, one-sided: (u_p + u_in) (sum_i A_ij |dO_ic| + |dV_jc|) / 2
         dv_det = dv_det + (d_p + (d_in if conv is None else 0.0)) * 0.5 * (AabsdO + np.abs(dv_sums.exact))
     if conv is not None:  # the input conversions' first-order effect, signed (sec. 8, "input conversions")
         dv_det = dv_det + np.abs(conv_sums.dV) + float(gamma(conv.n_ops, UNIT_ROUNDOFF["float64"])) * conv_sums.dV_abs
     dV_exact = _kv(dv_sums.exact)
-    dv_err = _combine(_kv(dv_sums.wc), _kv(dv_sums.lin), _kv(dv_var), _kv(dv_det), lam, kind)
+    dv_err = _combine(_kv(dv_sums.wc), _kv(dv_sums.wc - dv_sums.lin), _kv(dv_var), _kv(dv_det), lam, kind)
     if detail is not None:
-        dv_parts = _GradError(dv_sums.wc, dv_sums.lin, (
+        dv_parts = _GradError(dv_sums.wc, dv_sums.lin, dv_sums.wc - dv_sums.lin, (
             ("P", dv_sums.var_P), ("operands", dv_sums.var_ops),
             ("accumulation", dv_acc_var)), (
-            ("P", dv_sums.det), ("tensor core", (n_q * M.u_dacc if M.tensor_core else 0.0) * AabsdO),
+            ("P", dv_sums.det), ("tensor core", M.u_dacc * tc_dv),
             ("accumulation along R", dv_along), ("P, dO conversions along R", (r_p + r_in) * abs_dV),
             ("tf32 truncation", (d_p + d_in) * 0.5 * (AabsdO + abs_dV) if M.trunc else 0.0 * abs_dV)), dv_sums.exact)
         detail.append(("dV", _terms(dv_parts, lam, kind, _kv)
@@ -529,9 +614,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dv_err = _store(dv_err, np.abs(dV_exact), 0.0, M)
 
     ge = _grad(M, sc, n_q, dk_sums.base, dk_sums.wcS, dk_sums.lin, dk_sums.var, dk_sums.SS, dk_sums.det,
-               dk_sums.exact, acc_sq=acc_dk, conv_known=None if conv is None else (conv_sums.dK, conv_sums.dK_abs, conv.n_ops))
+               dk_sums.exact, acc_sq=acc_dk, tc_steps=tc_dk, partial=partial_dk, conv_known=None if conv is None else (conv_sums.dK, conv_sums.dK_abs, conv.n_ops))
     dK_exact = ge.exact
-    dk_err = _combine(_kv(ge.wc), _kv(ge.lin), _kv(ge.var), _kv(ge.det), lam, kind)
+    dk_err = _combine(_kv(ge.wc), _kv(ge.rem), _kv(ge.var), _kv(ge.det), lam, kind)
     if detail is not None:
         detail.append(("dK", _terms(ge, lam, kind, _kv)
                        + [Term("store and scale", "other", _store(dk_err, np.abs(_kv(dK_exact)), g2, M) - dk_err)]
@@ -601,11 +686,13 @@ class _ConversionSums(_Summable):
 @dataclass(frozen=True)
 class _GradError:
     """The error of scale * S @ other (sec. 8) in the pieces of sec. 6: the majorant wc and its linear
-    part lin, and the first-order part split into named variance proxies (var_parts, random) and
+    part lin, a bound rem on the nonlinear remainder (wc - lin, or smaller from the accumulation's partial
+    sums, _grad), and the first-order part split into named variance proxies (var_parts, random) and
     non-random terms (det_parts); var and det are their sums. `exact` = scale * S @ other."""
 
     wc: np.ndarray
     lin: np.ndarray
+    rem: np.ndarray
     var_parts: tuple
     det_parts: tuple
     exact: np.ndarray
@@ -626,7 +713,7 @@ def _terms(ge: _GradError, lam, kind, reduce=lambda x: x) -> list:
     ones = np.ones_like(reduce(ge.exact))
     out += [Term(name, "det", reduce(x) * ones) for name, x in ge.det_parts]
     if kind == "probabilistic":
-        out.append(Term("majorant remainder wc - lin", "det", np.maximum(reduce(ge.wc) - reduce(ge.lin), 0.0)))
+        out.append(Term("majorant remainder wc - lin", "det", np.maximum(reduce(ge.rem), 0.0)))
     return out
 
 
@@ -649,7 +736,7 @@ def _total(parts):
 
 
 def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_other, acc_sq=None,
-          tc_steps=None, conv_known=None) -> _GradError:
+          tc_steps=None, conv_known=None, partial=None) -> _GradError:
     """scale * S @ other with S's error (wc, lin, var, det), the operand rounding of `other` (u_in) and
     the accumulation of n terms (tensor core or RN), from the products base = |S| @ |other|,
     wcS @ |other|, linS @ |other|, varS @ other^2, (S * S) @ other^2, detS @ |other| and S @ other
@@ -660,6 +747,9 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     place of n * base. conv_known: (signed first-order effect of the input conversions on S @ other,
     the same with absolute values, operations per entry) (_ConvertedInputs.effects), in place of the
     conversion of `other` in the one-sided truncation term; its float64 evaluation error is added.
+    partial (recursive accumulations only): sum over the accumulation's n roundings of a bound on the exact
+    partial sum each rounds (C1: _rn_accumulation_sq's, or tc_steps), which bounds the remainder rem
+    (bounds.md sec. 8, "second order of the accumulations"); None: rem = wc - lin.
 
     wc = (1 + kappa) (wcS + |S|) @ |other| - base, evaluated as kappa (wcS_ao + base) + wcS_ao: the same
     number without the cancellation of the literal form (kappa ~ n u, so its rounding error was up to
@@ -691,7 +781,18 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
         signed, absolute, n_ops = conv_known
         det_parts.append(("input conversions (exact)",
                           sc * (np.abs(signed) + float(gamma(n_ops, UNIT_ROUNDOFF["float64"])) * absolute)))
-    return _GradError(wc, lin, var_parts, tuple(det_parts), sc * S_other)
+    rem = wc - lin
+    if partial is not None and M.recursive:
+        # error = sum_s (p^_s - p_s) + sum_s e_s exactly, e_s = delta_s T_s with T_s = S_s + D_s + E_{s-1}
+        # (exact partial sum, products' errors so far, roundings so far): beyond the first order (lin's
+        # linear terms, delta_s S_s) remain the products' nonlinear part and u sum_s (|D_s| + |E_{s-1}|) with
+        # |D_s| <= W = sum_s |p^_s - p_s| and sum_s |e_s| <= u (C1 + n W) / (1 - n u) (bounds.md sec. 8)
+        ua = M.u_dacc
+        W = (1 + M.u_in) * wcS_ao + M.u_in * base
+        with np.errstate(divide="ignore", invalid="ignore"):
+            E = np.where(n * ua < 1.0, ua * (partial + n * W) / max(1.0 - n * ua, 0.0), np.inf)
+        rem = np.minimum(rem, sc * ((wcS_ao - linS_ao) + M.u_in * wcS_ao + n * ua * (W + E)))
+    return _GradError(wc, lin, rem, var_parts, tuple(det_parts), sc * S_other)
 
 
 
@@ -797,15 +898,18 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered):
     steps whose products could be equal as computed (|other| tolS around each, tolS the bound on the
     error of S's entry as computed, `other` exact) form one group whose errors are summed worst case; distinct
     groups are the independent, mean-zero roundings of the model (Azuma over groups). Returns, per
-    (B, H, rows, d): sum_G (sum_{s in G} u |partial sum bound|_s)^2."""
+    (B, H, rows, d): sum_G (sum_{s in G} u |partial sum bound|_s)^2, and the sum over the steps of the
+    partial sum bounds (C1 of _grad's remainder)."""
     B, H, R, n = S.shape
     out = np.zeros((B, H, R, other.shape[-1]))
+    partial = np.zeros_like(out)
     oT = np.swapaxes(other, -1, -2)  # (B, H, d, n)
     for r, p in _product_chunks(S, oT):
         coef_o = u * _accumulation_coefficients(p, block, True)
         coef_u = u * _accumulation_coefficients(p, block, False)
         ordr = np.broadcast_to(np.asarray(ordered)[..., r], S.shape[:2] + (r.stop - r.start,))
         coef = np.where(ordr[..., None, None], coef_o, coef_u)
+        partial[:, :, r] = coef.sum(-1) / u
         coef = np.where(p == 0.0, np.where(S[:, :, r, None, :] == 0.0, 0.0, coef), coef)
         with np.errstate(invalid="ignore"):  # inf * 0 (a vacuous dS bound times k = 0): any value
             tol = tolS[:, :, r, None, :] * np.abs(oT[:, :, None, :, :])
@@ -814,12 +918,12 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered):
         coef = np.fmin(coef, (1 + u) * (np.abs(p) + tol))
         shape = p.shape[:-1]
         out[:, :, r] = _grouped_square_sum(p.reshape(-1, n), coef.reshape(-1, n), tol.reshape(-1, n)).reshape(shape)
-    return out
+    return out, partial
 
 
 def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bias: bool, precision,
                         head_full=None):
-    """(variance proxy, det) of the first-order error that the kernel's round-to-nearest P.V accumulation
+    """(variance proxy, det, partial) of the first-order error that the kernel's round-to-nearest P.V accumulation
     (one rounding per product, tiles of block_k) and its rescales acc * alpha put into
     Delta_i = sum_c dO_ic O_ic (rows of F), in place of the split along O (bounds.md sec. 8).
 
@@ -830,7 +934,9 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
     the groups (_grouped_square_sum). Rescales: one rounding u |acc| per tile that can move the running max
     (exp2(0) = 1 exactly otherwise), charged worst case (equal alphas round alike); with the tile order known
     (unmasked rows) |acc_c| <= the share of (A|V|)_c visited before that tile and only the tiles after which
-    the max can still move count (forward._tile_changes), else u (A|V|)_c times the order-free count."""
+    the max can still move count (forward._tile_changes), else u (A|V|)_c times the order-free count.
+    partial (rows, dv): per column, the sum over the steps of the partial-sum bounds (C1 of
+    _delta_accumulation_remainder)."""
     from .forward import _keys_in_order, _rescale_changes, _tile_changes, _tile_order
 
     A, vis, s, m = F.A, F.vis, F.s, F.m
@@ -850,6 +956,7 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
     dvn = vf.shape[-1]
     absdo = np.abs(dof)
     var = np.zeros(A.shape[:-1])
+    partial = np.zeros(A.shape[:-1] + (dvn,))  # sum over the steps of the partial-sum bounds, per column
     step = max(1, (1 << 21) // max(1, Nk * dvn))
     for r0 in range(0, rows, step):
         r = slice(r0, min(rows, r0 + step))
@@ -858,6 +965,7 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
         coef = _accumulation_coefficients(normalized, bk, True)
         coef_u = _accumulation_coefficients(normalized, bk, False)
         coef = np.where(ordered[:, :, r, None, None], coef, coef_u)
+        partial[:, :, r] = np.where(vis[:, :, r, None, :], coef, 0.0).sum(-1)
         # |e_s| <= min(u |partial sum|, |product as computed|) (the accumulator itself is a float)
         with np.errstate(invalid="ignore"):
             tol_n = (A * rel)[:, :, r, None, :] * np.abs(vT)
@@ -879,11 +987,11 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
         prefix = np.cumsum(np.add.reduceat(order.apply(A)[..., None, :] * np.swapaxes(
             _keys_in_order(np.abs(vf), order), -1, -2)[:, :, None], order.starts, axis=-1), axis=-1)
         before = (change[..., None, 1:] * prefix[..., :-1]).sum(-1)  # (B, H, rows, dv)
-        return var, M.u_w * (absdo * before).sum(-1)
+        return var, M.u_w * (absdo * before).sum(-1), partial
     later = _rescale_changes(s, lgf.wc, vis, bk, M.alpha_exact_at_zero)
     n_change = np.max(np.where(vis, later, 0.0), axis=-1) + (0.0 if M.alpha_exact_at_zero else 0.0)
     det = M.u_w * n_change * (absdo * (A @ np.abs(vf))).sum(-1)
-    return var, det
+    return var, det, partial
 
 
 def _heads_unmasked(head_full):
@@ -892,7 +1000,7 @@ def _heads_unmasked(head_full):
 
 
 def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head_full=None):
-    """(acc_sq, tc_steps) of _grad for the accumulation dQ = dS @ K through key tiles of block_k: round to
+    """(acc_sq, partial, tc_steps) of _grad for the accumulation dQ = dS @ K through key tiles of block_k: round to
     nearest grouped by products that can be equal as computed (probabilistic, no tensor core; tolS bounds
     the error of dS as computed), tensor-core steps from the partial sums (recursive tensor cores); None
     where the model has neither. Tiles are ascending where nothing of the head is masked (`head_full`, (..., 1, 1):
@@ -900,13 +1008,14 @@ def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head
     multiple of block_k."""
     Nk = kf.shape[-2]
     ordered = (M.recursive and Nk % block_k == 0) & vis.all(axis=-1) & _heads_unmasked(head_full)
-    acc_sq = tc_steps = None
+    acc_sq = partial = tc_steps = None
     if kind == "probabilistic" and not M.tensor_core:
-        acc_sq = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, block_k, ordered)
+        acc_sq, partial = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, block_k, ordered)
     if M.tensor_core and M.recursive:
         tc_steps = np.concatenate([_tensor_core_steps(p, block_k, M.k_step, ordered[:, :, rr, None])
                                    for rr, p in _product_chunks(dS, np.swapaxes(kf, -1, -2))], axis=2)
-    return acc_sq, tc_steps
+        partial = tc_steps  # each step's |accumulator| + sum |products| bound: C1 of the step model
+    return acc_sq, partial, tc_steps
 
 
 def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int):
@@ -917,7 +1026,8 @@ def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int)
     contraction of group * Nq products in that order. Tiles ascending only when no entry of the group is
     masked and N_q is a multiple of block_q: a masked entry anywhere in a tile makes it partial, and partial
     tiles come first (kernels/triton_bwd.py); otherwise the order-free coefficient u sum |p|. Returns
-    (B, Hq, Nk, c): the kv head's proxy spread evenly over its query heads (the callers sum them, _kv)."""
+    (B, Hq, Nk, c) twice: the kv head's proxy and its partial-sum total C1, spread evenly over its query heads
+    (the callers sum them, _kv)."""
     B, Hq, Nq, Nk = S.shape
     Hkv = Hq // group
 
@@ -925,9 +1035,31 @@ def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int)
         return x.reshape(B, Hkv, group * Nq, *x.shape[3:])
     ordered = (M.recursive and Nq % block_q == 0) & heads(vis).all(axis=(-2, -1))
     ordered = np.broadcast_to(ordered[..., None], (B, Hkv, Nk))
-    acc = _rn_accumulation_sq(np.swapaxes(heads(S), -1, -2), heads(other), np.swapaxes(heads(tolS), -1, -2),
-                              M.u_dacc, block_q, ordered)
-    return np.repeat(acc / group, group, axis=1)
+    acc, partial = _rn_accumulation_sq(np.swapaxes(heads(S), -1, -2), heads(other),
+                                       np.swapaxes(heads(tolS), -1, -2), M.u_dacc, block_q, ordered)
+    return np.repeat(acc / group, group, axis=1), np.repeat(partial / group, group, axis=1)
+
+
+def _rows_tensor_core(M: _Model, S, other, vis, block_q: int, group: int, n_steps: int):
+    """tc_steps of _grad for the tensor-core accumulation over the query rows of S^T @ other (dK: dS^T Q, dV:
+    P^T dO) in the dK/dV pass: sum over the MMA steps of (|accumulator| + the step's sum |p|) bounded from the
+    partial sums of ascending query tiles (_tensor_core_steps, as dQ's over the keys) where the rows come in
+    order (nothing of the kv head's group masked, N_q a multiple of block_q: _rows_accumulation's condition),
+    else n_steps sum |p| (n_steps: the accumulator's MMA steps through the group). (B, Hq, Nk, c): the kv
+    head's value spread evenly over its query heads (the callers sum them, _kv)."""
+    B, Hq, Nq, Nk = S.shape
+    Hkv = Hq // group
+
+    def heads(x):  # (B, Hq, Nq, ...) -> (B, Hkv, group * Nq, ...)
+        return x.reshape(B, Hkv, group * Nq, *x.shape[3:])
+    ordered = (M.recursive and Nq % block_q == 0) & heads(vis).all(axis=(-2, -1))
+    St, oT = np.swapaxes(heads(S), -1, -2), np.swapaxes(heads(other), -1, -2)  # (B, Hkv, Nk, gNq), (B, Hkv, c, gNq)
+    unordered = n_steps * (np.abs(St) @ np.abs(np.swapaxes(oT, -1, -2)))
+    steps = np.concatenate([_tensor_core_steps(p, block_q, M.k_step, True) for _, p in _product_chunks(St, oT)],
+                           axis=2)
+    out = np.where(np.broadcast_to(np.asarray(ordered)[..., None, None], unordered.shape),
+                   np.minimum(steps, unordered), unordered)
+    return np.repeat(out / group, group, axis=1)
 
 
 def _product_chunks(S, oT):
@@ -1079,6 +1211,26 @@ class _RowGroups:
 
 
 @dataclass(frozen=True)
+class _KeyGroups:
+    """For dQ's sum over the keys, how many keys of the head compute like each key, (B, Hq, 1, Nk). The dual of _RowGroups: for a fixed row i, two keys with the
+    same k (as the dot sees it) give the same logit and its roundings (by_k), the same v the same dP roundings
+    (by_v), the same k and v the same dS = P (dP - Delta) and its roundings (by_k_v): one random variable per
+    group, so each key's variance term is weighted by its group's size (Cauchy-Schwarz, as for rows). Without
+    it, keys and values drawn from a pool of 3 (k, v) pairs exceeded the probabilistic dQ bound (fp16,
+    N_k = 4096, seed 0: 0.92; 1.1 before the floor of _random_floor joined the variance)."""
+
+    by_k: np.ndarray
+    by_v: np.ndarray
+    by_k_v: np.ndarray
+
+    @staticmethod
+    def of(kf, vf, precision: Precision) -> "_KeyGroups":
+        """kf, vf: (B, Hq, Nk, .), the kv heads as each query head reads them."""
+        k, v = _operand_rows(kf, precision), _operand_rows(vf, precision)
+        return _KeyGroups(*(_group_sizes(keys, 1)[:, :, None, :] for keys in ([k], [v], [k, v])))
+
+
+@dataclass(frozen=True)
 class _LseRandom:
     """The stored LSE's error of a block of rows, split for the sums over rows of dK and dV: `var`, the
     variance proxy of its round-to-nearest parts (the forward's logit part sigma_L^2, l's sum over groups of
@@ -1098,10 +1250,11 @@ def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precisi
     """_LseRandom of the rows of Fr (bounds.md sec. 8, "row-common errors in dK, dV").
 
     l = sum over tiles of l alpha + rowsum(P_tile): unmasked rows with the tile order known (as
-    forward._l_sum_error): every addition of tile t errs by <= u L_t (L_t = the share of l visited up to t;
-    any order inside the tile, tl.sum's tree included), one per key; the steps are grouped by the kernel's
-    summands P_j = exp2(s_j - running max) within their error bound (equal summands round alike,
-    _grouped_square_sum) and the proxy is capped by the square of the worst case of those roundings
+    forward._l_sum_error): the rowsum's additions (any order, tl.sum's tree included) each err by <= u pi_t
+    (pi_t the tile's share of l), one per key, grouped by the kernel's summands P_j = exp2(s_j - running max)
+    within their error bound; the merge l alpha + rowsum by <= u L_t (L_t the share visited up to t; exact for
+    the first tile), grouped by the tiles' rowsums as computed (equal values round alike, _grouped_square_sum,
+    one sweep over both kinds of steps); the proxy is capped by the square of the worst case of those roundings
     (the forward's l_sum_det less its rescales). Rows whose LSE bound is the worst case keep l in det."""
     from .forward import _tile_changes, _tile_order
 
@@ -1121,15 +1274,29 @@ def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precisi
     lgf = _logit_errors(Fr.qf, kf, s, Fr.m, vis, sc, M, d, has_bias, qk=P["qk"])
     st, sizes = order.starts, np.asarray(order.sizes)
     Ao, so, wco = order.apply(A), order.apply(s), order.apply(np.where(vis, lgf.wc, 0.0))
-    L = np.cumsum(np.add.reduceat(Ao, st, axis=-1), axis=-1)  # share of l after each tile
-    coef = u * np.repeat(L, sizes, axis=-1)
+    share = np.add.reduceat(Ao, st, axis=-1)  # tile t's share of l
+    L = np.cumsum(share, axis=-1)  # share of l after each tile
     run = np.repeat(np.maximum.accumulate(np.maximum.reduceat(so, st, axis=-1), axis=-1), sizes, axis=-1)
     with np.errstate(invalid="ignore", over="ignore"):
         pk = np.exp(so - run)  # the kernel's summands, in the units of the running max
         e_run = np.max(wco, axis=-1, keepdims=True)  # error of the computed running max
         tol = pk * (np.exp(wco + e_run) * (1 + M.eps_exp) - 1.0)
     tol = np.where(np.isnan(tol), np.inf, tol)
-    l_var = _grouped_square_sum(pk.reshape(-1, Nk), coef.reshape(-1, Nk), tol.reshape(-1, Nk)).reshape(zero.shape)
+    # tile t's rowsum: size - 1 additions in any order (tl.sum's tree), each partial sum <= the tile's share
+    # (charged once per key, grouped by the kernel's summands as before); then the merge l alpha + rowsum,
+    # <= u L_t (exact for the first tile, l = 0), grouped by tiles whose rowsums can be equal as computed
+    # (their summands' tolerances plus the rowsum's own rounding). One grouped sum over both kinds of steps:
+    # a key's step and a merge meet only where their values can be equal, which only adds.
+    T = share.shape[-1]
+    rowsum = np.add.reduceat(pk, st, axis=-1)
+    tol_sum = np.add.reduceat(tol, st, axis=-1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        tol_r = tol_sum + gamma(sizes - 1, u) * (rowsum + tol_sum)
+    tol_r = np.where(np.isnan(tol_r), np.inf, tol_r)
+    coef = np.concatenate([u * np.repeat(share, sizes, axis=-1), u * np.where(np.arange(T) > 0, L, 0.0)], axis=-1)
+    vals, tols = np.concatenate([pk, rowsum], axis=-1), np.concatenate([tol, tol_r], axis=-1)
+    l_var = _grouped_square_sum(vals.reshape(-1, Nk + T), coef.reshape(-1, Nk + T),
+                                tols.reshape(-1, Nk + T)).reshape(zero.shape)
     change = _tile_changes(s, lgf.wc, vis, order, M.alpha_exact_at_zero)
     l_det = u * (change[..., 1:] * L[..., :-1]).sum(-1)
     rn_wc = np.maximum(P["l_sum_det"] - l_det, 0.0)  # the worst case of the roundings l_var models

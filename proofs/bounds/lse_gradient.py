@@ -75,12 +75,13 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
         dS = A * g
         # the dQ accumulation as in backward_bound: round to nearest grouped by equal products, tensor
         # cores from the partial sums (ascending tiles: nothing of the head masked, N_k a multiple of block_k)
-        acc_sq, tc_steps = _dq_accumulation(M, kind, dS, kf, (1 + M.u_p) * (A * absg + wcS) - A * absg, vis,
+        acc_sq, partial, tc_steps = _dq_accumulation(M, kind, dS, kf, (1 + M.u_p) * (A * absg + wcS) - A * absg, vis,
                                             precision.block_k, head_full)
         ge = _grad(M, sc, n_k, (A * absg) @ abs_k, wcS @ abs_k, linS @ abs_k,
-                   varS @ kk, (dS * dS) @ kk, detS @ abs_k, dS @ kf, acc_sq=acc_sq, tc_steps=tc_steps)
+                   varS @ kk, (dS * dS) @ kk, detS @ abs_k, dS @ kf, acc_sq=acc_sq, tc_steps=tc_steps,
+                   partial=partial)
         dQ = ge.exact
-        err = (1 + c_row) * _combine(ge.wc, ge.lin, ge.var, ge.det, lam, kind) + c_row * np.abs(dQ)
+        err = (1 + c_row) * _combine(ge.wc, ge.rem, ge.var, ge.det, lam, kind) + c_row * np.abs(dQ)
         err = _store(err, np.abs(dQ), float(gamma(2, u)), M)
         out.append(np.where(empty[..., None], 0.0, err))
         exact.append(dQ)
