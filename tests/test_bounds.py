@@ -674,39 +674,31 @@ def test_a_tile_wider_than_the_problem_is_the_whole_row(kind):
 @pytest.mark.parametrize("blocked", [False, True])
 @pytest.mark.parametrize("sizes,k_step,products", [((64, 64, 64, 13), 1, 1), ((16, 16, 7), 8, 2), ((5,), 1, 1)])
 def test_partial_sums_follow_the_accumulation_steps(blocked, sizes, k_step, products):
-    """sum_s C_s and sum_s F_s^2 of the forward's P.V accumulation (sec. 6) equal a step-by-step walk of the
-    kernel's chain: recursive (tl.dot(p, v, acc)): every step rounds the running partial sum; blocked
-    (acc * alpha + tl.dot(p, v)): a product step rounds the tile's own chain, and each tile end rounds the
-    whole partial sum twice (the addition into acc and the rescale)."""
-    from flashcheck.proofs.bounds.forward import _partial_sums, _step_ends
+    """sum_s |X_s| of the forward's P.V accumulation (sec. 6, X_s the exact partial sum step s rounds) equals a
+    step-by-step walk of the kernel's chain: recursive (tl.dot(p, v, acc)): every step rounds the running
+    partial sum; blocked (acc * alpha + tl.dot(p, v)): a product step rounds the tile's own chain, and each
+    tile end rounds the whole partial sum twice (the addition into acc and the rescale)."""
+    from flashcheck.proofs.bounds.forward import _partial_abs_sums, _step_ends
 
     rng = np.random.default_rng(len(sizes) + k_step)
     nk, dv = sum(sizes), 3
     A = rng.random((2, nk))
     A /= A.sum(-1, keepdims=True)
     v = rng.standard_normal((nk, dv))
-    o = A @ v
     ends, tile_ends = _step_ends(sizes, k_step)
-    f_sq, c_sum = _partial_sums(A, v, o, ends, tile_ends, products, blocked=blocked)
+    x_abs = _partial_abs_sums(A, v, ends, tile_ends, products, blocked=blocked)
 
-    want_c, want_f = np.zeros(2), np.zeros((2, dv))
+    want = np.zeros((2, dv))
     start = 0
     for w in sizes:
         for e in range(start, start + w):
             if e in ends:  # a product step: the chain's partial sum
                 first = start if blocked else 0
-                C = A[:, first:e + 1].sum(-1)
-                F = (A[:, first:e + 1, None] * (v[first:e + 1] - o[:, None, :])).sum(-2)
-                want_c += products * C
-                want_f += products * F**2
+                want += products * np.abs((A[:, first:e + 1, None] * v[first:e + 1]).sum(-2))
         end = start + w  # tile end: the whole partial sum, once (recursive: the rescale) or twice (blocked)
-        C = A[:, :end].sum(-1)
-        F = (A[:, :end, None] * (v[:end] - o[:, None, :])).sum(-2)
-        want_c += (2 if blocked else 1) * C
-        want_f += (2 if blocked else 1) * F**2
+        want += (2 if blocked else 1) * np.abs((A[:, :end, None] * v[:end]).sum(-2))
         start = end
-    np.testing.assert_allclose(c_sum, want_c, rtol=1e-12)
-    np.testing.assert_allclose(f_sq, want_f, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(x_abs, want, rtol=1e-12, atol=1e-15)
 
 
 def _walk_accumulation(x, sizes, blocked, delta):
@@ -753,7 +745,7 @@ def test_accumulation_remainder_bounds_the_second_order(blocked, values):
     every delta = +u on constant V (all partial sums positive, the errors of the errors all adding up) it is
     within 10% of it, so the remainder is needed at long N and a smaller one (e.g. without the errors'
     own growth, or half of it) fails."""
-    from flashcheck.proofs.bounds.forward import _accumulation_remainder, _step_ends, _tile_order
+    from flashcheck.proofs.bounds.forward import _accumulation_remainder, _keys_in_order, _step_ends, _tile_order
     from flashcheck.proofs.bounds.precision import _model
 
     u = 2.0**-14
@@ -766,7 +758,8 @@ def test_accumulation_remainder_bounds_the_second_order(blocked, values):
     order = _tile_order(nk, 64, "ascending")
     ends, tile_ends = _step_ends(order.sizes, 1)
     A_absv = A @ np.abs(v)
-    bound = _accumulation_remainder(A, v, order, ends, tile_ends, blocked, M, A_absv, A_absv)[0]
+    bound = _accumulation_remainder(order.apply(A), _keys_in_order(v, order), ends, tile_ends, blocked, M, A_absv,
+                                    A_absv)[0]
     x = A[0, :, None] * v
     exact = x.sum(0)
     if values == "constant":

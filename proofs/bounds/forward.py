@@ -385,56 +385,41 @@ def _step_ends(sizes, k_step: int):
     return np.unique(np.asarray(ends)), np.asarray(tile_ends)
 
 
-def _partial_sums(A, vf, o, ends, tile_ends, products: int, blocked: bool = False):
-    """For keys added in ascending order: sum over the accumulation steps s of F_s^2 and of C_s, with
-    C_s = sum_{j<=s} A_j, F_s = sum_{j<=s} A_j (v_j - O) (the partial sum's fluctuation around O, sec. 6);
-    each product step counted `products` times, plus the rescale at each tile end.
-    blocked (acc * alpha + tl.dot(p, v)): a product step rounds the tile's own chain, whose partial sums start
-    at the tile (C_s, F_s minus their values at the previous tile's end); each tile end rounds twice, the
-    addition into the accumulator and the rescale, both on the whole partial sum (the last tile's rescale,
-    which never happens, is counted too)."""
+def _chain_steps(A, vf, ends, tile_ends, blocked: bool):
+    """The exact values the P.V chain rounds, keys in visiting order, per block of rows r: yields (r, X, S_end)
+    with X (..., rows, steps, dv) the partial sums of A_j v_jc at the product steps `ends` and S_end
+    (..., rows, T, dv) the whole partial sums at the tile ends. recursive (tl.dot(p, v, acc)): a product step
+    rounds the running partial sum, each tile end the rescale. blocked (acc * alpha + tl.dot(p, v)): a product
+    step rounds the tile's own chain, whose partial sums start at the tile; each tile end rounds the whole
+    partial sum twice, the addition into the accumulator and the rescale (the last tile's rescale, which
+    never happens, counted too)."""
     Nq, Nk = A.shape[-2:]
     dv = vf.shape[-1]
-    # tile_start[e]: the first key of the tile that the step ending at e belongs to
-    starts = np.concatenate([[0], np.asarray(tile_ends)[:-1] + 1])
-    tile_start = starts[np.searchsorted(starts, ends, side="right") - 1]
-    tile_steps = 2 if blocked else 1
-
-    def within(X, axis):  # partial sums at the step ends, from the tile start when blocked
-        at = np.take(X, ends, axis=axis)
-        if not blocked:
-            return at
-        pad = [(0, 0)] * X.ndim
-        pad[axis] = (1, 0)  # padded[t] = the cumulative sum before key t (0 before the first)
-        return at - np.take(np.pad(X, pad), tile_start, axis=axis)
-
-    C = np.cumsum(A, axis=-1)
-    c_sum = products * within(C, -1).sum(-1) + tile_steps * C[..., tile_ends].sum(-1)
-    f_sq = np.zeros((*np.broadcast_shapes(A.shape[:-1], o.shape[:-1]), dv))
-    for r in _rows_chunks(Nq, Nk, dv, budget=1 << 20):
-        F = np.cumsum(A[..., r, :, None] * (vf[..., None, :, :] - o[..., r, None, :]), axis=-2)
-        f_sq[..., r, :] = (products * (within(F, -2) ** 2).sum(-2)
-                           + tile_steps * (F[..., tile_ends, :] ** 2).sum(-2))
-    return f_sq, c_sum
-
-
-def _partial_abs_sums(A, vf, ends, tile_ends, products: int, blocked: bool = False):
-    """sum over the accumulation steps s of |X_s|, X_s = C_s O + F_s the exact value step s rounds (the steps of
-    _partial_sums, counted alike): the first-order error sum_s delta_s X_s of the chain is <= u sum_s |X_s|
-    whatever the signs of the delta_s (bounds.md sec. 6, "The accumulation is charged on the data")."""
-    Nq, Nk = A.shape[-2:]
-    dv = vf.shape[-1]
-    starts = np.concatenate([[0], np.asarray(tile_ends)[:-1] + 1])
-    tile_start = starts[np.searchsorted(starts, ends, side="right") - 1]
-    out = np.zeros((*np.broadcast_shapes(A.shape[:-1], vf.shape[:-2] + (1,))[:-1], Nq, dv))
+    ends, tile_ends = np.asarray(ends), np.asarray(tile_ends)
+    starts = np.concatenate([[0], tile_ends[:-1] + 1])
+    tile_start = starts[np.searchsorted(tile_ends, ends)]  # the first key of each product step's tile
     for r in _rows_chunks(Nq, Nk, dv, budget=1 << 20):
         S = np.cumsum(A[..., r, :, None] * vf[..., None, :, :], axis=-2)  # (..., rows, Nk, dv)
         X = S[..., ends, :]
-        if blocked:  # a chain step rounds the tile's own partial sum; the tile ends (2 roundings) the whole
-            S0 = np.concatenate([np.zeros_like(S[..., :1, :]), S], axis=-2)
+        if blocked:
+            S0 = np.concatenate([np.zeros_like(S[..., :1, :]), S], axis=-2)  # S0[t]: the sum before key t
             X = X - S0[..., tile_start, :]
-        out[..., r, :] = (products * np.abs(X).sum(-2)
-                          + (2 if blocked else 1) * np.abs(S[..., tile_ends, :]).sum(-2))
+        yield r, X, S[..., tile_ends, :]
+
+
+def _chain_shape(A, vf):
+    """(..., Nq, dv): the shape of a per-entry sum over the P.V chain's steps."""
+    return (*np.broadcast_shapes(A.shape[:-1], vf.shape[:-2] + (1,))[:-1], A.shape[-2], vf.shape[-1])
+
+
+def _partial_abs_sums(A, vf, ends, tile_ends, products: int, blocked: bool = False):
+    """sum over the accumulation steps s of |X_s| (_chain_steps; each product step counted `products` times,
+    each tile end once, twice when blocked), X_s = C_s O + F_s the exact value step s rounds: the chain's
+    first-order error sum_s delta_s X_s is <= u sum_s |X_s| whatever the signs of the delta_s (bounds.md
+    sec. 6, "The accumulation is charged on the data")."""
+    out = np.zeros(_chain_shape(A, vf))
+    for r, X, S_end in _chain_steps(A, vf, ends, tile_ends, blocked):
+        out[..., r, :] = products * np.abs(X).sum(-2) + (2 if blocked else 1) * np.abs(S_end).sum(-2)
     return out
 
 
@@ -451,15 +436,13 @@ class _SecondOrderSums:
 def _second_order_partial_sums(A, vf, ends, tile_ends, blocked: bool = False):
     """The accumulation's second-order remainder on the data (bounds.md sec. 6, "Second-order terms"), one
     rounding per step: sum over the rounding steps r of w_r |X_r| per column, X_r the exact value step r
-    rounds (the partial sum of A_j v_jc that _partial_sums counts: from the tile start for a blocked chain's
+    rounds (the partial sum of A_j v_jc that _chain_steps yields: from the tile start for a blocked chain's
     steps) and w_r the number of later roundings whose input carries step r's error; with W = sum_r w_r and
     N, the number of roundings. recursive: every later step (one chain). blocked: a chain step reaches the
     later steps of its tile's chain and every tile-end step from its tile's addition on; a tile-end step (the
     addition, then the rescale, per tile end; the last tile's rescale counted too) the later tile-end steps.
     Each |X_r| is evaluated in float64; its evaluation error (<= 2 gamma_{Nk+1}(2^-53) sum_j A_j |v_jc|) is
     the caller's. Returns _SecondOrderSums."""
-    Nq, Nk = A.shape[-2:]
-    dv = vf.shape[-1]
     ends, tile_ends = np.asarray(ends), np.asarray(tile_ends)
     T, n_e = len(tile_ends), len(ends)
     tile = np.searchsorted(tile_ends, ends)  # the tile of each product step
@@ -472,15 +455,9 @@ def _second_order_partial_sums(A, vf, ends, tile_ends, blocked: bool = False):
         rank = np.arange(n_e) + tile  # product step i comes after the rescales of the earlier tiles
         w_prod = (n_e + T - 1 - rank).astype(np.float64)
         w_tile = (n_e + T - 1 - (np.searchsorted(ends, tile_ends) + 1 + np.arange(T))).astype(np.float64)
-    starts = np.concatenate([[0], tile_ends[:-1] + 1])
-    out = np.zeros((*np.broadcast_shapes(A.shape[:-1], vf.shape[:-2] + (1,))[:-1], Nq, dv))
-    for r in _rows_chunks(Nq, Nk, dv, budget=1 << 20):
-        S = np.cumsum(A[..., r, :, None] * vf[..., None, :, :], axis=-2)  # (..., rows, Nk, dv)
-        X = S[..., ends, :]
-        if blocked:
-            S0 = np.concatenate([np.zeros_like(S[..., :1, :]), S], axis=-2)  # S0[t]: the sum before key t
-            X = X - S0[..., starts[tile], :]
-        out[..., r, :] = (np.abs(X) * w_prod[:, None]).sum(-2) + (np.abs(S[..., tile_ends, :]) * w_tile[:, None]).sum(-2)
+    out = np.zeros(_chain_shape(A, vf))
+    for r, X, S_end in _chain_steps(A, vf, ends, tile_ends, blocked):
+        out[..., r, :] = (np.abs(X) * w_prod[:, None]).sum(-2) + (np.abs(S_end) * w_tile[:, None]).sum(-2)
     # steps whose input carries a summand's perturbation: every step (recursive); a chain step only its own
     # tile's summands (sum_t n_t B_t <= max_t n_t B), a tile-end step all
     n_b = (np.bincount(tile, minlength=T).max() + 2 * T) if blocked else n_e + T
@@ -488,17 +465,18 @@ def _second_order_partial_sums(A, vf, ends, tile_ends, blocked: bool = False):
                             n_b=int(n_b))
 
 
-def _accumulation_remainder(A, vf, order, ends, tile_ends, blocked, M: _Model, Av, A_absv):
+def _accumulation_remainder(Ao, vo, ends, tile_ends, blocked, M: _Model, Av, A_absv):
     """Bound on sum_j A_j (1 + b_j) nu_j v_jc minus its first-order part (the P.V accumulation's and operand
     conversion's linear terms, modelled in var/det), for one rounding u per accumulation step on the data
     (bounds.md sec. 6, "Second-order terms", accumulation). B = sum_j A_j |beta_j| |v_jc| bounds the
     perturbation of the summands (weights and operand conversion); the steps r, their exact values X_r
-    and counts after them w_r come from _second_order_partial_sums."""
+    and counts after them w_r come from _second_order_partial_sums; Ao, vo: A and V with the keys in visiting
+    order."""
     u = M.u_w
     rho = (1.0 + M.u_pv) * (1.0 + M.u_in) - 1.0
     B = (1.0 + rho) * Av - A_absv
-    st = _second_order_partial_sums(order.apply(A), _keys_in_order(vf, order), ends, tile_ends, blocked)
-    slack = 2.0 * float(gamma(A.shape[-1] + 1, 2.0**-53)) * A_absv  # float64 evaluation of each |X_r|
+    st = _second_order_partial_sums(Ao, vo, ends, tile_ends, blocked)
+    slack = 2.0 * float(gamma(Ao.shape[-1] + 1, 2.0**-53)) * A_absv  # float64 evaluation of each |X_r|
     grow = 1.0 + float(gamma(st.n, u))  # 1 + gamma_N: the errors of the errors (sec. 6)
     return ((rho - M.u_pv - M.u_in) * A_absv + rho * (Av - A_absv) + st.n_b * u * B
             + grow * u * u * (st.wx + st.w * (B + slack)))
@@ -604,22 +582,18 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         acc_abs = 0.0 * oabs  # sum_s |X_s| where the steps are known (below)
         if n_rn and order is not None and vis.all():  # unmasked: the tiles in visiting order
             ends, tile_ends = _step_ends(order.sizes, M.k_step)
-            f_sq, c_sum = _partial_sums(order.apply(A), _keys_in_order(vf, order), o, ends, tile_ends,
-                                        M.pv_products, blocked=not M.recursive)
-            acc_sq = np.minimum(acc_sq, f_sq)
-            acc_c = np.minimum(acc_c, c_sum[..., None])
+            Ao, vo = order.apply(A), _keys_in_order(vf, order)
             # The chain's first order charged on the data, u sum_s |X_s|, in place of the random model of the
-            # fluctuation: round to nearest is systematic when the partial sums climb and fall back (V = +a
-            # then -a(1+eps) over uniform rows: O ~ 0, nothing along O, the fluctuation one-signed per half;
-            # bench/adversaries/step_sign_o.py, 7x over the random model at N_k = 65536)
-            acc_abs = _partial_abs_sums(order.apply(A), _keys_in_order(vf, order), ends, tile_ends,
-                                        M.pv_products, blocked=not M.recursive)
-            acc_sq = 0.0 * acc_sq
-            acc_c = 0.0 * acc_c
+            # fluctuation (acc_sq) and the along-O charge (acc_c): round to nearest is systematic when the
+            # partial sums climb and fall back (V = +a then -a(1+eps) over uniform rows: O ~ 0, nothing along
+            # O, the fluctuation one-signed per half; bench/adversaries/step_sign_o.py, 7x over the random
+            # model at N_k = 65536)
+            acc_abs = _partial_abs_sums(Ao, vo, ends, tile_ends, M.pv_products, blocked=not M.recursive)
+            acc_sq, acc_c = 0.0 * acc_sq, 0.0 * acc_c
             if not M.tensor_core and M.k_step == 1 and M.pv_products == 1 and M.u_dacc == u:
                 # one rounding (u) per step of the exact partial sums X_r: the second order evaluated on them
                 acc_rem = np.minimum(acc_rem, _accumulation_remainder(
-                    A, vf, order, ends, tile_ends, not M.recursive, M, Av, A_absv))
+                    Ao, vo, ends, tile_ends, not M.recursive, M, Av, A_absv))
         remainder = np.maximum(rest, 0.0) + np.maximum(acc_rem, 0.0)
         if groups is not None:  # bit-identical keys make identical errors: Azuma over groups (sec. 6)
             dev_sig, dev_AA = (_grouped_dev(W, groups, vf, o) for W in (A * lg.sigma, A))
