@@ -309,6 +309,10 @@ def main(argv=None):
             json.dump(res, f, indent=1)
     cases = []
     jobs = [(nk, pr, fam, seed) for nk in a.nk for pr in a.precisions for fam in a.families for seed in a.seeds]
+    # the longest cases first, so that a time limit cuts the short ones and the pool ends together: the bounds'
+    # cost grows with N_k and is highest in fp32 ieee (every step of the FMA chain), then tf32 (H100, 2026-11-24)
+    cost = {"float32:ieee": 0, "float32:tf32": 1, "float16:fp16": 2, "bfloat16:bf16": 3}
+    jobs.sort(key=lambda j: (-j[0], cost.get(j[1], 4)))
 
     def report(c, f):
         cases.append(c)

@@ -28,7 +28,8 @@ def _cuda_available() -> bool:
 
 # The GPU suite's longest tests (>= 40 s each on the H100, 16 workers; durations of
 # bench/results/h100-2026-11-24/suite/suite.log, longest first). Under xdist they go out first, one or two
-# per worker (`make test-gpu`: --dist load --maxschedchunk 1), so no worker starts a 200 s test near the end:
+# per worker (`make test-gpu`: --dist load --maxschedchunk 1; _alternate_long_and_short), so no worker starts a
+# 200 s test near the end:
 # the run of 2026-11-24 (worksteal, collection order) was cut at 500 s with two such tests still running,
 # while its 820 tests add up to ~4700 worker-seconds (~300 s on 16 workers). Order only: nothing is skipped.
 GPU_LONGEST_FIRST = (
@@ -67,9 +68,26 @@ def _longest_first_rank(item) -> int:
     return len(GPU_LONGEST_FIRST)
 
 
+def _alternate_long_and_short(items):
+    """The ranked items longest first, each followed by one of the rest. xdist's load scheduler (--maxschedchunk 1)
+    keeps two items on a worker: the one running and the next, sent when the one before it started (its first
+    hand-out is items 2i, 2i+1 to worker i). Longest first alone queued long tests behind long tests on one
+    worker while others ran short ones: the run of 2026-11-25 (H100, 16 workers) was cut at 480 s with 22 tests
+    not started or unfinished, dq -> dk (198 s + 216 s) on one worker. Alternating puts a short test behind each
+    long one, so a long test waits at most one short test."""
+    ranked = sorted((it for it in items if _longest_first_rank(it) < len(GPU_LONGEST_FIRST)), key=_longest_first_rank)
+    rest = [it for it in items if _longest_first_rank(it) >= len(GPU_LONGEST_FIRST)]
+    out = []
+    for i, it in enumerate(ranked):
+        out.append(it)
+        if i < len(rest):
+            out.append(rest[i])
+    return out + rest[len(ranked):]
+
+
 def pytest_collection_modifyitems(config, items):
     if _cuda_available():
-        items.sort(key=_longest_first_rank)  # stable: the rest keep their collection order
+        items[:] = _alternate_long_and_short(items)  # stable within each part: collection order otherwise
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine)")
     for item in items:
