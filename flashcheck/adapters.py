@@ -390,7 +390,7 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                    precision=precision, delta_from=delta_from, tiles=tiles)
     return _precision(input=a.input, dot=a.dot, accumulate="float32", output=a.output, exp=a.exp,
                       block_k=a.block_k, block_q=a.block_q, accumulation="recursive", p_split=a.p_split,
-                      delta_from=a.delta_from,
+                      delta_from=a.delta_from, l_accumulate=a.l_accumulate,
                       tile_order="partial_first",  # kernels/tiles.py visits a ragged last key tile first
                       hardware=interpreter() if a.exp == "libm" else h100())
 

@@ -135,7 +135,9 @@ class Arithmetic:
     p_split: the forward computes P·V as P_hi·V + P_lo·V (P_hi = round(P), P_lo = round(P − P_hi)
     in the dot's operand format; precision="accurate"); delta_from: "output" when the backward's
     Δ = rowsum(dO ∘ O) reads O rounded to the output dtype, "fp32" when it reads an O accurate to
-    fp32 (O + O_res, the forward's rounding residual; float32 outputs are that O already)."""
+    fp32 (O + O_res, the forward's rounding residual; float32 outputs are that O already);
+    l_accumulate: the format of the forward's running sum l = alpha l + rowsum(P̃) across key tiles
+    ("float64": each tile's fp32 rowsum added in fp64, l rounded once into fp32 at the end)."""
     input: str
     dot: str
     output: str
@@ -144,6 +146,7 @@ class Arithmetic:
     block_q: int
     p_split: bool = False
     delta_from: str = "fp32"
+    l_accumulate: str = "float64"
 
 
 def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None = None,

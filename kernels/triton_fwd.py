@@ -81,8 +81,12 @@ def _fwd_exp(l_i, m2_i, m2_shift, x, P_SPLIT: tl.constexpr, OPERAND: tl.constexp
     p = tl.math.exp2(x)
     # alpha = exp2(m2_old − m2_new): rescales what was accumulated under the old maximum
     alpha = tl.math.exp2(m2_i - m2_shift)
-    # l_new = alpha · l_old + rowsum(P̃)
-    l_i = l_i * alpha + tl.sum(p, 1)
+    # l_new = alpha · l_old + rowsum(P̃)   /   l[i] = alpha[i] l[i] + Σ_j p[i,j]
+    # l runs in fp64 (`Arithmetic.l_accumulate`): in fp32 its T tile additions cost up to u Σ_t l_t, ~u T / 2
+    # relative (T = N_k / BLOCK_N), the largest term of the LSE bound at long N (91% at N_k = 64k); in fp64
+    # they cost 2^-53 each, for one fp64 multiply-add per row and tile (bench/NOTES.md, "l in fp64").
+    # The tile's rowsum stays an fp32 tl.sum (exact in fp64 after the conversion).
+    l_i = l_i * alpha.to(tl.float64) + tl.sum(p, 1).to(tl.float64)
     p_hi = p.to(OPERAND)
     if P_SPLIT:
         # P − P_hi is exact in fp32 (Sterbenz: P/2 <= P_hi <= 2P); its rounding P_lo carries the
@@ -258,7 +262,7 @@ def attn_fwd_kernel(
                   HEAD_D, True)
 
     m2_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float64)  # fp64: see _fwd_exp
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
     qk_scale2 = sm_scale * LOG2E  # scale · log2(e): logits straight into the base-2 domain
 
@@ -292,7 +296,8 @@ def attn_fwd_kernel(
 
     # O = diag(l)^−1 acc, the one division; a row with nothing visible has l = 0 and acc = 0 → O = 0.
     empty = l_i == 0.0
-    l_safe = tl.where(empty, 1.0, l_i)
+    # one rounding of l into fp32, for the division and log2 (fp32 instructions)
+    l_safe = tl.where(empty, 1.0, l_i.to(tl.float32))
     acc = acc / l_safe[:, None]
     # LSE = ln 2 · (m2 + log2 l)  (natural log; −inf for a fully masked row)
     lse = tl.where(empty, float("-inf"), (m2_i + tl.math.log2(l_safe)) * LN2)

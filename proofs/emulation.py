@@ -159,11 +159,13 @@ def _problem(q, k, v, dtype, dot, scale, causal, window, mask) -> _Problem:
 def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
                 scale=None, causal=False, window=None, mask=None, block_k: int = 64,
                 accumulation: str = "recursive", k_step: int | None = None, p_split: bool = False,
-                return_fp32_o: bool = False, mma=None):
+                return_fp32_o: bool = False, mma=None, l_accumulate: str = "float32"):
     """(O, LSE) as the FA2 forward kernel computes them, see the module docstring (with
     return_fp32_o also O = acc / l before the store, what Delta uses with delta_from="fp32").
     mma: None (tensor-core steps summed exactly, rounded to nearest) or "h100" (both tensor-core dots,
-    Q K^T and P V, through the H100's measured truncating step model, flashcheck.proofs.hardware.h100())."""
+    Q K^T and P V, through the H100's measured truncating step model, flashcheck.proofs.hardware.h100()).
+    l_accumulate: the format of the running sum l across tiles ("float64": our kernel, each tile's fp32 rowsum
+    added into an fp64 l, rounded once into fp32 at the end; Precision.l_accumulate)."""
     ks = _k_step(dot, k_step)
     pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask)
     tdt, acc_t, qk_scale, vis, kt, vt = pb.tdt, pb.acc_t, pb.qk_scale, pb.vis, pb.kt, pb.vt
@@ -179,7 +181,8 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
     qt = torch.as_tensor(q).to(tdt)
     qo = _operand(qt, dot, tdt).to(acc_t)
     m = torch.full((B, Hq, Nq), -math.inf, dtype=acc_t)
-    l = torch.zeros((B, Hq, Nq), dtype=acc_t)
+    l_t = torch.float64 if l_accumulate == "float64" else acc_t
+    l = torch.zeros((B, Hq, Nq), dtype=l_t)
     acc = torch.zeros((B, Hq, Nq, v.shape[-1]), dtype=acc_t)
     for j0 in _tile_starts(Nk, block_k):
         j1 = min(Nk, j0 + block_k)
@@ -196,7 +199,7 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
         m_shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
         p = torch.exp2(s - m_shift[..., None])
         alpha = torch.exp2(m - m_shift)
-        l = l * alpha + p.sum(dim=-1)
+        l = l * alpha.to(l_t) + p.sum(dim=-1).to(l_t)
         acc = acc * alpha[..., None]
         p_hi = _operand(p, dot, tdt).to(acc_t)
         acc = _dot_acc(p_hi, vb, acc, accumulation, ks, mma)
@@ -204,7 +207,7 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
             acc = _dot_acc(_operand(p - p_hi, dot, tdt).to(acc_t), vb, acc, accumulation, ks, mma)
         m = m_new
     empty = l == 0
-    l_safe = torch.where(empty, torch.ones_like(l), l)
+    l_safe = torch.where(empty, torch.ones_like(l), l).to(acc_t)
     o32 = acc / l_safe[..., None]
     o = o32.to(_TORCH[out or dtype])
     lse = torch.where(empty, torch.tensor(-math.inf, dtype=acc_t), (m + torch.log2(l_safe)) * LN2)

@@ -773,3 +773,42 @@ def test_accumulation_remainder_bounds_the_second_order(blocked, values):
         assert np.all(rem <= bound), (rem, bound)
     if values == "constant":
         assert np.all(rem >= 0.9 * bound), (rem, bound)
+
+
+@pytest.mark.parametrize("l_accumulate", ["float32", "float64"])
+def test_l_sum_charges_its_merges_in_the_format_of_l(l_accumulate):
+    """Uniform rows (q = 0: every P_j = exp2(0) = 1, the max never moves, so no rescale rounds), T tiles of b
+    keys: l's first-order error on the data (forward._l_sum_error) is u sum over the tiles of the partial sums
+    2..b of the tile's rowsum, plus u_l sum_{t >= 2} L_t for the merges l + rowsum, plus (an fp64 l) the one
+    conversion of l into fp32 (bounds.md sec. 3, "l's format")."""
+    from flashcheck.proofs.bounds.forward import _forward
+
+    N, b, u = 256, 64, 2.0**-24
+    T = N // b
+    rng = np.random.default_rng(0)
+    q, k, v = np.zeros((1, 1, 2, 16)), rng.standard_normal((1, 1, N, 16)), rng.standard_normal((1, 1, N, 16))
+    pr = Precision("float32", "ieee", exp="libm", block_k=b, l_accumulate=l_accumulate)
+    F = _forward(q, k, v, None, False, None, None, None, pr, "probabilistic")
+    u_l, conv = (u, 0.0) if l_accumulate == "float32" else (2.0**-53, u)
+    within = T * sum(range(2, b + 1)) / N
+    merges = sum(t * b / N for t in range(2, T + 1))
+    np.testing.assert_allclose(F.parts.l_sum_det, u * within + u_l * merges + conv, rtol=1e-12)
+
+
+@pytest.mark.parametrize("family", ["rising_logits", "uniform_rows"])
+def test_emulation_with_l_in_fp64_is_within_the_lse_bound_of_an_fp64_l(family):
+    """The emulation of our kernel's l (fp32 rowsums into an fp64 l) against the bound that charges its merges at
+    2^-53 (the fp32-l emulation's LSE errs up to ~u T / 2 relative more: its bound is the fp32 one)."""
+    from flashcheck.reference import attention
+    from flashcheck.structured import structured_inputs
+
+    rng = np.random.default_rng(3)
+    x = structured_inputs(family, 1, 1, 1, 8, 2048, 16, rng)
+    q, k, v = (round_to(a, "float16") for a in (x.q, x.k, x.v))
+    o, lse = fa2_forward(q, k, v, dtype="float16", dot="fp16", l_accumulate="float64")
+    O, L = attention(q, k, v)
+    for kind in ("worst_case", "probabilistic"):
+        fb = forward_bound(q, k, v, precision=Precision("float16", "fp16", exp="libm", l_accumulate="float64"),
+                           kind=kind)
+        assert worst_ratio(np.abs(lse - L), fb.lse) <= 1.0, kind
+        assert worst_ratio(np.abs(o - O), fb.o) <= 1.0, kind

@@ -1252,7 +1252,7 @@ def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precisi
     l = sum over tiles of l alpha + rowsum(P_tile): unmasked rows with the tile order known (as
     forward._l_sum_error): the rowsum's additions (any order, tl.sum's tree included) each err by <= u pi_t
     (pi_t the tile's share of l), one per key, grouped by the kernel's summands P_j = exp2(s_j - running max)
-    within their error bound; the merge l alpha + rowsum by <= u L_t (L_t the share visited up to t; exact for
+    within their error bound; the merge l alpha + rowsum by <= u_l L_t (L_t the share visited up to t; exact for
     the first tile), grouped by the tiles' rowsums as computed (equal values round alike, _grouped_square_sum,
     one sweep over both kinds of steps); the proxy is capped by the square of the worst case of those roundings
     (the forward's l_sum_det less its rescales). Rows whose LSE bound is the worst case keep l in det."""
@@ -1293,12 +1293,14 @@ def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precisi
     with np.errstate(invalid="ignore", over="ignore"):
         tol_r = tol_sum + gamma(sizes - 1, u) * (rowsum + tol_sum)
     tol_r = np.where(np.isnan(tol_r), np.inf, tol_r)
-    coef = np.concatenate([u * np.repeat(share, sizes, axis=-1), u * np.where(np.arange(T) > 0, L, 0.0)], axis=-1)
+    coef = np.concatenate([u * np.repeat(share, sizes, axis=-1), M.u_l * np.where(np.arange(T) > 0, L, 0.0)],
+                          axis=-1)
     vals, tols = np.concatenate([pk, rowsum], axis=-1), np.concatenate([tol, tol_r], axis=-1)
     l_var = _grouped_square_sum(vals.reshape(-1, Nk + T), coef.reshape(-1, Nk + T),
                                 tols.reshape(-1, Nk + T)).reshape(zero.shape)
     change = _tile_changes(s, lgf.wc, vis, order, M.alpha_exact_at_zero)
-    l_det = u * (change[..., 1:] * L[..., :-1]).sum(-1)
+    # the rescales l alpha (worst case: equal alphas round alike) and a wider l's one conversion at the end
+    l_det = M.u_l * (change[..., 1:] * L[..., :-1]).sum(-1) + M.u_lconv * L[..., -1]
     rn_wc = np.maximum(P["l_sum_det"] - l_det, 0.0)  # the worst case of the roundings l_var models
     l_var = np.where(l_ok, np.minimum(l_var, rn_wc**2), 0.0)
     l_det = np.where(l_ok, l_det, 0.0)

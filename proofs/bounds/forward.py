@@ -230,7 +230,7 @@ def _rescale_changes(s, wc, vis, block_k: int, exact_at_zero: bool, order: _Tile
     return np.repeat(later, block_k, axis=-1)[..., :Nk].astype(np.float64)
 
 
-def _l_sum_error(A, vis, wc, s, order: _TileOrder | None, M: _Model, n_l: int):
+def _l_sum_error(A, vis, wc, s, order: _TileOrder | None, M: _Model, mu_lin: float):
     """First-order relative error of the computed l = sum over tiles of l * alpha + rowsum(P_tile) (sec. 4),
     per row, in units of l (exact weights A; the perturbation of the weights themselves is in b).
 
@@ -238,12 +238,14 @@ def _l_sum_error(A, vis, wc, s, order: _TileOrder | None, M: _Model, n_l: int):
     order, errs by <= u sum_{m=2..n_t} S_m (first order), each partial sum S_m of m terms <= the sum of the
     m largest (so <= (n_t - 1) u R_t, R_t = the tile's share of l; about half that when the terms are
     alike); from the second tile on, the addition
-    l + rowsum errs by <= u L_t (L_t = the share of the tiles visited so far) and l * alpha by
-    <= u L_{t-1}, but only where alpha can differ from 1 (an unchanged max gives alpha = exp2(0) = 1 exactly,
-    _tile_changes); the first tile is exact (0 * alpha + rowsum). Otherwise n_l u (every key through
-    block_k - 1 + 2T roundings)."""
+    l + rowsum errs by <= u_l L_t (L_t = the share of the tiles visited so far; u_l the unit roundoff of l's
+    format, Precision.l_accumulate) and l * alpha by <= u_l L_{t-1}, but only where alpha can differ from 1
+    (an unchanged max gives alpha = exp2(0) = 1 exactly, _tile_changes); the first tile is exact
+    (0 * alpha + rowsum, the fp32 rowsum exact in a wider l). A wider l is rounded once into the working
+    format at the end: u L_T. Otherwise mu_lin (every key through block_k - 1 roundings at u, 2T at u_l and the
+    final conversion)."""
     if order is None or not vis.all() or A.shape[-1] == 0:
-        return np.full(A.shape[:-1], n_l * M.u_w)
+        return np.full(A.shape[:-1], mu_lin)
     st = order.starts
     R = np.add.reduceat(order.apply(A), st, axis=-1)
     L = np.cumsum(R, axis=-1)
@@ -257,7 +259,7 @@ def _l_sum_error(A, vis, wc, s, order: _TileOrder | None, M: _Model, n_l: int):
         within += top[..., 1:].sum((-1, -2))
         t0 += w * n
     adds = L[..., 1:].sum(-1) + (change[..., 1:] * L[..., :-1]).sum(-1)
-    return M.u_w * (within + adds)
+    return M.u_w * within + M.u_l * adds + M.u_lconv * L[..., -1]
 
 
 def _pv_mma_error(A, vf, ends, mma):
@@ -521,10 +523,15 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     n_l = min(Nk, precision.block_k) + 2 * T
     nu_wc = (1 + M.u_pv) * (1 + M.u_in) * (1 + gamma(n_pv, M.u_dacc)) * (1 + gamma(T, u)) - 1
     nu_lin = M.u_pv + M.u_in + n_pv * M.u_dacc + T * u
-    mu_wc = float(gamma(n_l, u))
-    mu_lin = n_l * u
+    if M.u_l == u and M.u_lconv == 0.0:  # l in the working format: every key through n_l roundings at u
+        mu_wc = float(gamma(n_l, u))
+        mu_lin = n_l * u
+    else:  # a wider l: block_k at u (the tile's rowsum), 2T at u_l (merges, rescales), one conversion at the end
+        w = min(Nk, precision.block_k)
+        mu_wc = float((1 + gamma(w, u)) * (1 + gamma(2 * T, M.u_l)) * (1 + M.u_lconv) - 1)
+        mu_lin = w * u + 2 * T * M.u_l + M.u_lconv
     # l's first-order error on these data (probabilistic kind: worst case, as l's summands are all positive)
-    mu_det = _l_sum_error(A, vis, lg.wc, s, order, M, n_l)
+    mu_det = _l_sum_error(A, vis, lg.wc, s, order, M, mu_lin)
 
     # absolute floors: ftz of exp results, subnormal rounding of P into the operand format; l is
     # divided by exp(excess) (a key far below m does not count with its own, possibly huge, error)

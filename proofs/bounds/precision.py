@@ -102,7 +102,11 @@ class Precision:
       every query head of the group, our kernel) or "rounded_heads" (per query head, each stored in the
       output dtype, then summed in fp32 and rounded once: torch SDPA's fused backends; bounds.md sec. 7c).
     tile_order: the order of the key tiles (TILE_ORDERS). Rows with masked keys are always analysed
-      order-free (the band's partial tiles come first in our kernel, per query block)."""
+      order-free (the band's partial tiles come first in our kernel, per query block).
+    l_accumulate: the format of the forward's running sum l = l alpha + rowsum(P~) across the key tiles
+      (ACCUMULATORS): "float32" (a fused FA2 kernel: every tile's merge and rescale rounds at u) or
+      "float64" (our kernel: the tile's rowsum, an fp32 sum of its exp2 values, added into an fp64 l, which is
+      rounded once into the accumulate format for the division and the log2; bounds.md sec. 4)."""
 
     input: str
     dot: str
@@ -117,6 +121,7 @@ class Precision:
     hardware: HardwareConstants = HARDWARE
     gqa_reduction: str = "in_accumulator"
     tile_order: str = "partial_first"
+    l_accumulate: str = "float32"
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -128,6 +133,7 @@ class Precision:
             ("delta_from", self.delta_from, DELTA_SOURCES),
             ("gqa_reduction", self.gqa_reduction, GQA_REDUCTIONS),
             ("tile_order", self.tile_order, TILE_ORDERS),
+            ("l_accumulate", self.l_accumulate, ACCUMULATORS),
         ):
             if value not in allowed:
                 raise ValueError(f"Precision.{name} must be one of {allowed}, got {value!r}")
@@ -202,6 +208,8 @@ class _Model:
     pv_products: int  # products per key in the forward's P.V (2 with p_split)
     mma: object = None  # the MmaBehaviour of a truncating tensor-core dot (tensor_core), else None
     conv_exact: bool = False  # the operand conversion is a known function (tf32: the low 13 bits cleared, measured)
+    u_l: float = 0.0  # l's merges l alpha + rowsum across the tiles (Precision.l_accumulate); u_w when the same format
+    u_lconv: float = 0.0  # the one rounding of a wider l into the working format at the end (0: l is in it)
 
 
 def _model(precision: Precision) -> _Model:
@@ -246,6 +254,8 @@ def _model(precision: Precision) -> _Model:
         pv_products=2 if pr.p_split else 1,
         mma=mma if tc and not mma_round else None,
         conv_exact=trunc and hw.tf32_operand == "truncate",
+        u_l=min(u_w, UNIT_ROUNDOFF[pr.l_accumulate]),
+        u_lconv=u_w if UNIT_ROUNDOFF[pr.l_accumulate] < u_w else 0.0,
     )
 
 
