@@ -85,6 +85,7 @@ def _alternate_long_and_short(items):
     return out + rest[len(ranked):]
 
 
+@pytest.hookimpl(trylast=True)  # after flashcheck.pytest_plugin's, which groups the property tests by their rank
 def pytest_collection_modifyitems(config, items):
     if _cuda_available():
         items[:] = _alternate_long_and_short(items)  # stable within each part: collection order otherwise
