@@ -30,14 +30,14 @@ def build(n: int, d: int, eps: float, nq: int = 4, seed: int = 1):
     return q, k, v
 
 
-def run(source: str, device: str, dtype: str, dot: str, q, k, v):
-    """(o, Precision): the emulation (the GPU's FMA order) or our Triton kernel."""
+def run(source: str, device: str, dtype: str, dot: str, q, k, v, mask=None):
+    """(o, Precision): the emulation (the GPU's FMA order, l in fp64 as our kernel) or our Triton kernel."""
     if source == "emulation":
         from flashcheck.proofs.bounds import Precision
         from flashcheck.proofs.emulation import fa2_forward
 
-        o, _ = fa2_forward(q, k, v, dtype=dtype, dot=dot)
-        return o, Precision(dtype, dot, exp="libm")
+        o, _ = fa2_forward(q, k, v, dtype=dtype, dot=dot, mask=mask, l_accumulate="float64")
+        return o, Precision(dtype, dot, exp="libm", l_accumulate="float64")
     import torch
 
     from flashcheck.adapters import ours_precision
@@ -46,7 +46,7 @@ def run(source: str, device: str, dtype: str, dot: str, q, k, v):
     tdt = getattr(torch, dtype)
     dp = dot if dtype == "float32" else None
     t = [torch.as_tensor(x, dtype=tdt, device=device) for x in (q, k, v)]
-    o = attention(*t, dot_precision=dp)
+    o = attention(*t, dot_precision=dp, mask=None if mask is None else torch.as_tensor(mask, device=device))
     return o.double().cpu().numpy(), ours_precision(tdt, dp, head_dim=q.shape[-1], interpret=device == "cpu")
 
 
@@ -61,6 +61,8 @@ def main(argv=None):
     ap.add_argument("--source", choices=("emulation", "kernel"), default="emulation")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--precision", default="float32:ieee", help="dtype:dot, as bounds_attack's --precisions")
+    ap.add_argument("--masked-key", action="store_true",
+                    help="mask key 1: every row takes the bound's order-free branch (bounds.md sec. 6)")
     a = ap.parse_args(argv)
     dtype, dot = a.precision.split(":")
     over_any = False
@@ -68,11 +70,15 @@ def main(argv=None):
         from flashcheck.proofs.emulation import round_to
 
         q, k, v = (round_to(x, dtype) for x in build(n, a.d, a.eps))  # what the kernel sees
-        o, precision = run(a.source, a.device, dtype, dot, q, k, v)
-        O, _ = attention(q, k, v)
+        mask = None
+        if a.masked_key:
+            mask = np.ones((1, 1, q.shape[2], n), dtype=bool)
+            mask[..., 1] = False
+        o, precision = run(a.source, a.device, dtype, dot, q, k, v, mask)
+        O, _ = attention(q, k, v, mask=mask)
         err = np.abs(o - O)
         for kind in ("probabilistic", "worst_case"):
-            b = forward_bound(q, k, v, precision=precision, kind=kind).o
+            b = forward_bound(q, k, v, mask=mask, precision=precision, kind=kind).o
             with np.errstate(divide="ignore"):
                 r = np.where(err > 0, b / err, np.inf)  # an exact entry is never over
             over = int((r < 1).sum())
