@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from .precision import (FAILURE_PROBABILITY, LAMBDA, Precision, REFERENCE_PRECISION, UNDERFLOW_FLOOR, UNIT_ROUNDOFF, _Model, _check_kind, _conv, _dot_steps, _model, _within_dot, gamma, hoeffding_lambda)
+from .precision import (FAILURE_PROBABILITY, Precision, REFERENCE_PRECISION, UNDERFLOW_FLOOR, UNIT_ROUNDOFF, _Model, _check_kind, _conv, _dot_steps, _model, _within_dot, gamma, hoeffding_lambda)
 from .results import (BackwardBound, ForwardBound)
 from .common import (_exp_err, _fix_bad, _no_nan, _rows_chunks, _weighted_exp_err)
 from .logits import (_logit_errors)
@@ -46,19 +46,19 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
     absg = np.abs(g)
     delta = (dof * o).sum(-1)
     aD = np.abs(delta)
-    inv = P["inv_den"][..., 0]
-    sum_fin = (abs_do * (P["floors"] * P["inv_den"] + P["final"])).sum(-1)
-    wc = (((P["Ab_wc"] * absg).sum(-1) + (P["Ab1_wc"] * (P["nu_wc"] * absdov)).sum(-1)
-           + P["Ab1_wc"].sum(-1) * P["mu_wc"] * aD) * inv + sum_fin)
+    inv = P.inv_den[..., 0]
+    sum_fin = (abs_do * (P.floors * P.inv_den + P.final)).sum(-1)
+    wc = (((P.Ab_wc * absg).sum(-1) + (P.Ab1_wc * (P.nu_wc * absdov)).sum(-1)
+           + P.Ab1_wc.sum(-1) * P.mu_wc * aD) * inv + sum_fin)
     rounding = float(gamma(F.problem.dv, u)) * (abs_do * (np.abs(o) + F.bound.o)).sum(-1)
     if kind == "worst_case":
         return wc + rounding, np.zeros_like(wc), wc + rounding, np.zeros_like(wc)
     oabs_do = abs_do * np.abs(o)
     u_store = M.u_out if F.bound.precision.delta_from == "output" else 0.0
-    lin = ((A * P["b_lin"] * absg).sum(-1) + P["nu_lin"] * (A * absdov).sum(-1) + P["mu_lin"] * aD
+    lin = ((A * P.b_lin * absg).sum(-1) + P.nu_lin * (A * absdov).sum(-1) + P.mu_lin * aD
            + (M.eps_div + u_store) * oabs_do.sum(-1))
     Av = A @ np.abs(vf)  # (A |V|)_c
-    n_pv, T, n_l = P["n_pv"], P["T"], P["n_l"]
+    n_pv, T, n_l = P.n_pv, P.T, P.n_l
     (ri, rp), (di, dp) = _conv(M)
     rp = M.u_pv if rp else 0.0
     n_rn = (0 if M.tensor_core else n_pv) + T
@@ -72,16 +72,16 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
         acc_var, acc_det, partial = acc
         if M.recursive:
             rem = np.minimum(rem, _delta_accumulation_remainder(F, M, abs_do, absdov, vf, partial, wc, lin))
-    var = (((A * P["sigma"] * g) ** 2).sum(-1) + rp**2 * ((A * g) ** 2).sum(-1)
+    var = (((A * P.sigma * g) ** 2).sum(-1) + rp**2 * ((A * g) ** 2).sum(-1)
            + ri**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
            + acc_var
            + u_store**2 * ((dof * o) ** 2).sum(-1))
     if lr is not None:  # l's sum: Azuma over its groups of equal summands (rescales worst case)
         var = var + lr.l_var * delta**2
-        mu_det = np.where(lr.l_ok, lr.l_det, P["mu_lin"])
+        mu_det = np.where(lr.l_ok, lr.l_det, P.mu_lin)
     else:
-        mu_det = P["mu_lin"]
-    det = ((A * (P["det"] + M.eps_exp) * absg).sum(-1) + (rp + mu_det) * aD + acc_det
+        mu_det = P.mu_lin
+    det = ((A * (P.det + M.eps_exp) * absg).sum(-1) + (rp + mu_det) * aD + acc_det
            + ((n_pv * M.u_dacc * (abs_do * Av).sum(-1) if tc is None else tc) if M.tensor_core else 0.0)
            + M.eps_div * oabs_do.sum(-1))
     v_conv = None
@@ -101,7 +101,7 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
         else:
             det = det + np.abs(v_conv[0]) + v_conv[1]
             signed = signed + v_conv[0]
-    lam = F.parts.get("lam", LAMBDA)
+    lam = F.parts.lam
     prob = lam * np.sqrt(var) + det + np.maximum(rem, 0.0)
     capped = prob >= wc
     signed = np.where(capped, 0.0, signed)
@@ -126,21 +126,21 @@ def _delta_accumulation_remainder(F: _Forward, M: _Model, abs_do, absdov, vf, pa
     C1_c = sum of the partial-sum bounds, `partial`), divided by D/l in [D_low, D_up]
     (|l/D - 1| <= f = max(1/D_low - 1, D_up - 1)); its first order sum_s delta_s S_s is the Azuma proxy."""
     P = F.parts
-    A, inv = F.A, P["inv_den"][..., 0]
-    n, ua, u, T = P["n_pv"], M.u_dacc, M.u_w, P["T"]
+    A, inv = F.A, P.inv_den[..., 0]
+    n, ua, u, T = P.n_pv, M.u_dacc, M.u_w, P.T
     g_T = float(gamma(T, u))
     conv = (1 + M.u_pv) * (1 + M.u_in)
     nu_wc = conv * (1 + g_T) - 1.0
     nu_lin = M.u_pv + M.u_in + T * u
-    Ab1 = P["Ab1_wc"]
-    rest = (wc - (P["nu_wc"] - nu_wc) * (Ab1 * absdov).sum(-1) * inv
-            - (lin - (P["nu_lin"] - nu_lin) * (A * absdov).sum(-1)))
+    Ab1 = P.Ab1_wc
+    rest = (wc - (P.nu_wc - nu_wc) * (Ab1 * absdov).sum(-1) * inv
+            - (lin - (P.nu_lin - nu_lin) * (A * absdov).sum(-1)))
     av = np.abs(vf)
     W = (Ab1 * (conv * (1 + g_T))) @ av - A @ av  # (rows, dv): sum_j |p^_j - p_j| in normalized units
     if n * ua >= 1.0:
         return np.full_like(wc, np.inf)
     E = ua * (partial + n * W) / (1.0 - n * ua)
-    f = np.maximum(np.maximum(inv - 1.0, Ab1.sum(-1) * (1 + P["mu_wc"]) - 1.0), 0.0)[..., None]
+    f = np.maximum(np.maximum(inv - 1.0, Ab1.sum(-1) * (1 + P.mu_wc) - 1.0), 0.0)[..., None]
     first = ua * partial
     acc = (1 + g_T) * (first + n * ua * (W + E)) * (1 + f) - first
     return rest + (abs_do * acc).sum(-1)
@@ -314,7 +314,8 @@ def _forward_rows_view(F: _Forward, r) -> _Forward:
         F, bound=ForwardBound(o=fb.o[:, :, r], lse=fb.lse[:, :, r], kind=fb.kind, precision=fb.precision),
         s=F.s[:, :, r], vis=F.vis[:, :, r], A=F.A[:, :, r], o=F.o[:, :, r], lse=F.lse[:, :, r],
         m=F.m[:, :, r], empty=F.empty[:, :, r], qf=F.qf[:, :, r],
-        parts={key: _rows_of(val, r) for key, val in F.parts.items()})
+        parts=dataclasses.replace(F.parts, **{f.name: _rows_of(getattr(F.parts, f.name), r)
+                                              for f in dataclasses.fields(F.parts)}))
 
 
 def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, kind, detail=None):
@@ -401,17 +402,17 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         eps_L = Fr.bound.lse  # error of the stored LSE
 
         # P_ij = exp2(fl(s c) - fl(LSE log2 e)): the logit errors with shift LSE, the LSE error, exp error
-        lg = _logit_errors(qf, kf, Fr.s, lse0, vis, sc, M, d, bias is not None, qk=Fr.parts["qk"])
+        lg = _logit_errors(qf, kf, Fr.s, lse0, vis, sc, M, d, bias is not None, qk=Fr.parts.qk)
         lg_det = lg.det
         if conv is not None:  # the non-random logit error without the input conversion (counted signed)
             lg_det = _logit_errors(qf, kf, Fr.s, lse0, vis, sc, M_exact_in, d, bias is not None,
-                                   qk=Fr.parts["qk"]).det
+                                   qk=Fr.parts.qk).det
         e_lse = u * np.abs(lse0)  # rounding of LSE * log2(e)
         e_wc = lg.wc + (float(gamma(1, u)) * np.abs(lse0) + eps_L)[..., None]
         b_wc = np.where(vis, _exp_err(e_wc, M.eps_exp), 0.0)
 
         def log_a(Fr=Fr, vis=vis):
-            return np.where(vis, Fr.s - Fr.m[..., None] - np.log(Fr.parts["l"])[..., None], -np.inf)
+            return np.where(vis, Fr.s - Fr.m[..., None] - np.log(Fr.parts.l)[..., None], -np.inf)
 
         _, Ab1_wc, bad = _weighted_exp_err(A, b_wc, e_wc, M.eps_exp, vis, log_a)
         b_lin = np.where(vis, lg.lin + (e_lse + eps_L)[..., None] + M.eps_exp, 0.0)
@@ -426,7 +427,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # -A_ij c_i per P_ij, summed over the rows with the other conversion effects (sec. 8, "input conversions")
         lse_signed = np.zeros_like(det_L)
         if conv is not None and lg.conv is not None and kind == "probabilistic":
-            lse_signed = np.where(Fr.parts["lse_capped"], 0.0, (A * lg.conv).sum(-1))
+            lse_signed = np.where(Fr.parts.lse_capped, 0.0, (A * lg.conv).sum(-1))
             det_L = np.maximum(det_L - np.abs(lse_signed), 0.0)
         rg = groups.rows(r)
         w_q, w_do, w_qdo = rg.by_q[..., None], rg.by_do[..., None], rg.by_q_do[..., None]
@@ -942,7 +943,7 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
     A, vis, s, m = F.A, F.vis, F.s, F.m
     rows, Nk = A.shape[-2:]
     bk = precision.block_k
-    lgf = _logit_errors(F.qf, kf, s, m, vis, sc, M, d, has_bias, qk=F.parts["qk"])
+    lgf = _logit_errors(F.qf, kf, s, m, vis, sc, M, d, has_bias, qk=F.parts.qk)
     T = max(1, -(-Nk // bk))
     pad = T * bk - Nk
     tile_max = np.pad(np.where(vis, s, -np.inf), [(0, 0)] * (s.ndim - 1) + [(0, pad)],
@@ -1263,15 +1264,15 @@ def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precisi
     lse0 = np.where(Fr.empty, 0.0, Fr.lse)
     # the forward's LSE = fl(fl(m2 + log2 l) ln2): two roundings, each <= u |LSE| (first order); the
     # backward's fl(LSE log2 e): one more. Single operations per row: random over rows.
-    var = P["lse_sigma"] ** 2 + 3.0 * (u * lse0) ** 2
-    det = P["lse_det"] - 2.0 * u * np.abs(lse0)
+    var = P.lse_sigma ** 2 + 3.0 * (u * lse0) ** 2
+    det = P.lse_det - 2.0 * u * np.abs(lse0)
     Nk = A.shape[-1]
     order = _tile_order(Nk, precision.block_k, precision.tile_order)
     zero = np.zeros(A.shape[:-1])
-    l_ok = vis.all(-1) & ~P["lse_capped"] & ~Fr.empty
+    l_ok = vis.all(-1) & ~P.lse_capped & ~Fr.empty
     if order is None or not l_ok.any() or Nk == 0:
         return _LseRandom(var, det, zero, zero, np.zeros_like(l_ok))
-    lgf = _logit_errors(Fr.qf, kf, s, Fr.m, vis, sc, M, d, has_bias, qk=P["qk"])
+    lgf = _logit_errors(Fr.qf, kf, s, Fr.m, vis, sc, M, d, has_bias, qk=P.qk)
     st, sizes = order.starts, np.asarray(order.sizes)
     Ao, so, wco = order.apply(A), order.apply(s), order.apply(np.where(vis, lgf.wc, 0.0))
     share = np.add.reduceat(Ao, st, axis=-1)  # tile t's share of l
@@ -1301,7 +1302,7 @@ def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precisi
     change = _tile_changes(s, lgf.wc, vis, order, M.alpha_exact_at_zero)
     # the rescales l alpha (worst case: equal alphas round alike) and a wider l's one conversion at the end
     l_det = M.u_l * (change[..., 1:] * L[..., :-1]).sum(-1) + M.u_lconv * L[..., -1]
-    rn_wc = np.maximum(P["l_sum_det"] - l_det, 0.0)  # the worst case of the roundings l_var models
+    rn_wc = np.maximum(P.l_sum_det - l_det, 0.0)  # the worst case of the roundings l_var models
     l_var = np.where(l_ok, np.minimum(l_var, rn_wc**2), 0.0)
     l_det = np.where(l_ok, l_det, 0.0)
     return _LseRandom(var + l_var, det - np.where(l_ok, rn_wc, 0.0), l_var, l_det, l_ok)

@@ -35,7 +35,7 @@ class _ForwardParts:
     nu_wc: float  # numerator perturbation (P.V): worst case
     nu_lin: float  # its linear part
     mu_wc: float  # l's sum: worst case
-    mu_lin: float  # its linear part (n_l u)
+    mu_lin: float  # its linear part (n_l u; a wider l: b_k u + 2T u_l + u)
     inv_den: np.ndarray  # 1 / lower bound of D / l
     floors: np.ndarray  # absolute floors (ftz, subnormal P)
     final: np.ndarray  # division (+ store unless delta_from="fp32") part of O's bound
@@ -47,16 +47,6 @@ class _ForwardParts:
     lse_det: np.ndarray  # LSE bound: the rest
     l_sum_det: np.ndarray  # l's first-order rounding bound on the data (_l_sum_error), inside lse_det where not capped
     lse_capped: np.ndarray  # rows whose LSE bound is the worst case (lse_det holds it whole); True for worst_case
-
-    # read access by name, for code written against the former dict (backward.py, lse_gradient.py)
-    def __getitem__(self, key: str):
-        return getattr(self, key)
-
-    def get(self, key: str, default=None):
-        return getattr(self, key, default)
-
-    def items(self):
-        return ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
 
 
 @dataclass(frozen=True)

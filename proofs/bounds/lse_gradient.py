@@ -55,12 +55,12 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
         g = np.where(vis, w[:, :, r][..., None], 0.0)
         # P_hat = A (1 + c_i)(1 + b_ij): c_i from the stored LSE and the rounding of LSE log2(e)
         # (one factor per row), b_ij from the logit error (shift LSE) and exp2, as in backward_bound
-        lg = _logit_errors(Fr.qf, kf, Fr.s, lse0, vis, sc, M, pr.d, bias is not None, qk=Fr.parts["qk"])
+        lg = _logit_errors(Fr.qf, kf, Fr.s, lse0, vis, sc, M, pr.d, bias is not None, qk=Fr.parts.qk)
         c_row = (np.exp(float(gamma(1, u)) * np.abs(lse0) + Fr.bound.lse) - 1.0)[..., None]
         b_wc = np.where(vis, _exp_err(lg.wc, M.eps_exp), 0.0)
 
         def log_a(Fr=Fr, vis=vis):
-            return np.where(vis, Fr.s - Fr.m[..., None] - np.log(Fr.parts["l"])[..., None], -np.inf)
+            return np.where(vis, Fr.s - Fr.m[..., None] - np.log(Fr.parts.l)[..., None], -np.inf)
 
         _, Ab1, bad = _weighted_exp_err(A, b_wc, lg.wc, M.eps_exp, vis, log_a)
         b_lin = np.where(vis, lg.lin + M.eps_exp, 0.0)
