@@ -68,6 +68,17 @@ def _longest_first_rank(item) -> int:
     return len(GPU_LONGEST_FIRST)
 
 
+def _record_collection(items):
+    """FLASHCHECK_COLLECTED=PATH: the node ids in run order, one per line (bench/validate_gpu.sh lists those a time
+    limit left unfinished). Every xdist worker collects the same list; each writes it whole, then renames."""
+    path = os.environ.get("FLASHCHECK_COLLECTED")
+    if path:
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.writelines(item.nodeid + "\n" for item in items)
+        os.replace(tmp, path)
+
+
 def _alternate_long_and_short(items):
     """The ranked items longest first, each followed by one of the rest. xdist's load scheduler (--maxschedchunk 1)
     keeps two items on a worker: the one running and the next, sent when the one before it started (its first
@@ -89,6 +100,7 @@ def _alternate_long_and_short(items):
 def pytest_collection_modifyitems(config, items):
     if _cuda_available():
         items[:] = _alternate_long_and_short(items)  # stable within each part: collection order otherwise
+        _record_collection(items)
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine)")
     for item in items:
