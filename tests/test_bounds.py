@@ -835,3 +835,47 @@ def test_step_sign_with_a_masked_key_is_within_the_probabilistic_o_bound():
     O, _ = attention(q, k, v, mask=mask)
     fb = forward_bound(q, k, v, mask=mask, precision=Precision("float32", "ieee", exp="libm", l_accumulate="float64"))
     assert worst_ratio(np.abs(o - O), fb.o) <= 1.0
+
+
+@pytest.mark.parametrize("dtype,dot", [("float16", "fp16"), ("bfloat16", "bf16")])
+def test_p_rounding_set_by_the_logits_is_within_the_probabilistic_o_bound(dtype, dot):
+    """bench/adversaries/p_residue_o.py: the logits choose each P~'s residue modulo the operand's ulp, so the keys of
+    V = +1 round up and those of V = -1 down: P's rounding errors add coherently, which their former random model
+    (0.68 of the bound at N_k = 4096, fp16) did not cover; they are now charged worst case (bounds.md sec. 6)."""
+    import importlib.util
+    import pathlib
+
+    from flashcheck.reference import attention
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "adversaries" / "p_residue_o.py"
+    spec = importlib.util.spec_from_file_location("p_residue_o", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    q, k, v = mod.build(4096, 16, dtype)
+    o, _ = fa2_forward(q, k, v, dtype=dtype, dot=dot, l_accumulate="float64")
+    O, _ = attention(q, k, v)
+    fb = forward_bound(q, k, v, precision=Precision(dtype, dot, exp="libm", l_accumulate="float64"))
+    assert worst_ratio(np.abs(o - O), fb.o) <= 1.0
+
+
+@pytest.mark.parametrize("dtype,dot", [("float16", "fp16"), ("bfloat16", "bf16")])
+def test_p_rounding_set_by_the_logits_is_within_the_probabilistic_dv_bound(dtype, dot):
+    """bench/adversaries/p_residue_dv.py, the backward's twin: rows whose q sets the residue of the recomputed P so
+    that it rounds up where dO = +1 and down where dO = -1 (0.54 of the former random model's dV bound at
+    N_q = 4096, fp16); P's and dS's roundings into the operand format are now charged worst case."""
+    import importlib.util
+    import pathlib
+
+    from flashcheck.reference import attention, attention_backward
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "adversaries" / "p_residue_dv.py"
+    spec = importlib.util.spec_from_file_location("p_residue_dv", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    q, k, v, do = mod.build(4096, 16, dtype)
+    o, lse, o32 = fa2_forward(q, k, v, dtype=dtype, dot=dot, l_accumulate="float64", return_fp32_o=True)
+    dv = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, delta_o=o32)[2]
+    O, L = attention(q, k, v)
+    dV = attention_backward(q, k, v, O, L, do)[2]
+    pr = Precision(dtype, dot, exp="libm", l_accumulate="float64", delta_from="fp32")
+    assert worst_ratio(np.abs(dv - dV), backward_bound(q, k, v, do, precision=pr).dv) <= 1.0

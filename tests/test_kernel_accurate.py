@@ -2,9 +2,10 @@
 `delta_from="fp32"`, the default) and the accurate forward (`precision="accurate"`, P·V as
 P_hi·V + P_lo·V).
 
-- every mode runs, stays within the derived bounds of the default arithmetic (a mode only removes
-  rounding errors those bounds already cover), and keeps the edge semantics (fully masked rows:
-  O = 0, LSE = −inf, zero gradients, no NaN);
+- every mode runs, stays within the derived bounds of its own arithmetic (`arithmetic(...)` of that mode:
+  `delta_from="output"`, FlashAttention-2's Δ from the rounded O, is LESS accurate than the default and is
+  not covered by the default's bounds; its own bound charges the stored O's rounding), and keeps the edge
+  semantics (fully masked rows: O = 0, LSE = −inf, zero gradients, no NaN);
 - on large-logit fp16 inputs each accurate mode is at least as accurate as the default against the
   float64 reference of the same rounded inputs (the measured ratio is printed);
 - `arithmetic(...)` states the mode that ran.
@@ -30,8 +31,10 @@ def _rel(got, want):
 @needs_kernel
 @pytest.mark.parametrize("modes", MODES, ids=lambda m: f"{m['precision']}-{m['delta_from']}")
 @pytest.mark.parametrize("dtype", ["float16", "float32"] + (["bfloat16"] if CUDA else []))
-def test_modes_within_default_bounds(modes, dtype):
-    """Causal bottom-right, GQA, ragged N and fully masked rows, against the derived bounds."""
+def test_modes_within_their_own_bounds(modes, dtype):
+    """Causal bottom-right, GQA, ragged N and fully masked rows, against the derived bounds of the mode that ran
+    (the default bounds missed delta_from="output" by 1.13x on dQ here, fp16, once P's rounding in Delta was charged
+    worst case: they were never that mode's bounds)."""
     from flashcheck.proofs.bounds import backward_bound, forward_bound
 
     case = Case(Shape(1, 4, 2, 40, 23, 32), causal="bottom_right", mask="fully_masked_rows",
@@ -40,7 +43,7 @@ def test_modes_within_default_bounds(modes, dtype):
     o, lse, dq, dk, dv = run_kernel(inp, case, dtype, backward=True, **modes)
     ref_o, ref_lse = reference_forward(inp, case)
     rdq, rdk, rdv = reference_backward(inp, case, ref_o, ref_lse)
-    prec = kernel_precision(dtype, case.shape.d)
+    prec = kernel_precision(dtype, case.shape.d, **modes)
     fb = forward_bound(inp.q, inp.k, inp.v, scale=inp.scale, causal=case.causal,
                        window=case.window, mask=inp.mask, precision=prec)
     bb = backward_bound(inp.q, inp.k, inp.v, inp.do, scale=inp.scale, causal=case.causal,

@@ -52,11 +52,12 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().to(device="cpu", dtype=torch.float64).numpy()
 
 
-def kernel_precision(dtype: str, d: int, dot_precision=None, block_mask=None):
+def kernel_precision(dtype: str, d: int, dot_precision=None, block_mask=None, **modes):
+    """Our kernel's Precision; `modes`: its precision options (precision=..., delta_from=...) as run."""
     from flashcheck.adapters import ours_precision
 
     return ours_precision(TORCH_DTYPES[dtype], dot_precision, head_dim=d, interpret=INTERPRET,
-                          block_mask=block_mask)
+                          block_mask=block_mask, **modes)
 
 
 def run_kernel(inp, case, dtype: str, *, backward=False, dot_precision=None, mask=None, **modes):

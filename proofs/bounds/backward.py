@@ -72,7 +72,9 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
         acc_var, acc_det, partial = acc
         if M.recursive:
             rem = np.minimum(rem, _delta_accumulation_remainder(F, M, abs_do, absdov, vf, partial, wc, lin))
-    var = (((A * P.sigma * g) ** 2).sum(-1) + rp**2 * ((A * g) ** 2).sum(-1)
+    # P's rounding into the operand format enters Delta as sum_j A_j delta_j (g_j + Delta): worst case in both
+    # parts, rp (sum_j A_j |g_j| + |Delta|), as for O (forward: bench/adversaries/p_residue_o.py)
+    var = (((A * P.sigma * g) ** 2).sum(-1)
            + ri**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
            + acc_var
            + u_store**2 * ((dof * o) ** 2).sum(-1))
@@ -81,7 +83,7 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
         mu_det = np.where(lr.l_ok, lr.l_det, P.mu_lin)
     else:
         mu_det = P.mu_lin
-    det = ((A * (P.det + M.eps_exp) * absg).sum(-1) + (rp + mu_det) * aD + acc_det
+    det = ((A * (P.det + M.eps_exp) * absg).sum(-1) + (rp + mu_det) * aD + rp * (A * absg).sum(-1) + acc_det
            + ((n_pv * M.u_dacc * (abs_do * Av).sum(-1) if tc is None else tc) if M.tensor_core else 0.0)
            + M.eps_div * oabs_do.sum(-1))
     v_conv = None
@@ -215,10 +217,13 @@ def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_
     # like the relative part, so its square joins the variance (max^2 <= a^2 + b^2) and it leaves wc - lin
     f_p = _random_floor(M)
     linS = np.where(vis, A * ((P.lin + rho_lin) * absg + dP.lin + eD) + f_p, 0.0)
+    # dS's rounding into the operand format, <= max(u_p |dS|, floor_p): worst case, as P's (its residue is
+    # set by the data: bench/adversaries/p_residue_dv.py for P; bounds.md sec. 6); the fp32 subtraction and
+    # product stay in the random model
     varS = np.where(vis, A * A * (w_P * (P.sigma * absg) ** 2 + w_dP * dP.sigma**2
-                                  + w_S * (2 * u**2 + r_p**2) * absg**2) + w_S * f_p**2 + extra_var, 0.0)
+                                  + w_S * 2 * u**2 * absg**2) + extra_var, 0.0)
     # (a truncation of dS to tf32 is counted in _grad, with the other operand's)
-    detS = np.where(vis, A * (P.det * absg + dP.det + dD), 0.0)
+    detS = np.where(vis, A * (P.det * absg + dP.det + dD) + np.maximum(r_p * A * absg, f_p), 0.0)
     return _DSError(wcS, linS, varS, detS)
 
 
@@ -445,8 +450,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                            lambda: Ab1_wc * (1 + nu_q_wc) - A) + floor_P) @ abs_do,
             lin=_t(A * (b_lin + nu_q_lin) + f_P) @ abs_do,
             var_P=_t(w_q * ((A * b_sig) ** 2 + A * A * sig_L2[..., None])) @ dodo,
-            var_ops=_t(A * A * (r_p**2 * w_q + r_in**2 * w_do) + w_q * f_P**2) @ dodo,
-            det=_t(A * b_det) @ abs_do,
+            var_ops=_t(A * A * (r_in**2 * w_do)) @ dodo,
+            # P's rounding into the operand format, <= max(u_p P, floor_p) per entry: worst case (the logits set
+            # its residue, bench/adversaries/p_residue_dv.py; bounds.md sec. 6)
+            det=_t(A * b_det + np.maximum(r_p * A, f_P)) @ abs_do,
             exact=_t(A) @ do_r))
         if rn_rows:  # the bound on P's error as the kernel computes it (exp underflow floor included)
             P_wc = _fix_bad(A * b_wc, bad, lambda: Ab1_wc - A) + np.where(vis, M.floor_w, 0.0)
@@ -594,7 +601,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dv_along = n_rn_q * u * abs_dV if acc_dv is None else 0.0 * abs_dV
     dv_var = dv_sums.var_P + dv_sums.var_ops + dv_acc_var
     dv_det = (dv_sums.det + M.u_dacc * tc_dv
-              + dv_along + (r_p + r_in) * abs_dV)
+              + dv_along + r_in * abs_dV)
     if M.trunc:  # P and dO truncated to tf32, one-sided: (u_p + u_in) (sum_i A_ij |dO_ic| + |dV_jc|) / 2
         dv_det = dv_det + (d_p + (d_in if conv is None else 0.0)) * 0.5 * (AabsdO + np.abs(dv_sums.exact))
     if conv is not None:  # the input conversions' first-order effect, signed (sec. 8, "input conversions")
@@ -606,7 +613,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             ("P", dv_sums.var_P), ("operands", dv_sums.var_ops),
             ("accumulation", dv_acc_var)), (
             ("P", dv_sums.det), ("tensor core", M.u_dacc * tc_dv),
-            ("accumulation along R", dv_along), ("P, dO conversions along R", (r_p + r_in) * abs_dV),
+            ("accumulation along R", dv_along), ("dO conversion along R", r_in * abs_dV),
             ("tf32 truncation", (d_p + d_in) * 0.5 * (AabsdO + abs_dV) if M.trunc else 0.0 * abs_dV)), dv_sums.exact)
         detail.append(("dV", _terms(dv_parts, lam, kind, _kv)
                        + [Term("store", "other", _store(dv_err, np.abs(dV_exact), 0.0, M) - dv_err)]
@@ -765,7 +772,6 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     # C_s in [0, 1], |F_s| <= base + |R|; the part along R, and the conversions of dS (two fp32
     # roundings, then the operand format) along R, are charged worst case
     n_rn = 0 if M.tensor_core else n
-    (_, r_p), _ = _conv(M)
     abs_r = np.abs(S_other)
     sc2 = sc**2
     acc_var = n_rn * u**2 * (base + abs_r)**2 if acc_sq is None else acc_sq
@@ -774,7 +780,7 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     tc = (n * base if tc_steps is None else tc_steps) if M.tensor_core else 0.0 * base
     det_parts = [("dS", sc * detS_ao), ("tensor core", sc * M.u_dacc * tc),
                  ("accumulation along R", sc * along_r),
-                 ("dS conversions along R", sc * (2 * u + r_p + r_in) * abs_r)]
+                 ("dS conversions along R", sc * (2 * u + r_in) * abs_r)]  # dS's operand rounding: in detS
     if M.trunc:  # dS and `other` (K or Q) truncated to tf32: sum_j dS_j o_j theta_j, theta in
         # [-(u_p + u_in), 0]: one-sided, (u_p + u_in) (|S| @ |other| + |S @ other|) / 2, not random
         det_parts.append(("tf32 truncation", sc * (d_p + (d_in if conv_known is None else 0.0)) * 0.5 * (base + abs_r)))

@@ -599,8 +599,13 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         remainder = np.maximum(rest, 0.0) + np.maximum(acc_rem, 0.0)
         if groups is not None:  # bit-identical keys make identical errors: Azuma over groups (sec. 6)
             dev_sig, dev_AA = (_grouped_dev(W, groups, vf, o) for W in (A * lg.sigma, A))
-        var = dev_sig + (rp**2 + ri**2) * dev_AA + u**2 * acc_sq
-        det = dev_det + ((rp + ri) + acc_c * u + mu_det[..., None]) * oabs + u * acc_abs
+        # P's rounding into the operand format, sum_j A_j delta_j v_jc (l sums the unrounded P): worst case,
+        # u_p sum_j A_j |v_jc|. Round to nearest is a function of P's residue modulo the operand's ulp, which
+        # the logits set: bench/adversaries/p_residue_o.py makes the keys of V = +1 round up and those of -1
+        # round down (fp16, emulation: 0.68 / 0.40 / 0.48 of the random model's bound at N_k 4096 / 16384 /
+        # 65536), so its random model (rp^2 dev_AA, along O rp |O|) is gone (bounds.md sec. 6).
+        var = dev_sig + ri**2 * dev_AA + u**2 * acc_sq
+        det = dev_det + (ri + acc_c * u + mu_det[..., None]) * oabs + rp * A_absv + u * acc_abs
         tc = (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
         if M.mma is not None and M.recursive and order is not None and vis.all() and not precision.p_split:
             # the P.V chain's tensor-core steps evaluated on the data (as for the logit dot, logits.py):
@@ -624,9 +629,9 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         pre = np.minimum((lam * np.sqrt(var) + det + remainder) * inv_den, num_wc * inv_den)
         if explain:
             (x_logdet, x_alpha, x_exp), _ = _weighted_dev([A * det_logit, A * alpha_det, A * M.eps_exp], [], vf, o)
-            o_terms = OTerms(logit_random=lam * np.sqrt(dev_sig), operand_random=lam * np.sqrt((rp**2 + ri**2) * dev_AA),
+            o_terms = OTerms(logit_random=lam * np.sqrt(dev_sig), operand_random=lam * np.sqrt(ri**2 * dev_AA),
                            accumulation_random=lam * u * np.sqrt(acc_sq), logit_det=x_logdet, rescale_alpha=x_alpha,
-                           exp=x_exp, operand_along_o=(rp + ri) * oabs,
+                           exp=x_exp, operand_along_o=ri * oabs + rp * A_absv,
                            accumulation_drift=acc_c * u * oabs + u * acc_abs,
                            l_sum=mu_det[..., None] * oabs, tensor_core_acc=tc, truncation=tr,
                            operand_conversion=conv_o, remainder=remainder)
@@ -717,7 +722,7 @@ class OTerms:
     logit_det: np.ndarray  # deterministic logit errors: tensor-core / tf32 truncation, the constant c
     rescale_alpha: np.ndarray  # argument roundings of the rescales alpha (telescoped) and of p's shift
     exp: np.ndarray  # exp2 relative error (ex2.approx or libm), per key
-    operand_along_o: np.ndarray  # operand roundings along O (systematic on structured inputs)
+    operand_along_o: np.ndarray  # P's rounding into the operand format (worst case: u_p sum A|v|) and the inputs' along O
     accumulation_drift: np.ndarray  # accumulator roundings: u sum_s |X_s| on the data where the steps are known, else along O u |O| sum_s C_s
     l_sum: np.ndarray  # the rounding of l's sum (mu |O|)
     tensor_core_acc: np.ndarray  # tensor-core accumulation steps of P.V (truncation: worst case)
