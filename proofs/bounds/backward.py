@@ -213,13 +213,11 @@ def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_
                                  lambda: P.A_wc1 * (1 + rho_wc) * X - A * absg)
                    + M.floor_w * (1 + rho_wc) * X + M.floor_p, 0.0)
     # dS rounded to nearest into the operand format errs by <= max(u_p |dS|, floor_p) (floor_p: half the
-    # subnormal spacing; fp16 dS = A g reaches it at long N_k, A ~ 1/N_k): a first-order, mean-zero rounding
-    # like the relative part, so its square joins the variance (max^2 <= a^2 + b^2) and it leaves wc - lin
-    f_p = _random_floor(M)
+    # subnormal spacing; fp16 dS = A g reaches it at long N_k, A ~ 1/N_k): first order, so the floor leaves
+    # wc - lin; charged worst case in detS, as P's (its residue is set by the data:
+    # bench/adversaries/p_residue_dv.py for P; bounds.md sec. 6); the fp32 subtraction and product stay random
+    f_p = _rounding_floor(M)
     linS = np.where(vis, A * ((P.lin + rho_lin) * absg + dP.lin + eD) + f_p, 0.0)
-    # dS's rounding into the operand format, <= max(u_p |dS|, floor_p): worst case, as P's (its residue is
-    # set by the data: bench/adversaries/p_residue_dv.py for P; bounds.md sec. 6); the fp32 subtraction and
-    # product stay in the random model
     varS = np.where(vis, A * A * (w_P * (P.sigma * absg) ** 2 + w_dP * dP.sigma**2
                                   + w_S * 2 * u**2 * absg**2) + extra_var, 0.0)
     # (a truncation of dS to tf32 is counted in _grad, with the other operand's)
@@ -227,10 +225,10 @@ def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_
     return _DSError(wcS, linS, varS, detS)
 
 
-def _random_floor(M: _Model) -> float:
+def _rounding_floor(M: _Model) -> float:
     """The absolute floor of rounding P or dS to the operand format where that rounding is to nearest (fp16,
-    bf16: mean-zero in the model of sec. 6, like the relative part); 0 where it truncates (tf32: one-sided,
-    the floor stays worst case)."""
+    bf16: the error is <= max(u_p |x|, floor_p), charged worst case with the relative part, bounds.md sec. 6);
+    0 where it truncates (tf32: one-sided, the floor is in the wc majorant)."""
     return 0.0 if M.trunc else M.floor_p
 
 
@@ -439,9 +437,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         b_det = np.where(vis, lg_det + det_L[..., None] + M.eps_exp, 0.0)
         b_sig = lg.sigma
         floor_P = np.where(vis, M.floor_w * (1 + nu_q_wc) + M.floor_p * (1 + gamma(n_q, M.u_dacc)), 0.0)
-        # P rounded to nearest into the operand format: its subnormal floor is a mean-zero rounding of the
-        # row (as dS's, _dS_errors): first order, random, grouped by q like P's relative rounding
-        f_P = np.where(vis, _random_floor(M), 0.0)
+        # P rounded to nearest into the operand format: its subnormal floor is part of that rounding (as dS's,
+        # _dS_errors): first order, charged worst case with the relative part, max(u_p P, floor_p) (det below)
+        f_P = np.where(vis, _rounding_floor(M), 0.0)
 
         dodo = do_r * do_r
         dv_sums = _accumulate(dv_sums, _DVSums(
@@ -769,8 +767,8 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     lin = sc * (linS_ao + kap_lin * base)
     (r_in, _), (d_in, d_p) = _conv(M)
     # systematic parts (sec. 6): each partial sum of the accumulation is C_s R + F_s with R = S @ other,
-    # C_s in [0, 1], |F_s| <= base + |R|; the part along R, and the conversions of dS (two fp32
-    # roundings, then the operand format) along R, are charged worst case
+    # C_s in [0, 1], |F_s| <= base + |R|; the part along R, and dS's two fp32 roundings along R, are charged
+    # worst case (dS's rounding into the operand format: whole, in detS, _dS_errors)
     n_rn = 0 if M.tensor_core else n
     abs_r = np.abs(S_other)
     sc2 = sc**2
@@ -1224,7 +1222,8 @@ class _KeyGroups:
     (by_v), the same k and v the same dS = P (dP - Delta) and its roundings (by_k_v): one random variable per
     group, so each key's variance term is weighted by its group's size (Cauchy-Schwarz, as for rows). Without
     it, keys and values drawn from a pool of 3 (k, v) pairs exceeded the probabilistic dQ bound (fp16,
-    N_k = 4096, seed 0: 0.92; 1.1 before the floor of _random_floor joined the variance)."""
+    N_k = 4096, seed 0: 0.92; 1.1 before the floor of _rounding_floor joined the variance; since 2026-11-25 dS's
+    operand rounding, floor included, is charged worst case and the weights act on the remaining random parts)."""
 
     by_k: np.ndarray
     by_v: np.ndarray

@@ -578,20 +578,20 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         # sum_s delta_s X_s, X_s = C_s O + F_s, is charged worst case in both parts: u |O| sum_s C_s <= n u |O|
         # along O, and u sum_s |F_s| <= n u max_s |F_s| <= n u sum_j A_j |v_j - O| around it. The fluctuation
         # is NOT random under round to nearest: step_sign_o.py with one masked key (fp32 ieee, N_k = 16384)
-        # was 2x over the random model of it (64 of 256 entries), which this branch used before.
-        acc_sq = 0.0 * dev_A
+        # was 2x over the random model of it (64 of 256 entries), which this branch used before. No part of
+        # the accumulation is modelled as random any more.
         acc_c = np.full(oabs.shape, float(n_rn))  # sum_s C_s <= n
         acc_abs = n_rn * dev_A  # sum_s |F_s|; where the steps are known, sum_s |X_s| on the data (below)
         if n_rn and order is not None and vis.all():  # unmasked: the tiles in visiting order
             ends, tile_ends = _step_ends(order.sizes, M.k_step)
             Ao, vo = order.apply(A), _keys_in_order(vf, order)
-            # The chain's first order charged on the data, u sum_s |X_s|, in place of the random model of the
-            # fluctuation (acc_sq) and the along-O charge (acc_c): round to nearest is systematic when the
+            # The chain's first order charged on the data, u sum_s |X_s|, in place of the order-free worst case
+            # of the fluctuation and the along-O charge (acc_c): round to nearest is systematic when the
             # partial sums climb and fall back (V = +a then -a(1+eps) over uniform rows: O ~ 0, nothing along
             # O, the fluctuation one-signed per half; bench/adversaries/step_sign_o.py, 7x over the random
             # model at N_k = 65536)
             acc_abs = _partial_abs_sums(Ao, vo, ends, tile_ends, M.pv_products, blocked=not M.recursive)
-            acc_sq, acc_c = 0.0 * acc_sq, 0.0 * acc_c
+            acc_c = 0.0 * acc_c
             if not M.tensor_core and M.k_step == 1 and M.pv_products == 1 and M.u_dacc == u:
                 # one rounding (u) per step of the exact partial sums X_r: the second order evaluated on them
                 acc_rem = np.minimum(acc_rem, _accumulation_remainder(
@@ -604,7 +604,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         # the logits set: bench/adversaries/p_residue_o.py makes the keys of V = +1 round up and those of -1
         # round down (fp16, emulation: 0.68 / 0.40 / 0.48 of the random model's bound at N_k 4096 / 16384 /
         # 65536), so its random model (rp^2 dev_AA, along O rp |O|) is gone (bounds.md sec. 6).
-        var = dev_sig + ri**2 * dev_AA + u**2 * acc_sq
+        var = dev_sig + ri**2 * dev_AA
         det = dev_det + (ri + acc_c * u + mu_det[..., None]) * oabs + rp * A_absv + u * acc_abs
         tc = (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
         if M.mma is not None and M.recursive and order is not None and vis.all() and not precision.p_split:
@@ -630,7 +630,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         if explain:
             (x_logdet, x_alpha, x_exp), _ = _weighted_dev([A * det_logit, A * alpha_det, A * M.eps_exp], [], vf, o)
             o_terms = OTerms(logit_random=lam * np.sqrt(dev_sig), operand_random=lam * np.sqrt(ri**2 * dev_AA),
-                           accumulation_random=lam * u * np.sqrt(acc_sq), logit_det=x_logdet, rescale_alpha=x_alpha,
+                           logit_det=x_logdet, rescale_alpha=x_alpha,
                            exp=x_exp, operand_along_o=ri * oabs + rp * A_absv,
                            accumulation_drift=acc_c * u * oabs + u * acc_abs,
                            l_sum=mu_det[..., None] * oabs, tensor_core_acc=tc, truncation=tr,
@@ -718,7 +718,6 @@ class OTerms:
 
     logit_random: np.ndarray  # round-to-nearest part of the logit errors: qk dot, products, running max
     operand_random: np.ndarray  # rounding of P (and of q, k, v) into the dot operand format, around O
-    accumulation_random: np.ndarray  # P.V accumulator roundings: the fluctuation F_s around O
     logit_det: np.ndarray  # deterministic logit errors: tensor-core / tf32 truncation, the constant c
     rescale_alpha: np.ndarray  # argument roundings of the rescales alpha (telescoped) and of p's shift
     exp: np.ndarray  # exp2 relative error (ex2.approx or libm), per key
