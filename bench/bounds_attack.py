@@ -140,8 +140,8 @@ def produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma=None):
 
 
 def attack(source: str, device: str, dtype: str, dot: str, family: str, nk: int, nq: int, h: int, d: int,
-           seed: int, mma=None) -> Case:
-    return judge(*produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma))
+           seed: int, mma=None, forward_only=False) -> Case:
+    return judge(*produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma), forward_only=forward_only)
 
 
 def check_exp2(device: str) -> dict:
@@ -333,8 +333,7 @@ def main(argv=None):
         if a.workers <= 1:
             for nk, pr, fam, seed in jobs:
                 dt, dot = pr.split(":")
-                report(judge(*produce(a.source, a.device, dt, dot, fam, nk, a.nq, a.h, a.d, seed, a.mma),
-                             forward_only=a.forward_only), f)
+                report(attack(a.source, a.device, dt, dot, fam, nk, a.nq, a.h, a.d, seed, a.mma, a.forward_only), f)
         else:  # the source runs here (one GPU), the references and bounds in worker processes
             import multiprocessing as mp
             from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait

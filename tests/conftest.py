@@ -86,8 +86,9 @@ def _alternate_long_and_short(items):
     worker while others ran short ones: the run of 2026-11-25 (H100, 16 workers) was cut at 480 s with 22 tests
     not started or unfinished, dq -> dk (198 s + 216 s) on one worker. Alternating puts a short test behind each
     long one, so a long test waits at most one short test."""
-    ranked = sorted((it for it in items if _longest_first_rank(it) < len(GPU_LONGEST_FIRST)), key=_longest_first_rank)
-    rest = [it for it in items if _longest_first_rank(it) >= len(GPU_LONGEST_FIRST)]
+    rank = {id(it): _longest_first_rank(it) for it in items}
+    ranked = sorted((it for it in items if rank[id(it)] < len(GPU_LONGEST_FIRST)), key=lambda it: rank[id(it)])
+    rest = [it for it in items if rank[id(it)] == len(GPU_LONGEST_FIRST)]
     out = []
     for i, it in enumerate(ranked):
         out.append(it)

@@ -775,6 +775,18 @@ def test_accumulation_remainder_bounds_the_second_order(blocked, values):
         assert np.all(rem >= 0.9 * bound), (rem, bound)
 
 
+def _adversary(name: str):
+    """The module bench/adversaries/NAME.py (its `build` makes the adversarial input; bench/ is not a package)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "adversaries" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 @pytest.mark.parametrize("l_accumulate", ["float32", "float64"])
 def test_l_sum_charges_its_merges_in_the_format_of_l(l_accumulate):
     """Uniform rows (q = 0: every P_j = exp2(0) = 1, the max never moves, so no rescale rounds), T tiles of b
@@ -819,15 +831,9 @@ def test_step_sign_with_a_masked_key_is_within_the_probabilistic_o_bound():
     P.V chain's partial sums climb and come back with one rounding residue per binade each way: the fluctuation
     around O is systematic. A masked row takes the order-free branch of the bound, whose random model of that
     fluctuation this exceeded (min bound/observed 0.50 at N_k = 16384, d = 64; bounds.md sec. 6)."""
-    import importlib.util
-    import pathlib
-
     from flashcheck.reference import attention
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "adversaries" / "step_sign_o.py"
-    spec = importlib.util.spec_from_file_location("step_sign_o", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _adversary("step_sign_o")
     q, k, v = (round_to(x, "float32") for x in mod.build(16384, 16, 1e-3, nq=2))
     mask = np.ones((1, 1, 2, 16384), dtype=bool)
     mask[..., 1] = False
@@ -842,15 +848,9 @@ def test_p_rounding_set_by_the_logits_is_within_the_probabilistic_o_bound(dtype,
     """bench/adversaries/p_residue_o.py: the logits choose each P~'s residue modulo the operand's ulp, so the keys of
     V = +1 round up and those of V = -1 down: P's rounding errors add coherently, which their former random model
     (0.68 of the bound at N_k = 4096, fp16) did not cover; they are now charged worst case (bounds.md sec. 6)."""
-    import importlib.util
-    import pathlib
-
     from flashcheck.reference import attention
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "adversaries" / "p_residue_o.py"
-    spec = importlib.util.spec_from_file_location("p_residue_o", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _adversary("p_residue_o")
     q, k, v = mod.build(4096, 16, dtype)
     o, _ = fa2_forward(q, k, v, dtype=dtype, dot=dot, l_accumulate="float64")
     O, _ = attention(q, k, v)
@@ -863,15 +863,9 @@ def test_p_rounding_set_by_the_logits_is_within_the_probabilistic_dv_bound(dtype
     """bench/adversaries/p_residue_dv.py, the backward's twin: rows whose q sets the residue of the recomputed P so
     that it rounds up where dO = +1 and down where dO = -1 (0.54 of the former random model's dV bound at
     N_q = 4096, fp16); P's and dS's roundings into the operand format are now charged worst case."""
-    import importlib.util
-    import pathlib
-
     from flashcheck.reference import attention, attention_backward
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "adversaries" / "p_residue_dv.py"
-    spec = importlib.util.spec_from_file_location("p_residue_dv", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _adversary("p_residue_dv")
     q, k, v, do = mod.build(4096, 16, dtype)
     o, lse, o32 = fa2_forward(q, k, v, dtype=dtype, dot=dot, l_accumulate="float64", return_fp32_o=True)
     dv = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, delta_o=o32)[2]
