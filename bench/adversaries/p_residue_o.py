@@ -27,6 +27,17 @@ import torch
 LOG2E = 1.4426950408889634
 
 
+def residue_in_ulps(p: torch.Tensor, tdt) -> np.ndarray:
+    """Where the float32 values p lie between their two neighbours in the format tdt, in units of that gap:
+    below 0.5 they round down, above it up (the gap below a power of two is half the one above)."""
+    r = p.to(tdt)
+    up = torch.nextafter(r, torch.tensor(math.inf, dtype=tdt)).float()
+    dn = torch.nextafter(r, torch.tensor(-math.inf, dtype=tdt)).float()
+    lo = torch.where(r.float() > p, dn, r.float())
+    hi = torch.where(r.float() > p, r.float(), up)
+    return ((p - lo) / (hi - lo)).double().numpy()
+
+
 def build(n: int, d: int, dtype: str, nq: int = 2, seed: int = 0):
     """(q, k, v) in `dtype` values (float64 arrays)."""
     tdt = getattr(torch, dtype)
@@ -37,12 +48,7 @@ def build(n: int, d: int, dtype: str, nq: int = 2, seed: int = 0):
     grid = torch.linspace(-2.0, 0.0, 1 << 16, dtype=torch.float64).to(tdt).unique().double()
     grid = grid[grid < 0]
     s2 = grid.float() * qk_scale  # fl(fl(x * 1) * qk_scale): the q.k product is x exactly (q = e_0)
-    p = torch.exp2(s2)
-    p_op = p.to(tdt).float()  # P~ rounded to the operand format
-    ulp = (torch.nextafter(p.to(tdt), torch.tensor(math.inf, dtype=tdt)).float() - p_op).abs()
-    lo = torch.where(p_op > p, p_op - ulp, p_op)  # the grid point below P~
-    ulp_below = torch.where(p_op > p, ulp, (torch.nextafter(p.to(tdt), torch.tensor(math.inf, dtype=tdt)).float() - p_op))
-    r = ((p - lo) / ulp_below).double().numpy()
+    r = residue_in_ulps(torch.exp2(s2), tdt)  # P~ and where it falls in the operand's grid
     up = grid.numpy()[(r > 0.55) & (r < 0.95)]
     down = grid.numpy()[(r > 0.05) & (r < 0.45)]
     if len(up) == 0 or len(down) == 0:
