@@ -89,10 +89,11 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
         from flashcheck.proofs.bounds import Precision
         from flashcheck.proofs.emulation import fa2_backward, fa2_forward
 
-        # l in fp64 as our kernel (Arithmetic.l_accumulate)
-        o, lse = fa2_forward(q, k, v, dtype=dtype, dot=dot, mma=mma, l_accumulate="float64")
-        g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot)
-        return (o, lse, *g), Precision(dtype, dot, exp="libm", l_accumulate="float64")
+        # as our kernel: l in fp64 (Arithmetic.l_accumulate), Delta from the fp32 O (delta_from="fp32")
+        o, lse, o32 = fa2_forward(q, k, v, dtype=dtype, dot=dot, mma=mma, l_accumulate="float64",
+                                  return_fp32_o=True)
+        g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, delta_o=o32)
+        return (o, lse, *g), Precision(dtype, dot, exp="libm", l_accumulate="float64", delta_from="fp32")
     import torch
 
     from flashcheck.adapters import ours_precision

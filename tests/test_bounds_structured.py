@@ -83,8 +83,12 @@ def test_p_split_and_delta_from_modes_are_bounded_and_tighter(dtype, dot, p_spli
             err = np.abs(got - ex)
             assert np.all(err <= b), f"{name} {kind}: max err/bound {np.max(err / b):.3g}"
         if p_split:
+            # worst case: below the plain bound everywhere. Probabilistic: at the median only, since the plain
+            # mode's P rounding is evaluated on the data (its signed sum can cancel on an entry; bounds.md sec. 6)
             plain = forward_bound(q, k, v, precision=Precision(dtype, dot, exp="libm"), kind=kind)
-            assert np.all(fb.o <= plain.o * (1 + 1e-12)) and np.median(fb.o) < np.median(plain.o)
+            assert np.median(fb.o) < np.median(plain.o)
+            if kind == "worst_case":
+                assert np.all(fb.o <= plain.o * (1 + 1e-12))
 
 
 @pytest.mark.parametrize("family", ["constant_v", "v_large_mean"])

@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from .precision import (FAILURE_PROBABILITY, Precision, REFERENCE_PRECISION, UNDERFLOW_FLOOR, UNIT_ROUNDOFF, _Model, _check_kind, _conv, _dot_steps, _model, _within_dot, gamma, hoeffding_lambda)
+from .precision import (_DOT_OPERAND, FAILURE_PROBABILITY, Precision, REFERENCE_PRECISION, UNDERFLOW_FLOOR, UNIT_ROUNDOFF, _Model, _check_kind, _conv, _dot_steps, _model, _within_dot, gamma, hoeffding_lambda)
 from .results import (BackwardBound, ForwardBound)
-from .common import (_exp_err, _fix_bad, _no_nan, _rows_chunks, _weighted_exp_err)
+from .common import (_SIGNIFICAND_BITS, _exp_err, _fix_bad, _no_nan, _rows_chunks, _weighted_exp_err)
 from .logits import (_logit_errors)
 from . import forward as _forward_module
 from .forward import (_Forward, _forward)
@@ -72,8 +72,8 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
         acc_var, acc_det, partial = acc
         if M.recursive:
             rem = np.minimum(rem, _delta_accumulation_remainder(F, M, abs_do, absdov, vf, partial, wc, lin))
-    # P's rounding into the operand format enters Delta as sum_j A_j delta_j (g_j + Delta): worst case in both
-    # parts, rp (sum_j A_j |g_j| + |Delta|), as for O (forward: bench/adversaries/p_residue_o.py)
+    # P's rounding into the operand format enters Delta as sum_j A_j delta_j (g_j + Delta): not random (the logits
+    # set its residue, bench/adversaries/p_residue_o.py): worst case rp (sum_j A_j |g_j| + |Delta|), or on the data
     var = (((A * P.sigma * g) ** 2).sum(-1)
            + ri**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
            + acc_var
@@ -83,7 +83,14 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
         mu_det = np.where(lr.l_ok, lr.l_det, P.mu_lin)
     else:
         mu_det = P.mu_lin
-    det = ((A * (P.det + M.eps_exp) * absg).sum(-1) + (rp + mu_det) * aD + rp * (A * absg).sum(-1) + acc_det
+    p_round = rp * (aD + (A * absg).sum(-1))
+    if rp and P.p_rho is not None:  # evaluated on the data as in O (forward._p_rounding_on_data): dO.v_j = g_j + Delta
+        c, h = P.p_rho
+        dPj = np.where(F.vis, g + delta[..., None], 0.0)
+        Ac = A * c
+        p_round = np.minimum(p_round, np.abs((Ac * dPj).sum(-1)) + (A * h * np.abs(dPj)).sum(-1)
+                             + float(gamma(A.shape[-1] + 2, 2.0**-53)) * (np.abs(Ac * dPj)).sum(-1))
+    det = ((A * (P.det + M.eps_exp) * absg).sum(-1) + mu_det * aD + p_round + acc_det
            + ((n_pv * M.u_dacc * (abs_do * Av).sum(-1) if tc is None else tc) if M.tensor_core else 0.0)
            + M.eps_div * oabs_do.sum(-1))
     v_conv = None
@@ -195,10 +202,11 @@ class _DSError:
     lin: np.ndarray
     var: np.ndarray
     det: np.ndarray
+    signed: np.ndarray | None = None  # dS_ij rho_ij where the operand rounding rho is known (rho_S), else None
 
 
 def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_var=0.0,
-               w_P=1.0, w_dP=1.0, w_S=1.0) -> _DSError:
+               w_P=1.0, w_dP=1.0, w_S=1.0, g=None, rho_S=None) -> _DSError:
     """dS_hat - dS for dS = A g (|g| = absg) with P_hat, dP_hat as given and Delta off by <= eD (dD of it
     not random): the subtraction, the product and the conversion of dS to the operand format (rho) on
     (|g| + dP error + Delta error); floors of the working and operand formats (bounds.md sec. 8).
@@ -221,8 +229,31 @@ def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_
     varS = np.where(vis, A * A * (w_P * (P.sigma * absg) ** 2 + w_dP * dP.sigma**2
                                   + w_S * 2 * u**2 * absg**2) + extra_var, 0.0)
     # (a truncation of dS to tf32 is counted in _grad, with the other operand's)
-    detS = np.where(vis, A * (P.det * absg + dP.det + dD) + np.maximum(r_p * A * absg, f_p), 0.0)
-    return _DSError(wcS, linS, varS, detS)
+    rounding = np.maximum(r_p * A * absg, f_p)
+    signed = None
+    if rho_S is not None:  # dS's rounding evaluated on the data (_dS_rounding_on_data): the known ones signed
+        centre, half, known = rho_S
+        rounding = np.where(known, A * absg * half, rounding)
+        signed = np.where(vis & known, A * g * centre, 0.0)
+    detS = np.where(vis, A * (P.det * absg + dP.det + dD) + rounding, 0.0)
+    return _DSError(wcS, linS, varS, detS, signed)
+
+
+def _dS_rounding_on_data(M: _Model, fmt: str, vis, A, absg, b_wc, bad, E):
+    """dS_ij's rounding into the operand format `fmt` as the data fix it (bounds.md sec. 6, "roundings on the
+    data"): the kernel's dS = fl(P~ fl(dP^ - Delta^)) lies, in magnitude, within
+    [A (1 - b) (|g| - E) (1 - u)^2, A (1 + b) (|g| + E) (1 + u)^2] (b: P~'s relative error bound with the stored
+    LSE's, E: dP's and Delta's error bounds); where that holds no rounding boundary, rho = RN(dS) / dS - 1 is known
+    to its interval (common._rounding_on_data). Entries whose g may change sign, or whose b is not finite, are not."""
+    from .common import _rounding_on_data
+
+    u = M.u_w
+    with np.errstate(invalid="ignore", over="ignore"):
+        ok = vis & ~np.broadcast_to(bad, vis.shape) & (b_wc < 1.0) & (absg > E)
+        lo = np.where(ok, A * (1.0 - b_wc) * (absg - E) * (1.0 - u) ** 2 * (1.0 - 2.0**-50), 0.0)
+        hi = np.where(ok, A * (1.0 + b_wc) * (absg + E) * (1.0 + u) ** 2 * (1.0 + 2.0**-50), 0.0)
+    centre, half, known = _rounding_on_data(lo, hi, fmt, M.u_p)
+    return centre, half, known & ok
 
 
 def _rounding_floor(M: _Model) -> float:
@@ -537,10 +568,18 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # Likewise the Delta error is one number per row: it adds -delta_i sum_j P_ij k_j, bounded with
         # |sum_j A_ij k_jc| (dq_delta), so dQ's dS errors leave it out.
         # dQ sums over the keys: keys that compute alike repeat their roundings (_KeyGroups)
+        rho_S = None
+        if kind == "probabilistic" and r_p and _DOT_OPERAND[precision.dot] in _SIGNIFICAND_BITS:  # dS's operand rounding on the data: the dS the kernel rounds holds
+            # the stored LSE's and Delta's errors (b_wc, eD), whatever this analysis pulls out of the row
+            rho_S = _dS_rounding_on_data(M, _DOT_OPERAND[precision.dot], vis, A, absg, b_wc, bad, dP_wc + eD)
         dSe = _dS_errors(M, vis, A, absg, _PError(wc=b_wc_row, A_wc1=Ab1_row, bad=bad_row, lin=b_lin_row,
                                                   det=b_det_row, sigma=b_sig), dP_err, eD=0.0, dD=0.0,
-                         w_P=keys.by_k, w_dP=keys.by_v, w_S=keys.by_k_v)
+                         w_P=keys.by_k, w_dP=keys.by_v, w_S=keys.by_k_v, g=g, rho_S=rho_S)
         wcS, linS, varS, detS = dSe.wc, dSe.lin, dSe.var, dSe.det
+        detS_k = detS @ abs_k
+        if dSe.signed is not None:  # |sum_j dS_ij rho_ij k_jc| + its float64 evaluation, gamma_{Nk+1}(2^-53) sum |.||k|
+            detS_k = detS_k + (np.abs(dSe.signed @ kf)
+                               + float(gamma(Nk + 1, 2.0**-53)) * (np.abs(dSe.signed) @ abs_k))
         # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
         # than that could be equal as computed, and are grouped
         tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
@@ -550,7 +589,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         if tc_rows:
             dS_blocks.append(dS)
         ge = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
-                   varS @ (kf * kf), (keys.by_k * dS * dS) @ (kf * kf), detS @ abs_k, dS @ kf, acc_sq=acc_sq,
+                   varS @ (kf * kf), (keys.by_k * dS * dS) @ (kf * kf), detS_k, dS @ kf, acc_sq=acc_sq,
                    tc_steps=tc_steps, partial=partial,
                    conv_known=None if conv is None else (
                        ce.dk_rows @ kf + dS @ conv.dk_in,

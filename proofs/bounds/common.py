@@ -107,3 +107,43 @@ def _no_nan(x):
     is already vacuous, so it is +inf (honest)."""
     x = np.asarray(x, dtype=np.float64)
     return np.where(np.isnan(x), np.inf, x)
+
+
+# the fp16/bf16 operand formats that P and dS are rounded into: significand bits, and the exponent e (x = f 2^e,
+# f in [1/2, 1)) of their smallest normal number, below which the spacing stays 2^(e_min - bits) (subnormals)
+_SIGNIFICAND_BITS = {"float16": 11, "bfloat16": 8}
+_E_MIN = {"float16": -13, "bfloat16": -125}
+# fp32's smallest normal: a working-format value below it may be flushed to zero (ftz) before it is rounded
+_FP32_NORMAL_MIN = 2.0**-126
+
+
+def _round_nearest(x, fmt: str):
+    """x >= 0 (float64) rounded to nearest even in fmt, exactly, subnormals included: the significand scaled to
+    an integer at the format's spacing, rounded by np.rint (half to even), scaled back."""
+    bits = _SIGNIFICAND_BITS[fmt]
+    _, e = np.frexp(x)
+    e = np.maximum(e, _E_MIN[fmt])
+    return np.ldexp(np.rint(np.ldexp(x, bits - e)), e - bits)
+
+
+def _rounding_on_data(x_lo, x_hi, fmt: str, u_op: float):
+    """The relative rounding error rho = RN_fmt(x) / x - 1 of an unknown x in [x_lo, x_hi] (float64 arrays of
+    magnitudes), as an interval: (centre, half-width, known) (bounds.md sec. 6, "roundings on the data").
+
+    Round to nearest is monotone: where RN(x_lo) == RN(x_hi) the rounded value R is known, and rho = R / x - 1,
+    decreasing in x, lies in [R / x_hi - 1, R / x_lo - 1] (subnormal R included; R = 0 gives rho = -1); the
+    float64 evaluation of the two quotients adds <= 2^-52 each (2^-50 charged). Where the interval holds a
+    rounding boundary, or reaches below fp32's normal range (the working value may have been flushed to 0),
+    R is not known: known False, centre 0, half-width u_op (the standard model; the caller charges the
+    subnormal floor apart)."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        ok = (x_lo >= _FP32_NORMAL_MIN) & np.isfinite(x_hi) & (x_hi >= x_lo)
+        safe_lo = np.where(ok, x_lo, 1.0)
+        safe_hi = np.where(ok, x_hi, 1.0)
+        r = _round_nearest(safe_lo, fmt)
+        known = ok & (_round_nearest(safe_hi, fmt) == r)
+        a = r / safe_hi - 1.0
+        b = r / safe_lo - 1.0
+    centre = np.where(known, 0.5 * (a + b), 0.0)
+    half = np.where(known, 0.5 * (b - a) + 2.0**-50, u_op)
+    return centre, half, known

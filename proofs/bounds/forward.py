@@ -7,9 +7,10 @@ import math
 
 import numpy as np
 
-from .precision import (FAILURE_PROBABILITY, Precision, _Model, _check_kind, _conv, _dot_steps, _model, gamma, hoeffding_lambda)
+from .precision import (_DOT_OPERAND, FAILURE_PROBABILITY, Precision, _Model, _check_kind, _conv, _dot_steps, _model, gamma, hoeffding_lambda)
 from .results import (ForwardBound)
-from .common import (_exp_err, _no_nan, _problem, _rows_chunks, _softmax_parts, _weighted_dev, _weighted_exp_err)
+from .common import (_SIGNIFICAND_BITS, _exp_err, _no_nan, _problem, _rounding_on_data, _rows_chunks, _softmax_parts, _weighted_dev,
+                     _weighted_exp_err)
 from .logits import (_logit_errors, _mma_steps_error)
 
 
@@ -47,6 +48,8 @@ class _ForwardParts:
     lse_det: np.ndarray  # LSE bound: the rest
     l_sum_det: np.ndarray  # l's first-order rounding bound on the data (_l_sum_error), inside lse_det where not capped
     lse_capped: np.ndarray  # rows whose LSE bound is the worst case (lse_det holds it whole); True for worst_case
+    p_rho: tuple | None = None  # (centre, half-width) of P's relative rounding into the operand format per key
+    # (_p_rounding_on_data; centre 0, half u_p where not evaluated); None where P is not rounded to nearest
 
 
 @dataclass(frozen=True)
@@ -250,6 +253,41 @@ def _l_sum_error(A, vis, wc, s, order: _TileOrder | None, M: _Model, mu_lin: flo
         t0 += w * n
     adds = L[..., 1:].sum(-1) + (change[..., 1:] * L[..., :-1]).sum(-1)
     return M.u_w * within + M.u_l * adds + M.u_lconv * L[..., -1]
+
+
+def _tile_p_interval(s, wc, order: _TileOrder, M: _Model):
+    """An interval [lo, hi] (float64, keys in their own order) that holds every key's computed P~_j =
+    exp2(S2_j - m_t) as the kernel rounds it into the operand format: m_t the computed running max after key j's
+    tile t (the online softmax of a known tile order, an unmasked row), in natural units within
+    [max_{k seen} (s_k - e_k), max_{k seen} (s_k + e_k)], e_k = the logit error bound (lg.wc, which also holds
+    the subtraction's rounding); the subtraction rounded once more (u |x|, charged again: sound, tiny), exp2 with
+    relative error eps_exp, the float64 exp with 2^-50."""
+    st = order.starts
+    so, wo = order.apply(s), order.apply(wc)
+    hi_t = np.maximum.accumulate(np.maximum.reduceat(so + wo, st, axis=-1), axis=-1)
+    lo_t = np.maximum.accumulate(np.maximum.reduceat(so - wo, st, axis=-1), axis=-1)
+    x_hi = so + wo - np.repeat(lo_t, order.sizes, axis=-1)
+    x_lo = so - wo - np.repeat(hi_t, order.sizes, axis=-1)
+    x_hi = x_hi + M.u_w * np.abs(x_hi)
+    x_lo = x_lo - M.u_w * np.abs(x_lo)
+    hi = np.exp(x_hi) * (1.0 + M.eps_exp) * (1.0 + 2.0**-50)
+    lo = np.exp(x_lo) * (1.0 - M.eps_exp) * (1.0 - 2.0**-50)
+    return order.undo(lo), order.undo(hi)
+
+
+def _p_rounding_on_data(A, p_rho, vf):
+    """|sum_j A_j rho_j v_jc|, rho_j = RN(P~_j) / P~_j - 1 the rounding of P~ into the operand format (the first
+    order of P's rounding in O; l sums the unrounded P~), evaluated on the data (bounds.md sec. 6): P~_j's
+    interval (_tile_p_interval) is ~2^-16 wide, an fp16 ulp 2^-10, so its rounded value is known for almost
+    every key and rho_j with its sign (p_rho = (centre c, half-width h), common._rounding_on_data); the keys
+    whose interval holds a rounding boundary have c = 0, h = u_p. Bound: |sum_j A_j c_j v_jc| +
+    sum_j A_j h_j |v_jc| + the float64 evaluation of the first sum, gamma_{Nk+1}(2^-53) sum_j A_j |c_j| |v_jc|.
+    (Delta contracts the same sum with dO: v_jc -> dP_j.)"""
+    centre, half = p_rho
+    absv = np.abs(vf)
+    g = float(gamma(A.shape[-1] + 1, 2.0**-53))
+    Ac = A * centre
+    return np.abs(Ac @ vf) + (A * half) @ absv + g * (np.abs(Ac) @ absv)
 
 
 def _pv_mma_error(A, vf, ends, mma):
@@ -557,6 +595,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     with np.errstate(divide="ignore", invalid="ignore"):
         inv_den = np.where(empty, 1.0, np.where(den_low > 0, 1.0 / np.maximum(den_low, 1e-300), np.inf))[..., None]
 
+    p_rho = None
     if kind == "worst_case":
         pre = num_wc * inv_den
     else:
@@ -605,7 +644,17 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         # round down (fp16, emulation: 0.68 / 0.40 / 0.48 of the random model's bound at N_k 4096 / 16384 /
         # 65536), so its random model (rp^2 dev_AA, along O rp |O|) is gone (bounds.md sec. 6).
         var = dev_sig + ri**2 * dev_AA
-        det = dev_det + (ri + acc_c * u + mu_det[..., None]) * oabs + rp * A_absv + u * acc_abs
+        p_round = rp * A_absv
+        if rp:
+            if (order is not None and vis.all() and not precision.p_split
+                    and _DOT_OPERAND[precision.dot] in _SIGNIFICAND_BITS):
+                # the same first order evaluated on the data: each key's rounding known with its sign
+                lo, hi = _tile_p_interval(s, lg.wc, order, M)
+                p_rho = _rounding_on_data(lo, hi, _DOT_OPERAND[precision.dot], rp)[:2]
+                p_round = np.minimum(p_round, _p_rounding_on_data(A, p_rho, vf))
+            else:
+                p_rho = (np.zeros_like(A), np.full_like(A, rp))
+        det = dev_det + (ri + acc_c * u + mu_det[..., None]) * oabs + p_round + u * acc_abs
         tc = (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
         if M.mma is not None and M.recursive and order is not None and vis.all() and not precision.p_split:
             # the P.V chain's tensor-core steps evaluated on the data (as for the logit dot, logits.py):
@@ -631,7 +680,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
             (x_logdet, x_alpha, x_exp), _ = _weighted_dev([A * det_logit, A * alpha_det, A * M.eps_exp], [], vf, o)
             o_terms = OTerms(logit_random=lam * np.sqrt(dev_sig), operand_random=lam * np.sqrt(ri**2 * dev_AA),
                            logit_det=x_logdet, rescale_alpha=x_alpha,
-                           exp=x_exp, operand_along_o=ri * oabs + rp * A_absv,
+                           exp=x_exp, operand_along_o=ri * oabs + p_round,
                            accumulation_drift=acc_c * u * oabs + u * acc_abs,
                            l_sum=mu_det[..., None] * oabs, tensor_core_acc=tc, truncation=tr,
                            operand_conversion=conv_o, remainder=remainder)
@@ -707,7 +756,8 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                            final=final, n_pv=n_pv, T=T, n_l=n_l,
                            lam=lam, lse_sigma=np.where(empty, 0.0, lse_sigma),
                            lse_det=np.where(empty, 0.0, lse_det),
-                           l_sum_det=np.where(empty, 0.0, mu_det), lse_capped=capped | empty))
+                           l_sum_det=np.where(empty, 0.0, mu_det), lse_capped=capped | empty,
+                           p_rho=p_rho))
 
 
 @dataclass(frozen=True)
