@@ -17,10 +17,8 @@ PRECISIONS = (("float32", "ieee"), ("float32", "tf32"), ("float16", "fp16"), ("b
 
 
 def main(argv=None):
-    from bench.bounds_attack import inputs
-    from flashcheck.proofs.bounds import Precision
+    from bench.bounds_attack import inputs, run_source
     from flashcheck.proofs.bounds.backward import backward_terms
-    from flashcheck.proofs.emulation import fa2_backward, fa2_forward
     from flashcheck.reference.attention import attention
     from flashcheck.reference.backward import attention_backward
 
@@ -35,11 +33,11 @@ def main(argv=None):
         for pr in a.precisions:
             dt, dot = pr.split(":")
             q, k, v, do = inputs("random", dt, a.nq, nk, 1, a.d, a.seed)
-            o, lse = fa2_forward(q, k, v, dtype=dt, dot=dot)
-            got = fa2_backward(q, k, v, o, lse, do, dtype=dt, dot=dot)
+            # the emulation of our kernel and its Precision (l in fp64, Delta from the fp32 O), as bounds_attack
+            (_, _, *got), precision = run_source("emulation", "cpu", dt, dot, q, k, v, do)
             O, L = attention(q, k, v)
             exact = attention_backward(q, k, v, O, L, do)
-            bb, terms = backward_terms(q, k, v, do, precision=Precision(dt, dot, exp="libm"))
+            bb, terms = backward_terms(q, k, v, do, precision=precision)
             print(f"\n### {dt}/{dot}, N_k = {nk}, N_q = {a.nq}, d = {a.d}, random (seed {a.seed})\n")
             for name, bound, g, e in zip(("dQ", "dK", "dV"), (bb.dq, bb.dk, bb.dv), got, exact):
                 err = np.abs(g - e)

@@ -61,7 +61,7 @@ def test_gpu_kernel_within_both_bounds_at_long_nk(dtype, dot, family, nk):
 @pytest.mark.parametrize("dtype,dot", [("float16", "fp16"), ("float32", "tf32")])
 @pytest.mark.parametrize("p_split,delta_from", [(False, "output"), (True, "output"), (True, "fp32")])
 def test_p_split_and_delta_from_modes_are_bounded_and_tighter(dtype, dot, p_split, delta_from):
-    """The kernel engineer's modes: emulated, within their bounds; p_split's O bound below the plain one."""
+    """The kernel engineer's modes: emulated, within their bounds; p_split's worst-case O bound below the plain one."""
     from flashcheck.proofs.bounds import Precision, backward_bound, forward_bound
     from flashcheck.proofs.emulation import fa2_backward, fa2_forward, round_to
     from flashcheck.reference.attention import attention
@@ -83,12 +83,11 @@ def test_p_split_and_delta_from_modes_are_bounded_and_tighter(dtype, dot, p_spli
             err = np.abs(got - ex)
             assert np.all(err <= b), f"{name} {kind}: max err/bound {np.max(err / b):.3g}"
         if p_split:
-            # worst case: below the plain bound everywhere. Probabilistic: at the median only, since the plain
-            # mode's P rounding is evaluated on the data (its signed sum can cancel on an entry; bounds.md sec. 6)
-            plain = forward_bound(q, k, v, precision=Precision(dtype, dot, exp="libm"), kind=kind)
-            assert np.median(fb.o) < np.median(plain.o)
+            # worst case only: the plain mode's probabilistic bound evaluates P's rounding on the data (bounds.md
+            # sec. 6), p_split's (u_p^2, twice the accumulation steps) is not evaluated so, and is no longer below it
             if kind == "worst_case":
-                assert np.all(fb.o <= plain.o * (1 + 1e-12))
+                plain = forward_bound(q, k, v, precision=Precision(dtype, dot, exp="libm"), kind=kind)
+                assert np.all(fb.o <= plain.o * (1 + 1e-12)) and np.median(fb.o) < np.median(plain.o)
 
 
 @pytest.mark.parametrize("family", ["constant_v", "v_large_mean"])

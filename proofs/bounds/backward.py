@@ -239,21 +239,27 @@ def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_
     return _DSError(wcS, linS, varS, detS, signed)
 
 
-def _dS_rounding_on_data(M: _Model, fmt: str, vis, A, absg, b_wc, bad, E):
+def _dS_rounding_on_data(M: _Model, fmt: str, vis, A, g_lo, g_hi, b_wc, bad):
     """dS_ij's rounding into the operand format `fmt` as the data fix it (bounds.md sec. 6, "roundings on the
-    data"): the kernel's dS = fl(P~ fl(dP^ - Delta^)) lies, in magnitude, within
-    [A (1 - b) (|g| - E) (1 - u)^2, A (1 + b) (|g| + E) (1 + u)^2] (b: P~'s relative error bound with the stored
-    LSE's, E: dP's and Delta's error bounds); where that holds no rounding boundary, rho = RN(dS) / dS - 1 is known
-    to its interval (common._rounding_on_data). Entries whose g may change sign, or whose b is not finite, are not."""
+    data"): the kernel's dS = fl(P~ fl(dP^ - Delta^)) with dP^ - Delta^ in [g_lo, g_hi] lies, in magnitude, within
+    [A (1 - b) min|g| (1 - u)^2, A (1 + b) max|g| (1 + u)^2] (b: P~'s relative error bound with the stored LSE's);
+    where that holds no rounding boundary, rho = RN(dS) / dS - 1 is known to its interval
+    (common._rounding_on_data). Entries whose g may change sign, or whose b is not finite, are not."""
     from .common import _rounding_on_data
 
     u = M.u_w
     with np.errstate(invalid="ignore", over="ignore"):
-        ok = vis & ~np.broadcast_to(bad, vis.shape) & (b_wc < 1.0) & (absg > E)
-        lo = np.where(ok, A * (1.0 - b_wc) * (absg - E) * (1.0 - u) ** 2 * (1.0 - 2.0**-50), 0.0)
-        hi = np.where(ok, A * (1.0 + b_wc) * (absg + E) * (1.0 + u) ** 2 * (1.0 + 2.0**-50), 0.0)
+        ok = vis & ~np.broadcast_to(bad, vis.shape) & (b_wc < 1.0) & ((g_lo > 0) | (g_hi < 0))
+        g_min = np.minimum(np.abs(g_lo), np.abs(g_hi))
+        g_max = np.maximum(np.abs(g_lo), np.abs(g_hi))
+        lo = np.where(ok, A * (1.0 - b_wc) * g_min * (1.0 - u) ** 2 * (1.0 - 2.0**-50), 0.0)
+        hi = np.where(ok, A * (1.0 + b_wc) * g_max * (1.0 + u) ** 2 * (1.0 + 2.0**-50), 0.0)
     centre, half, known = _rounding_on_data(lo, hi, fmt, M.u_p)
     return centre, half, known & ok
+
+
+# slices of a row's Delta error [-eD, eD] over which dQ's dS roundings are evaluated apart (_dS_rounding_on_data)
+DELTA_SLICES = 16
 
 
 def _rounding_floor(M: _Model) -> float:
@@ -568,18 +574,28 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # Likewise the Delta error is one number per row: it adds -delta_i sum_j P_ij k_j, bounded with
         # |sum_j A_ij k_jc| (dq_delta), so dQ's dS errors leave it out.
         # dQ sums over the keys: keys that compute alike repeat their roundings (_KeyGroups)
-        rho_S = None
-        if kind == "probabilistic" and r_p and _DOT_OPERAND[precision.dot] in _SIGNIFICAND_BITS:  # dS's operand rounding on the data: the dS the kernel rounds holds
-            # the stored LSE's and Delta's errors (b_wc, eD), whatever this analysis pulls out of the row
-            rho_S = _dS_rounding_on_data(M, _DOT_OPERAND[precision.dot], vis, A, absg, b_wc, bad, dP_wc + eD)
-        dSe = _dS_errors(M, vis, A, absg, _PError(wc=b_wc_row, A_wc1=Ab1_row, bad=bad_row, lin=b_lin_row,
-                                                  det=b_det_row, sigma=b_sig), dP_err, eD=0.0, dD=0.0,
-                         w_P=keys.by_k, w_dP=keys.by_v, w_S=keys.by_k_v, g=g, rho_S=rho_S)
+        on_data = kind == "probabilistic" and r_p and _DOT_OPERAND[precision.dot] in _SIGNIFICAND_BITS
+        P_row = _PError(wc=b_wc_row, A_wc1=Ab1_row, bad=bad_row, lin=b_lin_row, det=b_det_row, sigma=b_sig)
+        dSe = _dS_errors(M, vis, A, absg, P_row, dP_err, eD=0.0, dD=0.0,
+                         w_P=keys.by_k, w_dP=keys.by_v, w_S=keys.by_k_v)
         wcS, linS, varS, detS = dSe.wc, dSe.lin, dSe.var, dSe.det
         detS_k = detS @ abs_k
-        if dSe.signed is not None:  # |sum_j dS_ij rho_ij k_jc| + its float64 evaluation, gamma_{Nk+1}(2^-53) sum |.||k|
-            detS_k = detS_k + (np.abs(dSe.signed @ kf)
-                               + float(gamma(Nk + 1, 2.0**-53)) * (np.abs(dSe.signed) @ abs_k))
+        if on_data:
+            # dS's operand rounding on the data. The dS the kernel rounds holds the stored LSE's error (in b_wc) and
+            # Delta's, delta_i in [-eD_i, eD_i], ONE number per row: for delta_i in each slice [d0, d1] of that
+            # range, dP^ - Delta^ lies in [g - d1 - dP_wc, g - d0 + dP_wc] and the roundings are evaluated on it;
+            # the bound is the largest over the slices, since delta_i lies in one of them
+            on_slices = None
+            for a in range(DELTA_SLICES):
+                d0, d1 = (eD * (-1.0 + 2.0 * x / DELTA_SLICES) for x in (a, a + 1))
+                rho_S = _dS_rounding_on_data(M, _DOT_OPERAND[precision.dot], vis, A, g - d1 - dP_wc, g - d0 + dP_wc,
+                                             b_wc, bad)
+                dSa = _dS_errors(M, vis, A, absg, P_row, dP_err, eD=0.0, dD=0.0, g=g, rho_S=rho_S)
+                # |sum_j dS_ij rho_ij k_jc| + its float64 evaluation, gamma_{Nk+1}(2^-53) sum |.||k|
+                x = (dSa.det @ abs_k + np.abs(dSa.signed @ kf)
+                     + float(gamma(Nk + 1, 2.0**-53)) * (np.abs(dSa.signed) @ abs_k))
+                on_slices = x if on_slices is None else np.maximum(on_slices, x)
+            detS_k = np.minimum(detS_k, on_slices)
         # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
         # than that could be equal as computed, and are grouped
         tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs

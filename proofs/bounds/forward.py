@@ -255,19 +255,32 @@ def _l_sum_error(A, vis, wc, s, order: _TileOrder | None, M: _Model, mu_lin: flo
     return M.u_w * within + M.u_l * adds + M.u_lconv * L[..., -1]
 
 
-def _tile_p_interval(s, wc, order: _TileOrder, M: _Model):
+def _logit_sides(lg, M: _Model):
+    """(below, above): computed - exact logit in [-below, above] per key: the worst case lg.wc on both sides, or
+    where the tensor-core dot's steps were evaluated on the data (lg.mma_sides, one-sided parts of a truncating
+    accumulation), those in place of the dot's symmetric majorant, plus the argument's roundings (wc - dot_wc);
+    only where the operands enter the dot exactly (u_in = 0: dot_wc is then the accumulation's alone)."""
+    if lg.mma_sides is None or lg.dot_wc is None or M.u_in:
+        return lg.wc, lg.wc
+    arg = np.maximum(lg.wc - lg.dot_wc, 0.0)
+    neg, pos = lg.mma_sides
+    return np.minimum(neg + arg, lg.wc), np.minimum(pos + arg, lg.wc)
+
+
+def _tile_p_interval(s, sides, order: _TileOrder, M: _Model):
     """An interval [lo, hi] (float64, keys in their own order) that holds every key's computed P~_j =
     exp2(S2_j - m_t) as the kernel rounds it into the operand format: m_t the computed running max after key j's
     tile t (the online softmax of a known tile order, an unmasked row), in natural units within
-    [max_{k seen} (s_k - e_k), max_{k seen} (s_k + e_k)], e_k = the logit error bound (lg.wc, which also holds
+    [max_{k seen} (s_k - below_k), max_{k seen} (s_k + above_k)], (below, above) = _logit_sides (which also hold
     the subtraction's rounding); the subtraction rounded once more (u |x|, charged again: sound, tiny), exp2 with
     relative error eps_exp, the float64 exp with 2^-50."""
+    below, above = sides
     st = order.starts
-    so, wo = order.apply(s), order.apply(wc)
-    hi_t = np.maximum.accumulate(np.maximum.reduceat(so + wo, st, axis=-1), axis=-1)
-    lo_t = np.maximum.accumulate(np.maximum.reduceat(so - wo, st, axis=-1), axis=-1)
-    x_hi = so + wo - np.repeat(lo_t, order.sizes, axis=-1)
-    x_lo = so - wo - np.repeat(hi_t, order.sizes, axis=-1)
+    so, bo, ao = order.apply(s), order.apply(below), order.apply(above)
+    hi_t = np.maximum.accumulate(np.maximum.reduceat(so + ao, st, axis=-1), axis=-1)
+    lo_t = np.maximum.accumulate(np.maximum.reduceat(so - bo, st, axis=-1), axis=-1)
+    x_hi = so + ao - np.repeat(lo_t, order.sizes, axis=-1)
+    x_lo = so - bo - np.repeat(hi_t, order.sizes, axis=-1)
     x_hi = x_hi + M.u_w * np.abs(x_hi)
     x_lo = x_lo - M.u_w * np.abs(x_lo)
     hi = np.exp(x_hi) * (1.0 + M.eps_exp) * (1.0 + 2.0**-50)
@@ -649,7 +662,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
             if (order is not None and vis.all() and not precision.p_split
                     and _DOT_OPERAND[precision.dot] in _SIGNIFICAND_BITS):
                 # the same first order evaluated on the data: each key's rounding known with its sign
-                lo, hi = _tile_p_interval(s, lg.wc, order, M)
+                lo, hi = _tile_p_interval(s, _logit_sides(lg, M), order, M)
                 p_rho = _rounding_on_data(lo, hi, _DOT_OPERAND[precision.dot], rp)[:2]
                 p_round = np.minimum(p_round, _p_rounding_on_data(A, p_rho, vf))
             else:

@@ -24,6 +24,7 @@ class _Logits:
     det_conv: np.ndarray | None = None  # the one-sided bound of that conversion inside `det` (replaceable by conv)
     det_mma: np.ndarray | None = None  # the tensor-core dot's part of `det` (symmetric)
     mma_sides: tuple | None = None  # (neg, pos): that error by sign, computed - exact in [-neg, pos]
+    dot_wc: np.ndarray | None = None  # the dot's part of wc (the rest, wc - dot_wc, is the argument's roundings)
 
 
 def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias: bool,
@@ -97,6 +98,7 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
         det_conv=None if det_conv is None else np.where(vis, det_conv, z),
         det_mma=None if mma_used is None else np.where(vis, mma_used, z),
         mma_sides=None if mma_sides is None else tuple(np.where(vis, x, z) for x in mma_sides),
+        dot_wc=np.where(vis, dot_wc, z),
     )
 
 
