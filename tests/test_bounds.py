@@ -873,3 +873,72 @@ def test_p_rounding_set_by_the_logits_is_within_the_probabilistic_dv_bound(dtype
     dV = attention_backward(q, k, v, O, L, do)[2]
     pr = Precision(dtype, dot, exp="libm", l_accumulate="float64", delta_from="fp32")
     assert worst_ratio(np.abs(dv - dV), backward_bound(q, k, v, do, precision=pr).dv) <= 1.0
+
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16", "tf32"])
+def test_rounding_on_data_uses_the_kernels_conversion_bit_for_bit(fmt):
+    """common._round_nearest is the conversion the kernel performs (torch's fp16/bf16 round to nearest even, the
+    H100's tf32 truncation), subnormals and binade edges included: the roundings evaluated on the data
+    (bounds.md sec. 6) are only as good as this."""
+    import torch
+
+    from flashcheck.proofs.bounds.common import _round_nearest
+    from flashcheck.proofs.bounds.logits import tf32_truncated
+
+    rng = np.random.default_rng(3)
+    low = -30 if fmt == "float16" else -125
+    x = np.concatenate([np.exp2(rng.uniform(low, 3, 20000)), np.exp2(np.arange(low, 3.0)),
+                        np.exp2(np.arange(low, 3.0)) * (1 + 2.0**-11)])
+    x = x.astype(np.float32).astype(np.float64)
+    x = x[x >= 2.0**-126]  # below fp32's normal range the kernel may flush (ftz); the bound calls it unknown
+    if fmt == "tf32":
+        want = tf32_truncated(x)
+    else:
+        want = torch.as_tensor(x, dtype=torch.float32).to(getattr(torch, fmt)).double().numpy()
+    got = _round_nearest(x, fmt, truncate=fmt == "tf32")
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, f"{fmt}: {bad.size} of {x.size} differ, first x = {x[bad[0]]!r}: {got[bad[0]]!r} vs {want[bad[0]]!r}"
+
+
+@pytest.mark.parametrize("fmt,truncate", [("float16", False), ("bfloat16", False), ("tf32", True)])
+def test_rounding_on_data_interval_holds_every_value_of_the_range(fmt, truncate):
+    """For x anywhere in [lo, hi] the rounding's relative error RN(x)/x - 1 lies in centre +- half-width, known or
+    not; narrow ranges are mostly known, ranges across a rounding boundary are not."""
+    from flashcheck.proofs.bounds.common import UNIT_ROUNDOFF_OF, _round_nearest, _rounding_on_data
+
+    rng = np.random.default_rng(4)
+    lo = np.exp2(rng.uniform(-20, 0, 4000))
+    hi = lo * (1 + np.exp2(rng.uniform(-24, -6, lo.size)))
+    u = UNIT_ROUNDOFF_OF[fmt]
+    c, h, known = _rounding_on_data(lo, hi, fmt, u, truncate)
+    # unknown values below the format's normal range are charged the subnormal floor apart (not u): not checked
+    normal = {"float16": 2.0**-14, "bfloat16": 2.0**-126, "tf32": 2.0**-126}[fmt]
+    for t in (0.0, 0.37, 1.0):
+        x = lo + t * (hi - lo)
+        rho = _round_nearest(x, fmt, truncate) / x - 1.0
+        off = np.where(known | (lo >= normal), np.abs(rho - c) - h, 0.0)
+        assert np.all(off <= 0), f"{fmt}: rho off its interval by {off.max():.3g} at t = {t}"
+    narrow = hi - lo < lo * 2.0**-16
+    assert known[narrow].mean() > 0.95 and known[~narrow].mean() < known[narrow].mean()
+
+
+def test_a_planted_error_in_the_rounding_on_data_is_caught(monkeypatch):
+    """The on-data term is what keeps the O bound above p_residue_o's coherent roundings (min bound/observed 1.13
+    at N_k = 4096, fp16): with the known roundings' values dropped (centre 0, only their uncertainty kept) the
+    bound must fail on that input, or the regression test above could not fail."""
+    from flashcheck.proofs.bounds import common, forward
+    from flashcheck.reference import attention
+
+    mod = _adversary("p_residue_o")
+    q, k, v = mod.build(4096, 16, "float16")
+    o, _ = fa2_forward(q, k, v, dtype="float16", dot="fp16", l_accumulate="float64")
+    O, _ = attention(q, k, v)
+    pr = Precision("float16", "fp16", exp="libm", l_accumulate="float64")
+    assert worst_ratio(np.abs(o - O), forward_bound(q, k, v, precision=pr).o) <= 1.0
+
+    def dropped(*args, **kwargs):
+        c, h, known = common._rounding_on_data(*args, **kwargs)
+        return np.where(known, 0.0, c), h, known
+
+    monkeypatch.setattr(forward, "_rounding_on_data", dropped)
+    assert worst_ratio(np.abs(o - O), forward_bound(q, k, v, precision=pr).o) > 1.0

@@ -104,7 +104,14 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
         v_conv = _delta_v_conversion(A, vf, dof)
     if M.trunc:  # P_j truncated (coefficients A_j dP_j), v_jc truncated (A_j dO_c v_jc), both summing
         # to Delta: one-sided errors, u (sum |coefficient| + |Delta|) / 2 each (bounds.md sec. 6)
-        det = det + 0.5 * dp * ((A * np.abs(dP)).sum(-1) + aD)
+        p_trunc = 0.5 * dp * ((A * np.abs(dP)).sum(-1) + aD)
+        if P.p_rho is not None:  # evaluated on the data as in O (truncation toward zero, tf32)
+            c, h = P.p_rho
+            dPj = np.where(F.vis, dP, 0.0)
+            Ac = A * c
+            p_trunc = np.minimum(p_trunc, np.abs((Ac * dPj).sum(-1)) + (A * h * np.abs(dPj)).sum(-1)
+                                 + float(gamma(A.shape[-1] + 2, 2.0**-53)) * (np.abs(Ac * dPj)).sum(-1))
+        det = det + p_trunc
         if v_conv is None:
             det = det + 0.5 * di * ((abs_do * Av).sum(-1) + aD)
         else:

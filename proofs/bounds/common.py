@@ -111,22 +111,25 @@ def _no_nan(x):
 
 # the fp16/bf16 operand formats that P and dS are rounded into: significand bits, and the exponent e (x = f 2^e,
 # f in [1/2, 1)) of their smallest normal number, below which the spacing stays 2^(e_min - bits) (subnormals)
-_SIGNIFICAND_BITS = {"float16": 11, "bfloat16": 8}
-_E_MIN = {"float16": -13, "bfloat16": -125}
+_SIGNIFICAND_BITS = {"float16": 11, "bfloat16": 8, "tf32": 11}
+_E_MIN = {"float16": -13, "bfloat16": -125, "tf32": -125}
 # fp32's smallest normal: a working-format value below it may be flushed to zero (ftz) before it is rounded
 _FP32_NORMAL_MIN = 2.0**-126
+# their unit roundoff (tf32: the truncation's relative error bound)
+UNIT_ROUNDOFF_OF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "tf32": 2.0**-10}
 
 
-def _round_nearest(x, fmt: str):
-    """x >= 0 (float64) rounded to nearest even in fmt, exactly, subnormals included: the significand scaled to
-    an integer at the format's spacing, rounded by np.rint (half to even), scaled back."""
+def _round_nearest(x, fmt: str, truncate: bool = False):
+    """x >= 0 (float64) rounded to nearest even in fmt (or truncated toward zero: tf32 as the H100 reads fp32 bits),
+    exactly, subnormals included: the significand scaled to an integer at the format's spacing, rounded by np.rint
+    (half to even) or np.floor, scaled back."""
     bits = _SIGNIFICAND_BITS[fmt]
     _, e = np.frexp(x)
     e = np.maximum(e, _E_MIN[fmt])
-    return np.ldexp(np.rint(np.ldexp(x, bits - e)), e - bits)
+    return np.ldexp((np.floor if truncate else np.rint)(np.ldexp(x, bits - e)), e - bits)
 
 
-def _rounding_on_data(x_lo, x_hi, fmt: str, u_op: float):
+def _rounding_on_data(x_lo, x_hi, fmt: str, u_op: float, truncate: bool = False):
     """The relative rounding error rho = RN_fmt(x) / x - 1 of an unknown x in [x_lo, x_hi] (float64 arrays of
     magnitudes), as an interval: (centre, half-width, known) (bounds.md sec. 6, "roundings on the data").
 
@@ -135,15 +138,15 @@ def _rounding_on_data(x_lo, x_hi, fmt: str, u_op: float):
     float64 evaluation of the two quotients adds <= 2^-52 each (2^-50 charged). Where the interval holds a
     rounding boundary, or reaches below fp32's normal range (the working value may have been flushed to 0),
     R is not known: known False, centre 0, half-width u_op (the standard model; the caller charges the
-    subnormal floor apart)."""
+    subnormal floor apart); truncated (tf32), rho in [-u_op, 0]: centre -u_op/2, half-width u_op/2."""
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         ok = (x_lo >= _FP32_NORMAL_MIN) & np.isfinite(x_hi) & (x_hi >= x_lo)
         safe_lo = np.where(ok, x_lo, 1.0)
         safe_hi = np.where(ok, x_hi, 1.0)
-        r = _round_nearest(safe_lo, fmt)
-        known = ok & (_round_nearest(safe_hi, fmt) == r)
+        r = _round_nearest(safe_lo, fmt, truncate)
+        known = ok & (_round_nearest(safe_hi, fmt, truncate) == r)
         a = r / safe_hi - 1.0
         b = r / safe_lo - 1.0
-    centre = np.where(known, 0.5 * (a + b), 0.0)
-    half = np.where(known, 0.5 * (b - a) + 2.0**-50, u_op)
+    centre = np.where(known, 0.5 * (a + b), -0.5 * u_op if truncate else 0.0)
+    half = np.where(known, 0.5 * (b - a) + 2.0**-50, 0.5 * u_op if truncate else u_op)
     return centre, half, known

@@ -256,15 +256,22 @@ def _l_sum_error(A, vis, wc, s, order: _TileOrder | None, M: _Model, mu_lin: flo
 
 
 def _logit_sides(lg, M: _Model):
-    """(below, above): computed - exact logit in [-below, above] per key: the worst case lg.wc on both sides, or
-    where the tensor-core dot's steps were evaluated on the data (lg.mma_sides, one-sided parts of a truncating
-    accumulation), those in place of the dot's symmetric majorant, plus the argument's roundings (wc - dot_wc);
-    only where the operands enter the dot exactly (u_in = 0: dot_wc is then the accumulation's alone)."""
-    if lg.mma_sides is None or lg.dot_wc is None or M.u_in:
+    """(below, above): computed - exact logit in [-below, above] per key (either may be negative: an interval
+    off centre). The worst case lg.wc on both sides, or, where the tensor-core dot's steps were evaluated on the
+    data (lg.mma_sides: one-sided parts of a truncating accumulation), those in place of the dot's symmetric
+    majorant, plus the argument's roundings (wc - dot_wc):
+    - operands that enter the dot exactly (u_in = 0): dot_wc is the accumulation's alone;
+    - fp32 operands truncated to tf32 as the H100 does (lg.conv, sec. 6a): the conversion's logit error is known
+      with its sign, conv_j, up to its floor (subnormal operands): the interval is conv_j +- the rest."""
+    if lg.mma_sides is None or lg.dot_wc is None:
         return lg.wc, lg.wc
     arg = np.maximum(lg.wc - lg.dot_wc, 0.0)
     neg, pos = lg.mma_sides
-    return np.minimum(neg + arg, lg.wc), np.minimum(pos + arg, lg.wc)
+    if not M.u_in:
+        return np.minimum(neg + arg, lg.wc), np.minimum(pos + arg, lg.wc)
+    if lg.conv is None or lg.conv_floor is None:
+        return lg.wc, lg.wc
+    return neg + arg + lg.conv_floor - lg.conv, pos + arg + lg.conv_floor + lg.conv
 
 
 def _tile_p_interval(s, sides, order: _TileOrder, M: _Model):
@@ -658,15 +665,22 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         # 65536), so its random model (rp^2 dev_AA, along O rp |O|) is gone (bounds.md sec. 6).
         var = dev_sig + ri**2 * dev_AA
         p_round = rp * A_absv
-        if rp:
-            if (order is not None and vis.all() and not precision.p_split
-                    and _DOT_OPERAND[precision.dot] in _SIGNIFICAND_BITS):
+        p_trunc = (M.u_pv if dp else 0.0) * 0.5 * (A_absv + oabs)  # P truncated (tf32): one-sided, in `tr` below
+        fmt = _DOT_OPERAND[precision.dot]
+        if rp or (dp and M.conv_exact):  # rounded to nearest (fp16, bf16) or truncated as the H100 does (tf32)
+            if order is not None and vis.all() and not precision.p_split and fmt in _SIGNIFICAND_BITS:
                 # the same first order evaluated on the data: each key's rounding known with its sign
                 lo, hi = _tile_p_interval(s, _logit_sides(lg, M), order, M)
-                p_rho = _rounding_on_data(lo, hi, _DOT_OPERAND[precision.dot], rp)[:2]
-                p_round = np.minimum(p_round, _p_rounding_on_data(A, p_rho, vf))
-            else:
+                p_rho = _rounding_on_data(lo, hi, fmt, M.u_pv, truncate=not rp)[:2]
+                on_data = _p_rounding_on_data(A, p_rho, vf)
+                if rp:
+                    p_round = np.minimum(p_round, on_data)
+                else:
+                    p_trunc = np.minimum(p_trunc, on_data)
+            elif rp:
                 p_rho = (np.zeros_like(A), np.full_like(A, rp))
+            else:
+                p_rho = (np.full_like(A, -0.5 * M.u_pv), np.full_like(A, 0.5 * M.u_pv))
         det = dev_det + (ri + acc_c * u + mu_det[..., None]) * oabs + p_round + u * acc_abs
         tc = (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
         if M.mma is not None and M.recursive and order is not None and vis.all() and not precision.p_split:
@@ -681,7 +695,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         tr = 0.0 * oabs
         if M.trunc:  # sum_j A_j v_jc theta_jc, theta in [-(u_p + u_in), 0]: one-sided (bounds.md sec. 6)
             v_conv = _v_conversion(A, vf) if conv else None
-            tr = ((M.u_pv if dp else 0.0) + (0.0 if v_conv is not None else di)) * 0.5 * (A_absv + oabs)
+            tr = p_trunc + (0.0 if v_conv is not None else di) * 0.5 * (A_absv + oabs)
             if v_conv is not None:
                 tr = tr + v_conv
         det = det + tr
