@@ -246,23 +246,38 @@ def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_
     return _DSError(wcS, linS, varS, detS, signed)
 
 
-def _dS_rounding_on_data(M: _Model, fmt: str, vis, A, g_lo, g_hi, b_wc, bad):
-    """dS_ij's rounding into the operand format `fmt` as the data fix it (bounds.md sec. 6, "roundings on the
-    data"): the kernel's dS = fl(P~ fl(dP^ - Delta^)) with dP^ - Delta^ in [g_lo, g_hi] lies, in magnitude, within
-    [A (1 - b) min|g| (1 - u)^2, A (1 + b) max|g| (1 + u)^2] (b: P~'s relative error bound with the stored LSE's);
-    where that holds no rounding boundary, rho = RN(dS) / dS - 1 is known to its interval
-    (common._rounding_on_data). Entries whose g may change sign, or whose b is not finite, are not."""
+def _dS_rounding_on_data(M: _Model, fmt: str, vis, p_lo, p_hi, g_lo, g_hi, truncate: bool = False):
+    """dS_ij's rounding into the operand format `fmt` (or its truncation, tf32) as the data fix it (bounds.md sec. 6,
+    "roundings on the data"): the kernel's dS = fl(P~ fl(dP^ - Delta^)) with P~ in [p_lo, p_hi] and
+    dP^ - Delta^ in [g_lo, g_hi] lies, in magnitude, within [p_lo min|g| (1 - u)^2, p_hi max|g| (1 + u)^2]; where
+    that holds no rounding boundary, rho = RN(dS) / dS - 1 is known to its interval (common._rounding_on_data).
+    Entries whose g may change sign are not known."""
     from .common import _rounding_on_data
 
     u = M.u_w
     with np.errstate(invalid="ignore", over="ignore"):
-        ok = vis & ~np.broadcast_to(bad, vis.shape) & (b_wc < 1.0) & ((g_lo > 0) | (g_hi < 0))
+        ok = vis & np.isfinite(p_hi) & (p_lo > 0) & ((g_lo > 0) | (g_hi < 0))
         g_min = np.minimum(np.abs(g_lo), np.abs(g_hi))
         g_max = np.maximum(np.abs(g_lo), np.abs(g_hi))
-        lo = np.where(ok, A * (1.0 - b_wc) * g_min * (1.0 - u) ** 2 * (1.0 - 2.0**-50), 0.0)
-        hi = np.where(ok, A * (1.0 + b_wc) * g_max * (1.0 + u) ** 2 * (1.0 + 2.0**-50), 0.0)
-    centre, half, known = _rounding_on_data(lo, hi, fmt, M.u_p)
+        lo = np.where(ok, p_lo * g_min * (1.0 - u) ** 2 * (1.0 - 2.0**-50), 0.0)
+        hi = np.where(ok, p_hi * g_max * (1.0 + u) ** 2 * (1.0 + 2.0**-50), 0.0)
+    centre, half, known = _rounding_on_data(lo, hi, fmt, M.u_p, truncate)
     return centre, half, known & ok
+
+
+def _recomputed_p_interval(M: _Model, lg, s, lse0, e_lse, vis):
+    """[lo, hi] of the backward's recomputed P~ = exp2(fl(S2) - fl(LSE log2 e)) per entry: the logits by sign
+    (forward._logit_sides: the MMA steps on the data, tf32's known conversion error), the stored LSE's error and
+    its rounding e_lse (per row), exp2's eps_exp, the float64 exp 2^-50."""
+    from .forward import _logit_sides
+
+    below, above = _logit_sides(lg, M)
+    x = np.where(vis, s - lse0[..., None], -np.inf)
+    e = e_lse[..., None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        lo = np.exp(x - below - e) * (1.0 - M.eps_exp) * (1.0 - 2.0**-50)
+        hi = np.exp(x + above + e) * (1.0 + M.eps_exp) * (1.0 + 2.0**-50)
+    return np.where(vis, lo, 0.0), np.where(vis, hi, 0.0)
 
 
 # slices of a row's Delta error [-eD, eD] over which dQ's dS roundings are evaluated apart (_dS_rounding_on_data)
@@ -581,28 +596,38 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # Likewise the Delta error is one number per row: it adds -delta_i sum_j P_ij k_j, bounded with
         # |sum_j A_ij k_jc| (dq_delta), so dQ's dS errors leave it out.
         # dQ sums over the keys: keys that compute alike repeat their roundings (_KeyGroups)
-        on_data = kind == "probabilistic" and r_p and _DOT_OPERAND[precision.dot] in _SIGNIFICAND_BITS
+        fmt = _DOT_OPERAND[precision.dot]
+        on_data = kind == "probabilistic" and (r_p or (d_p and M.conv_exact)) and fmt in _SIGNIFICAND_BITS
         P_row = _PError(wc=b_wc_row, A_wc1=Ab1_row, bad=bad_row, lin=b_lin_row, det=b_det_row, sigma=b_sig)
         dSe = _dS_errors(M, vis, A, absg, P_row, dP_err, eD=0.0, dD=0.0,
                          w_P=keys.by_k, w_dP=keys.by_v, w_S=keys.by_k_v)
         wcS, linS, varS, detS = dSe.wc, dSe.lin, dSe.var, dSe.det
         detS_k = detS @ abs_k
+        trunc_k = None  # dS's tf32 truncation on the data, in place of _grad's one-sided d_p (base + |R|) / 2
         if on_data:
-            # dS's operand rounding on the data. The dS the kernel rounds holds the stored LSE's error (in b_wc) and
-            # Delta's, delta_i in [-eD_i, eD_i], ONE number per row: for delta_i in each slice [d0, d1] of that
-            # range, dP^ - Delta^ lies in [g - d1 - dP_wc, g - d0 + dP_wc] and the roundings are evaluated on it;
-            # the bound is the largest over the slices, since delta_i lies in one of them
+            # dS's operand rounding on the data. The dS the kernel rounds holds the stored LSE's error and Delta's,
+            # delta_i in [-eD_i, eD_i], ONE number per row: for delta_i in each slice [d0, d1] of that range,
+            # dP^ - Delta^ lies in [g - d1 - dP_wc, g - d0 + dP_wc] and the roundings are evaluated on it; the bound
+            # is the largest over the slices, since delta_i lies in one of them
+            p_lo, p_hi = _recomputed_p_interval(M, lg, Fr.s, lse0, float(gamma(1, u)) * np.abs(lse0) + eps_L, vis)
             on_slices = None
             for a in range(DELTA_SLICES):
                 d0, d1 = (eD * (-1.0 + 2.0 * x / DELTA_SLICES) for x in (a, a + 1))
-                rho_S = _dS_rounding_on_data(M, _DOT_OPERAND[precision.dot], vis, A, g - d1 - dP_wc, g - d0 + dP_wc,
-                                             b_wc, bad)
-                dSa = _dS_errors(M, vis, A, absg, P_row, dP_err, eD=0.0, dD=0.0, g=g, rho_S=rho_S)
+                rho_S = _dS_rounding_on_data(M, fmt, vis, p_lo, p_hi, g - d1 - dP_wc, g - d0 + dP_wc, truncate=not r_p)
+                if r_p:  # rounded to nearest: the rounding part of detS replaced
+                    dSa = _dS_errors(M, vis, A, absg, P_row, dP_err, eD=0.0, dD=0.0, g=g, rho_S=rho_S)
+                    S_signed, S_abs = dSa.signed, dSa.det
+                else:  # truncated (tf32): sum_j dS_ij theta_ij k_jc, known or in [-u_p, 0]
+                    centre, half, _ = rho_S
+                    S_signed, S_abs = np.where(vis, A * g * centre, 0.0), np.where(vis, A * absg * half, 0.0)
                 # |sum_j dS_ij rho_ij k_jc| + its float64 evaluation, gamma_{Nk+1}(2^-53) sum |.||k|
-                x = (dSa.det @ abs_k + np.abs(dSa.signed @ kf)
-                     + float(gamma(Nk + 1, 2.0**-53)) * (np.abs(dSa.signed) @ abs_k))
+                x = (S_abs @ abs_k + np.abs(S_signed @ kf)
+                     + float(gamma(Nk + 1, 2.0**-53)) * (np.abs(S_signed) @ abs_k))
                 on_slices = x if on_slices is None else np.maximum(on_slices, x)
-            detS_k = np.minimum(detS_k, on_slices)
+            if r_p:
+                detS_k = np.minimum(detS_k, on_slices)
+            else:
+                trunc_k = on_slices
         # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
         # than that could be equal as computed, and are grouped
         tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
@@ -612,7 +637,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         if tc_rows:
             dS_blocks.append(dS)
         ge = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
-                   varS @ (kf * kf), (keys.by_k * dS * dS) @ (kf * kf), detS_k, dS @ kf, acc_sq=acc_sq,
+                   varS @ (kf * kf), (keys.by_k * dS * dS) @ (kf * kf), detS_k, dS @ kf, acc_sq=acc_sq, trunc_S=trunc_k,
                    tc_steps=tc_steps, partial=partial,
                    conv_known=None if conv is None else (
                        ce.dk_rows @ kf + dS @ conv.dk_in,
@@ -804,7 +829,7 @@ def _total(parts):
 
 
 def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_other, acc_sq=None,
-          tc_steps=None, conv_known=None, partial=None) -> _GradError:
+          tc_steps=None, conv_known=None, partial=None, trunc_S=None) -> _GradError:
     """scale * S @ other with S's error (wc, lin, var, det), the operand rounding of `other` (u_in) and
     the accumulation of n terms (tensor core or RN), from the products base = |S| @ |other|,
     wcS @ |other|, linS @ |other|, varS @ other^2, (S * S) @ other^2, detS @ |other| and S @ other
@@ -817,7 +842,9 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     conversion of `other` in the one-sided truncation term; its float64 evaluation error is added.
     partial (recursive accumulations only): sum over the accumulation's n roundings of a bound on the exact
     partial sum each rounds (C1: _rn_accumulation_sq's, or tc_steps), which bounds the remainder rem
-    (bounds.md sec. 8, "second order of the accumulations"); None: rem = wc - lin.
+    (bounds.md sec. 8, "second order of the accumulations"); None: rem = wc - lin. trunc_S: |sum S theta other|
+    for S's truncation theta evaluated on the data (tf32; in units of @|other|), in place of d_p (base + |R|) / 2
+    where smaller.
 
     wc = (1 + kappa) (wcS + |S|) @ |other| - base, evaluated as kappa (wcS_ao + base) + wcS_ao: the same
     number without the cancellation of the literal form (kappa ~ n u, so its rounding error was up to
@@ -843,7 +870,10 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
                  ("dS conversions along R", sc * (2 * u + r_in) * abs_r)]  # dS's operand rounding: in detS
     if M.trunc:  # dS and `other` (K or Q) truncated to tf32: sum_j dS_j o_j theta_j, theta in
         # [-(u_p + u_in), 0]: one-sided, (u_p + u_in) (|S| @ |other| + |S @ other|) / 2, not random
-        det_parts.append(("tf32 truncation", sc * (d_p + (d_in if conv_known is None else 0.0)) * 0.5 * (base + abs_r)))
+        p_part = d_p * 0.5 * (base + abs_r)
+        if trunc_S is not None:
+            p_part = np.minimum(p_part, trunc_S)
+        det_parts.append(("tf32 truncation", sc * (p_part + (d_in if conv_known is None else 0.0) * 0.5 * (base + abs_r))))
     if conv_known is not None:
         signed, absolute, n_ops = conv_known
         det_parts.append(("input conversions (exact)",
