@@ -9,7 +9,8 @@ import numpy as np
 
 from .precision import (_DOT_OPERAND, FAILURE_PROBABILITY, Precision, REFERENCE_PRECISION, UNDERFLOW_FLOOR, UNIT_ROUNDOFF, _Model, _check_kind, _conv, _dot_steps, _model, _within_dot, gamma, hoeffding_lambda)
 from .results import (BackwardBound, ForwardBound)
-from .common import (_SIGNIFICAND_BITS, _exp_err, _fix_bad, _no_nan, _rows_chunks, _weighted_exp_err)
+from .common import (_SIGNIFICAND_BITS, _exp_err, _fix_bad, _no_nan, _rounding_on_data, _rows_chunks,
+                     _signed_sum_bound, _weighted_exp_err)
 from .logits import (_logit_errors)
 from . import forward as _forward_module
 from .forward import (_Forward, _forward)
@@ -83,13 +84,17 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
         mu_det = np.where(lr.l_ok, lr.l_det, P.mu_lin)
     else:
         mu_det = P.mu_lin
-    p_round = rp * (aD + (A * absg).sum(-1))
-    if rp and P.p_rho is not None:  # evaluated on the data as in O (forward._p_rounding_on_data): dO.v_j = g_j + Delta
+
+    def on_data(dPj):  # P's rounding (or truncation) evaluated on the data as in O (forward._p_rounding_on_data),
+        # contracted with dO: v_jc -> dP_j; |sum_j A_j c_j dP_j| + sum_j A_j h_j |dP_j| + its float64 evaluation
         c, h = P.p_rho
-        dPj = np.where(F.vis, g + delta[..., None], 0.0)
-        Ac = A * c
-        p_round = np.minimum(p_round, np.abs((Ac * dPj).sum(-1)) + (A * h * np.abs(dPj)).sum(-1)
-                             + float(gamma(A.shape[-1] + 2, 2.0**-53)) * (np.abs(Ac * dPj)).sum(-1))
+        AcP = A * c * dPj
+        return (np.abs(AcP.sum(-1)) + (A * h * np.abs(dPj)).sum(-1)
+                + float(gamma(A.shape[-1] + 2, 2.0**-53)) * np.abs(AcP).sum(-1))
+
+    p_round = rp * (aD + (A * absg).sum(-1))
+    if rp and P.p_rho is not None:  # dO.v_j = g_j + Delta
+        p_round = np.minimum(p_round, on_data(np.where(F.vis, g + delta[..., None], 0.0)))
     det = ((A * (P.det + M.eps_exp) * absg).sum(-1) + mu_det * aD + p_round + acc_det
            + ((n_pv * M.u_dacc * (abs_do * Av).sum(-1) if tc is None else tc) if M.tensor_core else 0.0)
            + M.eps_div * oabs_do.sum(-1))
@@ -105,12 +110,8 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
     if M.trunc:  # P_j truncated (coefficients A_j dP_j), v_jc truncated (A_j dO_c v_jc), both summing
         # to Delta: one-sided errors, u (sum |coefficient| + |Delta|) / 2 each (bounds.md sec. 6)
         p_trunc = 0.5 * dp * ((A * np.abs(dP)).sum(-1) + aD)
-        if P.p_rho is not None:  # evaluated on the data as in O (truncation toward zero, tf32)
-            c, h = P.p_rho
-            dPj = np.where(F.vis, dP, 0.0)
-            Ac = A * c
-            p_trunc = np.minimum(p_trunc, np.abs((Ac * dPj).sum(-1)) + (A * h * np.abs(dPj)).sum(-1)
-                                 + float(gamma(A.shape[-1] + 2, 2.0**-53)) * (np.abs(Ac * dPj)).sum(-1))
+        if P.p_rho is not None:  # truncation toward zero (tf32), on the data
+            p_trunc = np.minimum(p_trunc, on_data(np.where(F.vis, dP, 0.0)))
         det = det + p_trunc
         if v_conv is None:
             det = det + 0.5 * di * ((abs_do * Av).sum(-1) + aD)
@@ -209,11 +210,12 @@ class _DSError:
     lin: np.ndarray
     var: np.ndarray
     det: np.ndarray
-    signed: np.ndarray | None = None  # dS_ij rho_ij where the operand rounding rho is known (rho_S), else None
+    det_base: np.ndarray  # det's parts other than the operand rounding (P's, dP's, Delta's), on every entry
+    rounding: np.ndarray  # det's operand-rounding part, max(u_p |dS|, floor_p) (replaceable on the data), every entry
 
 
 def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_var=0.0,
-               w_P=1.0, w_dP=1.0, w_S=1.0, g=None, rho_S=None) -> _DSError:
+               w_P=1.0, w_dP=1.0, w_S=1.0) -> _DSError:
     """dS_hat - dS for dS = A g (|g| = absg) with P_hat, dP_hat as given and Delta off by <= eD (dD of it
     not random): the subtraction, the product and the conversion of dS to the operand format (rho) on
     (|g| + dP error + Delta error); floors of the working and operand formats (bounds.md sec. 8).
@@ -236,14 +238,10 @@ def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_
     varS = np.where(vis, A * A * (w_P * (P.sigma * absg) ** 2 + w_dP * dP.sigma**2
                                   + w_S * 2 * u**2 * absg**2) + extra_var, 0.0)
     # (a truncation of dS to tf32 is counted in _grad, with the other operand's)
+    det_base = A * (P.det * absg + dP.det + dD)
     rounding = np.maximum(r_p * A * absg, f_p)
-    signed = None
-    if rho_S is not None:  # dS's rounding evaluated on the data (_dS_rounding_on_data): the known ones signed
-        centre, half, known = rho_S
-        rounding = np.where(known, A * absg * half, rounding)
-        signed = np.where(vis & known, A * g * centre, 0.0)
-    detS = np.where(vis, A * (P.det * absg + dP.det + dD) + rounding, 0.0)
-    return _DSError(wcS, linS, varS, detS, signed)
+    detS = np.where(vis, det_base + rounding, 0.0)
+    return _DSError(wcS, linS, varS, detS, det_base, rounding)
 
 
 def _dS_rounding_on_data(M: _Model, fmt: str, vis, p_lo, p_hi, g_lo, g_hi, truncate: bool = False):
@@ -252,8 +250,6 @@ def _dS_rounding_on_data(M: _Model, fmt: str, vis, p_lo, p_hi, g_lo, g_hi, trunc
     dP^ - Delta^ in [g_lo, g_hi] lies, in magnitude, within [p_lo min|g| (1 - u)^2, p_hi max|g| (1 + u)^2]; where
     that holds no rounding boundary, rho = RN(dS) / dS - 1 is known to its interval (common._rounding_on_data).
     Entries whose g may change sign are not known."""
-    from .common import _rounding_on_data
-
     u = M.u_w
     with np.errstate(invalid="ignore", over="ignore"):
         ok = vis & np.isfinite(p_hi) & (p_lo > 0) & ((g_lo > 0) | (g_hi < 0))
@@ -613,16 +609,14 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             on_slices = None
             for a in range(DELTA_SLICES):
                 d0, d1 = (eD * (-1.0 + 2.0 * x / DELTA_SLICES) for x in (a, a + 1))
-                rho_S = _dS_rounding_on_data(M, fmt, vis, p_lo, p_hi, g - d1 - dP_wc, g - d0 + dP_wc, truncate=not r_p)
-                if r_p:  # rounded to nearest: the rounding part of detS replaced
-                    dSa = _dS_errors(M, vis, A, absg, P_row, dP_err, eD=0.0, dD=0.0, g=g, rho_S=rho_S)
-                    S_signed, S_abs = dSa.signed, dSa.det
+                centre, half, known = _dS_rounding_on_data(M, fmt, vis, p_lo, p_hi, g - d1 - dP_wc, g - d0 + dP_wc,
+                                                           truncate=not r_p)
+                if r_p:  # rounded to nearest: detS with its rounding part replaced where known, the known ones signed
+                    S_signed = np.where(vis & known, A * g * centre, 0.0)
+                    S_abs = np.where(vis, dSe.det_base + np.where(known, A * absg * half, dSe.rounding), 0.0)
                 else:  # truncated (tf32): sum_j dS_ij theta_ij k_jc, known or in [-u_p, 0]
-                    centre, half, _ = rho_S
                     S_signed, S_abs = np.where(vis, A * g * centre, 0.0), np.where(vis, A * absg * half, 0.0)
-                # |sum_j dS_ij rho_ij k_jc| + its float64 evaluation, gamma_{Nk+1}(2^-53) sum |.||k|
-                x = (S_abs @ abs_k + np.abs(S_signed @ kf)
-                     + float(gamma(Nk + 1, 2.0**-53)) * (np.abs(S_signed) @ abs_k))
+                x = _signed_sum_bound(S_signed, S_abs, kf, Nk + 1)  # |sum_j dS_ij rho_ij k_jc| + ...
                 on_slices = x if on_slices is None else np.maximum(on_slices, x)
             if r_p:
                 detS_k = np.minimum(detS_k, on_slices)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .precision import gamma
+
 
 # ----------------------------------------------------------------------------------------------
 # Shared pieces
@@ -109,14 +111,13 @@ def _no_nan(x):
     return np.where(np.isnan(x), np.inf, x)
 
 
-# the fp16/bf16 operand formats that P and dS are rounded into: significand bits, and the exponent e (x = f 2^e,
-# f in [1/2, 1)) of their smallest normal number, below which the spacing stays 2^(e_min - bits) (subnormals)
+# the operand formats that P and dS are rounded (fp16, bf16) or truncated (tf32) into: significand bits, and the
+# exponent e (x = f 2^e, f in [1/2, 1)) of their smallest normal number, below which the spacing stays
+# 2^(e_min - bits) (subnormals)
 _SIGNIFICAND_BITS = {"float16": 11, "bfloat16": 8, "tf32": 11}
 _E_MIN = {"float16": -13, "bfloat16": -125, "tf32": -125}
 # fp32's smallest normal: a working-format value below it may be flushed to zero (ftz) before it is rounded
 _FP32_NORMAL_MIN = 2.0**-126
-# their unit roundoff (tf32: the truncation's relative error bound)
-UNIT_ROUNDOFF_OF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "tf32": 2.0**-10}
 
 
 def _round_nearest(x, fmt: str, truncate: bool = False):
@@ -150,3 +151,11 @@ def _rounding_on_data(x_lo, x_hi, fmt: str, u_op: float, truncate: bool = False)
     centre = np.where(known, 0.5 * (a + b), -0.5 * u_op if truncate else 0.0)
     half = np.where(known, 0.5 * (b - a) + 2.0**-50, 0.5 * u_op if truncate else u_op)
     return centre, half, known
+
+
+def _signed_sum_bound(signed, absolute, X, n: int):
+    """|signed @ X| + absolute @ |X| + gamma_n(2^-53) |signed| @ |X|: a first-order sum whose terms are known with
+    their sign (signed) up to an uncertainty (absolute), contracted with X, plus the float64 evaluation of the
+    signed product (n: the terms per entry, + 1). The roundings on the data of P (O) and dS (dQ) take this form."""
+    absX = np.abs(X)
+    return np.abs(signed @ X) + absolute @ absX + float(gamma(n, 2.0**-53)) * (np.abs(signed) @ absX)

@@ -9,8 +9,8 @@ import numpy as np
 
 from .precision import (_DOT_OPERAND, FAILURE_PROBABILITY, Precision, _Model, _check_kind, _conv, _dot_steps, _model, gamma, hoeffding_lambda)
 from .results import (ForwardBound)
-from .common import (_SIGNIFICAND_BITS, _exp_err, _no_nan, _problem, _rounding_on_data, _rows_chunks, _softmax_parts, _weighted_dev,
-                     _weighted_exp_err)
+from .common import (_SIGNIFICAND_BITS, _exp_err, _no_nan, _problem, _rounding_on_data, _rows_chunks, _signed_sum_bound,
+                     _softmax_parts, _weighted_dev, _weighted_exp_err)
 from .logits import (_logit_errors, _mma_steps_error)
 
 
@@ -48,8 +48,9 @@ class _ForwardParts:
     lse_det: np.ndarray  # LSE bound: the rest
     l_sum_det: np.ndarray  # l's first-order rounding bound on the data (_l_sum_error), inside lse_det where not capped
     lse_capped: np.ndarray  # rows whose LSE bound is the worst case (lse_det holds it whole); True for worst_case
-    p_rho: tuple | None = None  # (centre, half-width) of P's relative rounding into the operand format per key
-    # (_p_rounding_on_data; centre 0, half u_p where not evaluated); None where P is not rounded to nearest
+    p_rho: tuple | None = None  # (centre, half-width) of P's relative rounding (or tf32 truncation) into the operand
+    # format per key (_p_rounding_on_data; where not evaluated: centre 0, half u_p, truncated -u_p/2, u_p/2); None
+    # where P is not converted (fp32 ieee), where a tf32 conversion is not the measured truncation, and for worst_case
 
 
 @dataclass(frozen=True)
@@ -304,10 +305,7 @@ def _p_rounding_on_data(A, p_rho, vf):
     sum_j A_j h_j |v_jc| + the float64 evaluation of the first sum, gamma_{Nk+1}(2^-53) sum_j A_j |c_j| |v_jc|.
     (Delta contracts the same sum with dO: v_jc -> dP_j.)"""
     centre, half = p_rho
-    absv = np.abs(vf)
-    g = float(gamma(A.shape[-1] + 1, 2.0**-53))
-    Ac = A * centre
-    return np.abs(Ac @ vf) + (A * half) @ absv + g * (np.abs(Ac) @ absv)
+    return _signed_sum_bound(A * centre, A * half, vf, A.shape[-1] + 1)
 
 
 def _pv_mma_error(A, vf, ends, mma):
