@@ -904,7 +904,7 @@ def test_rounding_on_data_uses_the_kernels_conversion_bit_for_bit(fmt):
 def test_rounding_on_data_interval_holds_every_value_of_the_range(fmt, truncate):
     """For x anywhere in [lo, hi] the rounding's relative error RN(x)/x - 1 lies in centre +- half-width, known or
     not; narrow ranges are mostly known, ranges across a rounding boundary are not."""
-    from flashcheck.proofs.bounds.common import _round_nearest, _rounding_on_data
+    from flashcheck.proofs.bounds.common import _E_MIN, _round_nearest, _rounding_on_data
     from flashcheck.proofs.bounds.precision import TRUNCATION_ERROR, UNIT_ROUNDOFF
 
     rng = np.random.default_rng(4)
@@ -913,7 +913,7 @@ def test_rounding_on_data_interval_holds_every_value_of_the_range(fmt, truncate)
     u = TRUNCATION_ERROR[fmt] if truncate else UNIT_ROUNDOFF[fmt]
     c, h, known = _rounding_on_data(lo, hi, fmt, u, truncate)
     # unknown values below the format's normal range are charged the subnormal floor apart (not u): not checked
-    normal = {"float16": 2.0**-14, "bfloat16": 2.0**-126, "tf32": 2.0**-126}[fmt]
+    normal = 2.0 ** (_E_MIN[fmt] - 1)  # the format's smallest normal number
     for t in (0.0, 0.37, 1.0):
         x = lo + t * (hi - lo)
         rho = _round_nearest(x, fmt, truncate) / x - 1.0
