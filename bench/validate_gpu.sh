@@ -5,7 +5,8 @@
 #                                     # flex alone (its refusals and recompiles), the validate/compile tests
 #                                     # of the suite with -v and stack dumps when they overrun
 #   bash bench/validate_gpu.sh key    # the answer key (tests/test_validate_gpu.py: six targets, bf16, -n 8)
-#   bash bench/validate_gpu.sh suite  # the whole suite (-n 16, longest tests first, one thread each, -v, failing node ids, durations)
+#   bash bench/validate_gpu.sh suite [PATHS...]  # the whole suite, or the node ids / paths given (-n 16, longest
+#                                     # tests first, one thread each, -v, failing node ids, durations)
 # Every step runs under `timeout`, so a hang costs its own limit, not the call; on a timeout every
 # pytest process of the step writes the stacks of all its threads (tests/conftest.py, FLASHCHECK_STACKS).
 # Logs go to $OUT (the device tool brings back at most 8 files: the rest is packed in results.tgz).
@@ -108,7 +109,7 @@ case "${1:-diag}" in
     export OMP_NUM_THREADS=1
     # the longest tests first (tests/conftest.py GPU_LONGEST_FIRST), handed out one at a time
     CHUNK=$(python3 -m pytest --help | grep -q maxschedchunk && echo "--maxschedchunk 1")
-    pytest_step ${T1:-460} suite -n ${WORKERS:-16} --dist load $CHUNK --durations=40
+    pytest_step ${T1:-460} suite -n ${WORKERS:-16} --dist load $CHUNK --durations=40 "${@:2}"
     ;;
 esac
 step done
