@@ -4,6 +4,7 @@
 #  lane A: N_k = 65536, N_q 16, every family x fp32 ieee/tf32, fp16, bf16, forward and backward, A_WORKERS workers
 #  lane B: the adversaries on the kernel (p_residue_o fp16/bf16, step_sign_o --masked-key), then
 #          N_k = 512, 4096 (N_q 64) every family x precision, B_WORKERS workers
+#  lane C (with NK_C, e.g. NK_C=16384): N_k = NK_C, N_q 16, seed 0, every family x precision, C_WORKERS workers
 # (p_residue_dv.py runs on the emulation only)
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 { nvidia-smi -L; python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__)"; nproc; } > "$OUT/versions.txt" 2>&1
@@ -11,7 +12,7 @@ cat "$OUT/versions.txt"
 T0=$(date +%s)
 run() {  # run LANE LIMIT LOG ARGS...: one bounds_attack.py step
   local lane=$1 limit=$2 log=$3; shift 3
-  local w; [ "$lane" = A ] && w=${A_WORKERS:-9} || w=${B_WORKERS:-6}
+  local w; case $lane in A) w=${A_WORKERS:-9};; B) w=${B_WORKERS:-6};; *) w=${C_WORKERS:-4};; esac
   timeout "$limit" python3 bench/bounds_attack.py --source kernel --device cuda --workers "$w" \
       --out "$OUT/attack.jsonl" "$@" > "$OUT/$log" 2>&1
   echo "[$(( $(date +%s) - T0 )) s] lane $lane $log rc=$? (124: cut at ${limit} s)"
@@ -29,6 +30,7 @@ PRECS=${PRECS:-float32:ieee float32:tf32 float16:fp16 bfloat16:bf16}  # e.g. PRE
   adv 90 step_sign_masked bench/adversaries/step_sign_o.py --masked-key --n 4096 16384 65536
   run B ${TB:-330} log_b.txt --nk 512 4096 --nq 64 --seeds ${SEEDS_B:-0} --precisions $PRECS
 ) &
+[ -n "${NK_C:-}" ] && ( run C ${TC:-540} log_c$NK_C.txt --nk $NK_C --nq 16 --seeds 0 --precisions $PRECS ) &
 wait
 cat "$OUT/adversaries.txt"
 echo "cases: $(grep -c . "$OUT/attack.jsonl")"
