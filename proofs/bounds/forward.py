@@ -624,8 +624,8 @@ def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: fl
             a = A_[h, i]
             iFl = 1.0 / Fl[h, i][tile]  # per key (visiting order): 1 / F_lo, 1 / F_hi of its tile
             iFh = 1.0 / Fh[h, i][tile]
-            Flo_k = Fl[h, i][tile]
-            Fhi_k = Fh[h, i][tile]
+            Flo_k = Fl[h, i][tile] * (1.0 - 2.0**-50)  # the float64 products below must not round onto a
+            Fhi_k = Fh[h, i][tile] * (1.0 + 2.0**-50)  # binade's edge: 2^-50 relative covers them
             ab = a * bb[h, i]
             pm = 0.5 * (pl[h, i] + ph_[h, i])
             pw = 0.5 * (ph_[h, i] - pl[h, i]) * (1.0 + 2.0**-50) + 2.0**-48 * pm  # holds the float64 roundings
@@ -646,9 +646,8 @@ def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: fl
                 E += ((gr[h, i] * u * n_r + 1.0) * slack)[:, None]
                 gap = aX - E
                 lo = Flo_k * gap
-                lo *= 1.0 - 2.0**-50  # the float64 products must not round onto a binade's edge
                 hi = aX + E
-                hi *= Fhi_k * (1.0 + 2.0**-50)
+                hi *= Fhi_k
                 blo = lo.view(np.int64) >> 52  # sign and exponent field: equal fields = one binade
                 bhi = hi.view(np.int64) >> 52
                 binade = (blo == bhi) & (blo >= 1023 - 126)  # positive (the sign bit would differ), normal
@@ -658,9 +657,11 @@ def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: fl
                 charge = np.where(binade, q, u) * aX
                 total = charge.sum(-1) + u * resc.sum(-1)
                 # the residue, where x's interval is narrower than a grid step and the previous acc on the grid
-                cand = binade & (pw * av < half_g)
-                cand[:, 1:] &= Flo_k[1:] * (aX[:, :-1] - E[:, 1:]) * (1.0 - 2.0**-50) >= half_g[:, 1:] * 2.0**24
-                ci, kj = np.nonzero(cand)
+                ci, kj = np.nonzero(binade & (pw * av < half_g))
+                # the previous acc on the grid: >= 2^e = 2^24 g / 2 (the first key: acc = 0, on every grid)
+                prev = aX[ci, np.maximum(kj - 1, 0)] - E[ci, kj]
+                grid = (kj == 0) | (Flo_k[kj] * prev >= half_g[ci, kj] * 2.0**24)
+                ci, kj = ci[grid], kj[grid]
                 csum = np.zeros(len(v))
                 extra = np.zeros(len(v))
                 if len(ci):
