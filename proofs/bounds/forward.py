@@ -603,7 +603,6 @@ def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: fl
     the contiguous axis; the residue is evaluated on the few entries whose x interval is narrower than g."""
     Nq, Nk = Ao.shape[-2:]
     dv = vo.shape[-1]
-    assert Nk < 2**23
     T = len(sizes)
     lead = np.broadcast_shapes(Ao.shape[:-2], vo.shape[:-2], F_lo.shape[:-2])
     flat = lambda x, tail: np.broadcast_to(x, (*lead, *tail)).reshape(-1, *tail)  # noqa: E731
@@ -650,7 +649,7 @@ def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: fl
                 hi *= Fhi_k
                 blo = lo.view(np.int64) >> 52  # sign and exponent field: equal fields = one binade
                 bhi = hi.view(np.int64) >> 52
-                binade = (blo == bhi) & (blo >= 1023 - 126)  # positive (the sign bit would differ), normal
+                binade = (blo == bhi) & (blo >= 1023 - 126) & (blo < 2047)  # positive (a sign bit differs), normal, finite
                 half_g = ((np.where(binade, blo, 1023 + 24) - 24) << 52).view(np.float64)  # g / 2 = 2^(e - 24)
                 q = half_g * iFl / gap  # |e_j| / |t_j| <= q
                 np.minimum(q, u, out=q)
@@ -695,7 +694,7 @@ def _fma_on_data(s, lg, M: _Model, order: _TileOrder, A, vf, b_wc, m, l, T: int)
     g_alpha = (1.0 + M.eps_exp) ** T * np.exp(u * (hi_t[..., -1] - lo_t[..., 0])) * (1.0 + 2.0**-40)
     grow = g_alpha * (1.0 + 2.0 * (A.shape[-1] + T) * u)
     av = np.abs(vf)
-    if np.any((av > 0) & (av < 2.0**-126)):
+    if A.shape[-1] >= 2**23 or np.any((av > 0) & (av < 2.0**-126)):  # (N u <= 1 and the 2^-28 below need < 2^23)
         return np.full(_chain_shape(A, vf), np.inf)
     out = _fma_chain_on_data(order.apply(A), _keys_in_order(vf, order), p_lo, p_hi, order.apply(b_wc),
                              F_lo, F_hi, change, order.sizes, u, grow)
