@@ -984,7 +984,8 @@ def _exact_fp32_fma_chain(p, v):
     return delta, acc
 
 
-@pytest.mark.parametrize("family", ["constant", "step_sign", "random", "positive", "constant_wide_frame"])
+@pytest.mark.parametrize("family", ["constant", "step_sign", "random", "positive", "constant_wide_frame",
+                                    "positive_off_centre"])
 def test_fma_chain_on_data_bounds_the_exact_chains_first_order_error(family):
     """forward._fma_chain_on_data on exactly known summands (P~ = p, one frame F = l, no weight error): the
     first-order error sum_j delta_j X_j of an exact fp32 FMA chain (np.float32, ties to even) never exceeds it,
@@ -1009,7 +1010,7 @@ def test_fma_chain_on_data_bounds_the_exact_chains_first_order_error(family):
             v[n // 2:] = -(a * (1 + 2.0**-10)).astype(np.float32).astype(np.float64)
     else:
         p = bits12(np.exp(rng.standard_normal((rows, n)) - 3.0))
-        v = bits12(rng.standard_normal((n, dv)) + (2.0 if family == "positive" else 0.0))
+        v = bits12(rng.standard_normal((n, dv)) + (0.0 if family == "random" else 2.0))
     l = p.sum(-1)
     A = p / l[:, None]
     delta, acc = _exact_fp32_fma_chain(p, v)
@@ -1021,6 +1022,10 @@ def test_fma_chain_on_data_bounds_the_exact_chains_first_order_error(family):
     F_lo, F_hi, p_lo, p_hi = F, F, p, p
     if family == "constant_wide_frame":  # frame and P~ known to a factor 1.5 only: no binade, no residue known
         F_lo, F_hi, p_lo, p_hi = F / 1.5, F * 1.5, p / 1.5, p * 1.5
+    if family == "positive_off_centre":  # P~ and the frame anywhere in intervals of ~2^-20, not at their centres
+        r = rng.random((4,) + p.shape)
+        p_lo, p_hi = p * (1 - r[0] * 2.0**-20), p * (1 + r[1] * 2.0**-20)
+        F_lo, F_hi = F * (1 - r[2, :, :T] * 2.0**-20), F * (1 + r[3, :, :T] * 2.0**-20)
     bound = _fma_chain_on_data(A, v, p_lo, p_hi, np.zeros_like(p), F_lo, F_hi, np.zeros((rows, T), dtype=bool), sizes, u,
                                np.full(rows, 1.0 + 2.0 * (n + T) * u))
     assert np.all(first <= bound), (first / bound).max()
