@@ -992,7 +992,7 @@ def test_fma_chain_on_data_bounds_the_exact_chains_first_order_error(family):
     a frame known to a factor 1.5 only leaves every step at its worst case, and where most steps are known
     (constant V, step_sign) the bound exceeds it by < 2% of the worst case
     u sum_j |X_j| it replaces: a wrong sign of the known steps' errors would show."""
-    from flashcheck.proofs.bounds.forward import _fma_chain_on_data
+    from flashcheck.proofs.bounds.forward import _fma_chain_on_data, _partial_abs_sums
 
     rng = np.random.default_rng(7)
     rows, n, dv = 3, 2048, 4
@@ -1026,8 +1026,10 @@ def test_fma_chain_on_data_bounds_the_exact_chains_first_order_error(family):
         r = rng.random((4,) + p.shape)
         p_lo, p_hi = p * (1 - r[0] * 2.0**-20), p * (1 + r[1] * 2.0**-20)
         F_lo, F_hi = F * (1 - r[2, :, :T] * 2.0**-20), F * (1 + r[3, :, :T] * 2.0**-20)
-    bound = _fma_chain_on_data(A, v, p_lo, p_hi, np.zeros_like(p), F_lo, F_hi, np.zeros((rows, T), dtype=bool), sizes, u,
-                               np.full(rows, 1.0 + 2.0 * (n + T) * u))
+    bound, sums = _fma_chain_on_data(A, v, p_lo, p_hi, np.zeros_like(p), F_lo, F_hi, np.zeros((rows, T), dtype=bool),
+                                     sizes, u, np.full(rows, 1.0 + 2.0 * (n + T) * u))
+    ends = np.arange(n)
+    np.testing.assert_allclose(sums, _partial_abs_sums(A, v, ends, ends[63::64], 1), rtol=1e-12)
     assert np.all(first <= bound), (first / bound).max()
     worst = u * np.abs(X).sum(1)
     if family == "constant_wide_frame":  # every step charged its worst case (constant V: the error is a good part of it)

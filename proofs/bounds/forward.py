@@ -599,7 +599,8 @@ def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: fl
     they round. Each |X| carries the slack; the sums their float64 evaluation (2^-28 relative).
 
     Ao, p_lo, p_hi, b_o: (..., Nq, Nk) in visiting order; vo (..., Nk, dv); F_lo, F_hi, change: (..., Nq, T);
-    grow: (..., Nq). Returns (..., Nq, dv). Vectorized over (row, column) chunks of ~2^17 entries, keys along
+    grow: (..., Nq). Returns that bound (..., Nq, dv) and sum_s |X_s| over the keys and every tile end
+    (_partial_abs_sums of this chain, from the same cumsum). Vectorized over (row, column) chunks of ~2^17 entries, keys along
     the contiguous axis; the residue is evaluated on the few entries whose x interval is narrower than g."""
     Nq, Nk = Ao.shape[-2:]
     dv = vo.shape[-1]
@@ -616,6 +617,8 @@ def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: fl
     ev = 1.0 + 2.0**-28  # float64 evaluation of sums of nonnegative terms (< 2^24 of them)
     n_r = Nk + T
     out = np.zeros((len(A_), Nq, dv))
+    worst = np.zeros((len(A_), Nq, dv))
+    tile_ends = starts + np.asarray(sizes) - 1
     cb = max(1, min(dv, (1 << 17) // Nk))
     for h in range(len(A_)):
         absvT = np.abs(vT[h])
@@ -676,12 +679,14 @@ def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: fl
                     csum = np.bincount(ci, weights=cen, minlength=len(v)).astype(np.float64)
                     extra = extra + 2.0**-28 * np.bincount(ci, weights=np.abs(cen), minlength=len(v))
                 out[h, i, cs] = (np.abs(csum) + extra + total + u * n_r * slack) * ev
-    return out.reshape(*lead, Nq, dv)
+                worst[h, i, cs] = aX.sum(-1) + aX[:, tile_ends].sum(-1)
+    return out.reshape(*lead, Nq, dv), worst.reshape(*lead, Nq, dv)
 
 def _fma_on_data(s, lg, M: _Model, order: _TileOrder, A, vf, b_wc, m, l, T: int):
     """_fma_chain_on_data for unmasked rows of a known tile order (fp32 FMA chain): the frames' intervals
     F_t = l exp(m - m_t), P~'s interval, the rescales that can change acc, and the growth factor; inf (no claim)
-    for rows where a P~ may be subnormal or flushed (p_lo < 2^-120) and for subnormal V (an FMA may flush it)."""
+    for rows where a P~ may be subnormal or flushed (p_lo < 2^-120); with sum_s |X_s| (_partial_abs_sums, from
+    the same pass): (bound, sum). None for subnormal V (an FMA may flush it) and N_k >= 2^23."""
     u = M.u_w
     sides = _logit_sides(lg, M)
     lo_t, hi_t = _tile_frames(s, sides, order)
@@ -695,10 +700,10 @@ def _fma_on_data(s, lg, M: _Model, order: _TileOrder, A, vf, b_wc, m, l, T: int)
     grow = g_alpha * (1.0 + 2.0 * (A.shape[-1] + T) * u)
     av = np.abs(vf)
     if A.shape[-1] >= 2**23 or np.any((av > 0) & (av < 2.0**-126)):  # (N u <= 1 and the 2^-28 below need < 2^23)
-        return np.full(_chain_shape(A, vf), np.inf)
-    out = _fma_chain_on_data(order.apply(A), _keys_in_order(vf, order), p_lo, p_hi, order.apply(b_wc),
-                             F_lo, F_hi, change, order.sizes, u, grow)
-    return np.where((p_lo.min(-1) < 2.0**-120)[..., None], np.inf, out)
+        return None
+    out, worst = _fma_chain_on_data(order.apply(A), _keys_in_order(vf, order), p_lo, p_hi, order.apply(b_wc),
+                                    F_lo, F_hi, change, order.sizes, u, grow)
+    return np.where((p_lo.min(-1) < 2.0**-120)[..., None], np.inf, out), worst
 
 
 def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias, explain=False,
@@ -818,16 +823,21 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
             # partial sums climb and fall back (V = +a then -a(1+eps) over uniform rows: O ~ 0, nothing along
             # O, the fluctuation one-signed per half; bench/adversaries/step_sign_o.py, 7x over the random
             # model at N_k = 65536)
-            acc_abs = _partial_abs_sums(Ao, vo, ends, tile_ends, M.pv_products, blocked=not M.recursive)
+            fma = (not M.tensor_core and M.k_step == 1 and M.pv_products == 1 and M.u_dacc == u and M.recursive
+                   and not M.u_in)
+            # an fp32 FMA chain: the same first order with each step's rounding evaluated on the data where its
+            # grid and residue are certain (_fma_chain_on_data), beside sum_s |X_s| from the same pass; both
+            # bounds hold, so their minimum does
+            on_data = _fma_on_data(s, lg, M, order, A, vf, b_wc, m, l, T) if fma else None
+            if on_data is None:
+                acc_abs = _partial_abs_sums(Ao, vo, ends, tile_ends, M.pv_products, blocked=not M.recursive)
+            else:
+                acc_abs = np.minimum(on_data[1], on_data[0] / u)
             acc_c = 0.0 * acc_c
             if not M.tensor_core and M.k_step == 1 and M.pv_products == 1 and M.u_dacc == u:
                 # one rounding (u) per step of the exact partial sums X_r: the second order evaluated on them
                 acc_rem = np.minimum(acc_rem, _accumulation_remainder(
                     Ao, vo, ends, tile_ends, not M.recursive, M, Av, A_absv))
-                if M.recursive and not M.u_in:
-                    # the same first order with each FMA step's rounding evaluated on the data where its grid and
-                    # residue are certain (_fma_chain_on_data); both bounds hold, so their minimum does
-                    acc_abs = np.minimum(acc_abs, _fma_on_data(s, lg, M, order, A, vf, b_wc, m, l, T) / u)
         remainder = np.maximum(rest, 0.0) + np.maximum(acc_rem, 0.0)
         if groups is not None:  # bit-identical keys make identical errors: Azuma over groups (sec. 6)
             dev_sig, dev_AA = (_grouped_dev(W, groups, vf, o) for W in (A * lg.sigma, A))
