@@ -943,3 +943,121 @@ def test_a_planted_error_in_the_rounding_on_data_is_caught(monkeypatch):
 
     monkeypatch.setattr(forward, "_rounding_on_data", dropped)
     assert worst_ratio(np.abs(o - O), forward_bound(q, k, v, precision=pr).o) > 1.0
+
+
+def test_fma_step_residue_interval_holds_the_true_rounding_error():
+    """forward._rn_residue, exhaustively over the residue classes at a resolution of g / 128 (several grid steps
+    either side of 0, intervals of half-width 0, g / 1000 and g / 7, accumulators with both last-bit parities):
+    where it says `known`, the true error RN(acc + x) - (acc + x) of an np.float32 addition lies in ce +- he for
+    every x of the interval (its ends and interior points); narrow intervals are mostly known."""
+    from flashcheck.proofs.bounds.forward import _rn_residue
+
+    g = 2.0**-23  # the grid of the binade [1, 2)
+    x = np.arange(-4 * 128, 4 * 128 + 1) * (g / 128)
+    seen = 0
+    for w in (0.0, g / 1024, 9 * g / 64):
+        known, ce, he = _rn_residue(x, np.full_like(x, w), np.full_like(x, g / 2))
+        assert known.mean() > (0.9 if w < g / 100 else 0.5), (w, known.mean())
+        for acc in (1.5, 1.5 + g, 1.25 + 3 * g, 1.75 + 2 * g):  # fp32 values on the grid, even and odd last bit
+            for t in (0.0, 0.125, 0.5, 0.8125, 1.0):
+                xs = x - w + 2 * t * w  # exact in float64: dyadic, multiples of 2^-40
+                exact = acc + xs  # exact: |acc + xs| < 2, multiples of 2^-40
+                err = np.float32(exact).astype(np.float64) - exact
+                off = np.abs(err - ce) - he
+                assert np.all(off[known] <= 0), f"acc={acc} w={w} t={t}: off by {off[known].max():.3g}"
+                seen += known.sum()
+    assert seen > 0
+
+
+def _exact_fp32_fma_chain(p, v):
+    """acc_j = RN32(acc_{j-1} + p_j v_j) exactly (p = 1 and fp32 v, or p, v with <= 12 significant bits: the
+    products and the sums are exact in float64, one rounding to fp32), per row and column; returns the per-step relative
+    errors delta (rows, Nk, dv) and the computed sums."""
+    rows, n = p.shape
+    acc = np.zeros((rows, v.shape[-1]))
+    delta = np.zeros((rows, n, v.shape[-1]))
+    for j in range(n):
+        t = acc + p[:, j, None] * v[None, j, :]
+        acc = t.astype(np.float32).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            delta[:, j] = np.where(t != 0, (acc - t) / t, 0.0)
+    return delta, acc
+
+
+@pytest.mark.parametrize("family", ["constant", "step_sign", "random", "positive", "constant_wide_frame",
+                                    "positive_off_centre"])
+def test_fma_chain_on_data_bounds_the_exact_chains_first_order_error(family):
+    """forward._fma_chain_on_data on exactly known summands (P~ = p, one frame F = l, no weight error): the
+    first-order error sum_j delta_j X_j of an exact fp32 FMA chain (np.float32, ties to even) never exceeds it,
+    a frame known to a factor 1.5 only leaves every step at its worst case, and where most steps are known
+    (constant V, step_sign) the bound exceeds it by < 2% of the worst case
+    u sum_j |X_j| it replaces: a wrong sign of the known steps' errors would show."""
+    from flashcheck.proofs.bounds.forward import _fma_chain_on_data, _partial_abs_sums
+
+    rng = np.random.default_rng(7)
+    rows, n, dv = 3, 2048, 4
+    u = 2.0**-24
+
+    def bits12(x):  # <= 12 significant bits: products exact, sums of 24-bit values exact in float64
+        e = np.floor(np.log2(np.abs(x)))
+        return np.round(x * 2.0 ** (11 - e)) * 2.0 ** (e - 11)
+
+    if family in ("constant", "step_sign", "constant_wide_frame"):
+        p = np.ones((rows, n))
+        a = (0.5 + rng.random(dv)).astype(np.float32).astype(np.float64)  # p = 1: any fp32 v is exact here
+        v = np.tile(a, (n, 1))
+        if family == "step_sign":
+            v[n // 2:] = -(a * (1 + 2.0**-10)).astype(np.float32).astype(np.float64)
+    else:
+        p = bits12(np.exp(rng.standard_normal((rows, n)) - 3.0))
+        v = bits12(rng.standard_normal((n, dv)) + (0.0 if family == "random" else 2.0))
+    l = p.sum(-1)
+    A = p / l[:, None]
+    delta, acc = _exact_fp32_fma_chain(p, v)
+    X = np.cumsum(A[:, :, None] * v[None], axis=1)
+    first = np.abs((delta * X).sum(1))
+    sizes = (64,) * (n // 64)
+    T = len(sizes)
+    F = np.broadcast_to(l[:, None], (rows, T))
+    F_lo, F_hi, p_lo, p_hi = F, F, p, p
+    if family == "constant_wide_frame":  # frame and P~ known to a factor 1.5 only: no binade, no residue known
+        F_lo, F_hi, p_lo, p_hi = F / 1.5, F * 1.5, p / 1.5, p * 1.5
+    if family == "positive_off_centre":  # P~ and the frame anywhere in intervals of ~2^-20, not at their centres
+        r = rng.random((4,) + p.shape)
+        p_lo, p_hi = p * (1 - r[0] * 2.0**-20), p * (1 + r[1] * 2.0**-20)
+        F_lo, F_hi = F * (1 - r[2, :, :T] * 2.0**-20), F * (1 + r[3, :, :T] * 2.0**-20)
+    bound, sums = _fma_chain_on_data(A, v, p_lo, p_hi, np.zeros_like(p), F_lo, F_hi, np.zeros((rows, T), dtype=bool),
+                                     sizes, u, np.full(rows, 1.0 + 2.0 * (n + T) * u))
+    ends = np.arange(n)
+    np.testing.assert_allclose(sums, _partial_abs_sums(A, v, ends, ends[63::64], 1), rtol=1e-12)
+    assert np.all(first <= bound), (first / bound).max()
+    worst = u * np.abs(X).sum(1)
+    if family == "constant_wide_frame":  # every step charged its worst case (constant V: the error is a good part of it)
+        assert np.all(bound >= worst) and (first / worst).max() > 0.3
+    assert np.all(bound <= worst * (1 + 2.0**-20))  # never above the worst case it replaces
+    if family in ("constant", "step_sign"):  # almost every step known: the bound is the error, up to 2% of the worst case
+        assert np.all(bound - first <= 0.02 * u * np.abs(X).sum(1)), ((bound - first) / (u * np.abs(X).sum(1))).max()
+
+
+def test_a_planted_error_in_the_fma_chain_on_data_is_caught(monkeypatch):
+    """step_sign_o (uniform rows, V = +a then -a (1 + 2^-10), fp32 ieee, emulation, N_k = 4096): the O bound holds
+    with the FMA chain's known roundings entering signed (min bound/observed ~1.01), and fails with their
+    centres dropped (only their uncertainty kept): the on-data chain is what holds it."""
+    from flashcheck.proofs.bounds import forward
+    from flashcheck.reference import attention
+
+    mod = _adversary("step_sign_o")
+    q, k, v = mod.build(4096, 16, 1e-3)
+    o, _ = fa2_forward(q, k, v, dtype="float32", dot="ieee", l_accumulate="float64")
+    O, _ = attention(q, k, v)
+    pr = Precision("float32", "ieee", exp="libm", l_accumulate="float64")
+    assert worst_ratio(np.abs(o - O), forward_bound(q, k, v, precision=pr).o) <= 1.0
+
+    residue = forward._rn_residue
+
+    def dropped(*args):
+        known, ce, he = residue(*args)
+        return known, 0.0 * ce, he
+
+    monkeypatch.setattr(forward, "_rn_residue", dropped)
+    assert worst_ratio(np.abs(o - O), forward_bound(q, k, v, precision=pr).o) > 1.0

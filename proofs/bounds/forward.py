@@ -530,6 +530,182 @@ def _accumulation_remainder(Ao, vo, ends, tile_ends, blocked, M: _Model, Av, A_a
             + grow * u * u * (st.wx + st.w * (B + slack)))
 
 
+def _tile_frames(s, sides, order: _TileOrder):
+    """(lo_t, hi_t): an interval on the computed running max m_t after each tile t (visiting order, natural units)
+    of an unmasked row: m_t = max over the keys seen of the computed logits, each within [s_k - below_k,
+    s_k + above_k] (_logit_sides), so lo_t = max_{k seen} (s_k - below_k), hi_t = max_{k seen} (s_k + above_k)
+    (the same interval _tile_p_interval uses)."""
+    below, above = sides
+    st = order.starts
+    so, bo, ao = order.apply(s), order.apply(below), order.apply(above)
+    hi_t = np.maximum.accumulate(np.maximum.reduceat(so + ao, st, axis=-1), axis=-1)
+    lo_t = np.maximum.accumulate(np.maximum.reduceat(so - bo, st, axis=-1), axis=-1)
+    return lo_t, hi_t
+
+
+def _rn_residue(xc, xw, half_g):
+    """RN(K g + x) - (K g + x) for any integer K and any x in [xc - xw, xc + xw] (float64 arrays; g = 2 half_g a
+    power of two, the grid): g (round(x / g) - x / g), known where x / g's interval lies inside one
+    (k - 1/2, k + 1/2) (no jump, no tie: the ties' direction depends on K's parity). Returns (known, ce, he):
+    the error lies in [ce - he, ce + he] where known. xc, xw must hold their own float64 roundings (the caller
+    widens xw); the scaling by 1 / g is exact, frac = rc - k is exact (Sterbenz: |rc - k| <= 1/2 + ulp, k an
+    integer) where |rc| < 2^50, and a rounded rc + 1/2 that reaches the next integer leaves |frac| > 1/2:
+    not known."""
+    ig = 0.5 / half_g
+    rc = xc * ig
+    rw = xw * ig
+    frac = rc - np.floor(rc + 0.5)
+    known = (np.abs(frac) + rw < 0.5 * (1.0 - 2.0**-50)) & (np.abs(rc) < 2.0**50)
+    return known, -2.0 * half_g * frac, 2.0 * half_g * rw * (1.0 + 2.0**-50)
+
+
+def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: float, grow):
+    """A bound on |sum_s delta_s X_s|, the first-order error of a recursive fp32 FMA chain (one rounding to nearest
+    per key, acc <- RN(acc + P~_j v_jc), the product exact; each tile t >= 1 first rescales acc <- RN(acc alpha_t)),
+    evaluated on the data (bounds.md sec. 6, "The FMA chain's roundings on the data"; bench/NOTES.md, "Round to
+    nearest along O", the recipe). Not a model of round to nearest: each step's error is either known to an
+    interval from the data or charged a worst case.
+
+    Units. Row i, column c, keys j in visiting order (Ao, vo; tile t(j)). The kernel's accumulator in tile t is
+    in the frame F_t = l exp(m - m_t) (m_t the computed running max after tile t): its exact counterpart is
+    F_t X_j, X_j = sum_{k <= j} A_k v_kc (the exact normalized partial sum), F_t in [F_lo_t, F_hi_t]
+    (_tile_frames). Key j's summand is x_j = P~_j v_jc with P~_j in [p_lo_j, p_hi_j] (_tile_p_interval: the
+    frame's uncertainty, the logit error, the subtraction and exp2), and P~_j = F_t A_j (1 + beta_j),
+    |beta_j| <= b_j (b_wc: the key's weight error, with the alphas up to tile t a subset of b_wc's).
+
+    Distance of the computed values from the exact ones, normalized (tau_j = t_j / F_t, t_j = acc_{j-1} + x_j
+    before the rounding): the summand x_j / F_t differs from A_j v_jc by <= A_j b_j |v_jc|; each rounding r errs
+    by <= u |t_r| <= u (|X_r| + D_{r-1} + w_r), so D_j <= (1 + u)^N (W_j + u R_j), W_j = sum_{k <= j} A_k b_k |v_kc|,
+    R_j = the sum of |X_r| over the roundings r up to j (the keys, and the rescales that can change acc: alpha
+    != 1, `change`); the rescales' own relative errors multiply what was accumulated, their product over the tiles
+    <= g_alpha; grow >= g_alpha (1 + 2 N u) (N u <= 1) and the float64 evaluation of the nonnegative cumsums
+    (relative gamma_{2^24}(2^-53) < 2^-28). E_j = grow (W_j + u R_j) + (grow u N + 1) slack, slack =
+    (gamma_{N_k+1}(2^-53) + 2^-48) sum_k A_k |v_kc| >= |X_j(float64) - X_j| (the cumsum and A's own evaluation),
+    bounds |tau_j - X_j(float64)| and the same for the rounded acc_j; gap_j = |X_j| - E_j.
+
+    Step j (key j, in tile t), three cases:
+    - binade: |t_j| in [F_lo gap_j, F_hi (|X_j| + E_j)]; where both ends lie in one binade [2^e, 2^(e+1))
+      (e >= -126: normal), RN's grid is g = 2^(e - 23) and |e_j| = |RN(t_j) - t_j| <= g / 2, so
+      |delta_j X_j| = |e_j| |X_j| / |t_j| <= (g / 2) (|X_j| + slack) / (F_lo gap_j);
+    - grid and residue: where moreover the computed acc_{j-1} is a multiple of g (|acc_{j-1}| >= F_lo (|X_{j-1}|
+      - E_j) >= 2^e: the same or a higher binade; or acc = 0 before the first key), t_j = K g + x_j and
+      e_j = g (round(x_j / g) - x_j / g), a function of x_j alone (RN is odd: t_j's sign does not matter); where
+      x_j / g's interval [rho_c - rho_w, rho_c + rho_w] lies inside (k - 1/2, k + 1/2) (no jump, no tie), e_j is
+      in ce +- he, ce = -g (rho_c - k), he = g rho_w. Then delta_j X_j = nu_j X_j / tau_j with nu_j = e_j / F_t in
+      ce (1/F_lo + 1/F_hi) / 2 +- (he / F_lo + |ce| (1/F_lo - 1/F_hi) / 2) and |X_j / tau_j - 1| <= E_j / gap_j:
+      these steps enter signed, |sum c_j| + sum (half-width_j + (|ce| + he) / F_lo E_j / gap_j);
+    - otherwise u |X_j| (the worst case charged before).
+    The rescales: exact (0) where alpha = exp2(0) = 1 certainly (`change` False), else u |X| of the partial sum
+    they round. Each |X| carries the slack; the sums their float64 evaluation (2^-28 relative).
+
+    Ao, p_lo, p_hi, b_o: (..., Nq, Nk) in visiting order; vo (..., Nk, dv); F_lo, F_hi, change: (..., Nq, T);
+    grow: (..., Nq). Returns that bound (..., Nq, dv) and sum_s |X_s| over the keys and every tile end
+    (_partial_abs_sums of this chain, from the same cumsum). Vectorized over (row, column) chunks of ~2^17 entries, keys along
+    the contiguous axis; the residue is evaluated on the few entries whose x interval is narrower than g."""
+    Nq, Nk = Ao.shape[-2:]
+    dv = vo.shape[-1]
+    T = len(sizes)
+    lead = np.broadcast_shapes(Ao.shape[:-2], vo.shape[:-2], F_lo.shape[:-2])
+    flat = lambda x, tail: np.broadcast_to(x, (*lead, *tail)).reshape(-1, *tail)  # noqa: E731
+    A_, pl, ph_, bb = (flat(x, (Nq, Nk)) for x in (Ao, p_lo, p_hi, b_o))
+    Fl, Fh, chg = (flat(x, (Nq, T)) for x in (F_lo, F_hi, change))
+    gr = flat(grow, (Nq,))
+    vT = np.ascontiguousarray(np.swapaxes(flat(vo, (Nk, dv)), -1, -2))  # (H, dv, Nk)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    tile = np.repeat(np.arange(T), sizes)
+    g64 = float(gamma(Nk + 1, 2.0**-53)) + 2.0**-48
+    ev = 1.0 + 2.0**-28  # float64 evaluation of sums of nonnegative terms (< 2^24 of them)
+    n_r = Nk + T
+    out = np.zeros((len(A_), Nq, dv))
+    worst = np.zeros((len(A_), Nq, dv))
+    tile_ends = starts + np.asarray(sizes) - 1
+    cb = max(1, min(dv, (1 << 17) // Nk))
+    for h in range(len(A_)):
+        absvT = np.abs(vT[h])
+        for i in range(Nq):
+            a = A_[h, i]
+            iFl = 1.0 / Fl[h, i][tile]  # per key (visiting order): 1 / F_lo, 1 / F_hi of its tile
+            iFh = 1.0 / Fh[h, i][tile]
+            Flo_k = Fl[h, i][tile] * (1.0 - 2.0**-50)  # the float64 products below must not round onto a
+            Fhi_k = Fh[h, i][tile] * (1.0 + 2.0**-50)  # binade's edge: 2^-50 relative covers them
+            ab = a * bb[h, i]
+            pm = 0.5 * (pl[h, i] + ph_[h, i])
+            pw = 0.5 * (ph_[h, i] - pl[h, i]) * (1.0 + 2.0**-50) + 2.0**-48 * pm  # holds the float64 roundings
+            ch = chg[h, i, 1:]
+            rs = starts[1:][ch]  # tiles whose rescale can round: at their first key, the previous partial sum
+            for c0 in range(0, dv, cb):
+                cs = slice(c0, min(dv, c0 + cb))
+                v, av = vT[h, cs], absvT[cs]  # (cb, Nk)
+                slack = g64 * (av @ a)  # (cb,)
+                X = np.cumsum(a * v, axis=-1)
+                aX = np.abs(X)
+                inc = ab * av
+                inc += u * aX
+                resc = aX[:, rs - 1]  # the rescale rounds the partial sum at the previous tile's end
+                inc[:, rs] += u * resc
+                E = np.cumsum(inc, axis=-1)
+                E *= gr[h, i] * ev
+                E += ((gr[h, i] * u * n_r + 1.0) * slack)[:, None]
+                gap = aX - E
+                lo = Flo_k * gap
+                hi = aX + E
+                hi *= Fhi_k
+                blo = lo.view(np.int64) >> 52  # sign and exponent field: equal fields = one binade
+                bhi = hi.view(np.int64) >> 52
+                binade = (blo == bhi) & (blo >= 1023 - 126) & (blo < 2047)  # positive (a sign bit differs), normal, finite
+                half_g = ((np.where(binade, blo, 1023 + 24) - 24) << 52).view(np.float64)  # g / 2 = 2^(e - 24)
+                q = half_g * iFl / gap  # |e_j| / |t_j| <= q
+                np.minimum(q, u, out=q)
+                charge = np.where(binade, q, u) * aX
+                total = charge.sum(-1) + u * resc.sum(-1)
+                # the residue, where x's interval is narrower than a grid step and the previous acc on the grid
+                ci, kj = np.nonzero(binade & (pw * av < half_g))
+                # the previous acc on the grid: >= 2^e = 2^24 g / 2 (the first key: acc = 0, on every grid)
+                prev = aX[ci, np.maximum(kj - 1, 0)] - E[ci, kj]
+                grid = (kj == 0) | (Flo_k[kj] * prev >= half_g[ci, kj] * 2.0**24)
+                ci, kj = ci[grid], kj[grid]
+                csum = np.zeros(len(v))
+                extra = np.zeros(len(v))
+                if len(ci):
+                    known, ce, he = _rn_residue(pm[kj] * v[ci, kj], pw[kj] * av[ci, kj], half_g[ci, kj])
+                    ci, kj, ce, he = ci[known], kj[known], ce[known], he[known]
+                if len(ci):
+                    il, ih = iFl[kj], iFh[kj]
+                    cen = ce * (0.5 * (il + ih))
+                    ace = np.abs(ce)
+                    margin = he * il + ace * (0.5 * (il - ih)) + (ace + he) * il * E[ci, kj] / gap[ci, kj]
+                    # replace the step's charge by its margin; the centre enters signed
+                    extra = np.bincount(ci, weights=margin - charge[ci, kj], minlength=len(v)).astype(np.float64)
+                    csum = np.bincount(ci, weights=cen, minlength=len(v)).astype(np.float64)
+                    extra = extra + 2.0**-28 * np.bincount(ci, weights=np.abs(cen), minlength=len(v))
+                out[h, i, cs] = (np.abs(csum) + extra + total + u * n_r * slack) * ev
+                worst[h, i, cs] = aX.sum(-1) + aX[:, tile_ends].sum(-1)
+    return out.reshape(*lead, Nq, dv), worst.reshape(*lead, Nq, dv)
+
+def _fma_on_data(s, lg, M: _Model, order: _TileOrder, A, vf, b_wc, m, l, T: int):
+    """_fma_chain_on_data for unmasked rows of a known tile order (fp32 FMA chain): the frames' intervals
+    F_t = l exp(m - m_t), P~'s interval, the rescales that can change acc, and the growth factor; inf (no claim)
+    for rows where a P~ may be subnormal or flushed (p_lo < 2^-120); with sum_s |X_s| (_partial_abs_sums, from
+    the same pass): (bound, sum). None for subnormal V (an FMA may flush it) and N_k >= 2^23."""
+    u = M.u_w
+    sides = _logit_sides(lg, M)
+    lo_t, hi_t = _tile_frames(s, sides, order)
+    F_lo = l[..., None] * np.exp(m[..., None] - hi_t) * (1.0 - 2.0**-48)  # float64 exp and product: a few ulps
+    F_hi = l[..., None] * np.exp(m[..., None] - lo_t) * (1.0 + 2.0**-48)
+    p_lo, p_hi = (order.apply(x) for x in _tile_p_interval(s, sides, order, M))
+    change = _tile_changes(s, lg.wc, np.ones(s.shape, dtype=bool), order, M.alpha_exact_at_zero)
+    # the rescales' relative errors: exp2 (eps_exp) of an argument m_{t-1} - m_t rounded (u |.|, log2 units);
+    # the arguments telescope to m_T - m_1 <= hi_T - lo_1 (natural units)
+    g_alpha = (1.0 + M.eps_exp) ** T * np.exp(u * (hi_t[..., -1] - lo_t[..., 0])) * (1.0 + 2.0**-40)
+    grow = g_alpha * (1.0 + 2.0 * (A.shape[-1] + T) * u)
+    av = np.abs(vf)
+    if A.shape[-1] >= 2**23 or np.any((av > 0) & (av < 2.0**-126)):  # (N u <= 1 and the 2^-28 below need < 2^23)
+        return None
+    out, worst = _fma_chain_on_data(order.apply(A), _keys_in_order(vf, order), p_lo, p_hi, order.apply(b_wc),
+                                    F_lo, F_hi, change, order.sizes, u, grow)
+    return np.where((p_lo.min(-1) < 2.0**-120)[..., None], np.inf, out), worst
+
+
 def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias, explain=False,
                   groups=None) -> _ForwardRows:
     """The forward analysis of a block of query rows (s, vis, qf restricted to those rows). With
@@ -647,7 +823,16 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
             # partial sums climb and fall back (V = +a then -a(1+eps) over uniform rows: O ~ 0, nothing along
             # O, the fluctuation one-signed per half; bench/adversaries/step_sign_o.py, 7x over the random
             # model at N_k = 65536)
-            acc_abs = _partial_abs_sums(Ao, vo, ends, tile_ends, M.pv_products, blocked=not M.recursive)
+            fma = (not M.tensor_core and M.k_step == 1 and M.pv_products == 1 and M.u_dacc == u and M.recursive
+                   and not M.u_in)
+            # an fp32 FMA chain: the same first order with each step's rounding evaluated on the data where its
+            # grid and residue are certain (_fma_chain_on_data), beside sum_s |X_s| from the same pass; both
+            # bounds hold, so their minimum does
+            on_data = _fma_on_data(s, lg, M, order, A, vf, b_wc, m, l, T) if fma else None
+            if on_data is None:
+                acc_abs = _partial_abs_sums(Ao, vo, ends, tile_ends, M.pv_products, blocked=not M.recursive)
+            else:
+                acc_abs = np.minimum(on_data[1], on_data[0] / u)
             acc_c = 0.0 * acc_c
             if not M.tensor_core and M.k_step == 1 and M.pv_products == 1 and M.u_dacc == u:
                 # one rounding (u) per step of the exact partial sums X_r: the second order evaluated on them
@@ -797,7 +982,7 @@ class OTerms:
     rescale_alpha: np.ndarray  # argument roundings of the rescales alpha (telescoped) and of p's shift
     exp: np.ndarray  # exp2 relative error (ex2.approx or libm), per key
     operand_along_o: np.ndarray  # P's rounding into the operand format (worst case: u_p sum A|v|) and the inputs' along O
-    accumulation_drift: np.ndarray  # accumulator roundings: u sum_s |X_s| on the data where the steps are known, else along O u |O| sum_s C_s
+    accumulation_drift: np.ndarray  # accumulator roundings: u sum_s |X_s| on the data where the steps are known (fp32 FMA chain: each step evaluated on the data, _fma_chain_on_data), else along O u |O| sum_s C_s
     l_sum: np.ndarray  # the rounding of l's sum (mu |O|)
     tensor_core_acc: np.ndarray  # tensor-core accumulation steps of P.V (truncation: worst case)
     truncation: np.ndarray  # tf32 truncation of P and V (one-sided; V's exact when known)
