@@ -25,13 +25,19 @@ double-rounding trap); "wide" (exponents over 2^+-20).
 Per case: mismatches / total against the ascending chain; on a mismatch a few examples and which other
 orders (descending, pairwise tree, K split into 2/4/8/16 contiguous or interleaved chains summed in fp32,
 one rounding of the exact sum, float32 BLAS matmul) reproduce the mismatching outputs (and all outputs).
-Exit code 0 iff every case is bit-exact (and qk_scale2 is as stated).
+Exit code 0 iff every case is bit-exact (and qk_scale2 is as stated). With --out FILE (default
+$OUT/probe_fma_dot.json when $OUT is set): the per-case results, the versions and the fp32 instructions of the
+compiled probe kernels' PTX (fma.rn.f32 or fma.rn.ftz.f32: flush-to-zero or not) as JSON; proofs/hardware.py
+reads such a file from proofs/measurements/h100_fma_dot.json (HardwareConstants.ieee_dot).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import math
 import os
+import re
 import sys
 
 import numpy as np
@@ -180,8 +186,8 @@ def run_case(mode, M, N, K, warps, kind, rng, device, sm_scale, verbose=3):
     shape = (N, M) if mode == "kq_bwd" else (M, N)
     out = torch.empty(shape, dtype=torch.float32, device=device)
     sc2 = torch.empty((M,), dtype=torch.float32, device=device)
-    _probe_kernel[(1,)](qt, kt, out, sc2, sm_scale, M=M, N=N, HEAD_D=K, BLOCK_D=bd, MODE=MODES.index(mode),
-                        num_warps=warps)
+    compiled = _probe_kernel[(1,)](qt, kt, out, sc2, sm_scale, M=M, N=N, HEAD_D=K, BLOCK_D=bd,
+                                   MODE=MODES.index(mode), num_warps=warps)
     got = out.cpu().double().numpy()
     c2_got = float(sc2[0].cpu())
     c2 = float(np.float32(np.float32(sm_scale) * np.float32(LOG2E_F)))  # the kernel's qk_scale2, stated
@@ -222,7 +228,31 @@ def run_case(mode, M, N, K, warps, kind, rng, device, sm_scale, verbose=3):
             g, w = got[i, j], want[i, j]
             ulp = np.spacing(np.float32(w)).astype(np.float64) if w != 0 else 2.0**-149
             extra.append(f"  [{i},{j}] got {float(g)!r} ascending chain {float(w)!r} ({(g - w) / ulp:+.1f} ulp)")
-    return n_bad == 0, c2_got == c2, line, extra
+    rec = dict(mode=mode, M=M, N=N, K=K, block_d=bd, num_warps=warps, inputs=kind, mismatches=n_bad,
+               total=int(bad.size), qk_scale2=c2_got, qk_scale2_stated=c2, ptx_f32_ops=_ptx_ops(compiled))
+    return n_bad == 0, c2_got == c2, line, extra, rec
+
+
+def _ptx_ops(compiled) -> list:
+    """The distinct fp32 arithmetic instructions (fma/mul/add/sub ... .f32) in the kernel's PTX ([] without it)."""
+    try:
+        ptx = compiled.asm["ptx"]
+    except Exception:
+        return []
+    return sorted(set(re.findall(r"\b(?:fma|mul|add|sub|neg|max)\.[a-z0-9.]*f32\b", ptx)))
+
+
+def _versions(device: str) -> dict:
+    info = {"torch": torch.__version__, "triton": triton.__version__, "numpy": np.__version__,
+            "python": sys.version.split()[0], "interpreter": INTERPRET, "device_arg": device,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    if device == "cuda" and not INTERPRET and torch.cuda.is_available():
+        info["device"] = torch.cuda.get_device_name()
+        info["capability"] = list(torch.cuda.get_device_capability())
+        info["cuda_runtime"] = torch.version.cuda
+    else:
+        info["device"] = "cpu (TRITON_INTERPRET=1: numpy, not a GPU)"
+    return info
 
 
 CONFIGS = [  # (M, N, warps): kernel_config's fp32 tiles and the shapes of the brief
@@ -235,6 +265,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu" if INTERPRET or not torch.cuda.is_available() else "cuda")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="fewer cases (the CPU interpreter is slow)")
+    ap.add_argument("--out", default=os.path.join(os.environ["OUT"], "probe_fma_dot.json") if os.environ.get("OUT")
+                    else None, help="write the results as JSON here")
     args = ap.parse_args(argv)
     if args.device == "cuda" and INTERPRET:
         print("TRITON_INTERPRET=1 with --device cuda: the interpreter runs on the CPU", file=sys.stderr)
@@ -245,7 +277,7 @@ def main(argv=None) -> int:
     configs, dims = CONFIGS, HEAD_DIMS
     if args.quick:
         configs, dims = [(64, 32, 4), (32, 64, 4)], (16, 80)
-    ok_all, n_cases, n_fail, n_c2, per_mode = True, 0, 0, 0, {}
+    ok_all, n_cases, n_fail, n_c2, per_mode, records = True, 0, 0, 0, {}, []
     for M, N, warps in configs:
         for K in dims:
             if K > 128 and (M, N) != (32, 32):  # d > 128 only with the 32 x 32 tiles (kernel_config)
@@ -254,7 +286,8 @@ def main(argv=None) -> int:
                 kinds = ("random", "cancel", "ties", "wide") if mode in ("qk", "kq_bwd") else ("random", "cancel")
                 for kind in kinds:
                     sm_scale = 1.0 / math.sqrt(K)
-                    ok, c2_ok, line, extra = run_case(mode, M, N, K, warps, kind, rng, args.device, sm_scale)
+                    ok, c2_ok, line, extra, rec = run_case(mode, M, N, K, warps, kind, rng, args.device, sm_scale)
+                    records.append(rec)
                     n_cases += 1
                     n_fail += not ok
                     n_c2 += not c2_ok
@@ -267,7 +300,17 @@ def main(argv=None) -> int:
           "kernel's own qk_scale2); per pattern: "
           + ", ".join(f"{m} {a}/{n}" for m, (a, n) in per_mode.items()))
     print(f"qk_scale2 = fl32(fl32(sm_scale) * fl32(log2 e)) in {n_cases - n_c2} / {n_cases} cases")
+    ops = sorted({op for r in records for op in r["ptx_f32_ops"]})
+    if ops:
+        print("fp32 instructions in the probe kernels' PTX:", ", ".join(ops))
     print("RESULT:", "ALL BIT-EXACT" if ok_all else "MISMATCHES")
+    if args.out:
+        report = dict(versions=_versions(args.device), hypothesis="ascending fp32 FMA chain from 0 over the padded "
+                      "head dim; qk_scale2 = fl32(fl32(sm_scale) * fl32(log2 e))", seed=args.seed, quick=args.quick,
+                      all_bit_exact=n_fail == 0, qk_scale2_as_stated=n_c2 == 0, cases=records, ptx_f32_ops=ops)
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+        print("wrote", args.out)
     return 0 if ok_all else 1
 
 
