@@ -466,8 +466,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
 
         # P_ij = exp2(fl(s c) - fl(LSE log2 e)): the logit errors with shift LSE, the LSE error, exp error
         lg = _logit_errors(qf, kf, Fr.s, lse0, vis, sc, M, d, bias is not None, qk=Fr.parts.qk)
-        lg_det = lg.det
         known_lg = conv is not None and conv.logits_only and lg.conv is not None  # e_s = lg.conv, signed below
+        if known_lg and lg.wc_known is not None:  # the known FMA-chain logits: their own majorant
+            lg = dataclasses.replace(lg, wc=lg.wc_known, lin=lg.lin_known)
+        lg_det = lg.det
         if known_lg:  # c's rounding is in lg.conv; the float64 floor of lg.conv stays unsigned
             lg_det = lg.det - lg.det_conv + lg.conv_floor
         elif conv is not None:  # the non-random logit error without the input conversion (counted signed)

@@ -542,6 +542,8 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     u = M.u_w
 
     lg = _logit_errors(qf, kf, s, m, vis, sc, M, d, has_bias, detailed=kind == "probabilistic")
+    if kind == "probabilistic" and lg.wc_known is not None:  # the known FMA-chain logits: their own majorant
+        lg = dataclasses.replace(lg, wc=lg.wc_known, lin=lg.lin_known)
     # the computed shift m_hat <= max_j (s_j + e_j) may exceed m by `excess`
     excess = np.max(np.where(vis, s - m[..., None] + lg.wc, 0.0), axis=-1, initial=0.0)
     # Rescales (sec. 5): key j's weight is multiplied, in acc and in l alike, by the computed alphas of

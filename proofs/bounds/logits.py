@@ -28,6 +28,11 @@ class _Logits:
     # sigma less the random parts that `conv` states exactly (the known fp32 FMA-chain dot, Precision.ieee_fma_chain),
     # or None (nothing random is known: sigma). Only a consumer that charges `conv` (signed) may use it.
     sigma_known: np.ndarray | None = None
+    # (wc, lin) evaluated with the known error where that is smaller: |conv| + floor + the argument's remaining
+    # roundings (product, bias add, shift), its linear part |conv| + floor + u (|scale q.k| + |bias| + |s - shift|);
+    # (wc, lin) elsewhere. A majorant of |computed - exact| like wc (given the stated arithmetic); None: nothing known
+    wc_known: np.ndarray | None = None
+    lin_known: np.ndarray | None = None
 
 
 def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias: bool,
@@ -100,12 +105,23 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     sig_arg = u * np.sqrt(a_qk**2 + a_b**2 + a_t**2)
     det_arg = n_c * u * a_qk  # rounding of the constant c = scale * log2(e): one error for the whole row
     z = np.zeros_like(s0)
-    sigma_known = None
+    sigma_known = wc_known = lin_known = None
+    wc, lin = dot_wc + arg_wc, dot_lin + arg_lin
     if fma is not None:  # the known FMA-chain logits: conv states the dot's error and c's, with their signs
         known = vis & fma[2]
         sigma_known = np.where(known, sig_arg, np.sqrt(sig_dot**2 + sig_arg**2))
         conv = (fma[0], fma[1])
         det_conv = np.where(known, det_arg, 0.0)
+        # the majorant from the known error: |fl(q.k) c| ln 2 <= |scale q.k| + |e|; then the product's rounding
+        # (or none, fused into the subtraction), the bias add and the shift, each <= u |its computed value|
+        e_abs = np.abs(conv[0]) + conv[1]
+        err_p = u * (a_qk + e_abs)
+        err_b = u * (a_b + e_abs + err_p) if has_bias else 0.0
+        err_t = u * (a_t + e_abs + err_p + err_b)
+        wc_k = e_abs + err_p + err_b + err_t
+        lin_k = e_abs + u * (a_qk + a_b + a_t)
+        sel = known & (wc_k < wc)
+        wc_known, lin_known = np.where(sel, wc_k, wc), np.where(sel, lin_k, lin)
     return _Logits(
         wc=np.where(vis, dot_wc + arg_wc, z),
         lin=np.where(vis, dot_lin + arg_lin, z),
@@ -115,6 +131,8 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
         conv=None if conv is None or det_conv is None else np.where(vis, conv[0], z),
         conv_floor=None if conv is None or det_conv is None else np.where(vis, conv[1], z),
         sigma_known=None if sigma_known is None else np.where(vis, sigma_known, z),
+        wc_known=None if wc_known is None else np.where(vis, wc_known, z),
+        lin_known=None if lin_known is None else np.where(vis, lin_known, z),
         det_conv=None if det_conv is None else np.where(vis, det_conv, z),
         det_mma=None if mma_used is None else np.where(vis, mma_used, z),
         mma_sides=None if mma_sides is None else tuple(np.where(vis, x, z) for x in mma_sides),
