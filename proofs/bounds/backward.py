@@ -1232,7 +1232,8 @@ class _ConvertedInputs:
         """The operands as they are (fp32 through the fp32 FMA-chain dots: nothing converted), for the logits'
         known error e_s (Precision.ieee_fma_chain, logits._Logits.conv), given to `effects`."""
         z = np.zeros_like(kf)
-        return _ConvertedInputs(qf, kf, vf, dof, z, z, kf.shape[-2] + qf.shape[-2] + 16, logits_only=True)
+        n_ops = 2 * (qf.shape[-1] + vf.shape[-1]) + kf.shape[-2] + qf.shape[-2] + 16  # as `of`
+        return _ConvertedInputs(qf, kf, vf, dof, z, z, n_ops, logits_only=True)
 
     @staticmethod
     def of(qf, kf, vf, dof) -> "_ConvertedInputs":
