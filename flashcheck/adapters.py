@@ -397,7 +397,15 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       # fp32 "ieee" logits as known FMA chains: on the GPU only, where measured
                       # (proofs/hardware.py ieee_dot, bench/probe_fma_dot.py); never in the interpreter
                       ieee_fma_chain=(a.exp != "libm" and hw.ieee_dot == "fma_chain"
-                                      and (a.input, a.dot) == ("float32", "ieee")))
+                                      and (a.input, a.dot) == ("float32", "ieee")
+                                      and _block_d(head_dim) in hw.ieee_dot_k))
+
+
+def _block_d(head_dim) -> int | None:
+    """The kernel's padded head dim (BLOCK_D = max(16, next power of 2)); None when not given."""
+    if head_dim is None:
+        return None
+    return max(16, 1 << (int(head_dim) - 1).bit_length())
 
 
 def ours_compile_key(precision: str = "default"):

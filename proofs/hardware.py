@@ -42,8 +42,9 @@ rules below, so that it is >= the measured maximum with a stated margin:
   fl32(fl32(sm_scale) fl32(log2 e)), on our kernel's fp32 tile shapes and head dims (random, cancelling, tie
   and wide-exponent inputs; the forward's and the backward's logit patterns); the record is
   proofs/measurements/h100_fma_dot.json (the probe's --out). No record, a record from the interpreter or one
-  with a mismatch: "unknown" (nothing assumed). The bounds use it only through Precision.ieee_fma_chain,
-  which flashcheck.adapters.ours_precision sets for our kernel on the GPU where this is "fma_chain".
+  with a mismatch: "unknown" (nothing assumed). ieee_dot_k: the padded head dims (the dot's K) the record
+  covers. The bounds use it only through Precision.ieee_fma_chain, which flashcheck.adapters.ours_precision sets
+  for our kernel on the GPU where this is "fma_chain" and the head dim's padded width is in ieee_dot_k.
 """
 from __future__ import annotations
 
@@ -111,6 +112,8 @@ class HardwareConstants:
     # fp32 tl.dot(input_precision="ieee"): "fma_chain" (measured: one ascending fp32 FMA chain per output, see
     # the module docstring) or "unknown"
     ieee_dot: str = "unknown"
+    # the padded head dims (the dot's K, BLOCK_D) that record covers: the claim holds for those only
+    ieee_dot_k: tuple = ()
 
     def __post_init__(self):
         if self.ieee_dot not in IEEE_DOTS:
@@ -239,6 +242,14 @@ def ieee_dot_from(report: dict | None) -> str:
     return "fma_chain" if gpu and full and exact else "unknown"
 
 
+def ieee_dot_k_from(report: dict | None) -> tuple:
+    """The padded head dims (block_d) a passing bench/probe_fma_dot.py record covers (() unless ieee_dot_from says
+    "fma_chain")."""
+    if ieee_dot_from(report) != "fma_chain":
+        return ()
+    return tuple(sorted({int(c["block_d"]) for c in report["cases"]}))
+
+
 @lru_cache(maxsize=None)
 def h100() -> HardwareConstants:
     """The constants for our kernel on the H100, from the committed measurements."""
@@ -248,7 +259,7 @@ def h100() -> HardwareConstants:
           f"triton {v.get('triton')} {v.get('date')}"
     fma = load_report(H100_FMA_DOT_JSON) if H100_FMA_DOT_JSON.exists() else None
     c = constants_from(measured_from(report), source=src)
-    return replace(c, ieee_dot=ieee_dot_from(fma))
+    return replace(c, ieee_dot=ieee_dot_from(fma), ieee_dot_k=ieee_dot_k_from(fma))
 
 
 @lru_cache(maxsize=None)

@@ -137,9 +137,11 @@ def test_claim_only_on_the_gpu_where_measured(monkeypatch):
     for interpret in (True, False):  # no measurement recorded (or not a passing one): no claim anywhere
         if hw.h100().ieee_dot != "fma_chain":
             assert not ours_precision("float32", "ieee", head_dim=64, interpret=interpret).ieee_fma_chain
-    measured = dataclasses.replace(hw.h100(), ieee_dot="fma_chain")
+    measured = dataclasses.replace(hw.h100(), ieee_dot="fma_chain", ieee_dot_k=(16, 64, 128, 256))
     monkeypatch.setattr(hw, "h100", lambda: measured)
     assert ours_precision("float32", "ieee", head_dim=64, interpret=False).ieee_fma_chain
+    assert ours_precision("float32", "ieee", head_dim=80, interpret=False).ieee_fma_chain  # padded to 128
+    assert not ours_precision("float32", "ieee", head_dim=32, interpret=False).ieee_fma_chain  # K = 32 not probed
     assert not ours_precision("float32", "ieee", head_dim=64, interpret=True).ieee_fma_chain
     assert not ours_precision("float32", "tf32", head_dim=64, interpret=False).ieee_fma_chain
     assert not ours_precision("float16", None, head_dim=64, interpret=False).ieee_fma_chain
@@ -150,7 +152,8 @@ def test_ieee_dot_from_probe_reports():
     good = dict(versions=dict(interpreter=False, device_arg="cuda"), quick=False, all_bit_exact=True,
                 qk_scale2_as_stated=True, cases=[case] * 3)
     assert hw.ieee_dot_from(good) == "fma_chain"
-    assert hw.ieee_dot_from(None) == "unknown"
+    assert hw.ieee_dot_k_from(dict(good, cases=[dict(case, block_d=b) for b in (16, 128, 128)])) == (16, 128)
+    assert hw.ieee_dot_from(None) == "unknown" and hw.ieee_dot_k_from(None) == ()
     for bad in (dict(good, versions=dict(interpreter=True, device_arg="cpu")), dict(good, quick=True),
                 dict(good, all_bit_exact=False), dict(good, qk_scale2_as_stated=False),
                 dict(good, cases=[case, dict(mismatches=1)]), dict(good, cases=[])):
