@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -90,10 +91,14 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
         from flashcheck.proofs.emulation import fa2_backward, fa2_forward
 
         # as our kernel: l in fp64 (Arithmetic.l_accumulate), Delta from the fp32 O (delta_from="fp32")
+        # fp32 ieee: the logits as the ascending fp32 FMA chains our kernel computes on the GPU (Precision.ieee_fma_chain,
+        # bench/probe_fma_dot.py), unless FLASHCHECK_IEEE_MATMUL=1 (a torch fp32 matmul, the claim off)
+        fma = (dtype, dot) == ("float32", "ieee") and os.environ.get("FLASHCHECK_IEEE_MATMUL", "0") in ("", "0")
         o, lse, o32 = fa2_forward(q, k, v, dtype=dtype, dot=dot, mma=mma, l_accumulate="float64",
-                                  return_fp32_o=True)
-        g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, delta_o=o32)
-        return (o, lse, *g), Precision(dtype, dot, exp="libm", l_accumulate="float64", delta_from="fp32")
+                                  return_fp32_o=True, ieee_fma_chain=fma)
+        g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, delta_o=o32, ieee_fma_chain=fma)
+        return (o, lse, *g), Precision(dtype, dot, exp="libm", l_accumulate="float64", delta_from="fp32",
+                                       ieee_fma_chain=fma)
     import torch
 
     from flashcheck.adapters import ours_precision

@@ -388,11 +388,24 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
 
     a = arithmetic(dtype, dot_precision, head_dim=head_dim, interpret=interpret, block_mask=block_mask,
                    precision=precision, delta_from=delta_from, tiles=tiles)
+    hw = interpreter() if a.exp == "libm" else h100()
     return _precision(input=a.input, dot=a.dot, accumulate="float32", output=a.output, exp=a.exp,
                       block_k=a.block_k, block_q=a.block_q, accumulation="recursive", p_split=a.p_split,
                       delta_from=a.delta_from, l_accumulate=a.l_accumulate,
                       tile_order="partial_first",  # kernels/tiles.py visits a ragged last key tile first
-                      hardware=interpreter() if a.exp == "libm" else h100())
+                      hardware=hw,
+                      # fp32 "ieee" logits as known FMA chains: on the GPU only, where measured
+                      # (proofs/hardware.py ieee_dot, bench/probe_fma_dot.py); never in the interpreter
+                      ieee_fma_chain=(a.exp != "libm" and hw.ieee_dot == "fma_chain"
+                                      and (a.input, a.dot) == ("float32", "ieee")
+                                      and _block_d(head_dim) in hw.ieee_dot_k))
+
+
+def _block_d(head_dim) -> int | None:
+    """The kernel's padded head dim (BLOCK_D = max(16, next power of 2)); None when not given."""
+    if head_dim is None:
+        return None
+    return max(16, 1 << (int(head_dim) - 1).bit_length())
 
 
 def ours_compile_key(precision: str = "default"):

@@ -14,6 +14,11 @@ matmul rounds to nearest); so it is compared against bounds computed with exp="l
     o, lse = fa2_forward(q, k, v, dtype="float16", dot="fp16")
     dq, dk, dv = fa2_backward(q, k, v, o, lse, do, dtype="float16", dot="fp16")
 
+ieee_fma_chain=True (fp32 inputs, dot "ieee"): the logits as Precision.ieee_fma_chain states our kernel computes
+them on the GPU, each q.k one ascending fp32 FMA chain (flashcheck.proofs.fma_chain, exact) times the kernel's
+qk_scale2 = fl32(fl32(scale) fl32(log2 e)) (bench/probe_fma_dot.py); otherwise a torch fp32 matmul times
+fl32(scale log2 e).
+
 Inputs are float64 NumPy arrays (B, H, N, d) holding values exactly representable in `dtype`
 (use `round_to`); outputs are float64 NumPy arrays of what the kernel would return.
 """
@@ -142,6 +147,19 @@ class _Problem:
     vt: torch.Tensor
 
 
+def _fma_logits(qo: torch.Tensor, ko: torch.Tensor, sc: float):
+    """(Q K^T as ascending fp32 FMA chains, the kernel's qk_scale2) as torch fp32 (Precision.ieee_fma_chain)."""
+    from flashcheck.proofs.fma_chain import fma_chain_dot, kernel_qk_scale2
+
+    x = fma_chain_dot(qo.double().numpy(), np.swapaxes(ko.double().numpy(), -1, -2))
+    return torch.as_tensor(x).to(torch.float32), torch.tensor(kernel_qk_scale2(sc), dtype=torch.float32)
+
+
+def _check_fma(ieee_fma_chain: bool, dtype: str, dot: str):
+    if ieee_fma_chain and (dtype, dot) != ("float32", "ieee"):
+        raise ValueError(f"ieee_fma_chain needs dtype='float32', dot='ieee' (got {dtype!r}, {dot!r})")
+
+
 def _problem(q, k, v, dtype, dot, scale, causal, window, mask) -> _Problem:
     tdt = _TORCH[dtype]
     acc_t = torch.float64 if dot == "fp64" else torch.float32
@@ -159,13 +177,15 @@ def _problem(q, k, v, dtype, dot, scale, causal, window, mask) -> _Problem:
 def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
                 scale=None, causal=False, window=None, mask=None, block_k: int = 64,
                 accumulation: str = "recursive", k_step: int | None = None, p_split: bool = False,
-                return_fp32_o: bool = False, mma=None, l_accumulate: str = "float32"):
+                return_fp32_o: bool = False, mma=None, l_accumulate: str = "float32", ieee_fma_chain: bool = False):
     """(O, LSE) as the FA2 forward kernel computes them, see the module docstring (with
     return_fp32_o also O = acc / l before the store, what Delta uses with delta_from="fp32").
     mma: None (tensor-core steps summed exactly, rounded to nearest) or "h100" (both tensor-core dots,
     Q K^T and P V, through the H100's measured truncating step model, flashcheck.proofs.hardware.h100()).
     l_accumulate: the format of the running sum l across tiles ("float64": our kernel, each tile's fp32 rowsum
-    added into an fp64 l, rounded once into fp32 at the end; Precision.l_accumulate)."""
+    added into an fp64 l, rounded once into fp32 at the end; Precision.l_accumulate).
+    ieee_fma_chain: the logits as FMA chains (module docstring; Precision.ieee_fma_chain)."""
+    _check_fma(ieee_fma_chain, dtype, dot)
     ks = _k_step(dot, k_step)
     pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask)
     tdt, acc_t, qk_scale, vis, kt, vt = pb.tdt, pb.acc_t, pb.qk_scale, pb.vis, pb.kt, pb.vt
@@ -184,12 +204,16 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
     l_t = torch.float64 if l_accumulate == "float64" else acc_t
     l = torch.zeros((B, Hq, Nq), dtype=l_t)
     acc = torch.zeros((B, Hq, Nq, v.shape[-1]), dtype=acc_t)
+    if ieee_fma_chain:  # one chain per logit: the same whatever the tiles
+        s_fma, qk_scale = _fma_logits(qo, _operand(kt, dot, tdt).to(acc_t), pb.sc)
     for j0 in _tile_starts(Nk, block_k):
         j1 = min(Nk, j0 + block_k)
         kb = _operand(kt[:, :, j0:j1], dot, tdt).to(acc_t)
         vb = _operand(vt[:, :, j0:j1], dot, tdt).to(acc_t)
         # S2 = Q Kᵀ · scale · log2(e), masked to -inf
-        if mma is not None:  # the logit dot through the tensor core's steps, from a fresh accumulator
+        if ieee_fma_chain:
+            s = s_fma[..., j0:j1] * qk_scale
+        elif mma is not None:  # the logit dot through the tensor core's steps, from a fresh accumulator
             s = _mma_dot(qo, kb.transpose(-1, -2), torch.zeros(qo.shape[:-1] + (kb.shape[-2],), dtype=acc_t), mma)
             s = s * qk_scale
         else:
@@ -218,11 +242,13 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
 
 def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
                  scale=None, causal=False, window=None, mask=None, accumulation: str = "recursive",
-                 k_step: int | None = None, delta_o=None):
+                 k_step: int | None = None, delta_o=None, ieee_fma_chain: bool = False):
     """(dQ, dK, dV) as the FA2 backward kernel computes them from its own (O, LSE): Delta from the
     stored O (or from `delta_o`, the fp32 O of fa2_forward(..., return_fp32_o=True), for
     delta_from="fp32"), P recomputed from the stored LSE in base 2, P and dS rounded to the operand dtype
-    before the products, fp32 accumulation, scale applied once at the end, stored in `out`."""
+    before the products, fp32 accumulation, scale applied once at the end, stored in `out`.
+    ieee_fma_chain: the logits as FMA chains (module docstring; Precision.ieee_fma_chain)."""
+    _check_fma(ieee_fma_chain, dtype, dot)
     pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask)
     tdt, acc_t, qk_scale, vis, sc = pb.tdt, pb.acc_t, pb.qk_scale, pb.vis, pb.sc
     B, Hkv, Nk, d, group = pb.B, pb.Hkv, pb.Nk, pb.d, pb.group
@@ -238,7 +264,11 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     # Δ = rowsum(dO ∘ O) from the stored O
     delta = (dot_.to(acc_t) * ot.to(acc_t)).sum(-1)
     lse2 = torch.where(torch.isinf(lset), torch.zeros_like(lset), lset * torch.tensor(LOG2E, dtype=acc_t))
-    s = (qt @ kt.transpose(-1, -2)) * qk_scale
+    if ieee_fma_chain:
+        s_fma, qk_scale = _fma_logits(qt, kt, sc)
+        s = s_fma * qk_scale
+    else:
+        s = (qt @ kt.transpose(-1, -2)) * qk_scale
     p = torch.where(vis, torch.exp2(s - lse2[..., None]), torch.zeros_like(s))
     Nq, Hq, dvd = pb.Nq, pb.Hq, v.shape[-1]
     pr = _operand(p, dot, tdt).to(acc_t)

@@ -21,6 +21,14 @@ from __future__ import annotations
 import numpy as np
 
 F32_MIN_NORMAL = 2.0**-126
+LOG2E = 1.4426950408889634  # log2(e) as kernels/tiles.py states it (a float64 literal, fp32 in the kernel)
+
+
+def kernel_qk_scale2(scale: float) -> float:
+    """The kernel's base-2 logit scale qk_scale2 = sm_scale * LOG2E (kernels/triton_fwd.py, triton_bwd.py): the
+    fp32 argument sm_scale times the fp32 constant, rounded: fl32(fl32(scale) fl32(log2 e)) (measured by
+    bench/probe_fma_dot.py)."""
+    return float(np.float32(np.float32(scale) * np.float32(LOG2E)))
 
 
 def round_fp32(s: np.ndarray, err: np.ndarray) -> np.ndarray:

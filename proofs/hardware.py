@@ -36,17 +36,28 @@ rules below, so that it is >= the measured maximum with a stated margin:
   worst of them; the fit must be non-empty for the constants to exist at all.
 - tf32_operand: "truncate" if every probed fp32 operand entered the tensor core with its low 13 bits
   cleared, "round" if every one was rounded to nearest; otherwise there is no constant (error).
+- ieee_dot: "fma_chain" if bench/probe_fma_dot.py, run on the GPU, found every output of Triton's fp32
+  tl.dot(input_precision="ieee") bit for bit equal to one fp32 FMA chain over K in ascending order from a zero
+  accumulator (flashcheck.proofs.fma_chain), and the kernel's qk_scale2 = sm_scale * LOG2E equal to
+  fl32(fl32(sm_scale) fl32(log2 e)), on our kernel's fp32 tile shapes and head dims (random, cancelling, tie
+  and wide-exponent inputs; the forward's and the backward's logit patterns); the record is
+  proofs/measurements/h100_fma_dot.json (the probe's --out). No record, a record from the interpreter or one
+  with a mismatch: "unknown" (nothing assumed). ieee_dot_k: the padded head dims (the dot's K) the record
+  covers. The bounds use it only through Precision.ieee_fma_chain, which flashcheck.adapters.ours_precision sets
+  for our kernel on the GPU where this is "fma_chain" and the head dim's padded width is in ieee_dot_k.
 """
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 MEASUREMENTS = Path(__file__).resolve().parent / "measurements"
 H100_JSON = MEASUREMENTS / "h100.json"
+H100_FMA_DOT_JSON = MEASUREMENTS / "h100_fma_dot.json"  # bench/probe_fma_dot.py --out, on the GPU
+IEEE_DOTS = ("unknown", "fma_chain")
 
 # PTX ISA, "Floating point instructions": documented maximum relative errors of fp32 division
 DOCUMENTED_DIV = {"div.full.f32": 2.0**-22, "div.rn.f32": 2.0**-24, "div.rn.ftz.f32": 2.0**-24,
@@ -98,6 +109,15 @@ class HardwareConstants:
     # ex2.approx(0) == 1 exactly, so a rescale alpha = exp2(m - m) by an unchanged running max is exact:
     # checked on the H100 by bench/bounds_attack.py (bench/results/h100-2026-11-23/bounds/)
     ex2_exact_at_zero: bool = True
+    # fp32 tl.dot(input_precision="ieee"): "fma_chain" (measured: one ascending fp32 FMA chain per output, see
+    # the module docstring) or "unknown"
+    ieee_dot: str = "unknown"
+    # the padded head dims (the dot's K, BLOCK_D) that record covers: the claim holds for those only
+    ieee_dot_k: tuple = ()
+
+    def __post_init__(self):
+        if self.ieee_dot not in IEEE_DOTS:
+            raise ValueError(f"HardwareConstants.ieee_dot must be one of {IEEE_DOTS}, got {self.ieee_dot!r}")
 
     @property
     def worst_mma(self) -> MmaBehaviour:
@@ -209,14 +229,37 @@ def load_report(path: Path | str = H100_JSON) -> dict:
         return json.load(f)
 
 
+def ieee_dot_from(report: dict | None) -> str:
+    """HardwareConstants.ieee_dot from a bench/probe_fma_dot.py report (None: no record): "fma_chain" only for a
+    full (not --quick) GPU run in which every case was bit-exact and qk_scale2 was as stated."""
+    if not report:
+        return "unknown"
+    v = report.get("versions", {})
+    gpu = not v.get("interpreter", True) and v.get("device_arg") == "cuda"
+    full = not report.get("quick", True) and len(report.get("cases", ())) > 0
+    exact = report.get("all_bit_exact") is True and report.get("qk_scale2_as_stated") is True and all(
+        c.get("mismatches") == 0 for c in report.get("cases", ()))
+    return "fma_chain" if gpu and full and exact else "unknown"
+
+
+def ieee_dot_k_from(report: dict | None) -> tuple:
+    """The padded head dims (block_d) a passing bench/probe_fma_dot.py record covers (() unless ieee_dot_from says
+    "fma_chain")."""
+    if ieee_dot_from(report) != "fma_chain":
+        return ()
+    return tuple(sorted({int(c["block_d"]) for c in report["cases"]}))
+
+
 @lru_cache(maxsize=None)
 def h100() -> HardwareConstants:
-    """The constants for our kernel on the H100, from the committed measurement."""
+    """The constants for our kernel on the H100, from the committed measurements."""
     report = load_report(H100_JSON)
     v = report["versions"]
     src = f"{H100_JSON.name}: {v.get('device')} driver {v.get('driver')} torch {v.get('torch')} " \
           f"triton {v.get('triton')} {v.get('date')}"
-    return constants_from(measured_from(report), source=src)
+    fma = load_report(H100_FMA_DOT_JSON) if H100_FMA_DOT_JSON.exists() else None
+    c = constants_from(measured_from(report), source=src)
+    return replace(c, ieee_dot=ieee_dot_from(fma), ieee_dot_k=ieee_dot_k_from(fma))
 
 
 @lru_cache(maxsize=None)

@@ -86,3 +86,25 @@ def test_fresh_probe_does_not_exceed_the_constants(tmp_path):
     assert probe.main(["--out", str(out), "--size", "quick", "--only", "ex2,lg2,div,mma"]) == 0
     m = hw.measured_from(hw.load_report(out))
     assert hw.exceeded(hw.h100(), m) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_fma_chain_claim_still_holds(tmp_path):
+    """Where the committed record claims the fp32 ieee dot is the ascending FMA chain (ieee_dot == "fma_chain",
+    Precision.ieee_fma_chain for our kernel), a fresh bench/probe_fma_dot.py run on this GPU must be bit-exact
+    (seconds); a full fresh run must also parse to "fma_chain"."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "probe_fma_dot.py"
+    spec = importlib.util.spec_from_file_location("probe_fma_dot", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "fma.json"
+    rc = mod.main(["--device", "cuda", "--out", str(out)])
+    report = hw.load_report(out)
+    if hw.h100().ieee_dot == "fma_chain":
+        assert rc == 0 and hw.ieee_dot_from(report) == "fma_chain", "the recorded FMA-chain claim no longer holds"
+    else:
+        pytest.skip(f"no FMA-chain claim recorded (this run: {hw.ieee_dot_from(report)})")

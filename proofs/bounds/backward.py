@@ -75,7 +75,8 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
             rem = np.minimum(rem, _delta_accumulation_remainder(F, M, abs_do, absdov, vf, partial, wc, lin))
     # P's rounding into the operand format enters Delta as sum_j A_j delta_j (g_j + Delta): not random (the logits
     # set its residue, bench/adversaries/p_residue_o.py): worst case rp (sum_j A_j |g_j| + |Delta|), or on the data
-    var = (((A * P.sigma * g) ** 2).sum(-1)
+    sig = P.sigma_known if lg_conv is not None and P.sigma_known is not None else P.sigma
+    var = (((A * sig * g) ** 2).sum(-1)
            + ri**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
            + acc_var
            + u_store**2 * ((dof * o) ** 2).sum(-1))
@@ -106,7 +107,7 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
         signed = (Ae * g).sum(-1)
         det = (det - (A * one_sided * absg).sum(-1) + np.abs(signed) + (A * floor * absg).sum(-1)
                + float(gamma(A.shape[-1] + 2, 2.0**-53)) * (np.abs(Ae) * absg).sum(-1))
-        v_conv = _delta_v_conversion(A, vf, dof)
+        v_conv = _delta_v_conversion(A, vf, dof) if M.trunc else None
     if M.trunc:  # P_j truncated (coefficients A_j dP_j), v_jc truncated (A_j dO_c v_jc), both summing
         # to Delta: one-sided errors, u (sum |coefficient| + |Delta|) / 2 each (bounds.md sec. 6)
         p_trunc = 0.5 * dp * ((A * np.abs(dP)).sum(-1) + aD)
@@ -418,6 +419,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             and precision.hardware.tf32_operand == "truncate"):
         conv = _ConvertedInputs.of(F.qf, kf, vf, dof)
         M_exact_in = dataclasses.replace(M, u_in=0.0)
+    elif kind == "probabilistic" and M.fma_logits and F.parts.qk[5] is not None:
+        # the known FMA-chain logits (Precision.ieee_fma_chain): their error e_s = logits._Logits.conv enters the
+        # gradients signed through the same sums; nothing else is converted
+        conv = _ConvertedInputs.known_logits(F.qf, kf, vf, dof)
     n_dv = _within_dot(M, dv)  # accumulator roundings of the dv-long dot dO.v
     dP_kw = (1 + M.u_in) ** 2 * (1 + gamma(n_dv, M.u_dacc)) - 1.0
 
@@ -461,8 +466,13 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
 
         # P_ij = exp2(fl(s c) - fl(LSE log2 e)): the logit errors with shift LSE, the LSE error, exp error
         lg = _logit_errors(qf, kf, Fr.s, lse0, vis, sc, M, d, bias is not None, qk=Fr.parts.qk)
+        known_lg = conv is not None and conv.logits_only and lg.conv is not None  # e_s = lg.conv, signed below
+        if known_lg and lg.wc_known is not None:  # the known FMA-chain logits: their own majorant
+            lg = dataclasses.replace(lg, wc=lg.wc_known, lin=lg.lin_known)
         lg_det = lg.det
-        if conv is not None:  # the non-random logit error without the input conversion (counted signed)
+        if known_lg:  # c's rounding is in lg.conv; the float64 floor of lg.conv stays unsigned
+            lg_det = lg.det - lg.det_conv + lg.conv_floor
+        elif conv is not None:  # the non-random logit error without the input conversion (counted signed)
             lg_det = _logit_errors(qf, kf, Fr.s, lse0, vis, sc, M_exact_in, d, bias is not None,
                                    qk=Fr.parts.qk).det
         e_lse = u * np.abs(lse0)  # rounding of LSE * log2(e)
@@ -490,7 +500,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         rg = groups.rows(r)
         w_q, w_do, w_qdo = rg.by_q[..., None], rg.by_do[..., None], rg.by_q_do[..., None]
         b_det = np.where(vis, lg_det + det_L[..., None] + M.eps_exp, 0.0)
-        b_sig = lg.sigma
+        b_sig = lg.sigma_known if known_lg and lg.sigma_known is not None else lg.sigma
         floor_P = np.where(vis, M.floor_w * (1 + nu_q_wc) + M.floor_p * (1 + gamma(n_q, M.u_dacc)), 0.0)
         # P rounded to nearest into the operand format: its subnormal floor is part of that rounding (as dS's,
         # _dS_errors): first order, charged worst case with the relative part, max(u_p P, floor_p) (det below)
@@ -542,7 +552,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dS_abs = A * absg
         dS = A * g
         if conv is not None:
-            ce = conv.effects(r, qf, kf, vf, do_r, sc, A, g, dS)
+            ce = conv.effects(r, qf, kf, vf, do_r, sc, A, g, dS, e_s=lg.conv if known_lg else None)
             conv_sums = _accumulate(conv_sums, _ConversionSums(
                 dK=_t(ce.dk_rows) @ qf + _t(dS) @ (ce.dq_in),
                 dK_abs=_t(ce.dk_rows_abs) @ np.abs(qf) + _t(np.abs(dS)) @ ce.dq_in_abs,
@@ -1215,6 +1225,15 @@ class _ConvertedInputs:
     dk_in: np.ndarray  # k~ - k
     dk_in_abs: np.ndarray  # |k~| + |k|
     n_ops: int  # float64 operations behind one entry of an effect (its gamma_n evaluation error)
+    logits_only: bool = False  # known_logits: no operand converted, the logits' known error passed to effects
+
+    @staticmethod
+    def known_logits(qf, kf, vf, dof) -> "_ConvertedInputs":
+        """The operands as they are (fp32 through the fp32 FMA-chain dots: nothing converted), for the logits'
+        known error e_s (Precision.ieee_fma_chain, logits._Logits.conv), given to `effects`."""
+        z = np.zeros_like(kf)
+        n_ops = 2 * (qf.shape[-1] + vf.shape[-1]) + kf.shape[-2] + qf.shape[-2] + 16  # as `of`
+        return _ConvertedInputs(qf, kf, vf, dof, z, z, n_ops, logits_only=True)
 
     @staticmethod
     def of(qf, kf, vf, dof) -> "_ConvertedInputs":
@@ -1222,9 +1241,16 @@ class _ConvertedInputs:
         n_ops = 2 * (qf.shape[-1] + vf.shape[-1]) + kf.shape[-2] + qf.shape[-2] + 16
         return _ConvertedInputs(q, k, v, do, k - kf, np.abs(k) + np.abs(kf), n_ops)
 
-    def effects(self, r, qf, kf, vf, do_r, sc, A, g, dS) -> _ConversionEffects:
+    def effects(self, r, qf, kf, vf, do_r, sc, A, g, dS, e_s=None) -> _ConversionEffects:
         def T(x):
             return np.swapaxes(x, -1, -2)
+
+        if self.logits_only:  # e_s: the logits' known error (its float64 floor is in the logits' det)
+            z = np.zeros_like(do_r)
+            zq = np.zeros_like(qf)
+            e_s = np.where(A > 0, e_s, 0.0)
+            return _ConversionEffects(e_s=e_s, e_s_abs=np.abs(e_s), dk_rows=A * g * e_s,
+                                      dk_rows_abs=A * np.abs(g * e_s), ddo=z, ddo_abs=z, dq_in=zq, dq_in_abs=zq)
 
         qt, dot = self.q[:, :, r], self.do[:, :, r]
         e_s = sc * (qt @ T(self.k) - qf @ T(kf))

@@ -25,6 +25,14 @@ class _Logits:
     det_mma: np.ndarray | None = None  # the tensor-core dot's part of `det` (symmetric)
     mma_sides: tuple | None = None  # (neg, pos): that error by sign, computed - exact in [-neg, pos]
     dot_wc: np.ndarray | None = None  # the dot's part of wc (the rest, wc - dot_wc, is the argument's roundings)
+    # sigma less the random parts that `conv` states exactly (the known fp32 FMA-chain dot, Precision.ieee_fma_chain),
+    # or None (nothing random is known: sigma). Only a consumer that charges `conv` (signed) may use it.
+    sigma_known: np.ndarray | None = None
+    # (wc, lin) evaluated with the known error where that is smaller: |conv| + floor + the argument's remaining
+    # roundings (product, bias add, shift), its linear part |conv| + floor + u (|scale q.k| + |bias| + |s - shift|);
+    # (wc, lin) elsewhere. A majorant of |computed - exact| like wc (given the stated arithmetic); None: nothing known
+    wc_known: np.ndarray | None = None
+    lin_known: np.ndarray | None = None
 
 
 def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias: bool,
@@ -34,32 +42,42 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     dot: operands converted into the dot format (u_in each: rounded, or truncated for tf32), d products
     accumulated with u_dacc
     (products exact on tensor cores, rounded for ieee/fp64, counted within gamma_d);
-    argument: c rounded (u_w |s|, shared by the row: deterministic), product rounded (u_w |s|),
+    argument: c rounded (u_w |s|, shared by the row: deterministic; three roundings, fl32(fl32(scale) fl32(log2 e)),
+    where the precision states the kernel's c, model.fma_logits), product rounded (u_w |s|),
     subtraction of the running max rounded (u_w |s - m_run| <= u_w |s - m|), bias add (u_w |s|).
-    detailed=False skips what only the probabilistic kind reads (the tensor-core steps and the exact
-    conversion on the data, sec. 6a)."""
+    detailed=False skips what only the probabilistic kind reads (the tensor-core steps, the exact
+    conversion on the data, sec. 6a, and the known FMA-chain logits).
+
+    model.fma_logits (Precision.ieee_fma_chain), detailed, q and k fp32 values: fl(q.k) c is a known number per
+    (i, j) (_fma_logit_error), so its error e_ij = ln 2 fl(q.k) c - scale q.k is `conv` (with its float64
+    evaluation floor `conv_floor`) where the chain stays in fp32's normal range (elsewhere nothing is known and
+    the model applies); there `sigma_known` leaves out the dot's random part and `det_conv` is c's rounding
+    (what conv replaces in det). wc, lin, sigma and det keep the model: a consumer that does not charge conv
+    stays sound."""
     if not qk:  # the products of q and k do not depend on the shift: computed once per problem
         absqk = scale * (np.abs(qf) @ np.swapaxes(np.abs(kf), -1, -2))
         sqqk = scale * np.sqrt((qf * qf) @ np.swapaxes(kf * kf, -1, -2))
         # |scale q.k| before any bias: with a cancelling bias it can be far larger than |s|
         qk = (absqk, sqqk, np.abs(scale * (qf @ np.swapaxes(kf, -1, -2))) if has_bias else None,
               _mma_dot_error(qf, kf, scale, model) if detailed and model.mma is not None else None,
-              _conversion_error(qf, kf, scale) if detailed and model.conv_exact else None)
-    absqk, sqqk, a_qk, mma_dot, conv = qk
+              _conversion_error(qf, kf, scale) if detailed and model.conv_exact else None,
+              _fma_logit_error(qf, kf, scale, absqk) if detailed and model.fma_logits else None)
+    absqk, sqqk, a_qk, mma_dot, conv, fma = qk
     s0 = np.where(vis, s, 0.0)
     if a_qk is None:
         a_qk = np.abs(s0)
     a_b = np.abs(s0) if has_bias else 0.0 * s0  # rounding of the bias add, on the sum
     a_t = np.abs(s0 - shift[..., None])
     u, ui = model.u_w, model.u_in
-    coef_arg = 2.0 * a_qk + a_b + a_t
+    n_c = 3 if model.fma_logits else 1  # roundings of c: once, or the kernel's fl32(fl32(scale) fl32(log2 e))
+    coef_arg = (1.0 + n_c) * a_qk + a_b + a_t  # c's roundings, the product, the bias add, the shift
     nd = _within_dot(model, d)  # accumulator roundings of the d-long dot
     dot_wc = ((1.0 + ui) ** 2 * (1.0 + gamma(nd, model.u_dacc)) - 1.0) * absqk
     # The argument's roundings in order, each <= u |computed value| = u (|exact value| + the error so
     # far): the first-order part is u coef_arg (= arg_lin), the rest is the exact second-order majorant
     # (not a gamma_n hand count: gamma_3 coef_arg put 2u coef_arg of first-order error into "second order").
     x_hat = a_qk + dot_wc  # |fl(q.k)| in logit units
-    err_c = u * x_hat  # c = scale * log2(e) rounded once
+    err_c = ((1.0 + u) ** n_c - 1.0) * x_hat  # c = scale * log2(e) rounded
     err_p = u * (x_hat + err_c)  # fl(x * c)
     err_b = u * (a_b + dot_wc + err_c + err_p) if has_bias else 0.0  # + bias
     err_t = u * (a_t + dot_wc + err_c + err_p + err_b)  # - running max
@@ -85,8 +103,25 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
         det_conv = di * (absqk + a_qk)
         det_dot = det_dot + det_conv
     sig_arg = u * np.sqrt(a_qk**2 + a_b**2 + a_t**2)
-    det_arg = u * a_qk  # rounding of the constant c = scale * log2(e): one error for the whole row
+    det_arg = n_c * u * a_qk  # rounding of the constant c = scale * log2(e): one error for the whole row
     z = np.zeros_like(s0)
+    sigma_known = wc_known = lin_known = None
+    wc, lin = dot_wc + arg_wc, dot_lin + arg_lin
+    if fma is not None:  # the known FMA-chain logits: conv states the dot's error and c's, with their signs
+        known = vis & fma[2]
+        sigma_known = np.where(known, sig_arg, np.sqrt(sig_dot**2 + sig_arg**2))
+        conv = (fma[0], fma[1])
+        det_conv = np.where(known, det_arg, 0.0)
+        # the majorant from the known error: |fl(q.k) c| ln 2 <= |scale q.k| + |e|; then the product's rounding
+        # (or none, fused into the subtraction), the bias add and the shift, each <= u |its computed value|
+        e_abs = np.abs(conv[0]) + conv[1]
+        err_p = u * (a_qk + e_abs)
+        err_b = u * (a_b + e_abs + err_p) if has_bias else 0.0
+        err_t = u * (a_t + e_abs + err_p + err_b)
+        wc_k = e_abs + err_p + err_b + err_t
+        lin_k = e_abs + u * (a_qk + a_b + a_t)
+        sel = known & (wc_k < wc)
+        wc_known, lin_known = np.where(sel, wc_k, wc), np.where(sel, lin_k, lin)
     return _Logits(
         wc=np.where(vis, dot_wc + arg_wc, z),
         lin=np.where(vis, dot_lin + arg_lin, z),
@@ -95,11 +130,37 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
         qk=qk,
         conv=None if conv is None or det_conv is None else np.where(vis, conv[0], z),
         conv_floor=None if conv is None or det_conv is None else np.where(vis, conv[1], z),
+        sigma_known=None if sigma_known is None else np.where(vis, sigma_known, z),
+        wc_known=None if wc_known is None else np.where(vis, wc_known, z),
+        lin_known=None if lin_known is None else np.where(vis, lin_known, z),
         det_conv=None if det_conv is None else np.where(vis, det_conv, z),
         det_mma=None if mma_used is None else np.where(vis, mma_used, z),
         mma_sides=None if mma_sides is None else tuple(np.where(vis, x, z) for x in mma_sides),
         dot_wc=np.where(vis, dot_wc, z),
     )
+
+
+def _fma_logit_error(qf, kf, scale, absqk):
+    """(e, floor, known) for every (i, j), or None if q, k are not fp32 values: the logit error up to the scale
+    product as the kernel computes it under Precision.ieee_fma_chain, e = ln 2 x c - scale q.k in natural units,
+    x = fl(q.k) the ascending fp32 FMA chain (flashcheck.proofs.fma_chain, exact), c = fl32(fl32(scale)
+    fl32(log2 e)) the kernel's qk_scale2; `known`: the chain's operands and steps in fp32's normal range (or 0),
+    so flush-to-zero or not gives the same x (elsewhere e = 0 and the caller keeps the model).
+    floor: e's float64 evaluation: x c is exact (two fp32 values), ln 2 (math.log, <= 1 ulp) times it rounds
+    once, q.k (any order) and its product by scale round d + 1 times, the difference once:
+    <= gamma_{d+4}(2^-53) (scale sum|q||k| + ln 2 |x c|), taken twice."""
+    from flashcheck.proofs.fma_chain import fma_chain_dot, kernel_qk_scale2
+
+    if not (_fp32_exact(qf) and _fp32_exact(kf)):
+        return None
+    kT = np.swapaxes(kf, -1, -2)
+    x, known = fma_chain_dot(qf, kT, return_normal=True)
+    xc = x * kernel_qk_scale2(scale)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = math.log(2.0) * xc - scale * (qf @ kT)
+    known = known & np.isfinite(e)
+    floor = 2.0 * float(gamma(qf.shape[-1] + 4, 2.0**-53)) * (absqk + math.log(2.0) * np.abs(np.where(known, xc, 0.0)))
+    return np.where(known, e, 0.0), np.where(known, floor, 0.0), known
 
 
 def _mma_steps_error(t, ends, mma, acc0=None, slack=None):

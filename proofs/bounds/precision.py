@@ -111,7 +111,18 @@ class Precision:
     l_accumulate: the format of the forward's running sum l = l alpha + rowsum(P~) across the key tiles
       (ACCUMULATORS): "float32" (a fused FA2 kernel: every tile's merge and rescale rounds at u) or
       "float64" (our kernel: the tile's rowsum, an fp32 sum of its exp2 values, added into an fp64 l, which is
-      rounded once into the accumulate format for the division and the log2; bounds.md sec. 4)."""
+      rounded once into the accumulate format for the division and the log2; bounds.md sec. 4).
+    ieee_fma_chain: a stated property of the kernel (default off): with fp32 inputs and dot "ieee", every logit
+      dot q_i.k_j it computes is ONE fp32 FMA chain over the head dim in ascending order from a zero accumulator
+      (fma.rn.f32: one rounding per product), and the base-2 scale is c = fl32(fl32(scale) fl32(log2 e)) (the
+      kernel's qk_scale2 = sm_scale * LOG2E in fp32). Each computed fl(q.k) c is then a known number
+      (flashcheck.proofs.fma_chain emulates it exactly), so the probabilistic bounds take the logit error up to
+      the scale product with its sign (logits._Logits.conv) in place of the dot's random model and the constant
+      c's rounding; the product's rounding and the subtraction of the shift stay modelled (a compiler may fuse
+      the product into the subtraction). Set for our kernel on the GPU only where proofs/hardware.py records it
+      measured (HardwareConstants.ieee_dot == "fma_chain", bench/probe_fma_dot.py; flashcheck.adapters
+      .ours_precision), and by the CPU emulation that computes it (proofs/emulation.py, ieee_fma_chain=True);
+      never for the Triton interpreter (its tl.dot is NumPy's matmul) or other kernels."""
 
     input: str
     dot: str
@@ -127,6 +138,7 @@ class Precision:
     gqa_reduction: str = "in_accumulator"
     tile_order: str = "partial_first"
     l_accumulate: str = "float32"
+    ieee_fma_chain: bool = False
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -150,6 +162,11 @@ class Precision:
                 raise ValueError(f"Precision.{name} must be a positive int, got {b!r}")
         if not isinstance(self.p_split, bool):
             raise ValueError(f"Precision.p_split must be a bool, got {self.p_split!r}")
+        if not isinstance(self.ieee_fma_chain, bool):
+            raise ValueError(f"Precision.ieee_fma_chain must be a bool, got {self.ieee_fma_chain!r}")
+        if self.ieee_fma_chain and (self.dot, self.input, self.accumulate) != ("ieee", "float32", "float32"):
+            raise ValueError("Precision.ieee_fma_chain states fp32 FMA-chain logits: it needs input='float32', "
+                             f"dot='ieee', accumulate='float32' (got {self.input!r}, {self.dot!r}, {self.accumulate!r})")
         if not isinstance(self.hardware, HardwareConstants):
             raise ValueError(f"Precision.hardware must be a HardwareConstants, got {self.hardware!r}")
 
@@ -215,6 +232,7 @@ class _Model:
     conv_exact: bool = False  # the operand conversion is a known function (tf32: the low 13 bits cleared, measured)
     u_l: float = 0.0  # l's merges l alpha + rowsum across the tiles (Precision.l_accumulate); u_w when the same format
     u_lconv: float = 0.0  # the one rounding of a wider l into the working format at the end (0: l is in it)
+    fma_logits: bool = False  # the logit dot is the known fp32 FMA chain and c its known constant (Precision.ieee_fma_chain)
 
 
 def _model(precision: Precision) -> _Model:
@@ -261,6 +279,7 @@ def _model(precision: Precision) -> _Model:
         conv_exact=trunc and hw.tf32_operand == "truncate",
         u_l=min(u_w, UNIT_ROUNDOFF[pr.l_accumulate]),
         u_lconv=u_w if UNIT_ROUNDOFF[pr.l_accumulate] < u_w else 0.0,
+        fma_logits=pr.ieee_fma_chain,
     )
 
 
