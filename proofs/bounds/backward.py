@@ -528,8 +528,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         sqdov = np.sqrt(dodo @ vvT)
         dP_wc = dP_kw * absdov
         dP_lin = (2 * M.u_in + n_dv * M.u_dacc) * absdov
-        dP_sig = math.sqrt(2.0) * r_in * sqdov + (0.0 if M.tensor_core else math.sqrt(dv) * u * absdov)
-        dP_det = (n_dv * M.u_dacc if M.tensor_core else 0.0) * absdov
+        # no round-to-nearest part modelled as random (as for the logits, logits.py): the dv roundings of the dot
+        # (lost small products are one-signed) and dO's, V's conversions (u_in, rounded) charged worst case
+        dP_sig = 0.0 * absdov
+        dP_det = (n_dv * M.u_dacc + 2.0 * r_in) * absdov
         if d_in:  # dO and V truncated to tf32, one-sided: u_in (sum_c |dO_c v_jc| + |dP_j|), not random
             dP_det = dP_det + (d_in * (absdov + np.abs(dP)) if conv is None else 0.0)
         g = np.where(vis, dP - (do_r * o).sum(-1)[..., None], 0.0)

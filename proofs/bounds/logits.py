@@ -85,8 +85,13 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     dot_lin = (2.0 * ui + nd * model.u_dacc) * absqk
     arg_lin = u * coef_arg
     (ri, _), (di, _) = _conv(model)
-    sig_dot = math.sqrt(2.0) * ri * sqqk + (0.0 if model.tensor_core else math.sqrt(d) * u * absqk)
-    det_dot = (nd * model.u_dacc if model.tensor_core else 0.0) * absqk
+    # No round-to-nearest part of the logit is modelled as random (bounds.md sec. 6): the d roundings of a CUDA-core
+    # dot are one-signed when its small products are lost against a large one (bench/adversaries/
+    # lost_terms_logits.py: the sqrt(d) u |q||k| model was exceeded 2x in the LSE), the operands' conversions
+    # (u_in, rounded) are one-signed on near-constant q, k, and the argument's roundings are shared by keys of
+    # equal or similar logits. Their first order is charged worst case: n_d u_dacc |q||k| + 2 u_in |q||k|.
+    sig_dot = 0.0 * absqk
+    det_dot = nd * model.u_dacc * absqk
     mma_used = mma_sides = None
     if mma_dot is not None:  # the steps as the data make them (sec. 2a): the same truncations, sharper
         # (second order: the computed partial sums and products differ from the exact ones by <= dot_wc,
@@ -97,13 +102,15 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
         won = mma_dot[0] + second < det_dot
         mma_sides = tuple(np.where(won, x + second, mma_used) for x in mma_dot[1:])
         det_dot = mma_used
+    det_dot = det_dot + 2.0 * ri * absqk
     det_conv = None
     if di:  # truncated q, k: sum_k q_k k_k theta_k, theta_k in [-2 u_in, 0] (first order), not random:
         # <= 2 u_in max(positive part, negative part) = u_in (sum_k |q_k k_k| + |q.k|)  (bounds.md sec. 6)
         det_conv = di * (absqk + a_qk)
         det_dot = det_dot + det_conv
-    sig_arg = u * np.sqrt(a_qk**2 + a_b**2 + a_t**2)
-    det_arg = n_c * u * a_qk  # rounding of the constant c = scale * log2(e): one error for the whole row
+    sig_arg = 0.0 * a_qk
+    # c = scale * log2(e) rounded (one error for the whole row), the product, the bias add, the shift: u coef_arg
+    det_arg = u * coef_arg
     z = np.zeros_like(s0)
     sigma_known = wc_known = lin_known = None
     wc, lin = dot_wc + arg_wc, dot_lin + arg_lin
@@ -111,7 +118,8 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
         known = vis & fma[2]
         sigma_known = np.where(known, sig_arg, np.sqrt(sig_dot**2 + sig_arg**2))
         conv = (fma[0], fma[1])
-        det_conv = np.where(known, det_arg, 0.0)
+        # what conv states: the dot's roundings and c's (the product's, the bias add's and the shift's stay in det)
+        det_conv = np.where(known, nd * model.u_dacc * absqk + n_c * u * a_qk, 0.0)
         # the majorant from the known error: |fl(q.k) c| ln 2 <= |scale q.k| + |e|; then the product's rounding
         # (or none, fused into the subtraction), the bias add and the shift, each <= u |its computed value|
         e_abs = np.abs(conv[0]) + conv[1]
