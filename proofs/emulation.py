@@ -272,7 +272,12 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     p = torch.where(vis, torch.exp2(s - lse2[..., None]), torch.zeros_like(s))
     Nq, Hq, dvd = pb.Nq, pb.Hq, v.shape[-1]
     pr = _operand(p, dot, tdt).to(acc_t)
-    dp = dop @ vt.transpose(-1, -2)
+    if ieee_fma_chain:  # dP = dO V^T as the same ascending fp32 FMA chains (the kernel's tl.dot(do, vT), probed)
+        from flashcheck.proofs.fma_chain import fma_chain_dot
+
+        dp = torch.as_tensor(fma_chain_dot(dop.double().numpy(), np.swapaxes(vt.double().numpy(), -1, -2))).to(acc_t)
+    else:
+        dp = dop @ vt.transpose(-1, -2)
     ds = p * (dp - delta[..., None])
     dsr = _operand(ds, dot, tdt).to(acc_t)
 

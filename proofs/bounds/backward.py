@@ -534,6 +534,13 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dP_det = (n_dv * M.u_dacc + 2.0 * r_in) * absdov
         if d_in:  # dO and V truncated to tf32, one-sided: u_in (sum_c |dO_c v_jc| + |dP_j|), not random
             dP_det = dP_det + (d_in * (absdov + np.abs(dP)) if conv is None else 0.0)
+        e_dp = None
+        if known_lg:  # dP as the kernel computes it, ascending fp32 FMA chains like the logits (Precision.ieee_fma_chain:
+            # tl.dot(do, vT) and tl.dot(v, trans(do)) are the probe's qk and kq_bwd patterns): its error is known,
+            # e_dp = fl(dO.v) - dO.v, and enters dS signed (effects); where a chain leaves fp32's normal range, the model
+            e_dp = _fma_dp_error(do_r, vT, dP)
+            if e_dp is not None:
+                dP_det = np.where(e_dp[2], 0.0, dP_det)
         g = np.where(vis, dP - (do_r * o).sum(-1)[..., None], 0.0)
         absg = np.abs(g)
         acc_D = None
@@ -554,7 +561,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dS_abs = A * absg
         dS = A * g
         if conv is not None:
-            ce = conv.effects(r, qf, kf, vf, do_r, sc, A, g, dS, e_s=lg.conv if known_lg else None)
+            ce = conv.effects(r, qf, kf, vf, do_r, sc, A, g, dS, e_s=lg.conv if known_lg else None, e_dp=e_dp)
             conv_sums = _accumulate(conv_sums, _ConversionSums(
                 dK=_t(ce.dk_rows) @ qf + _t(dS) @ (ce.dq_in),
                 dK_abs=_t(ce.dk_rows_abs) @ np.abs(qf) + _t(np.abs(dS)) @ ce.dq_in_abs,
@@ -1197,6 +1204,29 @@ def _tf32_truncate(x):
     return b.view(np.float32).astype(np.float64)
 
 
+def _fma_dp_error(do_r, vT, dP):
+    """(e_dp, basis, known) for dP = dO V^T as ascending fp32 FMA chains (flashcheck.proofs.fma_chain, exact): e_dp =
+    fl(dO.v) - dO.v (dP: the float64 product, within gamma_dv(2^-53) basis of the exact one; basis = |fl(dO.v)| +
+    sum |dO||v|, which the caller's gamma_{n_ops} evaluation floor multiplies), where every operand and step of the
+    chain is 0 or normal (flush-to-zero or not: the same bits); elsewhere 0 and known False. None if dO or V are not
+    fp32 values."""
+    from flashcheck.proofs.fma_chain import fma_chain_dot
+
+    if not (_fp32_values(do_r) and _fp32_values(vT)):
+        return None
+    x, known = fma_chain_dot(do_r, vT, return_normal=True)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.where(known, x - dP, 0.0)
+    basis = np.where(known, np.abs(x) + np.abs(do_r) @ np.abs(vT), 0.0)
+    return e, basis, known
+
+
+def _fp32_values(x) -> bool:
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        return bool(np.all(x.astype(np.float32).astype(np.float64) == x))
+
+
 @dataclass(frozen=True)
 class _ConversionEffects:
     """For a block of query rows: the exact conversion errors of the logits (e_s = scale (q~.k~ - q.k))
@@ -1243,16 +1273,20 @@ class _ConvertedInputs:
         n_ops = 2 * (qf.shape[-1] + vf.shape[-1]) + kf.shape[-2] + qf.shape[-2] + 16
         return _ConvertedInputs(q, k, v, do, k - kf, np.abs(k) + np.abs(kf), n_ops)
 
-    def effects(self, r, qf, kf, vf, do_r, sc, A, g, dS, e_s=None) -> _ConversionEffects:
+    def effects(self, r, qf, kf, vf, do_r, sc, A, g, dS, e_s=None, e_dp=None) -> _ConversionEffects:
         def T(x):
             return np.swapaxes(x, -1, -2)
 
-        if self.logits_only:  # e_s: the logits' known error (its float64 floor is in the logits' det)
+        if self.logits_only:  # e_s: the logits' known error (its float64 floor is in the logits' det); e_dp: dP's
+            # known FMA-chain error (_fma_dp_error: value, |.| basis of its float64 evaluation), or None
             z = np.zeros_like(do_r)
             zq = np.zeros_like(qf)
             e_s = np.where(A > 0, e_s, 0.0)
-            return _ConversionEffects(e_s=e_s, e_s_abs=np.abs(e_s), dk_rows=A * g * e_s,
-                                      dk_rows_abs=A * np.abs(g * e_s), ddo=z, ddo_abs=z, dq_in=zq, dq_in_abs=zq)
+            dk_rows, dk_rows_abs = A * g * e_s, A * np.abs(g * e_s)
+            if e_dp is not None:
+                dk_rows, dk_rows_abs = dk_rows + A * e_dp[0], dk_rows_abs + A * e_dp[1]
+            return _ConversionEffects(e_s=e_s, e_s_abs=np.abs(e_s), dk_rows=dk_rows,
+                                      dk_rows_abs=dk_rows_abs, ddo=z, ddo_abs=z, dq_in=zq, dq_in_abs=zq)
 
         qt, dot = self.q[:, :, r], self.do[:, :, r]
         e_s = sc * (qt @ T(self.k) - qf @ T(kf))

@@ -265,7 +265,11 @@ def _logit_sides(lg, M: _Model):
     majorant, plus the argument's roundings (wc - dot_wc):
     - operands that enter the dot exactly (u_in = 0): dot_wc is the accumulation's alone;
     - fp32 operands truncated to tf32 as the H100 does (lg.conv, sec. 6a): the conversion's logit error is known
-      with its sign, conv_j, up to its floor (subnormal operands): the interval is conv_j +- the rest."""
+      with its sign, conv_j, up to its floor (subnormal operands): the interval is conv_j +- the rest.
+    The known FMA-chain logits (fp32 ieee, lg.known_sides): the dot's and c's error known, conv_j +- its floor and
+    the product's, bias add's and shift's roundings (no wider than wc on either side)."""
+    if lg.known_sides is not None:  # the known FMA-chain logits (fp32 ieee, Precision.ieee_fma_chain)
+        return lg.known_sides
     if lg.mma_sides is None or lg.dot_wc is None:
         return lg.wc, lg.wc
     arg = np.maximum(lg.wc - lg.dot_wc, 0.0)

@@ -33,6 +33,9 @@ class _Logits:
     # (wc, lin) elsewhere. A majorant of |computed - exact| like wc (given the stated arithmetic); None: nothing known
     wc_known: np.ndarray | None = None
     lin_known: np.ndarray | None = None
+    # (below, above): computed - exact in [-below, above] from the known error (centred on conv: conv +- its floor and
+    # the product's, bias add's and shift's roundings), each side no wider than wc; wc where nothing is known
+    known_sides: tuple | None = None
 
 
 def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias: bool,
@@ -112,7 +115,7 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     # c = scale * log2(e) rounded (one error for the whole row), the product, the bias add, the shift: u coef_arg
     det_arg = u * coef_arg
     z = np.zeros_like(s0)
-    sigma_known = wc_known = lin_known = None
+    sigma_known = wc_known = lin_known = known_sides = None
     wc, lin = dot_wc + arg_wc, dot_lin + arg_lin
     if fma is not None:  # the known FMA-chain logits: conv states the dot's error and c's, with their signs
         known = vis & fma[2]
@@ -130,6 +133,8 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
         lin_k = e_abs + u * (a_qk + a_b + a_t)
         sel = known & (wc_k < wc)
         wc_known, lin_known = np.where(sel, wc_k, wc), np.where(sel, lin_k, lin)
+        rest = wc_k - np.abs(conv[0])  # the floor and the argument's roundings around the known error
+        known_sides = tuple(np.where(known, np.minimum(wc, rest + sgn * conv[0]), wc) for sgn in (-1.0, 1.0))
     return _Logits(
         wc=np.where(vis, dot_wc + arg_wc, z),
         lin=np.where(vis, dot_lin + arg_lin, z),
@@ -141,6 +146,7 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
         sigma_known=None if sigma_known is None else np.where(vis, sigma_known, z),
         wc_known=None if wc_known is None else np.where(vis, wc_known, z),
         lin_known=None if lin_known is None else np.where(vis, lin_known, z),
+        known_sides=None if known_sides is None else tuple(np.where(vis, x, z) for x in known_sides),
         det_conv=None if det_conv is None else np.where(vis, det_conv, z),
         det_mma=None if mma_used is None else np.where(vis, mma_used, z),
         mma_sides=None if mma_sides is None else tuple(np.where(vis, x, z) for x in mma_sides),
