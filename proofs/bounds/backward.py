@@ -9,8 +9,8 @@ import numpy as np
 
 from .precision import (_DOT_OPERAND, FAILURE_PROBABILITY, Precision, REFERENCE_PRECISION, UNDERFLOW_FLOOR, UNIT_ROUNDOFF, _Model, _check_kind, _conv, _dot_steps, _model, _within_dot, gamma, hoeffding_lambda)
 from .results import (BackwardBound, ForwardBound)
-from .common import (_FP32_NORMAL_MIN, _SIGNIFICAND_BITS, _exp_err, _fix_bad, _no_nan, _round_nearest, _rounding_on_data,
-                     _rows_chunks, _weighted_exp_err)
+from .common import (_FP32_NORMAL_MIN, _SIGNIFICAND_BITS, _exp_err, _fix_bad, _no_nan, _round_nearest,
+                     _rounding_on_data, _rows_chunks, _weighted_exp_err)
 from .logits import (_logit_errors)
 from . import forward as _forward_module
 from .forward import (_Forward, _forward)
@@ -270,15 +270,16 @@ def _dS_rounding_on_data(M: _Model, fmt: str, vis, p_lo, p_hi, g_lo, g_hi, trunc
 def _float64_dS_error(A, g, s, vis, aqk, sc, absdov, abs_do, o, Av, d: int):
     """A bound per entry on |A~ g~ - A g|: the float64 A~ (common._softmax_parts, from the float64 logits
     s~ = sc q.k (+ bias)) and g~ = dP~ - Delta~ (dP~ = dO @ V^T, Delta~ = sum_c dO_c o~_c, o~ = A~ @ V) the bound
-    holds for the exact A, g. Where dS's rounding is known on the data (_dq_known) the entry's whole error
-    R - A g enters at first order, so these float64 errors are charged there (elsewhere they are multiplied by
-    a rounding error, far below the slack of the terms).
+    holds for the exact A, g. Where dS's rounding is known on the data (dQ's slices, _backward_impl) the entry's
+    whole error R - A g enters at first order, so these float64 errors are charged there (elsewhere they are
+    multiplied by a rounding error, far below the slack of the terms).
 
     |s~ - s| <= delta = gamma_{d+3}(2^-53) (sc |q|.|k| + |s~|) (aqk = sc |q| @ |k|^T); exp(s~ - m~) errs relatively
     by <= E = expm1(2 max_j delta + 2^-52 max_j |s~|) + 2^-49 (its argument's errors, the subtraction, the float64
     exp with 2^-50), l's sum by gamma_{Nk}, the quotient by 2^-53: |A~ / A - 1| <= rel_A = 4 E + 2 gamma_{Nk+2}
     (for E, gamma < 2^-30). |o~ - o| <= (rel_A + 2 gamma_{Nk+1}) A~|V|; |g~ - g| <= gamma_{dv+1}
-    (|dO|.|v| + |dO|.|o~|) + |dO|.|o~ - o| + 2^-52 |g~|; then |A~ g~ - A g| <= (rel_A A~ |g~| + A~ |g~ - g|)(1 + 2 rel_A)."""
+    (|dO|.|v| + |dO|.|o~|) + |dO|.|o~ - o| + 2^-52 |g~|; then
+    |A~ g~ - A g| <= (rel_A A~ |g~| + A~ |g~ - g|)(1 + 2 rel_A)."""
     Nk, dv = A.shape[-1], abs_do.shape[-1]
     u = 2.0**-53
     with np.errstate(invalid="ignore", over="ignore"):
@@ -667,9 +668,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             """dQ_i's bound before the store: the errors of dS's entries `unknown` (None: all) bounded by the terms of
             sec. 8 (P, dP, the fp32 roundings, the operand rounding, or its truncation on the data: trunc_S = (centre,
             half-width) of theta), the stored LSE's factor c_i and Delta's error |delta_i| <= eps on them alone; the
-            other entries' errors known = (mask, signed error, its uncertainty) (_dq_known); the products' magnitudes
-            (accumulation, conversion of K) over every entry. Returns (bound, _GradError, dq_delta, the combined
-            terms, the LSE part, the known part)."""
+            other entries' errors known = (mask, signed error, its uncertainty) (bounds.md sec. 6); the products'
+            magnitudes (accumulation, conversion of K) over every entry. Returns (bound, _GradError, dq_delta, the
+            combined terms, the LSE part, the known part)."""
             if unknown is None:
                 wc_o, lin_o, det_o, Wd_o, S_o, A_o = wcS_k, linS @ abs_k, detS @ abs_k, W_delta @ abs_k, dS_k, A @ kf
                 var_o = varS @ kk
@@ -695,8 +696,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 if trunc_S is not None:
                     trunc_k = np.abs(sk[2]) + ak[4] + float(gamma(Nk + 1, 2.0**-53)) * ak[5]
                 conv_o = None if conv is None else (sk[-1], ak[-1])
-                # the known entries: |sum_j e_ij k_jc| + sum_j (e_abs_ij + gamma |e_ij|) |k_jc| (common._signed_sum_bound),
-                # and |dS^ - dS| <= |e| + e_abs, which bounds their products' errors
+                # the known entries: |sum_j e_ij k_jc| + sum_j (e_abs_ij + gamma |e_ij|) |k_jc|
+                # (common._signed_sum_bound), and |dS^ - dS| <= |e| + e_abs, which bounds their products' errors
                 mask, e, e_abs = known
                 ea, e_sum = _products_over(mask, [e_abs, np.abs(e)], abs_k)
                 (e_k,) = _products_over(mask, [e], kf)
@@ -989,7 +990,7 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     partial sum each rounds (C1: _rn_accumulation_sq's, or tc_steps), which bounds the remainder rem
     (bounds.md sec. 8, "second order of the accumulations"); None: rem = wc - lin. trunc_S: |sum S theta other|
     for S's truncation theta evaluated on the data (tf32; in units of @|other|), in place of d_p (base + |R|) / 2
-    where smaller. wcS_own, S_own (dQ's entries whose error is known on the data, _dq_known): S's error
+    where smaller. wcS_own, S_own (dQ's entries whose error is known on the data, bounds.md sec. 6): S's error
     majorant and S @ other over the entries whose error these terms still bound (linS, varS, detS are then theirs
     too); wcS_ao stays every entry's (the products' magnitudes, |S^| <= |S| + wcS, in the accumulation and the
     conversion of `other`). None: every entry's.
