@@ -1081,3 +1081,61 @@ def test_a_planted_error_in_the_fma_chain_on_data_is_caught(monkeypatch):
 
     monkeypatch.setattr(forward, "_rn_residue", dropped)
     assert worst_ratio(np.abs(o - O), forward_bound(q, k, v, precision=pr).o) > 1.0
+
+@pytest.mark.parametrize("fmt,truncate", [("float16", False), ("bfloat16", False), ("tf32", True)])
+def test_dS_rounding_on_data_holds_the_kernels_dS(fmt, truncate):
+    """backward._dS_rounding_on_data: for every fp32 P~ in [p_lo, p_hi] and dP^ - Delta^ in [g_lo, g_hi], the kernel's
+    dS = round_fmt(fl32(P~ fl32(dP^ - Delta^))) has the sign of the range and a magnitude in [R_lo, R_hi] wherever the
+    entry is `bounded` (fp16 subnormals included: dS ~ 1/N_k at long rows). dQ's bound takes such an entry's whole
+    error from that range (bounds.md sec. 6, "the whole error of a known entry"), so it is only as good as this."""
+    from flashcheck.proofs.bounds.backward import _dS_rounding_on_data
+    from flashcheck.proofs.bounds.common import _round_nearest
+    from flashcheck.proofs.bounds.precision import _model
+
+    dot = {"float16": "fp16", "bfloat16": "bf16", "tf32": "tf32"}[fmt]
+    M = _model(Precision("float32" if fmt == "tf32" else fmt, dot))
+    rng = np.random.default_rng(5)
+    n = 20000
+    p_lo = np.exp2(rng.uniform(-20, 0, n))
+    p_hi = p_lo * (1 + np.exp2(rng.uniform(-22, -8, n)))
+    g_lo = rng.choice([-1.0, 1.0], n) * np.exp2(rng.uniform(-6, 4, n))
+    g_hi = g_lo + np.abs(g_lo) * np.exp2(rng.uniform(-22, -8, n))
+    g_lo[:200], g_hi[:200] = -np.abs(g_lo[:200]), np.abs(g_lo[:200])  # ranges that hold 0: never bounded
+    vis = np.ones(n, dtype=bool)
+    _, _, known, R_lo, R_hi, bounded = _dS_rounding_on_data(M, fmt, vis, p_lo, p_hi, g_lo, g_hi, truncate=truncate)
+    assert not bounded[:200].any() and bounded.mean() > 0.9 and known.mean() > 0.3
+    assert np.all(R_lo <= R_hi) and np.all(known <= bounded)
+    for t_p, t_g in ((0.0, 0.0), (1.0, 1.0), (0.3, 0.8), (0.9, 0.1)):
+        p = (p_lo + t_p * (p_hi - p_lo)).astype(np.float32)
+        p = np.clip(p, np.float32(p_lo), np.float32(p_hi))  # fp32 values of the range (ends rounded inward)
+        p = np.where(p < p_lo, np.nextafter(p, np.float32(np.inf)), p)
+        p = np.where(p > p_hi, np.nextafter(p, np.float32(0)), p).astype(np.float64)
+        g = g_lo + t_g * (g_hi - g_lo)
+        x = np.float32(p) * np.float32(g)  # fl32(P~ fl32(g)), the kernel's working value
+        ok = bounded & (p >= p_lo) & (p <= p_hi)
+        R = _round_nearest(np.abs(x.astype(np.float64)), fmt, truncate)
+        assert np.all(np.sign(x[ok]) == np.sign(g_lo[ok]))
+        off = np.where(ok, np.maximum(R_lo - R, R - R_hi), 0.0)
+        assert off.max() <= 0, f"{fmt}: |dS| off [R_lo, R_hi] by {off.max():.3g}"
+
+
+@pytest.mark.parametrize("dtype,dot", [("float16", "fp16"), ("bfloat16", "bf16")])
+def test_dq_bound_fails_when_the_known_dS_errors_forget_the_rounding(dtype, dot, monkeypatch):
+    """dQ's bound takes a dS entry whose rounded value is known on the data (its working value's range maps to one
+    value, or to two neighbours) out of every other dS term and charges its whole error R - dS, signed (bounds.md
+    sec. 6, "the whole error of a known entry"). That must be the rounding's own error too: with the range's ends
+    left unrounded (the planted bug), the bound is exceeded on random inputs, the rounding being most of dQ's error."""
+    from flashcheck.proofs.bounds import backward
+    from flashcheck.reference import attention, attention_backward
+
+    rng = np.random.default_rng(0)
+    q, k, v, do = (round_to(rng.standard_normal(s), dtype) for s in ((1, 1, 64, 64), (1, 1, 4096, 64),
+                                                                     (1, 1, 4096, 64), (1, 1, 64, 64)))
+    o, lse, o32 = fa2_forward(q, k, v, dtype=dtype, dot=dot, l_accumulate="float64", return_fp32_o=True)
+    dq = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, delta_o=o32)[0]
+    O, L = attention(q, k, v)
+    dQ = attention_backward(q, k, v, O, L, do)[0]
+    pr = Precision(dtype, dot, exp="libm", l_accumulate="float64", delta_from="fp32")
+    assert worst_ratio(np.abs(dq - dQ), backward_bound(q, k, v, do, precision=pr).dq) <= 1.0
+    monkeypatch.setattr(backward, "_round_nearest", lambda x, fmt, truncate=False: np.asarray(x, dtype=np.float64))
+    assert worst_ratio(np.abs(dq - dQ), backward_bound(q, k, v, do, precision=pr).dq) > 1.0

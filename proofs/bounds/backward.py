@@ -9,8 +9,8 @@ import numpy as np
 
 from .precision import (_DOT_OPERAND, FAILURE_PROBABILITY, Precision, REFERENCE_PRECISION, UNDERFLOW_FLOOR, UNIT_ROUNDOFF, _Model, _check_kind, _conv, _dot_steps, _model, _within_dot, gamma, hoeffding_lambda)
 from .results import (BackwardBound, ForwardBound)
-from .common import (_SIGNIFICAND_BITS, _exp_err, _fix_bad, _no_nan, _rounding_on_data, _rows_chunks,
-                     _signed_sum_bound, _weighted_exp_err)
+from .common import (_FP32_NORMAL_MIN, _SIGNIFICAND_BITS, _exp_err, _fix_bad, _no_nan, _round_nearest,
+                     _rounding_on_data, _rows_chunks, _weighted_exp_err)
 from .logits import (_logit_errors)
 from . import forward as _forward_module
 from .forward import (_Forward, _forward)
@@ -250,7 +250,9 @@ def _dS_rounding_on_data(M: _Model, fmt: str, vis, p_lo, p_hi, g_lo, g_hi, trunc
     "roundings on the data"): the kernel's dS = fl(P~ fl(dP^ - Delta^)) with P~ in [p_lo, p_hi] and
     dP^ - Delta^ in [g_lo, g_hi] lies, in magnitude, within [p_lo min|g| (1 - u)^2, p_hi max|g| (1 + u)^2]; where
     that holds no rounding boundary, rho = RN(dS) / dS - 1 is known to its interval (common._rounding_on_data).
-    Entries whose g may change sign are not known."""
+    RN is monotone, so the rounded magnitude lies in [RN(lo), RN(hi)] wherever the range is within fp32's normal
+    range (no ftz) and g's sign is known (`bounded`; [0, 0] elsewhere); known: RN(lo) = RN(hi).
+    Entries whose g may change sign are not known. Returns (centre, half-width, known, RN(lo), RN(hi), bounded)."""
     u = M.u_w
     with np.errstate(invalid="ignore", over="ignore"):
         ok = vis & np.isfinite(p_hi) & (p_lo > 0) & ((g_lo > 0) | (g_hi < 0))
@@ -259,26 +261,74 @@ def _dS_rounding_on_data(M: _Model, fmt: str, vis, p_lo, p_hi, g_lo, g_hi, trunc
         lo = np.where(ok, p_lo * g_min * (1.0 - u) ** 2 * (1.0 - 2.0**-50), 0.0)
         hi = np.where(ok, p_hi * g_max * (1.0 + u) ** 2 * (1.0 + 2.0**-50), 0.0)
     centre, half, known = _rounding_on_data(lo, hi, fmt, M.u_p, truncate)
-    return centre, half, known & ok
+    known = known & ok
+    bounded = ok & (lo >= _FP32_NORMAL_MIN) & np.isfinite(hi)
+    R_lo = np.where(bounded, _round_nearest(np.where(bounded, lo, 0.0), fmt, truncate), 0.0)
+    R_hi = np.where(bounded, _round_nearest(np.where(bounded, hi, 0.0), fmt, truncate), 0.0)
+    return centre, half, known, R_lo, R_hi, bounded
 
 
-def _recomputed_p_interval(M: _Model, lg, s, lse0, e_lse, vis):
+def _float64_dS_error(A, g, s, vis, aqk, sc, absdov, abs_do, o, Av, d: int):
+    """A bound per entry on |A~ g~ - A g|: the float64 A~ (common._softmax_parts, from the float64 logits
+    s~ = sc q.k (+ bias)) and g~ = dP~ - Delta~ (dP~ = dO @ V^T, Delta~ = sum_c dO_c o~_c, o~ = A~ @ V) the bound
+    holds for the exact A, g. Where dS's rounding is known on the data (dQ's slices, _backward_impl) the entry's
+    whole error R - A g enters at first order, so these float64 errors are charged there (elsewhere they are
+    multiplied by a rounding error, far below the slack of the terms).
+
+    |s~ - s| <= delta = gamma_{d+3}(2^-53) (sc |q|.|k| + |s~|) (aqk = sc |q| @ |k|^T); exp(s~ - m~) errs relatively
+    by <= E = expm1(2 max_j delta + 2^-52 max_j |s~|) + 2^-49 (its argument's errors, the subtraction, the float64
+    exp with 2^-50), l's sum by gamma_{Nk}, the quotient by 2^-53: |A~ / A - 1| <= rel_A = 4 E + 2 gamma_{Nk+2}
+    (for E, gamma < 2^-30). |o~ - o| <= (rel_A + 2 gamma_{Nk+1}) A~|V|; |g~ - g| <= gamma_{dv+1}
+    (|dO|.|v| + |dO|.|o~|) + |dO|.|o~ - o| + 2^-52 |g~|; then
+    |A~ g~ - A g| <= (rel_A A~ |g~| + A~ |g~ - g|)(1 + 2 rel_A)."""
+    Nk, dv = A.shape[-1], abs_do.shape[-1]
+    u = 2.0**-53
+    with np.errstate(invalid="ignore", over="ignore"):
+        s_abs = np.where(vis, np.abs(s), 0.0)
+        delta = float(gamma(d + 3, u)) * (np.where(vis, aqk, 0.0) + s_abs)
+        E = np.expm1(2.0 * delta.max(-1, initial=0.0) + 2.0**-52 * s_abs.max(-1, initial=0.0)) + 2.0**-49
+        rel_A = (4.0 * E + 2.0 * float(gamma(Nk + 2, u)))[..., None]
+        err_o = (rel_A + 2.0 * float(gamma(Nk + 1, u))) * Av  # (rows, dv)
+        err_g = (float(gamma(dv + 1, u)) * (absdov + (abs_do * np.abs(o)).sum(-1)[..., None])
+                 + (abs_do * err_o).sum(-1)[..., None] + 2.0**-52 * np.abs(g))
+        out = (rel_A * A * np.abs(g) + A * err_g) * (1.0 + 2.0 * rel_A)
+    # rel_A below 2^-30 is what the first-order form above needs; beyond it (logits ~10^6) the entry is vacuous
+    return np.where(vis, np.where(rel_A < 2.0**-30, out, np.inf), 0.0)
+
+
+def _recomputed_p_interval(M: _Model, lg, s, lse0, e_lse, vis, c_lse=None):
     """[lo, hi] of the backward's recomputed P~ = exp2(fl(S2) - fl(LSE log2 e)) per entry: the logits by sign
     (forward._logit_sides: the MMA steps on the data, tf32's known conversion error), the stored LSE's error and
-    its rounding e_lse (per row), exp2's eps_exp, the float64 exp 2^-50."""
+    its rounding within c_lse +- e_lse (per row; c_lse: the LSE's known signed part, tf32's conversion, or None),
+    exp2's eps_exp, the float64 exp 2^-50."""
     from .forward import _logit_sides
 
     below, above = _logit_sides(lg, M)
     x = np.where(vis, s - lse0[..., None], -np.inf)
     e = e_lse[..., None]
+    c = 0.0 if c_lse is None else c_lse[..., None]
     with np.errstate(over="ignore", invalid="ignore"):
-        lo = np.exp(x - below - e) * (1.0 - M.eps_exp) * (1.0 - 2.0**-50)
-        hi = np.exp(x + above + e) * (1.0 + M.eps_exp) * (1.0 + 2.0**-50)
+        lo = np.exp(x - below - c - e) * (1.0 - M.eps_exp) * (1.0 - 2.0**-50)
+        hi = np.exp(x + above - c + e) * (1.0 + M.eps_exp) * (1.0 + 2.0**-50)
     return np.where(vis, lo, 0.0), np.where(vis, hi, 0.0)
 
 
+def _products_over(mask, mats, right):
+    """[m @ right for m in mats] for (B, H, rows, Nk) arrays m that vanish outside `mask`: one product over the keys
+    where some row of the block has `mask` (the others add only zeros), the arrays stacked along the rows."""
+    cols = np.flatnonzero(mask.any(axis=tuple(range(mask.ndim - 1))))
+    out = (*np.broadcast_shapes(mask.shape[:-2], right.shape[:-2]), mask.shape[-2], right.shape[-1])
+    if cols.size == 0:
+        return [np.zeros(out) for _ in mats]
+    if cols.size == mask.shape[-1]:
+        x = np.concatenate(mats, axis=-2) @ right
+    else:
+        x = np.concatenate([m[..., cols] for m in mats], axis=-2) @ right[..., cols, :]
+    return np.split(x, len(mats), axis=-2)
+
+
 # slices of a row's Delta error [-eD, eD] over which dQ's dS roundings are evaluated apart (_dS_rounding_on_data)
-DELTA_SLICES = 16
+DELTA_SLICES = 32
 
 
 def _rounding_floor(M: _Model) -> float:
@@ -558,6 +608,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         eps_D, sig_D, det_D, delta_signed = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D, tc_D,
                                            lr if kind == "probabilistic" else None, lg_conv)
         eD = eps_D[..., None]
+        # Delta_hat - Delta lies in delta_c +- (eD - |delta_c|): its conversion part, signed (tf32), where eps_D is
+        # the uncapped sum of its parts (whose det holds |delta_signed| and its float64 evaluation); else 0 +- eD
+        delta_c = np.where(eps_D >= Fr.parts.lam * sig_D + det_D, delta_signed, 0.0)[..., None]
         dS_abs = A * absg
         dS = A * g
         if conv is not None:
@@ -617,30 +670,6 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dSe = _dS_errors(M, vis, A, absg, P_row, dP_err, eD=0.0, dD=0.0,
                          w_P=keys.by_k, w_dP=keys.by_v, w_S=keys.by_k_v)
         wcS, linS, varS, detS = dSe.wc, dSe.lin, dSe.var, dSe.det
-        detS_k = detS @ abs_k
-        trunc_k = None  # dS's tf32 truncation on the data, in place of _grad's one-sided d_p (base + |R|) / 2
-        if on_data:
-            # dS's operand rounding on the data. The dS the kernel rounds holds the stored LSE's error and Delta's,
-            # delta_i in [-eD_i, eD_i], ONE number per row: for delta_i in each slice [d0, d1] of that range,
-            # dP^ - Delta^ lies in [g - d1 - dP_wc, g - d0 + dP_wc] and the roundings are evaluated on it; the bound
-            # is the largest over the slices, since delta_i lies in one of them
-            p_lo, p_hi = _recomputed_p_interval(M, lg, Fr.s, lse0, float(gamma(1, u)) * np.abs(lse0) + eps_L, vis)
-            on_slices = None
-            for a in range(DELTA_SLICES):
-                d0, d1 = (eD * (-1.0 + 2.0 * x / DELTA_SLICES) for x in (a, a + 1))
-                centre, half, known = _dS_rounding_on_data(M, fmt, vis, p_lo, p_hi, g - d1 - dP_wc, g - d0 + dP_wc,
-                                                           truncate=not r_p)
-                if r_p:  # rounded to nearest: detS with its rounding part replaced where known, the known ones signed
-                    S_signed = np.where(vis & known, A * g * centre, 0.0)
-                    S_abs = np.where(vis, dSe.det_base + np.where(known, A * absg * half, dSe.rounding), 0.0)
-                else:  # truncated (tf32): sum_j dS_ij theta_ij k_jc, known or in [-u_p, 0]
-                    S_signed, S_abs = np.where(vis, A * g * centre, 0.0), np.where(vis, A * absg * half, 0.0)
-                x = _signed_sum_bound(S_signed, S_abs, kf, Nk + 1)  # |sum_j dS_ij rho_ij k_jc| + ...
-                on_slices = x if on_slices is None else np.maximum(on_slices, x)
-            if r_p:
-                detS_k = np.minimum(detS_k, on_slices)
-            else:
-                trunc_k = on_slices
         # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
         # than that could be equal as computed, and are grouped
         tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
@@ -649,22 +678,145 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             row_blocks.append((dS, tolS, tolP))
         if tc_rows:
             dS_blocks.append(dS)
-        ge = _grad(M, sc, n_k, dS_abs @ abs_k, wcS @ abs_k, linS @ abs_k,
-                   varS @ (kf * kf), (keys.by_k * dS * dS) @ (kf * kf), detS_k, dS @ kf, acc_sq=acc_sq, trunc_S=trunc_k,
-                   tc_steps=tc_steps, partial=partial,
-                   conv_known=None if conv is None else (
-                       ce.dk_rows @ kf + dS @ conv.dk_in,
-                       ce.dk_rows_abs @ abs_k + np.abs(dS) @ conv.dk_in_abs, conv.n_ops))
-        wc, var, det, dQ_exact = ge.wc, ge.var, ge.det, ge.exact
-        dq_delta = sc * eD * (np.abs(A @ kf)
-                              + _fix_bad(A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0), bad_row,
-                                         lambda: Ab1_row * ((1 + kap_k) * (1 + rho_wc)) - A) @ abs_k)
-        dq_err = (1 + c_row) * (_combine(wc, ge.rem, var, det, lam, kind) + dq_delta) + c_row * np.abs(dQ_exact)
-        if detail is not None:
-            dq_terms.append(_terms(ge, lam, kind) + [
+        kk = kf * kf
+        base, wcS_k, SS_k, dS_k = dS_abs @ abs_k, wcS @ abs_k, (keys.by_k * dS * dS) @ kk, dS @ kf
+        W_delta = _fix_bad(A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0), bad_row,
+                           lambda: Ab1_row * ((1 + kap_k) * (1 + rho_wc)) - A)
+
+        def dq_bound(unknown=None, eps=eD, trunc_S=None, known=None):
+            """dQ_i's bound before the store: the errors of dS's entries `unknown` (None: all) bounded by the terms of
+            sec. 8 (P, dP, the fp32 roundings, the operand rounding, or its truncation on the data: trunc_S = (centre,
+            half-width) of theta), the stored LSE's factor c_i and Delta's error |delta_i| <= eps on them alone; the
+            other entries' errors known = (mask, signed error, its uncertainty) (bounds.md sec. 6); the products'
+            magnitudes (accumulation, conversion of K) over every entry. Returns (bound, _GradError, dq_delta, the
+            combined terms, the LSE part, the known part)."""
+            if unknown is None:
+                wc_o, lin_o, det_o, Wd_o, S_o, A_o = wcS_k, linS @ abs_k, detS @ abs_k, W_delta @ abs_k, dS_k, A @ kf
+                var_o = varS @ kk
+                conv_o = None if conv is None else (ce.dk_rows @ kf, ce.dk_rows_abs @ abs_k)
+                wc_all, trunc_k, known_k = wcS_k, None, 0.0
+            else:
+                def z(x):
+                    return np.where(unknown, x, 0.0)
+                ak = [z(wcS), z(linS), z(detS), z(W_delta)]
+                sk = [z(dS), z(A)]
+                if trunc_S is not None:  # sum_j dS_ij theta_ij k_jc: its signed centre, half-width, float64 evaluation
+                    tS = z(A * g * trunc_S[0])
+                    ak += [z(A * absg * trunc_S[1]), np.abs(tS)]
+                    sk += [tS]
+                if conv is not None:
+                    ak += [z(ce.dk_rows_abs)]
+                    sk += [z(ce.dk_rows)]
+                ak, sk = _products_over(unknown, ak, abs_k), _products_over(unknown, sk, kf)
+                (var_o,) = _products_over(unknown, [z(varS)], kk)
+                wc_o, lin_o, det_o, Wd_o = ak[:4]
+                S_o, A_o = sk[:2]
+                trunc_k = None
+                if trunc_S is not None:
+                    trunc_k = np.abs(sk[2]) + ak[4] + float(gamma(Nk + 1, 2.0**-53)) * ak[5]
+                conv_o = None if conv is None else (sk[-1], ak[-1])
+                # the known entries: |sum_j e_ij k_jc| + sum_j (e_abs_ij + gamma |e_ij|) |k_jc|
+                # (common._signed_sum_bound), and |dS^ - dS| <= |e| + e_abs, which bounds their products' errors
+                mask, e, e_abs = known
+                ea, e_sum = _products_over(mask, [e_abs, np.abs(e)], abs_k)
+                (e_k,) = _products_over(mask, [e], kf)
+                known_k = np.abs(e_k) + ea + float(gamma(Nk + 1, 2.0**-53)) * e_sum
+                wc_all = wc_o + ea + e_sum
+            ge = _grad(M, sc, n_k, base, wc_all, lin_o, var_o, SS_k, det_o, dS_k, acc_sq=acc_sq, trunc_S=trunc_k,
+                       tc_steps=tc_steps, partial=partial,
+                       conv_known=None if conv is None else (
+                           conv_o[0] + dS @ conv.dk_in, conv_o[1] + np.abs(dS) @ conv.dk_in_abs, conv.n_ops),
+                       wcS_own=None if unknown is None else wc_o, S_own=None if unknown is None else S_o)
+            dq_delta = sc * eps * (np.abs(A_o) + Wd_o)
+            comb = _combine(ge.wc, ge.rem, ge.var, ge.det, lam, kind)
+            c_part = c_row * np.abs(sc * S_o)
+            return (1 + c_row) * (comb + dq_delta) + c_part + sc * known_k, ge, dq_delta, comb, c_part, known_k
+
+        def dq_terms_of(res):
+            err, ge, dq_delta, comb, c_part, known_k = res
+            return _terms(ge, lam, kind) + [
                 Term("Delta error (row-common)", "other", (1 + c_row) * dq_delta),
-                Term("LSE error (row-common)", "other", c_row * (dq_err - c_row * np.abs(dQ_exact)) / (1 + c_row)
-                     + c_row * np.abs(dQ_exact)),
+                Term("LSE error (row-common)", "other", c_row * (comb + dq_delta) + c_part),
+                Term("dS entries known on the data (signed)", "other", sc * known_k * np.ones_like(err))]
+
+        res0 = dq_bound()
+        dq_err, dQ_exact = res0[0], res0[1].exact
+        if detail is not None:
+            row_terms = dq_terms_of(res0)
+        if on_data:
+            # dS's operand rounding on the data (bounds.md sec. 6, "roundings on the data"). The dS the kernel rounds
+            # holds the stored LSE's error and Delta's, delta_i in [-eD_i, eD_i], ONE number per row: for delta_i in
+            # each slice [d0, d1] of that range, dP^ - Delta^ lies in [g - d1 - dP_wc, g - d0 + dP_wc] (tf32: around
+            # the exactly converted dO~.v~, within the tensor core's steps) and the roundings are evaluated on it.
+            # Where the rounded value R is known, the kernel's dS_ij IS sign(g) R: its whole error R - dS is known,
+            # charged signed (known_k), and the entry leaves every other dS term (P, dP, the fp32 roundings, c_i,
+            # delta_i); the others keep them, their rounding unknown (tf32: their truncation on the data, signed).
+            # The bound is the largest over the slices, since delta_i lies in one of them.
+            e_lse_row, c_lse = float(gamma(1, u)) * np.abs(lse0) + eps_L, None
+            if conv is not None and lg.conv is not None:  # the stored LSE errs by its conversion part c_i (signed,
+                # lse_signed; 0 where its bound is capped) + a rest within eps_L - |c_i| (the forward's det holds |c_i|
+                # and the float64 evaluation of c_i, gamma_{Nk+1}(2^-53) sum_j A_j |e_j|, which also covers the gap
+                # between this evaluation of c_i and the forward's: charged twice)
+                c_lse = lse_signed
+                e_lse_row = (e_lse_row - np.abs(lse_signed)
+                             + 2.0 * float(gamma(Nk + 1, 2.0**-53)) * np.abs(A * lg.conv).sum(-1))
+            p_lo, p_hi = _recomputed_p_interval(M, lg, Fr.s, lse0, e_lse_row, vis, c_lse)
+            g_c, g_neg, g_pos = g, dP_wc, dP_wc  # dP^ - Delta in [g_c - g_neg, g_c + g_pos]
+            rest = 0.0
+            if conv is not None:  # dP^ = dO~.v~ (exact conversions, e_dp) + the tensor core's steps
+                g_c = g + ce.e_dp
+                rest = ce.e_dp_floor + float(gamma(2 * dv + 2, 2.0**-53)) * ce.e_dp_abs
+                g_neg = g_pos = float(gamma(n_dv, M.u_dacc)) * absdov + rest
+            if M.tensor_core and M.mma is not None and (conv is not None or not M.u_in):
+                # the tensor core's steps of dO.v on the data, by sign, as the logits' (logits._mma_dot_error, sec. 2a:
+                # its operands exact, dO~ and v~; the computed partial sums and products are within wc_dp of the exact
+                # ones, which moves each step's bound by <= (u_dacc + 2^(-22-F)) wc_dp); elsewhere the majorant
+                from .logits import _mma_dot_error
+
+                M0 = dataclasses.replace(M, u_in=0.0)
+                ops = (conv.do[:, :, r], conv.v) if conv is not None else (do_r, vf)
+                wc_dp = float(gamma(n_dv, M.u_dacc)) * absdov
+                total, neg, pos = _mma_dot_error(*ops, 1.0, M0)
+                second = n_dv * (M.u_dacc + 2.0 ** (-22 - M.mma.extra_bits)) * wc_dp
+                won = total + second < wc_dp
+                g_neg = np.where(won, neg + second, wc_dp) + rest
+                g_pos = np.where(won, pos + second, wc_dp) + rest
+            f64 = _float64_dS_error(A, g, Fr.s, vis, sc * (np.abs(qf) @ np.swapaxes(abs_k, -1, -2)), sc, absdov,
+                                    abs_do, o, A @ np.abs(vf), d)
+            worst = None
+            for a in range(DELTA_SLICES):
+                d0, d1 = (delta_c + (eD - np.abs(delta_c)) * (-1.0 + 2.0 * x / DELTA_SLICES) for x in (a, a + 1))
+                g_lo = g_c - g_neg - d1
+                centre, half, known, R_lo, R_hi, bounded = _dS_rounding_on_data(
+                    M, fmt, vis, p_lo, p_hi, g_lo, g_c + g_pos - d0, truncate=not r_p)
+                # the kernel's |dS| lies in [R_lo, R_hi] (R_lo = R_hi: known); where that is no wider than the rounding
+                # the other terms would charge, the entry's whole error is taken from it
+                R_half = 0.5 * (R_hi - R_lo)
+                known = bounded & (R_half <= np.maximum(M.u_p * dS_abs, M.floor_p))
+                unknown = vis & ~known
+                # the known entries' whole error: the kernel's dS is R with the sign of its dP^ - Delta^ (known: the
+                # range does not hold 0; tf32: not always g's, the range is centred on the converted dO~.v~)
+                R_mid = 0.5 * (R_lo + R_hi)  # exact in float64: both are operand-format numbers
+                e = np.where(known, np.where(g_lo > 0, R_mid, -R_mid) - A * g, 0.0)
+                e_abs = np.where(known, R_half + f64 + 2.0**-52 * (dS_abs + np.abs(e)), 0.0)
+                trunc_S = None if r_p else (centre, half)  # the unknown entries' truncation, theta in [-u_p, 0]
+                res = dq_bound(unknown, np.maximum(np.abs(d0), np.abs(d1)), trunc_S, (known, e, e_abs))
+                if worst is None or detail is not None:
+                    new = worst is None or res[0] > worst[0]
+                    if detail is not None:
+                        terms = dq_terms_of(res)
+                        worst_terms = terms if worst is None else [
+                            Term(t.name, t.kind, np.where(new, t.value, w.value)) for t, w in zip(terms, worst_terms)]
+                    worst = res if worst is None else (np.maximum(worst[0], res[0]),)
+                else:
+                    worst = (np.maximum(worst[0], res[0]),)
+            smaller = worst[0] < dq_err
+            if detail is not None:
+                row_terms = [Term(t.name, t.kind, np.where(smaller, w.value, t.value))
+                             for t, w in zip(row_terms, worst_terms)]
+            dq_err = np.minimum(dq_err, worst[0])
+        if detail is not None:
+            dq_terms.append(row_terms + [
                 Term("store and scale", "other", _store(dq_err, np.abs(dQ_exact), g2, M) - dq_err)]
                 + [Term("dS var: " + name, "sub", lam * sc * np.sqrt(np.where(vis, A * A * x, 0.0) @ (kf * kf)))
                    for name, x in (("P (logits)", (b_sig * absg) ** 2), ("dP", dP_sig**2 * np.ones_like(absg)),
@@ -842,7 +994,7 @@ def _total(parts):
 
 
 def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_other, acc_sq=None,
-          tc_steps=None, conv_known=None, partial=None, trunc_S=None) -> _GradError:
+          tc_steps=None, conv_known=None, partial=None, trunc_S=None, wcS_own=None, S_own=None) -> _GradError:
     """scale * S @ other with S's error (wc, lin, var, det), the operand rounding of `other` (u_in) and
     the accumulation of n terms (tensor core or RN), from the products base = |S| @ |other|,
     wcS @ |other|, linS @ |other|, varS @ other^2, (S * S) @ other^2, detS @ |other| and S @ other
@@ -857,7 +1009,10 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     partial sum each rounds (C1: _rn_accumulation_sq's, or tc_steps), which bounds the remainder rem
     (bounds.md sec. 8, "second order of the accumulations"); None: rem = wc - lin. trunc_S: |sum S theta other|
     for S's truncation theta evaluated on the data (tf32; in units of @|other|), in place of d_p (base + |R|) / 2
-    where smaller.
+    where smaller. wcS_own, S_own (dQ's entries whose error is known on the data, bounds.md sec. 6): S's error
+    majorant and S @ other over the entries whose error these terms still bound (linS, varS, detS are then theirs
+    too); wcS_ao stays every entry's (the products' magnitudes, |S^| <= |S| + wcS, in the accumulation and the
+    conversion of `other`). None: every entry's.
 
     wc = (1 + kappa) (wcS + |S|) @ |other| - base, evaluated as kappa (wcS_ao + base) + wcS_ao: the same
     number without the cancellation of the literal form (kappa ~ n u, so its rounding error was up to
@@ -865,7 +1020,8 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     u = M.u_w
     kap_wc = (1 + M.u_in) * (1 + gamma(n, M.u_dacc)) - 1.0
     kap_lin = M.u_in + n * M.u_dacc
-    wc = sc * (kap_wc * (wcS_ao + base) + wcS_ao)
+    wcS_own = wcS_ao if wcS_own is None else wcS_own
+    wc = sc * (kap_wc * (wcS_ao + base) + wcS_own)
     lin = sc * (linS_ao + kap_lin * base)
     (r_in, _), (d_in, d_p) = _conv(M)
     # systematic parts (sec. 6): each partial sum of the accumulation is C_s R + F_s with R = S @ other,
@@ -873,6 +1029,7 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     # worst case (dS's rounding into the operand format: whole, in detS, _dS_errors)
     n_rn = 0 if M.tensor_core else n
     abs_r = np.abs(S_other)
+    abs_r_own = abs_r if S_own is None else np.abs(S_own)
     sc2 = sc**2
     acc_var = n_rn * u**2 * (base + abs_r)**2 if acc_sq is None else acc_sq
     along_r = n_rn * u * abs_r if acc_sq is None else 0.0 * abs_r
@@ -880,7 +1037,8 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     tc = (n * base if tc_steps is None else tc_steps) if M.tensor_core else 0.0 * base
     det_parts = [("dS", sc * detS_ao), ("tensor core", sc * M.u_dacc * tc),
                  ("accumulation along R", sc * along_r),
-                 ("dS conversions along R", sc * (2 * u + r_in) * abs_r)]  # dS's operand rounding: in detS
+                 ("dS conversions along R", sc * ((2 * u + r_in) * abs_r if S_own is None
+                                                  else 2 * u * abs_r_own + r_in * abs_r))]  # operand rounding: in detS
     if M.trunc:  # dS and `other` (K or Q) truncated to tf32: sum_j dS_j o_j theta_j, theta in
         # [-(u_p + u_in), 0]: one-sided, (u_p + u_in) (|S| @ |other| + |S @ other|) / 2, not random
         p_part = d_p * 0.5 * (base + abs_r)
@@ -901,7 +1059,7 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
         W = (1 + M.u_in) * wcS_ao + M.u_in * base
         with np.errstate(divide="ignore", invalid="ignore"):
             E = np.where(n * ua < 1.0, ua * (partial + n * W) / max(1.0 - n * ua, 0.0), np.inf)
-        rem = np.minimum(rem, sc * ((wcS_ao - linS_ao) + M.u_in * wcS_ao + n * ua * (W + E)))
+        rem = np.minimum(rem, sc * ((wcS_own - linS_ao) + M.u_in * wcS_ao + n * ua * (W + E)))
     return _GradError(wc, lin, rem, var_parts, tuple(det_parts), sc * S_other)
 
 
@@ -1230,12 +1388,16 @@ def _fp32_values(x) -> bool:
 @dataclass(frozen=True)
 class _ConversionEffects:
     """For a block of query rows: the exact conversion errors of the logits (e_s = scale (q~.k~ - q.k))
-    and of dP (e_dp = dO~.v~ - dO.v), the resulting first-order change of dS per entry
+    and of dP (e_dp = dO~.v~ - dO.v, evaluated in float64 from exact products: its error is
+    <= gamma_{2 dv + 2}(2^-53) e_dp_abs), the resulting first-order change of dS per entry
     (dk_rows = A (g e_s + e_dp): what dQ and dK contract with K and Q), the conversion of dO (ddo), and
     the same with absolute values (for the float64 evaluation error); dq_in = q~ - q of these rows."""
 
     e_s: np.ndarray
     e_s_abs: np.ndarray
+    e_dp: np.ndarray
+    e_dp_abs: np.ndarray
+    e_dp_floor: np.ndarray  # the subnormal dO, v (flushed or truncated: |dO_c| |v_jc| each), not in e_dp
     dk_rows: np.ndarray
     dk_rows_abs: np.ndarray
     ddo: np.ndarray
@@ -1293,8 +1455,12 @@ class _ConvertedInputs:
         e_s_abs = sc * (np.abs(qt) @ T(np.abs(self.k)) + np.abs(qf) @ T(np.abs(kf)))
         e_dp = dot @ T(self.v) - do_r @ T(vf)
         e_dp_abs = np.abs(dot) @ T(np.abs(self.v)) + np.abs(do_r) @ T(np.abs(vf))
+        tiny = 2.0**-126
+        ado, av = np.abs(do_r), np.abs(vf)
+        e_dp_floor = (ado * (ado < tiny)) @ T(av) + ado @ T(av * (av < tiny))
         return _ConversionEffects(
             e_s=np.where(A > 0, e_s, 0.0), e_s_abs=np.where(A > 0, e_s_abs, 0.0),
+            e_dp=e_dp, e_dp_abs=e_dp_abs, e_dp_floor=e_dp_floor,
             dk_rows=A * (g * e_s + e_dp), dk_rows_abs=A * (np.abs(g) * e_s_abs + e_dp_abs),
             ddo=dot - do_r, ddo_abs=np.abs(dot) + np.abs(do_r),
             dq_in=qt - qf, dq_in_abs=np.abs(qt) + np.abs(qf))
