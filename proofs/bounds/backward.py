@@ -1445,9 +1445,11 @@ class _ConvertedInputs:
             zq = np.zeros_like(qf)
             e_s = np.where(A > 0, e_s, 0.0)
             dk_rows, dk_rows_abs = A * g * e_s, A * np.abs(g * e_s)
+            zs = np.zeros_like(A)
             if e_dp is not None:
                 dk_rows, dk_rows_abs = dk_rows + A * e_dp[0], dk_rows_abs + A * e_dp[1]
-            return _ConversionEffects(e_s=e_s, e_s_abs=np.abs(e_s), dk_rows=dk_rows,
+            return _ConversionEffects(e_s=e_s, e_s_abs=np.abs(e_s), e_dp=zs if e_dp is None else e_dp[0],
+                                      e_dp_abs=zs if e_dp is None else e_dp[1], e_dp_floor=zs, dk_rows=dk_rows,
                                       dk_rows_abs=dk_rows_abs, ddo=z, ddo_abs=z, dq_in=zq, dq_in_abs=zq)
 
         qt, dot = self.q[:, :, r], self.do[:, :, r]
