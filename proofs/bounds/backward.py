@@ -665,7 +665,12 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # |sum_j A_ij k_jc| (dq_delta), so dQ's dS errors leave it out.
         # dQ sums over the keys: keys that compute alike repeat their roundings (_KeyGroups)
         fmt = _DOT_OPERAND[precision.dot]
-        on_data = kind == "probabilistic" and (r_p or (d_p and M.conv_exact)) and fmt in _SIGNIFICAND_BITS
+        # dS's rounding on the data (the slices below) reads the kernel's dS = fl(P~ fl(dP^ - Delta^)), P~ = exp2(S2 -
+        # LSE2), and takes a known entry's whole error from it: only for a kernel that states its arithmetic (a known
+        # tile order, Precision.tile_order). torch-sdpa-efficient (tile_order "any", bf16, d 192) exceeded it 1.9x on
+        # the GPU (bench/results/h200-2026-11-26b/key); the model's worst-case rounding charge holds there.
+        on_data = (kind == "probabilistic" and (r_p or (d_p and M.conv_exact)) and fmt in _SIGNIFICAND_BITS
+                   and precision.tile_order != "any")
         P_row = _PError(wc=b_wc_row, A_wc1=Ab1_row, bad=bad_row, lin=b_lin_row, det=b_det_row, sigma=b_sig)
         dSe = _dS_errors(M, vis, A, absg, P_row, dP_err, eD=0.0, dD=0.0,
                          w_P=keys.by_k, w_dP=keys.by_v, w_S=keys.by_k_v)

@@ -106,8 +106,9 @@ class Precision:
       states the online softmax of FA2: each tile's P~ = exp2(S2 - m) with m the running max after that tile
       (no lazy rescaling), which the probabilistic bound uses to evaluate P's rounding into the operand format on
       the data (bounds.md sec. 6, "Roundings on the data"); a kernel that rescales lazily must declare "any".
-      The backward's dS rounding is evaluated on the data for every kernel, under the model's
-      dS = fl(P~ fl(dP - Delta)), P~ = exp2(S2 - LSE2).
+      The backward's dS rounding is evaluated on the data under the model's dS = fl(P~ fl(dP - Delta)),
+      P~ = exp2(S2 - LSE2), also only for a known order ("any": the worst-case rounding charge; torch-sdpa-efficient
+      exceeded the on-data dQ bound on the GPU, 2026-11-26b).
     l_accumulate: the format of the forward's running sum l = l alpha + rowsum(P~) across the key tiles
       (ACCUMULATORS): "float32" (a fused FA2 kernel: every tile's merge and rescale rounds at u) or
       "float64" (our kernel: the tile's rowsum, an fp32 sum of its exp2 values, added into an fp64 l, which is
