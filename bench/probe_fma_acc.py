@@ -20,7 +20,6 @@ Exit code 0 iff all bit-exact; --out FILE writes the per-case JSON.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -91,7 +90,6 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(os.environ["OUT"], "probe_fma_acc.json") if os.environ.get("OUT") else None)
     a = ap.parse_args(argv)
     import torch
-    import triton
 
     probe = _kernel()
     rng = np.random.default_rng(0)
@@ -114,12 +112,10 @@ def main(argv=None) -> int:
                   f"   (acc + tile chain from 0: {alt})")
     print("RESULT:", "BIT-EXACT" if ok else "MISMATCHES")
     if a.out:
+        from bench.probe_fma_dot import _versions  # the same versions record as the dot probe's
+
         rec = dict(hypothesis="acc = fl32(acc*alpha); then one fma.rn.f32 per key, ascending, continuing from acc",
-                   all_bit_exact=bool(ok), cases=cases,
-                   versions=dict(torch=torch.__version__, triton=triton.__version__, numpy=np.__version__,
-                                 interpreter=os.environ.get("TRITON_INTERPRET") == "1", device_arg=a.device,
-                                 device=torch.cuda.get_device_name() if a.device.startswith("cuda") else "cpu",
-                                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")))
+                   all_bit_exact=bool(ok), cases=cases, versions=_versions(a.device))
         with open(a.out, "w") as f:
             json.dump(rec, f, indent=1)
         print("wrote", a.out)

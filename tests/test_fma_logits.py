@@ -164,22 +164,11 @@ def test_ieee_dot_from_probe_reports():
 
 # ---- the bound on the arithmetic it states ----------------------------------------------------------
 
-def _lost_terms(seed, Nq=4, Nk=48, d=64):
-    """Every chain: one large product (32 x 32 = 1024 times q's power of two), then n_j products just under half an
-    ulp of it, each rounded away in the same direction: the dot's error is one-signed, ~ the worst case, and varies
-    by key (n_j)."""
-    rng = np.random.default_rng(seed)
-    h = (0.5 - 2.0**-8) * 2.0**-13
-    q = np.ones((1, 1, Nq, d))
-    q[..., 0] = 32.0
-    k = np.zeros((1, 1, Nk, d))
-    k[..., 0] = 32.0
-    n = rng.integers(0, d, Nk)
-    for j in range(Nk):
-        k[0, 0, j, 1:1 + n[j]] = h
-    q = q * rng.choice([1.0, 0.5, 0.25], (1, 1, Nq, 1))
-    v, do = rng.standard_normal((1, 1, Nk, d)), rng.standard_normal((1, 1, Nq, d))
-    return [round_to(x, "float32") for x in (q, k, v, do)]
+def _lost_terms(seed):
+    """bench/adversaries/lost_terms_logits.py's input (its `build`): one-signed logit-dot roundings."""
+    from tests.test_bounds import _adversary
+
+    return _adversary("lost_terms_logits").build(seed)
 
 
 def _cancelling(seed, Nq=8, Nk=64, d=32):

@@ -23,6 +23,9 @@ import numpy as np
 
 
 def build(seed: int, Nq: int = 4, Nk: int = 48, d: int = 64):
+    """q, k, v, dO (fp32 values): every chain is one large product (32 x 32 = 1024 times q's power of two), then n_j
+    products just under half an ulp of it, each rounded away in the same direction: the dot's error is one-signed,
+    ~ the worst case, and varies by key (n_j)."""
     from flashcheck.proofs.emulation import round_to
 
     rng = np.random.default_rng(seed)

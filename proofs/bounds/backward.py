@@ -11,7 +11,7 @@ from .precision import (_DOT_OPERAND, FAILURE_PROBABILITY, Precision, REFERENCE_
 from .results import (BackwardBound, ForwardBound)
 from .common import (_FP32_NORMAL_MIN, _SIGNIFICAND_BITS, _exp_err, _fix_bad, _no_nan, _round_nearest,
                      _rounding_on_data, _rows_chunks, _weighted_exp_err)
-from .logits import (_logit_errors)
+from .logits import _fp32_exact, _logit_errors
 from . import forward as _forward_module
 from .forward import (_Forward, _forward)
 
@@ -75,8 +75,7 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
             rem = np.minimum(rem, _delta_accumulation_remainder(F, M, abs_do, absdov, vf, partial, wc, lin))
     # P's rounding into the operand format enters Delta as sum_j A_j delta_j (g_j + Delta): not random (the logits
     # set its residue, bench/adversaries/p_residue_o.py): worst case rp (sum_j A_j |g_j| + |Delta|), or on the data
-    sig = P.sigma_known if lg_conv is not None and P.sigma_known is not None else P.sigma
-    var = (((A * sig * g) ** 2).sum(-1)
+    var = (((A * P.sigma * g) ** 2).sum(-1)
            + ri**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
            + acc_var
            + u_store**2 * ((dof * o) ** 2).sum(-1))
@@ -469,7 +468,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             and precision.hardware.tf32_operand == "truncate"):
         conv = _ConvertedInputs.of(F.qf, kf, vf, dof)
         M_exact_in = dataclasses.replace(M, u_in=0.0)
-    elif kind == "probabilistic" and M.fma_logits and F.parts.qk[5] is not None:
+    elif kind == "probabilistic" and M.fma_logits and F.parts.qk[4] is not None:
         # the known FMA-chain logits (Precision.ieee_fma_chain): their error e_s = logits._Logits.conv enters the
         # gradients signed through the same sums; nothing else is converted
         conv = _ConvertedInputs.known_logits(F.qf, kf, vf, dof)
@@ -482,7 +481,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     def _kv(x):  # sum the group's query heads into their kv head
         return x.reshape(pr.B, pr.Hkv, group, *x.shape[2:]).sum(axis=2)
 
-    abs_vT, vT, vvT = _t(np.abs(vf)), _t(vf), _t(vf * vf)
+    abs_vT, vT = _t(np.abs(vf)), _t(vf)
     abs_k = np.abs(kf)
     # sums over query rows (dV, dK), accumulated block by block; dQ is per row
     groups = _RowGroups.of(F.qf, dof, precision, group)
@@ -550,7 +549,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         rg = groups.rows(r)
         w_q, w_do, w_qdo = rg.by_q[..., None], rg.by_do[..., None], rg.by_q_do[..., None]
         b_det = np.where(vis, lg_det + det_L[..., None] + M.eps_exp, 0.0)
-        b_sig = lg.sigma_known if known_lg and lg.sigma_known is not None else lg.sigma
+        b_sig = lg.sigma
         floor_P = np.where(vis, M.floor_w * (1 + nu_q_wc) + M.floor_p * (1 + gamma(n_q, M.u_dacc)), 0.0)
         # P rounded to nearest into the operand format: its subnormal floor is part of that rounding (as dS's,
         # _dS_errors): first order, charged worst case with the relative part, max(u_p P, floor_p) (det below)
@@ -575,7 +574,6 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # dP = dO V^T (dv-long dot), g = dP - Delta, dS = P o g in fp32, rounded to the operand format
         dP = do_r @ vT
         absdov = abs_do @ abs_vT
-        sqdov = np.sqrt(dodo @ vvT)
         dP_wc = dP_kw * absdov
         dP_lin = (2 * M.u_in + n_dv * M.u_dacc) * absdov
         # no round-to-nearest part modelled as random (as for the logits, logits.py): the dv roundings of the dot
@@ -1375,19 +1373,13 @@ def _fma_dp_error(do_r, vT, dP):
     fp32 values."""
     from flashcheck.proofs.fma_chain import fma_chain_dot
 
-    if not (_fp32_values(do_r) and _fp32_values(vT)):
+    if not (_fp32_exact(do_r) and _fp32_exact(vT)):
         return None
     x, known = fma_chain_dot(do_r, vT, return_normal=True)
     with np.errstate(invalid="ignore", over="ignore"):
         e = np.where(known, x - dP, 0.0)
     basis = np.where(known, np.abs(x) + np.abs(do_r) @ np.abs(vT), 0.0)
     return e, basis, known
-
-
-def _fp32_values(x) -> bool:
-    x = np.asarray(x, dtype=np.float64)
-    with np.errstate(over="ignore"):
-        return bool(np.all(x.astype(np.float32).astype(np.float64) == x))
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,6 @@ class _ForwardParts:
     p_rho: tuple | None = None  # (centre, half-width) of P's relative rounding (or tf32 truncation) into the operand
     # format per key (_p_rounding_on_data; where not evaluated: centre 0, half u_p, truncated -u_p/2, u_p/2); None
     # where P is not converted (fp32 ieee), where a tf32 conversion is not the measured truncation, and for worst_case
-    sigma_known: np.ndarray | None = None  # sigma less what the logits' known error states (logits._Logits.sigma_known):
-    # for a consumer that charges that error signed (backward._delta_error with lg_conv); None: sigma
 
 
 @dataclass(frozen=True)
@@ -775,10 +773,8 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     # logit's det and enters signed, sum_j A_j e_j (v_j - O), below; the floor (subnormals) stays unsigned
     conv = kind == "probabilistic" and lg.conv is not None
     det_logit = lg.det - lg.det_conv + lg.conv_floor if conv else lg.det
-    # the known FMA-chain logits (Precision.ieee_fma_chain): conv also states the dot's random part
-    sig_logit = lg.sigma_known if conv and lg.sigma_known is not None else lg.sigma
     W_det = A * (det_logit + alpha_det + M.eps_exp)
-    W_sig = (A * sig_logit) ** 2
+    W_sig = (A * lg.sigma) ** 2
     W_vis = vis.astype(np.float64)
     (dev_b, dev_lin, dev_det, dev_vis, dev_A), (dev_sig, dev_AA) = _weighted_dev(
         [W_b, W_lin, W_det, W_vis, A], [W_sig, A * A], vf, o)
@@ -850,7 +846,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                     Ao, vo, ends, tile_ends, not M.recursive, M, Av, A_absv))
         remainder = np.maximum(rest, 0.0) + np.maximum(acc_rem, 0.0)
         if groups is not None:  # bit-identical keys make identical errors: Azuma over groups (sec. 6)
-            dev_sig, dev_AA = (_grouped_dev(W, groups, vf, o) for W in (A * sig_logit, A))
+            dev_sig, dev_AA = (_grouped_dev(W, groups, vf, o) for W in (A * lg.sigma, A))
         # P's rounding into the operand format, sum_j A_j delta_j v_jc (l sums the unrounded P): worst case,
         # u_p sum_j A_j |v_jc|. Round to nearest is a function of P's residue modulo the operand's ulp, which
         # the logits set: bench/adversaries/p_residue_o.py makes the keys of V = +1 round up and those of -1
@@ -936,7 +932,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         with np.errstate(divide="ignore", invalid="ignore"):
             series = np.where(x_lse < 1.0, -np.log1p(-np.minimum(x_lse, 0.999999)), np.inf)
         remainder = np.maximum(series - lin, 0.0)
-        var = ((A * sig_logit) ** 2).sum(axis=-1) if groups is None else _grouped_sum_sq(A * sig_logit, groups)
+        var = ((A * lg.sigma) ** 2).sum(axis=-1) if groups is None else _grouped_sum_sq(A * lg.sigma, groups)
         det = (A * (det_logit + alpha_det + M.eps_exp)).sum(axis=-1) + mu_det  # l's sum: systematic, worst case
         if lg.mma_sides is not None:  # the logits' tensor-core error by sign: sum_j A_j e_j in [-sum A neg, sum A pos]
             sym = (A * lg.det_mma).sum(-1)
@@ -977,7 +973,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                            lam=lam, lse_sigma=np.where(empty, 0.0, lse_sigma),
                            lse_det=np.where(empty, 0.0, lse_det),
                            l_sum_det=np.where(empty, 0.0, mu_det), lse_capped=capped | empty,
-                           p_rho=p_rho, sigma_known=lg.sigma_known if conv else None))
+                           p_rho=p_rho))
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ class _Logits:
     lin: np.ndarray  # linear part of that majorant
     sigma: np.ndarray  # sqrt(sum c_t^2 u_t^2) of the random (round-to-nearest) first-order part
     det: np.ndarray  # first-order part that is not random (truncation, shared constant rounding)
-    qk: tuple = ()  # (scale |q||k|^T, scale sqrt(q^2 (k^2)^T), |scale q.k| or None, tensor-core dot error
+    qk: tuple = ()  # (scale |q||k|^T, |scale q.k| or None, tensor-core dot error
     # or None, (exact conversion error, its floor) or None): shift-independent, reusable
     conv: np.ndarray | None = None  # signed, exact logit error of the operand conversion (tf32 truncation), or None
     conv_floor: np.ndarray | None = None  # |.| bound on what `conv` cannot state (subnormal operands)
@@ -25,9 +25,6 @@ class _Logits:
     det_mma: np.ndarray | None = None  # the tensor-core dot's part of `det` (symmetric)
     mma_sides: tuple | None = None  # (neg, pos): that error by sign, computed - exact in [-neg, pos]
     dot_wc: np.ndarray | None = None  # the dot's part of wc (the rest, wc - dot_wc, is the argument's roundings)
-    # sigma less the random parts that `conv` states exactly (the known fp32 FMA-chain dot, Precision.ieee_fma_chain),
-    # or None (nothing random is known: sigma). Only a consumer that charges `conv` (signed) may use it.
-    sigma_known: np.ndarray | None = None
     # (wc, lin) evaluated with the known error where that is smaller: |conv| + floor + the argument's remaining
     # roundings (product, bias add, shift), its linear part |conv| + floor + u (|scale q.k| + |bias| + |s - shift|);
     # (wc, lin) elsewhere. A majorant of |computed - exact| like wc (given the stated arithmetic); None: nothing known
@@ -54,18 +51,16 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     model.fma_logits (Precision.ieee_fma_chain), detailed, q and k fp32 values: fl(q.k) c is a known number per
     (i, j) (_fma_logit_error), so its error e_ij = ln 2 fl(q.k) c - scale q.k is `conv` (with its float64
     evaluation floor `conv_floor`) where the chain stays in fp32's normal range (elsewhere nothing is known and
-    the model applies); there `sigma_known` leaves out the dot's random part and `det_conv` is c's rounding
-    (what conv replaces in det). wc, lin, sigma and det keep the model: a consumer that does not charge conv
+    the model applies); there `det_conv` is the dot's and c's roundings (what conv replaces in det). wc, lin, sigma and det keep the model: a consumer that does not charge conv
     stays sound."""
     if not qk:  # the products of q and k do not depend on the shift: computed once per problem
         absqk = scale * (np.abs(qf) @ np.swapaxes(np.abs(kf), -1, -2))
-        sqqk = scale * np.sqrt((qf * qf) @ np.swapaxes(kf * kf, -1, -2))
         # |scale q.k| before any bias: with a cancelling bias it can be far larger than |s|
-        qk = (absqk, sqqk, np.abs(scale * (qf @ np.swapaxes(kf, -1, -2))) if has_bias else None,
+        qk = (absqk, np.abs(scale * (qf @ np.swapaxes(kf, -1, -2))) if has_bias else None,
               _mma_dot_error(qf, kf, scale, model) if detailed and model.mma is not None else None,
               _conversion_error(qf, kf, scale) if detailed and model.conv_exact else None,
               _fma_logit_error(qf, kf, scale, absqk) if detailed and model.fma_logits else None)
-    absqk, sqqk, a_qk, mma_dot, conv, fma = qk
+    absqk, a_qk, mma_dot, conv, fma = qk
     s0 = np.where(vis, s, 0.0)
     if a_qk is None:
         a_qk = np.abs(s0)
@@ -93,7 +88,6 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     # lost_terms_logits.py: the sqrt(d) u |q||k| model was exceeded 2x in the LSE), the operands' conversions
     # (u_in, rounded) are one-signed on near-constant q, k, and the argument's roundings are shared by keys of
     # equal or similar logits. Their first order is charged worst case: n_d u_dacc |q||k| + 2 u_in |q||k|.
-    sig_dot = 0.0 * absqk
     det_dot = nd * model.u_dacc * absqk
     mma_used = mma_sides = None
     if mma_dot is not None:  # the steps as the data make them (sec. 2a): the same truncations, sharper
@@ -111,15 +105,13 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
         # <= 2 u_in max(positive part, negative part) = u_in (sum_k |q_k k_k| + |q.k|)  (bounds.md sec. 6)
         det_conv = di * (absqk + a_qk)
         det_dot = det_dot + det_conv
-    sig_arg = 0.0 * a_qk
     # c = scale * log2(e) rounded (one error for the whole row), the product, the bias add, the shift: u coef_arg
     det_arg = u * coef_arg
     z = np.zeros_like(s0)
-    sigma_known = wc_known = lin_known = known_sides = None
+    wc_known = lin_known = known_sides = None
     wc, lin = dot_wc + arg_wc, dot_lin + arg_lin
     if fma is not None:  # the known FMA-chain logits: conv states the dot's error and c's, with their signs
         known = vis & fma[2]
-        sigma_known = np.where(known, sig_arg, np.sqrt(sig_dot**2 + sig_arg**2))
         conv = (fma[0], fma[1])
         # what conv states: the dot's roundings and c's (the product's, the bias add's and the shift's stay in det)
         det_conv = np.where(known, nd * model.u_dacc * absqk + n_c * u * a_qk, 0.0)
@@ -138,12 +130,11 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     return _Logits(
         wc=np.where(vis, dot_wc + arg_wc, z),
         lin=np.where(vis, dot_lin + arg_lin, z),
-        sigma=np.where(vis, np.sqrt(sig_dot**2 + sig_arg**2), z),
+        sigma=z,  # nothing random (above)
         det=np.where(vis, det_dot + det_arg, z),
         qk=qk,
         conv=None if conv is None or det_conv is None else np.where(vis, conv[0], z),
         conv_floor=None if conv is None or det_conv is None else np.where(vis, conv[1], z),
-        sigma_known=None if sigma_known is None else np.where(vis, sigma_known, z),
         wc_known=None if wc_known is None else np.where(vis, wc_known, z),
         lin_known=None if lin_known is None else np.where(vis, lin_known, z),
         known_sides=None if known_sides is None else tuple(np.where(vis, x, z) for x in known_sides),
