@@ -94,11 +94,12 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
         # fp32 ieee: the logits as the ascending fp32 FMA chains our kernel computes on the GPU (Precision.ieee_fma_chain,
         # bench/probe_fma_dot.py), unless FLASHCHECK_IEEE_MATMUL=1 (a torch fp32 matmul, the claim off)
         fma = (dtype, dot) == ("float32", "ieee") and os.environ.get("FLASHCHECK_IEEE_MATMUL", "0") in ("", "0")
+        # the tile's rowsum a pairwise tree (the compiled kernel's shape, depth log2 64 = 6: Precision.rowsum_depth)
         o, lse, o32 = fa2_forward(q, k, v, dtype=dtype, dot=dot, mma=mma, l_accumulate="float64",
-                                  return_fp32_o=True, ieee_fma_chain=fma)
+                                  return_fp32_o=True, ieee_fma_chain=fma, rowsum="tree")
         g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, delta_o=o32, ieee_fma_chain=fma)
         return (o, lse, *g), Precision(dtype, dot, exp="libm", l_accumulate="float64", delta_from="fp32",
-                                       ieee_fma_chain=fma)
+                                       ieee_fma_chain=fma, rowsum_depth=6)
     import torch
 
     from flashcheck.adapters import ours_precision

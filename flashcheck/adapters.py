@@ -398,7 +398,42 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       # (proofs/hardware.py ieee_dot, bench/probe_fma_dot.py); never in the interpreter
                       ieee_fma_chain=(a.exp != "libm" and hw.ieee_dot == "fma_chain"
                                       and (a.input, a.dot) == ("float32", "ieee")
-                                      and _block_d(head_dim) in hw.ieee_dot_k))
+                                      and _block_d(head_dim) in hw.ieee_dot_k),
+                      # the rowsum's addition tree, read off this Triton's PTX for these tiles; never in the
+                      # interpreter, nor for block-sparse masks (their own tiles) or tiles the record lacks
+                      rowsum_depth=(None if a.exp == "libm" or block_mask is not None else
+                                    _rowsum_depth(dtype, a.dot, head_dim, precision, tiles)))
+
+
+def _rowsum_depth(dtype, dot: str, head_dim, precision: str, tiles) -> int | None:
+    """Precision.rowsum_depth of our forward from proofs/measurements/forward_compiled_triton<version>.json
+    (bench/compile_forward.py --record: the deepest term of any tile rowsum in the PTX this Triton version
+    compiles for these tiles, over the plain, causal, dense-mask and unaligned variants), None where the
+    record, the config or its depth is missing."""
+    import json
+
+    import triton
+
+    from flashcheck.kernels.attention import kernel_config
+    from flashcheck.proofs.hardware import MEASUREMENTS
+
+    if head_dim is None:
+        return None
+    path = MEASUREMENTS / f"forward_compiled_triton{triton.__version__}.json"
+    if not path.exists():
+        return None
+    t = (tiles or kernel_config(int(head_dim), dtype, interpret=False, precision=precision)).fwd
+    if t.warp_specialize or t.pipeline_qk:
+        return None  # other code: not in the record
+    name = str(dtype).replace("torch.", "")
+    op_dot = dot if name == "float32" else "tf32"  # the launcher's spelling for 16-bit operands
+    with open(path) as f:
+        rec = json.load(f)
+    for c in rec["configs"]:
+        if ((c["dtype"], c["dot"], c["block_d"], c["block_m"], c["block_n"], c["num_warps"], c["p_split"])
+                == (name, op_dot, _block_d(head_dim), t.block_m, t.block_n, t.num_warps, precision == "accurate")):
+            return c["rowsum_depth"]
+    return None
 
 
 def _block_d(head_dim) -> int | None:

@@ -174,18 +174,44 @@ def _problem(q, k, v, dtype, dot, scale, causal, window, mask) -> _Problem:
                     vt=torch.as_tensor(_expand(v, group)).to(tdt))
 
 
+_ROWSUMS = ("torch", "tree", "sequential")
+
+
+def _rowsum(p: torch.Tensor, order: str) -> torch.Tensor:
+    """The fp32 sum of each row of p (last axis) in the stated order (fa2_forward's `rowsum`). "tree": pairs
+    (2i, 2i + 1) level by level, the row padded with zeros to a power of two (adding 0 is exact), so every term
+    passes through ceil(log2 w) additions."""
+    if order == "torch":
+        return p.sum(dim=-1)
+    if order == "sequential":
+        out = p[..., 0].clone()
+        for j in range(1, p.shape[-1]):
+            out = out + p[..., j]
+        return out
+    w = p.shape[-1]
+    x = torch.nn.functional.pad(p, (0, (1 << max(0, (w - 1).bit_length())) - w))
+    while x.shape[-1] > 1:
+        x = x[..., 0::2] + x[..., 1::2]
+    return x[..., 0]
+
+
 def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
                 scale=None, causal=False, window=None, mask=None, block_k: int = 64,
                 accumulation: str = "recursive", k_step: int | None = None, p_split: bool = False,
-                return_fp32_o: bool = False, mma=None, l_accumulate: str = "float32", ieee_fma_chain: bool = False):
+                return_fp32_o: bool = False, mma=None, l_accumulate: str = "float32", ieee_fma_chain: bool = False,
+                rowsum: str = "torch"):
     """(O, LSE) as the FA2 forward kernel computes them, see the module docstring (with
     return_fp32_o also O = acc / l before the store, what Delta uses with delta_from="fp32").
     mma: None (tensor-core steps summed exactly, rounded to nearest) or "h100" (both tensor-core dots,
     Q K^T and P V, through the H100's measured truncating step model, flashcheck.proofs.hardware.h100()).
     l_accumulate: the format of the running sum l across tiles ("float64": our kernel, each tile's fp32 rowsum
     added into an fp64 l, rounded once into fp32 at the end; Precision.l_accumulate).
-    ieee_fma_chain: the logits as FMA chains (module docstring; Precision.ieee_fma_chain)."""
+    ieee_fma_chain: the logits as FMA chains (module docstring; Precision.ieee_fma_chain).
+    rowsum: the order of each tile's fp32 rowsum of P~ (_rowsum): "torch" (torch's own), "tree" (pairwise, depth
+    ceil(log2 block_k): what Precision.rowsum_depth states), "sequential" (left to right, depth block_k - 1)."""
     _check_fma(ieee_fma_chain, dtype, dot)
+    if rowsum not in _ROWSUMS:
+        raise ValueError(f"rowsum must be one of {_ROWSUMS}, got {rowsum!r}")
     ks = _k_step(dot, k_step)
     pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask)
     tdt, acc_t, qk_scale, vis, kt, vt = pb.tdt, pb.acc_t, pb.qk_scale, pb.vis, pb.kt, pb.vt
@@ -223,7 +249,7 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
         m_shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
         p = torch.exp2(s - m_shift[..., None])
         alpha = torch.exp2(m - m_shift)
-        l = l * alpha.to(l_t) + p.sum(dim=-1).to(l_t)
+        l = l * alpha.to(l_t) + _rowsum(p, rowsum).to(l_t)
         acc = acc * alpha[..., None]
         p_hi = _operand(p, dot, tdt).to(acc_t)
         acc = _dot_acc(p_hi, vb, acc, accumulation, ks, mma)

@@ -231,13 +231,14 @@ def _l_sum_error(A, vis, wc, s, order: _TileOrder | None, M: _Model, mu_lin: flo
     With the visiting order known (unmasked rows): tile t's rowsum of n_t positive terms, added in ANY
     order, errs by <= u sum_{m=2..n_t} S_m (first order), each partial sum S_m of m terms <= the sum of the
     m largest (so <= (n_t - 1) u R_t, R_t = the tile's share of l; about half that when the terms are
-    alike); from the second tile on, the addition
+    alike); added in a tree of depth D (Precision.rowsum_depth), by <= u min(D, n_t) R_t, the smaller of the
+    two; from the second tile on, the addition
     l + rowsum errs by <= u_l L_t (L_t = the share of the tiles visited so far; u_l the unit roundoff of l's
     format, Precision.l_accumulate) and l * alpha by <= u_l L_{t-1}, but only where alpha can differ from 1
     (an unchanged max gives alpha = exp2(0) = 1 exactly, _tile_changes); the first tile is exact
     (0 * alpha + rowsum, the fp32 rowsum exact in a wider l). A wider l is rounded once into the working
-    format at the end: u L_T. Otherwise mu_lin (every key through block_k - 1 roundings at u, 2T at u_l and the
-    final conversion)."""
+    format at the end: u L_T. Otherwise mu_lin (every key through block_k - 1 roundings at u, or D, 2T at u_l
+    and the final conversion)."""
     if order is None or not vis.all() or A.shape[-1] == 0:
         return np.full(A.shape[:-1], mu_lin)
     st = order.starts
@@ -250,7 +251,10 @@ def _l_sum_error(A, vis, wc, s, order: _TileOrder | None, M: _Model, mu_lin: flo
     for w, n in _runs(order.sizes):  # runs of equal widths: one sort each
         tiles = Ao[..., t0:t0 + w * n].reshape(*Ao.shape[:-1], n, w)
         top = np.cumsum(-np.sort(-tiles, axis=-1), axis=-1)  # sums of the m largest
-        within += top[..., 1:].sum((-1, -2))
+        any_order = top[..., 1:].sum(-1)
+        if M.rowsum_depth is not None:  # a tree of known depth: each term under <= D partial sums
+            any_order = np.minimum(any_order, min(M.rowsum_depth, w) * top[..., -1])
+        within += any_order.sum(-1)
         t0 += w * n
     adds = L[..., 1:].sum(-1) + (change[..., 1:] * L[..., :-1]).sum(-1)
     return M.u_w * within + M.u_l * adds + M.u_lconv * L[..., -1]
@@ -748,14 +752,16 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     # MMA k-step), T rescales acc*alpha (RN); l: block_k-wide fp32 sum + 2 roundings per tile (RN)
     T = max(1, -(-Nk // precision.block_k))
     n_pv = _dot_steps(M, Nk, precision.block_k, products=M.pv_products)
-    n_l = min(Nk, precision.block_k) + 2 * T
+    # the tile's rowsum: any order, or a tree of known depth (Precision.rowsum_depth)
+    w_l = min(Nk, precision.block_k) if M.rowsum_depth is None else min(Nk, precision.block_k, M.rowsum_depth)
+    n_l = w_l + 2 * T
     nu_wc = (1 + M.u_pv) * (1 + M.u_in) * (1 + gamma(n_pv, M.u_dacc)) * (1 + gamma(T, u)) - 1
     nu_lin = M.u_pv + M.u_in + n_pv * M.u_dacc + T * u
     if M.u_l == u and M.u_lconv == 0.0:  # l in the working format: every key through n_l roundings at u
         mu_wc = float(gamma(n_l, u))
         mu_lin = n_l * u
     else:  # a wider l: block_k at u (the tile's rowsum), 2T at u_l (merges, rescales), one conversion at the end
-        w = min(Nk, precision.block_k)
+        w = w_l
         mu_wc = float((1 + gamma(w, u)) * (1 + gamma(2 * T, M.u_l)) * (1 + M.u_lconv) - 1)
         mu_lin = w * u + 2 * T * M.u_l + M.u_lconv
     # l's first-order error on these data (probabilistic kind: worst case, as l's summands are all positive)

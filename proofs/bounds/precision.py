@@ -123,7 +123,16 @@ class Precision:
       the product into the subtraction). Set for our kernel on the GPU only where proofs/hardware.py records it
       measured (HardwareConstants.ieee_dot == "fma_chain", bench/probe_fma_dot.py; flashcheck.adapters
       .ours_precision), and by the CPU emulation that computes it (proofs/emulation.py, ieee_fma_chain=True);
-      never for the Triton interpreter (its tl.dot is NumPy's matmul) or other kernels."""
+      never for the Triton interpreter (its tl.dot is NumPy's matmul) or other kernels.
+    rowsum_depth: a stated property of the compiled forward (default None: the tile's rowsum of P~ added in any
+      order, up to min(N_k, block_k) - 1 roundings per term): every term of a tile's fp32 rowsum passes through at
+      most this many fp32 additions (the addition tree's depth: a tree within each thread, then butterfly
+      shuffles across the lanes of a row, and shared memory across warps). The tile's rowsum of n positive terms
+      then errs by <= gamma_D times its exact value, D = min(rowsum_depth, n) (each partial sum is the exact sum of
+      its leaves to first order, and each leaf lies under <= D of them; bounds.md sec. 4). Set for our kernel on the
+      GPU only where bench/compile_forward.py --record read it off the PTX of this Triton version and tile config
+      (proofs/measurements/forward_compiled_triton<version>.json; flashcheck.adapters.ours_precision); never in
+      the interpreter (its tl.sum is NumPy's) or for other kernels."""
 
     input: str
     dot: str
@@ -140,6 +149,7 @@ class Precision:
     tile_order: str = "partial_first"
     l_accumulate: str = "float32"
     ieee_fma_chain: bool = False
+    rowsum_depth: int | None = None
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -168,6 +178,9 @@ class Precision:
         if self.ieee_fma_chain and (self.dot, self.input, self.accumulate) != ("ieee", "float32", "float32"):
             raise ValueError("Precision.ieee_fma_chain states fp32 FMA-chain logits: it needs input='float32', "
                              f"dot='ieee', accumulate='float32' (got {self.input!r}, {self.dot!r}, {self.accumulate!r})")
+        d = self.rowsum_depth
+        if d is not None and (not isinstance(d, int) or isinstance(d, bool) or d < 1):
+            raise ValueError(f"Precision.rowsum_depth must be None or a positive int, got {d!r}")
         if not isinstance(self.hardware, HardwareConstants):
             raise ValueError(f"Precision.hardware must be a HardwareConstants, got {self.hardware!r}")
 
@@ -234,6 +247,7 @@ class _Model:
     u_l: float = 0.0  # l's merges l alpha + rowsum across the tiles (Precision.l_accumulate); u_w when the same format
     u_lconv: float = 0.0  # the one rounding of a wider l into the working format at the end (0: l is in it)
     fma_logits: bool = False  # the logit dot is the known fp32 FMA chain and c its known constant (Precision.ieee_fma_chain)
+    rowsum_depth: int | None = None  # the tile rowsum's addition-tree depth (Precision.rowsum_depth); None: any order
 
 
 def _model(precision: Precision) -> _Model:
@@ -281,6 +295,7 @@ def _model(precision: Precision) -> _Model:
         u_l=min(u_w, UNIT_ROUNDOFF[pr.l_accumulate]),
         u_lconv=u_w if UNIT_ROUNDOFF[pr.l_accumulate] < u_w else 0.0,
         fma_logits=pr.ieee_fma_chain,
+        rowsum_depth=pr.rowsum_depth,
     )
 
 
