@@ -23,41 +23,52 @@ _DOT = {"float32:ieee": "ieee", "float32:tf32": "tf32", "float16": "fp16", "bflo
 
 
 def _signature(launch):
+    """(signature, constexprs, attrs) of the launch as Triton's JIT specializes it (flashcheck.warmup.triton_binary):
+    16-byte aligned pointers and ints divisible by 16 get tt.divisibility 16, ints equal to 1 become constants
+    (the form triton/tools/compile.py passes to ASTSource)."""
     names = attn_fwd_kernel.arg_names
     ptr = {"float32": "*fp32", "float16": "*fp16", "bfloat16": "*bf16", "int8": "*i8", "int32": "*i32"}
-    sig, cx = {}, dict(launch.constexprs)
-    leading = list(launch.pointers) + [None]  # + sm_scale
-    i = 0
-    for n in names:
+    sig, cx, attrs = {}, dict(launch.constexprs), {}
+    ints = iter(launch.ints)
+    i_ptr = 0
+    for i, n in enumerate(names):
         if n in cx:
             sig[n] = "constexpr"
-        elif i < len(launch.pointers):
-            sig[n] = ptr[launch.pointers[i][0]]
-            i += 1
+        elif i_ptr < len(launch.pointers):
+            dtype, aligned = launch.pointers[i_ptr]
+            sig[n] = ptr[dtype]
+            if aligned:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+            i_ptr += 1
         elif n == "sm_scale":
             sig[n] = "fp32"
         else:
-            sig[n] = "i32"
-    return sig, cx
+            x = next(ints)
+            if x == 1:
+                sig[n], cx[n] = "constexpr", 1
+            else:
+                sig[n] = "i32"
+                if x % 16 == 0:
+                    attrs[(i,)] = [["tt.divisibility", 16]]
+    return sig, cx, attrs
 
 
 def compile_forward(dtype: str, d: int, nq: int, nk: int, dot: str, p_split: bool = False, variant: str = "plain",
                     aligned: bool = True):
-    """Compile the forward for one call's Layouts. variant: "plain", "band" (causal / window), "mask" (a dense
-    int8 mask), "sparse" (block-sparse lists); aligned False: K/V through pointer loads instead of tensor
-    descriptors (where the tile config asks for descriptors)."""
+    """Compile the forward for one call's Layouts, specialized as Triton's JIT would (_signature). variant:
+    "plain", "band" (causal / window), "mask" (a dense int8 mask); aligned False: K/V not 16-byte aligned (pointer
+    loads instead of tensor descriptors where the tile config asks for them)."""
     q = Layout.dense(dtype, (1, 1, nq, d))
     k = Layout.dense(dtype, (1, 1, nk, d))
     if not aligned:
         k = Layout(k.dtype, k.shape, k.strides, aligned=False)
     dense = Layout.dense("int8", (1, 1, nq, nk)) if variant == "mask" else None
-    sparse = ((Layout.dense("int32", (1, 1, nq // 64)), Layout.dense("int32", (1, 1, nq // 64, nk // 64)))
-              if variant == "sparse" else None)
+    sparse = None  # block-sparse tiles are the mask's (BlockSparseMask), not kernel_config's: no claim there
     launch = forward_launch(q, k, k, q, dense, sparse, band=variant == "band", off_lo=0, off_hi=0,
-                            block_q=64 if sparse else 0, block_k=64 if sparse else 0, dot=dot, p_split=p_split,
+                            block_q=0, block_k=0, dot=dot, p_split=p_split,
                             save_res=False, tiles=[], interpret=False)
-    sig, cx = _signature(launch)
-    src = triton.compiler.ASTSource(fn=attn_fwd_kernel, signature=sig, constexprs=cx)
+    sig, cx, attrs = _signature(launch)
+    src = triton.compiler.ASTSource(fn=attn_fwd_kernel, signature=sig, constexprs=cx, attrs=attrs)
     opts = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
     return launch, triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
@@ -166,11 +177,11 @@ def exp_argument_forms(ptx: str) -> dict:
 def _record_one(job):
     dtype, dot, d, p_split = job
     out = None
-    for variant in ("plain", "band", "mask", "sparse"):
-        for aligned in (True, False):
-            launch, ck = compile_forward(dtype, d, 4096, 4096, dot, p_split, variant, aligned)
-            if variant == "sparse":
-                continue  # block-sparse tiles are the mask's (64 x 64), not kernel_config's: checked, not recorded
+    # Triton specializes on 16-byte alignment and divisibility by 16: N = 4096 with aligned tensors, and N = 4099
+    # (strides and sizes not divisible) with unaligned K, V, each plain, causal and with a dense mask
+    for variant in ("plain", "band", "mask"):
+        for n, aligned in ((4096, True), (4099, False)):
+            launch, ck = compile_forward(dtype, d, n, n, dot, p_split, variant, aligned)
             cx = dict(launch.constexprs)
             r = rowsum_depths(ck.asm["ptx"])
             forms = exp_argument_forms(ck.asm["ptx"])
@@ -185,7 +196,7 @@ def _record_one(job):
                 out["rowsum_depth"] = None
             else:
                 out["rowsum_depth"] = max(out["rowsum_depth"], depth)
-            out["variants"][f"{variant}{'' if aligned else '/unaligned'}"] = {
+            out["variants"][f"{variant}{'' if aligned else '/ragged_unaligned'}"] = {
                 "kv_desc": cx["KV_DESC"], "rowsum": r, "ex2_argument_writers": forms}
     return out
 
