@@ -100,12 +100,6 @@ attention.supports = "causal,scale,gqa,lse,backward,mask,window"
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known divergence since b8a1e45 (the fp32 FMA chain on the data, 2026-11-26b): test_o_within_bound's 9th "
-    "generated example is a hypothesis mutation that differs between the judged and the dry run (seed/scale of the "
-    "same shape, then a different shape), cause not found (bench/NOTES.md, 'Open: the warm-up's dry run'); effect: "
-    "the warm-up may miss a kernel compile the suite then makes (a slower first call, never a verdict). strict: "
-    "an XPASS, once fixed, fails"))
 def test_the_warm_up_dry_run_records_the_calls_the_suite_makes(tmp_path):
     """flashcheck.warmup's dry run (the suite on an exact stand-in, judging nothing) draws the inputs a
     correct kernel gets: the signatures it records are those of a real, judged run, so the warm-up
@@ -131,6 +125,38 @@ def test_the_warm_up_dry_run_records_the_calls_the_suite_makes(tmp_path):
     assert set(recorded) == set(signatures([real]))
     assert sum(1 for _ in open(dry)) == sum(1 for _ in open(real))  # every call, not only every distinct one
     assert not (tmp_path / "unused.jsonl").exists()  # the dry run never called the kernel
+
+
+def test_the_draws_do_not_depend_on_the_source_imported(tmp_path, monkeypatch):
+    """Hypothesis draws, now and then, literals of the local modules imported so far; the plugin empties
+    that pool (`flashcheck.pytest_plugin._no_source_constants`), else the warm-up's dry run (which never
+    imports the bounds) and the judged run draw other seeds, then other shapes (b8a1e45's forward.py
+    literals 126 and 1023 did). A derandomized test draws the same before and after a module full of
+    literals in the seeds' range is imported."""
+    from hypothesis import given, settings, strategies as st
+
+    from flashcheck.pytest_plugin import NO_SOURCE_CONSTANTS
+
+    assert NO_SOURCE_CONSTANTS
+    drawn = []
+
+    @settings(derandomize=True, database=None, max_examples=300)
+    @given(st.integers(0, 2**32 - 1))
+    def draws(seed):
+        drawn.append(seed)
+
+    draws()
+    before, drawn[:] = list(drawn), []
+    (tmp_path / "many_literals.py").write_text(
+        "LITERALS = (" + ", ".join(str(1000 + 7919 * i) for i in range(200)) + ")\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        import many_literals  # noqa: F401
+
+        draws()
+    finally:
+        sys.modules.pop("many_literals", None)
+    assert drawn == before
 
 
 KERNELS = """
