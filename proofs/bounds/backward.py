@@ -1155,7 +1155,7 @@ def _accumulation_coefficients(p, block: int, ordered: bool):
     return np.repeat(c, block, axis=-1)[..., :n]
 
 
-def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered):
+def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = False):
     # u: the step error relative to |accumulator| + |products| (M.u_dacc: u_w for an FMA; the interpreter's
     # measured-form step error covers a rounded product too, as does the (1 + u) on the second bound)
     """Variance proxy of the round-to-nearest accumulation of S @ other (S: (B, H, rows, n), other:
@@ -1168,7 +1168,12 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered):
     partial sums on one grid round alike (constant summands: every step errs the same way), so the
     steps whose products could be equal as computed (|other| tolS around each, tolS the bound on the
     error of S's entry as computed, `other` exact) form one group whose errors are summed worst case; distinct
-    groups are the independent, mean-zero roundings of the model (Azuma over groups). Returns, per
+    groups are the independent, mean-zero roundings of the model (Azuma over groups). chain (Precision.
+    ieee_fma_chain: every fp32 ieee tl.dot(a, b, acc) is one ascending FMA chain continuing from acc, bench/
+    probe_fma_acc.py): on ordered rows the partial sums are those of the products in their own order, so
+    |partial sum as computed|_s <= X_s + E_{s-1}, X_s = |sum_{t<=s} p_t| + sum_{t<=s} tol_t (the exact partial
+    sum of the exact products and the products' errors) and E_s <= (1 + gamma_n) u sum_{r<=s} X_r (the chain's
+    roundings so far), the smaller of that and the tile bound charged. Returns, per
     (B, H, rows, d): sum_G (sum_{s in G} u |partial sum bound|_s)^2, and the sum over the steps of the
     partial sum bounds (C1 of _grad's remainder)."""
     B, H, R, n = S.shape
@@ -1179,12 +1184,18 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered):
         coef_o = u * _accumulation_coefficients(p, block, True)
         coef_u = u * _accumulation_coefficients(p, block, False)
         ordr = np.broadcast_to(np.asarray(ordered)[..., r], S.shape[:2] + (r.stop - r.start,))
-        coef = np.where(ordr[..., None, None], coef_o, coef_u)
-        partial[:, :, r] = coef.sum(-1) / u
-        coef = np.where(p == 0.0, np.where(S[:, :, r, None, :] == 0.0, 0.0, coef), coef)
         with np.errstate(invalid="ignore"):  # inf * 0 (a vacuous dS bound times k = 0): any value
             tol = tolS[:, :, r, None, :] * np.abs(oT[:, :, None, :, :])
         tol = np.where(np.isnan(tol), np.inf, tol)
+        if chain:  # the chain's own partial sums (docstring), where smaller than the tile bound
+            with np.errstate(invalid="ignore"):
+                X = np.abs(np.cumsum(p, axis=-1)) + np.cumsum(tol, axis=-1)
+                # the roundings so far: E_s <= u sum_{r<=s} (X_r + E_{r-1}) <= (1 + gamma_n) u sum_{r<=s} X_r
+                cs = X + (1.0 + gamma(n, u)) * u * np.cumsum(X, axis=-1)
+            coef_o = np.fmin(coef_o, u * cs)
+        coef = np.where(ordr[..., None, None], coef_o, coef_u)
+        partial[:, :, r] = coef.sum(-1) / u
+        coef = np.where(p == 0.0, np.where(S[:, :, r, None, :] == 0.0, 0.0, coef), coef)
         # round to nearest moves fl(acc + p) no farther than acc itself is: |e_s| <= |p_s as computed|
         coef = np.fmin(coef, (1 + u) * (np.abs(p) + tol))
         shape = p.shape[:-1]
@@ -1281,7 +1292,7 @@ def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head
     ordered = (M.recursive and Nk % block_k == 0) & vis.all(axis=-1) & _heads_unmasked(head_full)
     acc_sq = partial = tc_steps = None
     if kind == "probabilistic" and not M.tensor_core:
-        acc_sq, partial = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, block_k, ordered)
+        acc_sq, partial = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, block_k, ordered, M.fma_logits)
     if M.tensor_core and M.recursive:
         tc_steps = np.concatenate([_tensor_core_steps(p, block_k, M.k_step, ordered[:, :, rr, None])
                                    for rr, p in _product_chunks(dS, np.swapaxes(kf, -1, -2))], axis=2)
@@ -1307,7 +1318,8 @@ def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int)
     ordered = (M.recursive and Nq % block_q == 0) & heads(vis).all(axis=(-2, -1))
     ordered = np.broadcast_to(ordered[..., None], (B, Hkv, Nk))
     acc, partial = _rn_accumulation_sq(np.swapaxes(heads(S), -1, -2), heads(other),
-                                       np.swapaxes(heads(tolS), -1, -2), M.u_dacc, block_q, ordered)
+                                       np.swapaxes(heads(tolS), -1, -2), M.u_dacc, block_q, ordered,
+                                       M.fma_logits)
     return np.repeat(acc / group, group, axis=1), np.repeat(partial / group, group, axis=1)
 
 

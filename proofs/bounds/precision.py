@@ -123,7 +123,9 @@ class Precision:
       the product into the subtraction). Set for our kernel on the GPU only where proofs/hardware.py records it
       measured (HardwareConstants.ieee_dot == "fma_chain", bench/probe_fma_dot.py; flashcheck.adapters
       .ours_precision), and by the CPU emulation that computes it (proofs/emulation.py, ieee_fma_chain=True);
-      never for the Triton interpreter (its tl.dot is NumPy's matmul) or other kernels.
+      never for the Triton interpreter (its tl.dot is NumPy's matmul) or other kernels. The same lowering makes every
+      fp32 ieee tl.dot(a, b, acc) one ascending FMA chain continuing from acc (bench/probe_fma_acc.py): the backward's
+      round-to-nearest model takes its step bounds from the chain's own partial sums (bounds.md sec. 8).
     rowsum_depth: a stated property of the compiled forward (default None: the tile's rowsum of P~ added in any
       order, up to min(N_k, block_k) - 1 roundings per term): every term of a tile's fp32 rowsum passes through at
       most this many fp32 additions (the addition tree's depth: a tree within each thread, then butterfly
