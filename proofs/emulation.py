@@ -200,14 +200,17 @@ def _problem(q, k, v, dtype, dot, scale, causal, window, mask) -> _Problem:
 def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
                 scale=None, causal=False, window=None, mask=None, block_k: int = 64,
                 accumulation: str = "recursive", k_step: int | None = None, p_split: bool = False,
-                return_fp32_o: bool = False, mma=None, l_accumulate: str = "float32", ieee_fma_chain: bool = False):
+                return_fp32_o: bool = False, mma=None, l_accumulate: str = "float32", ieee_fma_chain: bool = False,
+                trace: list | None = None):
     """(O, LSE) as the FA2 forward kernel computes them, see the module docstring (with
     return_fp32_o also O = acc / l before the store, what Delta uses with delta_from="fp32").
     mma: None (tensor-core steps summed exactly, rounded to nearest) or "h100" (both tensor-core dots,
     Q K^T and P V, through the H100's measured truncating step model, flashcheck.proofs.hardware.h100()).
     l_accumulate: the format of the running sum l across tiles ("float64": our kernel, each tile's fp32 rowsum
     added into an fp64 l, rounded once into fp32 at the end; Precision.l_accumulate).
-    ieee_fma_chain: the logits as FMA chains (module docstring; Precision.ieee_fma_chain)."""
+    ieee_fma_chain: the logits as FMA chains (module docstring; Precision.ieee_fma_chain).
+    trace: a list that receives, per tile in visiting order, (j0, j1, x, alpha's argument, m_new) as float64
+    arrays (what tests compare with the bound's known arguments, Precision.exp_argument)."""
     _check_fma(ieee_fma_chain, dtype, dot)
     ks = _k_step(dot, k_step)
     pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask)
@@ -250,7 +253,10 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
         else:  # the masked tile (or no FMA claim): the rounded product s2, then the subtraction rounded
             x = s - m_shift[..., None]
         p = torch.exp2(x)
-        alpha = torch.exp2(m - m_shift)  # fl32(m_old - m_new), then exp2
+        a_arg = m - m_shift  # fl32(m_old - m_new), then exp2
+        alpha = torch.exp2(a_arg)
+        if trace is not None:
+            trace.append((j0, j1, x.double().numpy(), a_arg.double().numpy(), m_new.double().numpy()))
         l = l * alpha.to(l_t) + p.sum(dim=-1).to(l_t)
         acc = acc * alpha[..., None]
         p_hi = _operand(p, dot, tdt).to(acc_t)

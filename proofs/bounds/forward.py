@@ -740,7 +740,16 @@ class _KnownArguments:
     c: np.ndarray  # (..., rows, Nk): the rescales after key j's tile that can differ from 1 (a_t != 0)
     x: np.ndarray  # (..., rows, Nk) visiting order: the fp32 argument of ex2, base 2
     m2: np.ndarray  # (..., rows, T): the running max after each tile, base 2 (fp32 values)
+    a: np.ndarray  # (..., rows, T): the rescale arguments fl32(m2_{t-1} - m2_t) (0 for the first tile)
     change: np.ndarray  # (..., rows, T): alpha_t can differ from 1 (and acc is not empty)
+
+
+def _alpha_arguments(m2):
+    """a_t = fl32(m2_{t-1} - m2_t) per tile t >= 1 (one rounding: fma_chain.fma_step), 0 for the first tile
+    (its alpha rescales an empty accumulator)."""
+    from flashcheck.proofs.fma_chain import fma_step
+
+    return np.concatenate([np.zeros_like(m2[..., :1]), fma_step(m2[..., :-1], -m2[..., 1:])], axis=-1)
 
 
 def _known_arguments(qf, kf, s, sc, order: _TileOrder, ragged_from: int, M: _Model) -> _KnownArguments:
@@ -768,7 +777,7 @@ def _known_arguments(qf, kf, s, sc, order: _TileOrder, ragged_from: int, M: _Mod
     mk = np.repeat(m2, order.sizes, axis=-1)
     unfused = order.apply(np.arange(s.shape[-1]) >= ragged_from)
     x = np.where(unfused, fma_step(-mk, so), fma_step(-mk, po))
-    a = np.concatenate([np.zeros_like(m2[..., :1]), fma_step(m2[..., :-1], -m2[..., 1:])], axis=-1)
+    a = _alpha_arguments(m2)
     T = m2.shape[-1]
     first = np.arange(T) == 0
     change = ~first & ((a != 0.0) if M.alpha_exact_at_zero else True)
@@ -791,7 +800,7 @@ def _known_arguments(qf, kf, s, sc, order: _TileOrder, ragged_from: int, M: _Mod
     fin = np.isfinite(e) & np.isfinite(e_frame) & np.isfinite(floor)
     ok = (normal & np.isfinite(pr)).all(-1) & (fin & ~tiny(so) & ~tiny(x)).all(-1) & ~tiny(a).any(-1)
     return _KnownArguments(ok=ok, e=order.undo(e), e_frame=order.undo(e_frame), floor=order.undo(floor),
-                           c=order.undo(rep(later)).astype(np.float64), x=x, m2=m2, change=change)
+                           c=order.undo(rep(later)).astype(np.float64), x=x, m2=m2, a=a, change=change)
 
 
 def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias, explain=False,
