@@ -192,6 +192,16 @@ def test_known_arguments_sharpen_o_on_random_inputs():
     assert np.all(b[1] > 0) and np.median(b[1] / b[0]) < 0.7, f"median ratio {np.median(b[1] / b[0]):.3f}"
 
 
+def test_nothing_claimed_under_a_dense_mask_a_band_or_a_window():
+    """With a dense mask (even all True), a band or a window the kernel may put any tile through tl.where (per query
+    block): the claim's bound is bit for bit the one without it."""
+    q, k, v, _ = _inputs("random", 0, Nq=4, Nk=40)
+    for kw in (dict(mask=np.ones((1, 2, 4, 40), dtype=bool)), dict(causal=True), dict(window=(40, 40))):
+        b = [forward_bound(q, k, v, precision=_precision(c), **kw) for c in (False, True)]
+        for name in ("o", "lse"):
+            assert np.array_equal(getattr(b[0], name), getattr(b[1], name)), f"{kw}: {name} differs with the claim"
+
+
 def test_planted_sign_error_in_the_known_exponent_error_is_caught():
     orig = fwd._known_arguments
 

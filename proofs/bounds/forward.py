@@ -112,7 +112,10 @@ def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, e
     # every quantity of the forward analysis belongs to one query row: blocks of rows keep the
     # (rows, Nk) temporaries small (cache-sized, no page faults of fresh 32 MB arrays at N = 2048)
     groups = _identical_keys(kf) if kind == "probabilistic" else None
-    ragged_from = (p.Nk // given.block_k) * given.block_k  # the kernel's masked tile: keys from here on
+    # the kernel's masked tile: keys from here on (Precision.exp_argument); None: no claim, as with a band or a dense
+    # mask every tile may go through tl.where (kernels/triton_fwd.py `_fwd_shift`, decided per query block)
+    ragged_from = (None if causal or window is not None or mask is not None
+                   else (p.Nk // given.block_k) * given.block_k)
     R = _cat_rows([_forward_rows(p, M, precision, kind, lam, qf[..., r, :], kf, vf, s[..., r, :],
                                  vis[..., r, :], sc, bias is not None, explain, groups, ragged_from)
                    for r in _rows_chunks(p.Nq, p.Nk, 1, budget=ROW_BLOCK_ENTRIES)])
@@ -804,11 +807,12 @@ def _known_arguments(qf, kf, s, sc, order: _TileOrder, ragged_from: int, M: _Mod
 
 
 def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias, explain=False,
-                  groups=None, ragged_from: int = 0) -> _ForwardRows:
+                  groups=None, ragged_from: int | None = None) -> _ForwardRows:
     """The forward analysis of a block of query rows (s, vis, qf restricted to those rows). With
     `explain` (probabilistic kind only) it also returns the named terms of the bounds (ForwardTerms).
     ragged_from: the first key of the kernel's masked (ragged) tile, from the block_k it was given (before
-    Precision.fitted): Precision.exp_argument "fma" computes that tile's arguments in two roundings."""
+    Precision.fitted): Precision.exp_argument "fma" computes that tile's arguments in two roundings; None (a band,
+    a window or a dense mask: which tiles are masked is the kernel's per query block): nothing claimed."""
     m, A, l, lse, empty = _softmax_parts(s, vis)
     o = A @ vf
     d, Nk = p.d, p.Nk
@@ -843,7 +847,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                 w_low=np.where(vis, np.exp(-e_key) * (1 - M.eps_exp) ** (1.0 + c), 0.0))
     ka = det_logit_known = None
     if (kind == "probabilistic" and M.exp_fma and order is not None and vis.all() and not has_bias
-            and lg.conv is not None and Nk):
+            and lg.conv is not None and Nk and ragged_from is not None):
         # the exponent arguments known (Precision.exp_argument "fma", bounds.md sec. 6b): key j's total exponent
         # error e_j with its sign (the logits', the product's, the shift's and the rescale arguments' roundings);
         # c_j the rescales that certainly change; only ex2's relative errors and the float64 floor stay unsigned
