@@ -95,11 +95,15 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
         # bench/probe_fma_dot.py), unless FLASHCHECK_IEEE_MATMUL=1 (a torch fp32 matmul, the claim off)
         fma = (dtype, dot) == ("float32", "ieee") and os.environ.get("FLASHCHECK_IEEE_MATMUL", "0") in ("", "0")
         # the tile's rowsum a pairwise tree (the compiled kernel's shape, depth log2 64 = 6: Precision.rowsum_depth)
+        # with the chains, the emulation computes the exponent arguments in our kernel's compiled forms (fused on full
+        # tiles, product then subtraction on the masked tile): claimed (Precision.exp_argument "fma") unless
+        # FLASHCHECK_EXP_ARGUMENT=unknown (the same arithmetic, the argument's roundings charged worst case)
+        exp_argument = os.environ.get("FLASHCHECK_EXP_ARGUMENT", "fma") if fma else "unknown"
         o, lse, o32 = fa2_forward(q, k, v, dtype=dtype, dot=dot, mma=mma, l_accumulate="float64",
                                   return_fp32_o=True, ieee_fma_chain=fma, rowsum="tree")
         g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, delta_o=o32, ieee_fma_chain=fma)
         return (o, lse, *g), Precision(dtype, dot, exp="libm", l_accumulate="float64", delta_from="fp32",
-                                       ieee_fma_chain=fma, rowsum_depth=6)
+                                       ieee_fma_chain=fma, exp_argument=exp_argument, rowsum_depth=6)
     import torch
 
     from flashcheck.adapters import ours_precision

@@ -154,7 +154,7 @@ def rowsum_depths(ptx: str) -> dict:
             for r in dsts:
                 depth.pop(r, None)
     return {"depths": sorted(set(sinks)), "widths": sorted(set(widths)), "sinks": len(sinks), "leaves": leaves,
-            "escaped": escaped}
+            "alpha_sinks": sum(1 for d, w in zip(sinks, widths) if (d, w) == (0, 1)), "escaped": escaped}
 
 
 def exp_argument_forms(ptx: str) -> dict:
@@ -188,14 +188,25 @@ def _record_one(job):
             width = cx["BLOCK_N"]
             ok = set(r["widths"]) <= {1, width} and width in r["widths"]
             depth = max(r["depths"]) if ok else None
+            # Precision.exp_argument "fma": unmasked calls (plain) run full tiles with the fused fl32(qk c - m) and
+            # the ragged tile with fl32(fl32(qk c) - m); every ex2 argument is written by fma.rn.f32 (a full tile's
+            # P~) or sub.f32 (the ragged tile's P~ and each row's alpha, the depth-0 rowsum sinks), and the full
+            # and the ragged tile hold equally many P~ per thread. Masked calls (band, dense mask) are not claimed.
+            fused = None
+            if variant == "plain":
+                n_fma, n_sub = forms.get("fma.rn.f32", 0), forms.get("sub.f32", 0)
+                fused = (set(forms) <= {"fma.rn.f32", "sub.f32"} and n_fma > 0
+                         and n_fma == n_sub - r["alpha_sinks"])
             if out is None:
                 out = {"dtype": dtype, "dot": dot, "block_d": cx["BLOCK_D"], "block_m": cx["BLOCK_M"],
                        "block_n": cx["BLOCK_N"], "num_warps": launch.num_warps, "p_split": p_split,
-                       "rowsum_depth": depth, "variants": {}}
+                       "rowsum_depth": depth, "exp_argument": "fma", "variants": {}}
             elif depth is None or out["rowsum_depth"] is None:
                 out["rowsum_depth"] = None
             else:
                 out["rowsum_depth"] = max(out["rowsum_depth"], depth)
+            if fused is False:
+                out["exp_argument"] = "unknown"
             out["variants"][f"{variant}{'' if aligned else '/ragged_unaligned'}"] = {
                 "kv_desc": cx["KV_DESC"], "rowsum": r, "ex2_argument_writers": forms}
     return out
@@ -224,7 +235,7 @@ def record(path: str, workers: int) -> None:
         json.dump(rep, f, indent=1)
     for c in configs:
         print(c["dtype"], c["dot"], c["block_d"], c["block_m"], c["block_n"], c["num_warps"], c["p_split"],
-              "depth", c["rowsum_depth"])
+              "depth", c["rowsum_depth"], "exp_argument", c["exp_argument"])
 
 
 def main():

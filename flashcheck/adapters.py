@@ -389,27 +389,30 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
     a = arithmetic(dtype, dot_precision, head_dim=head_dim, interpret=interpret, block_mask=block_mask,
                    precision=precision, delta_from=delta_from, tiles=tiles)
     hw = interpreter() if a.exp == "libm" else h100()
+    # fp32 "ieee" logits as known FMA chains: on the GPU only, where measured (proofs/hardware.py ieee_dot,
+    # bench/probe_fma_dot.py); never in the interpreter
+    fma_chain = (a.exp != "libm" and hw.ieee_dot == "fma_chain" and (a.input, a.dot) == ("float32", "ieee")
+                 and _block_d(head_dim) in hw.ieee_dot_k)
+    # the rowsum's addition tree and the exponent arguments' forms, read off this Triton's PTX for these tiles;
+    # never in the interpreter, nor for block-sparse masks (their own tiles) or tiles the record lacks
+    rec = None if a.exp == "libm" or block_mask is not None else _compiled_record(dtype, a.dot, head_dim, precision,
+                                                                                  tiles)
     return _precision(input=a.input, dot=a.dot, accumulate="float32", output=a.output, exp=a.exp,
                       block_k=a.block_k, block_q=a.block_q, accumulation="recursive", p_split=a.p_split,
                       delta_from=a.delta_from, l_accumulate=a.l_accumulate,
                       tile_order="partial_first",  # kernels/tiles.py visits a ragged last key tile first
-                      hardware=hw,
-                      # fp32 "ieee" logits as known FMA chains: on the GPU only, where measured
-                      # (proofs/hardware.py ieee_dot, bench/probe_fma_dot.py); never in the interpreter
-                      ieee_fma_chain=(a.exp != "libm" and hw.ieee_dot == "fma_chain"
-                                      and (a.input, a.dot) == ("float32", "ieee")
-                                      and _block_d(head_dim) in hw.ieee_dot_k),
-                      # the rowsum's addition tree, read off this Triton's PTX for these tiles; never in the
-                      # interpreter, nor for block-sparse masks (their own tiles) or tiles the record lacks
-                      rowsum_depth=(None if a.exp == "libm" or block_mask is not None else
-                                    _rowsum_depth(dtype, a.dot, head_dim, precision, tiles)))
+                      hardware=hw, ieee_fma_chain=fma_chain,
+                      rowsum_depth=None if rec is None else rec["rowsum_depth"],
+                      # the compiled forms read the known fp32 dot: with the FMA chains only
+                      exp_argument="fma" if fma_chain and rec is not None and rec["exp_argument"] == "fma"
+                      else "unknown")
 
 
-def _rowsum_depth(dtype, dot: str, head_dim, precision: str, tiles) -> int | None:
-    """Precision.rowsum_depth of our forward from proofs/measurements/forward_compiled_triton<version>.json
-    (bench/compile_forward.py --record: the deepest term of any tile rowsum in the PTX this Triton version
-    compiles for these tiles, over the plain, causal, dense-mask and unaligned variants), None where the
-    record, the config or its depth is missing."""
+def _compiled_record(dtype, dot: str, head_dim, precision: str, tiles) -> dict | None:
+    """Our forward's entry in proofs/measurements/forward_compiled_triton<version>.json (bench/compile_forward.py
+    --record, from the PTX this Triton version compiles for these tiles, specialized as the JIT does, over the plain,
+    causal and dense-mask variants, aligned and not: the deepest term of any tile rowsum, rowsum_depth, and the
+    exponent arguments' forms, exp_argument), None where the record or the config is missing."""
     import json
 
     import triton
@@ -432,7 +435,7 @@ def _rowsum_depth(dtype, dot: str, head_dim, precision: str, tiles) -> int | Non
     for c in rec["configs"]:
         if ((c["dtype"], c["dot"], c["block_d"], c["block_m"], c["block_n"], c["num_warps"], c["p_split"])
                 == (name, op_dot, _block_d(head_dim), t.block_m, t.block_n, t.num_warps, precision == "accurate")):
-            return c["rowsum_depth"]
+            return c
     return None
 
 

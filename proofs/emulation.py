@@ -16,7 +16,10 @@ matmul rounds to nearest); so it is compared against bounds computed with exp="l
 
 ieee_fma_chain=True (fp32 inputs, dot "ieee"): the logits as Precision.ieee_fma_chain states our kernel computes
 them on the GPU, each q.k one ascending fp32 FMA chain (flashcheck.proofs.fma_chain, exact) times the kernel's
-qk_scale2 = fl32(fl32(scale) fl32(log2 e)) (bench/probe_fma_dot.py); otherwise a torch fp32 matmul times
+qk_scale2 = fl32(fl32(scale) fl32(log2 e)) (bench/probe_fma_dot.py), and the exponent arguments in the forms our
+forward compiles to (Precision.exp_argument "fma", bench/compile_forward.py): s2 = fl32(qk c) into the running max,
+x = fl32(qk c - m) in one rounding on full tiles, fl32(s2 - m) on the masked tile, alpha = exp2(fl32(m_old - m_new));
+otherwise a torch fp32 matmul times
 fl32(scale log2 e).
 
 Inputs are float64 NumPy arrays (B, H, N, d) holding values exactly representable in `dtype`
@@ -155,6 +158,26 @@ def _fma_logits(qo: torch.Tensor, ko: torch.Tensor, sc: float):
     return torch.as_tensor(x).to(torch.float32), torch.tensor(kernel_qk_scale2(sc), dtype=torch.float32)
 
 
+def _masked_tile(j0: int, j1: int, Nk: int, block_k: int, vis: torch.Tensor, mask) -> bool:
+    """Whether the kernel visits keys j0:j1 as a masked (partial) tile, where s2 goes through tl.where before the
+    subtraction (kernels/triton_fwd.py `_fwd_shift`): the ragged last tile, any tile under a dense mask, and here
+    any tile with an invisible entry (the kernel decides per query block: a band tile fully visible to one row
+    may still be masked for its block; those rows are not claimed by Precision.exp_argument)."""
+    if mask is not None or j0 >= (Nk // block_k) * block_k:
+        return True
+    return not bool(vis[..., j0:j1].all())
+
+
+def _fused_argument(qk: torch.Tensor, c: torch.Tensor, m_shift: torch.Tensor) -> torch.Tensor:
+    """fl32(qk c - m) rounded once (fma.rn.f32) for fp32 qk (..., n), c, m (...): qk c is exact in float64 (two
+    24-bit significands), the sum with -m is the exact two-sum + round-to-odd of flashcheck.proofs.fma_chain."""
+    from flashcheck.proofs.fma_chain import fma_step
+
+    p = qk.double().numpy() * float(c)
+    x = fma_step(np.broadcast_to(-m_shift.double().numpy()[..., None], p.shape), p)
+    return torch.as_tensor(x).to(torch.float32)
+
+
 def _check_fma(ieee_fma_chain: bool, dtype: str, dot: str):
     if ieee_fma_chain and (dtype, dot) != ("float32", "ieee"):
         raise ValueError(f"ieee_fma_chain needs dtype='float32', dot='ieee' (got {dtype!r}, {dot!r})")
@@ -199,7 +222,7 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
                 scale=None, causal=False, window=None, mask=None, block_k: int = 64,
                 accumulation: str = "recursive", k_step: int | None = None, p_split: bool = False,
                 return_fp32_o: bool = False, mma=None, l_accumulate: str = "float32", ieee_fma_chain: bool = False,
-                rowsum: str = "torch"):
+                trace: list | None = None, rowsum: str = "torch"):
     """(O, LSE) as the FA2 forward kernel computes them, see the module docstring (with
     return_fp32_o also O = acc / l before the store, what Delta uses with delta_from="fp32").
     mma: None (tensor-core steps summed exactly, rounded to nearest) or "h100" (both tensor-core dots,
@@ -207,6 +230,8 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
     l_accumulate: the format of the running sum l across tiles ("float64": our kernel, each tile's fp32 rowsum
     added into an fp64 l, rounded once into fp32 at the end; Precision.l_accumulate).
     ieee_fma_chain: the logits as FMA chains (module docstring; Precision.ieee_fma_chain).
+    trace: a list that receives, per tile in visiting order, (j0, j1, x, alpha's argument, m_new) as float64
+    arrays (what tests compare with the bound's known arguments, Precision.exp_argument).
     rowsum: the order of each tile's fp32 rowsum of P~ (_rowsum): "torch" (torch's own), "tree" (pairwise, depth
     ceil(log2 block_k): what Precision.rowsum_depth states), "sequential" (left to right, depth block_k - 1)."""
     _check_fma(ieee_fma_chain, dtype, dot)
@@ -247,8 +272,16 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
         s = torch.where(vis[:, :, :, j0:j1], s, torch.tensor(-math.inf, dtype=acc_t))
         m_new = torch.maximum(m, s.amax(dim=-1))
         m_shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
-        p = torch.exp2(s - m_shift[..., None])
-        alpha = torch.exp2(m - m_shift)
+        if ieee_fma_chain and not _masked_tile(j0, j1, Nk, block_k, vis, mask):
+            # a full tile: x = fl32(qk c - m) in one rounding (fma.rn.f32, Precision.exp_argument "fma")
+            x = _fused_argument(s_fma[..., j0:j1], qk_scale, m_shift)
+        else:  # the masked tile (or no FMA claim): the rounded product s2, then the subtraction rounded
+            x = s - m_shift[..., None]
+        p = torch.exp2(x)
+        a_arg = m - m_shift  # fl32(m_old - m_new), then exp2
+        alpha = torch.exp2(a_arg)
+        if trace is not None:
+            trace.append((j0, j1, x.double().numpy(), a_arg.double().numpy(), m_new.double().numpy()))
         l = l * alpha.to(l_t) + _rowsum(p, rowsum).to(l_t)
         acc = acc * alpha[..., None]
         p_hi = _operand(p, dot, tdt).to(acc_t)

@@ -56,7 +56,7 @@ def test_the_claim_is_validated():
         Precision("float16", "fp16", rowsum_depth=True)
 
 
-def test_ours_claims_the_recorded_depth_only_for_compiled_code():
+def test_ours_claims_the_recorded_forms_only_for_compiled_code():
     import triton
 
     from flashcheck.adapters import ours_precision
@@ -72,6 +72,11 @@ def test_ours_claims_the_recorded_depth_only_for_compiled_code():
     for dtype, d in ((torch.bfloat16, 64), (torch.float16, 128)):
         got = ours_precision(dtype, head_dim=d, interpret=False).rowsum_depth
         assert got == want[(str(dtype)[6:], d, False)], (dtype, d, got)
+    fp32 = ours_precision(torch.float32, "ieee", head_dim=64, interpret=False)
+    claimed = [c for c in rec["configs"] if (c["dtype"], c["dot"], c["block_d"]) == ("float32", "ieee", 64)]
+    assert fp32.exp_argument == ("fma" if fp32.ieee_fma_chain and claimed[0]["exp_argument"] == "fma" else "unknown")
+    assert ours_precision(torch.float32, "ieee", head_dim=64, interpret=True).exp_argument == "unknown"
+    assert ours_precision(torch.bfloat16, head_dim=64, interpret=False).exp_argument == "unknown"  # no FMA chains
     sparse = type("Tiles", (), {"block_k": 64, "block_q": 64})()  # what arithmetic() reads of a BlockSparseMask
     assert ours_precision(torch.bfloat16, head_dim=64, interpret=False, block_mask=sparse).rowsum_depth is None
 
@@ -81,7 +86,7 @@ def test_the_committed_record_is_what_this_triton_compiles(dtype, dot, d):
     """A kernel change that reshapes the rowsum's tree must be re-recorded (bench/compile_forward.py --record)."""
     import triton
 
-    from bench.compile_forward import compile_forward, rowsum_depths
+    from bench.compile_forward import compile_forward, exp_argument_forms, rowsum_depths
     from flashcheck.proofs.hardware import MEASUREMENTS
 
     path = MEASUREMENTS / f"forward_compiled_triton{triton.__version__}.json"
@@ -92,6 +97,9 @@ def test_the_committed_record_is_what_this_triton_compiles(dtype, dot, d):
     _, ck = compile_forward(dtype, d, 4096, 4096, dot)
     r = rowsum_depths(ck.asm["ptx"])
     assert max(r["depths"]) <= cfg["rowsum_depth"] and cfg["block_n"] in r["widths"], (r, cfg["rowsum_depth"])
+    forms = exp_argument_forms(ck.asm["ptx"])  # full tiles fused, the ragged tile's P~ and the alphas subtracted
+    fused = forms.get("fma.rn.f32", 0) > 0 and forms["fma.rn.f32"] == forms.get("sub.f32", 0) - r["alpha_sinks"]
+    assert fused == (cfg["exp_argument"] == "fma"), (forms, r["alpha_sinks"], cfg["exp_argument"])
 
 
 def test_the_tree_emulation_has_the_depth_it_states():

@@ -11,6 +11,7 @@ For each seed: observed error / bound (min over the entries) of O, LSE, dQ, dK, 
   - "fma, model": the logits as the ascending fp32 FMA chains (what our kernel computes if bench/probe_fma_dot.py
     passes on the GPU), the random model (Precision.ieee_fma_chain off);
   - "fma, known": the same arithmetic, the bound with the known logits (Precision.ieee_fma_chain on);
+  - "fma, known args": and the exponent arguments known too (Precision.exp_argument "fma");
 and the worst case of each. Measured 2026-11-26 (CPU): the random model's LSE bound is exceeded (ratio ~0.45-0.5)
 in both arithmetics; the worst case and the known-logit bound hold (~1.1-1.2 at the tightest).
 """
@@ -57,11 +58,13 @@ def main(argv=None):
         q, k, v, do = build(seed)
         O, L = attention(q, k, v)
         exact = (O, L, *attention_backward(q, k, v, O, L, do))
-        for fma, claim, label in ((False, False, "matmul, model"), (True, False, "fma, model"), (True, True, "fma, known")):
+        for fma, claim, exparg, label in ((False, False, "unknown", "matmul, model"), (True, False, "unknown", "fma, model"),
+                                          (True, True, "unknown", "fma, known"), (True, True, "fma", "fma, known args")):
             o, lse, o32 = fa2_forward(q, k, v, dtype="float32", dot="ieee", l_accumulate="float64",
                                       return_fp32_o=True, ieee_fma_chain=fma)
             g = fa2_backward(q, k, v, o, lse, do, dtype="float32", dot="ieee", delta_o=o32, ieee_fma_chain=fma)
-            pr = Precision("float32", "ieee", exp="libm", l_accumulate="float64", delta_from="fp32", ieee_fma_chain=claim)
+            pr = Precision("float32", "ieee", exp="libm", l_accumulate="float64", delta_from="fp32", ieee_fma_chain=claim,
+                           exp_argument=exparg)
             for kind in ("probabilistic", "worst_case"):
                 fb = forward_bound(q, k, v, precision=pr, kind=kind)
                 bb = backward_bound(q, k, v, do, precision=pr, kind=kind)

@@ -30,14 +30,18 @@ def build(n: int, d: int, eps: float, nq: int = 4, seed: int = 1):
     return q, k, v
 
 
-def run(source: str, device: str, dtype: str, dot: str, q, k, v, mask=None):
-    """(o, Precision): the emulation (the GPU's FMA order, l in fp64 as our kernel) or our Triton kernel."""
+def run(source: str, device: str, dtype: str, dot: str, q, k, v, mask=None, exp_argument: str = "unknown"):
+    """(o, Precision): the emulation (the GPU's FMA order, l in fp64 as our kernel) or our Triton kernel.
+    exp_argument "fma" (emulation, fp32 ieee): the FMA-chain logits and the compiled exponent arguments, claimed
+    (Precision.ieee_fma_chain, exp_argument)."""
     if source == "emulation":
         from flashcheck.proofs.bounds import Precision
         from flashcheck.proofs.emulation import fa2_forward
 
-        o, _ = fa2_forward(q, k, v, dtype=dtype, dot=dot, mask=mask, l_accumulate="float64")
-        return o, Precision(dtype, dot, exp="libm", l_accumulate="float64")
+        fma = exp_argument == "fma"
+        o, _ = fa2_forward(q, k, v, dtype=dtype, dot=dot, mask=mask, l_accumulate="float64", ieee_fma_chain=fma)
+        return o, Precision(dtype, dot, exp="libm", l_accumulate="float64", ieee_fma_chain=fma,
+                            exp_argument=exp_argument)
     import torch
 
     from flashcheck.adapters import ours_precision
@@ -63,6 +67,8 @@ def main(argv=None):
     ap.add_argument("--precision", default="float32:ieee", help="dtype:dot, as bounds_attack's --precisions")
     ap.add_argument("--masked-key", action="store_true",
                     help="mask key 1: every row takes the bound's order-free branch (bounds.md sec. 6)")
+    ap.add_argument("--exp-argument", choices=("unknown", "fma"), default="unknown",
+                    help="fma: the emulation's FMA-chain logits and compiled exponent arguments, claimed (fp32 ieee)")
     a = ap.parse_args(argv)
     dtype, dot = a.precision.split(":")
     over_any = False
@@ -74,7 +80,7 @@ def main(argv=None):
         if a.masked_key:
             mask = np.ones((1, 1, q.shape[2], n), dtype=bool)
             mask[..., 1] = False
-        o, precision = run(a.source, a.device, dtype, dot, q, k, v, mask)
+        o, precision = run(a.source, a.device, dtype, dot, q, k, v, mask, a.exp_argument)
         O, _ = attention(q, k, v, mask=mask)
         err = np.abs(o - O)
         for kind in ("probabilistic", "worst_case"):

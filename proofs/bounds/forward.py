@@ -112,8 +112,12 @@ def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, e
     # every quantity of the forward analysis belongs to one query row: blocks of rows keep the
     # (rows, Nk) temporaries small (cache-sized, no page faults of fresh 32 MB arrays at N = 2048)
     groups = _identical_keys(kf) if kind == "probabilistic" else None
+    # the kernel's masked tile: keys from here on (Precision.exp_argument); None: no claim, as with a band or a dense
+    # mask every tile may go through tl.where (kernels/triton_fwd.py `_fwd_shift`, decided per query block)
+    ragged_from = (None if causal or window is not None or mask is not None
+                   else (p.Nk // given.block_k) * given.block_k)
     R = _cat_rows([_forward_rows(p, M, precision, kind, lam, qf[..., r, :], kf, vf, s[..., r, :],
-                                 vis[..., r, :], sc, bias is not None, explain, groups)
+                                 vis[..., r, :], sc, bias is not None, explain, groups, ragged_from)
                    for r in _rows_chunks(p.Nq, p.Nk, 1, budget=ROW_BLOCK_ENTRIES)])
     fb = ForwardBound(o=R.err, lse=R.lse_err, kind=kind, precision=given)
     terms = (ForwardTerms(bound=fb, o=R.o_terms, lse=R.lse_terms, o_capped=R.o_capped, lse_capped=R.lse_capped)
@@ -690,11 +694,15 @@ def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: fl
                 worst[h, i, cs] = aX.sum(-1) + aX[:, tile_ends].sum(-1)
     return out.reshape(*lead, Nq, dv), worst.reshape(*lead, Nq, dv)
 
-def _fma_on_data(s, lg, M: _Model, order: _TileOrder, A, vf, b_wc, m, l, T: int):
+def _fma_on_data(s, lg, M: _Model, order: _TileOrder, A, vf, b_wc, m, l, T: int, ka: "_KnownArguments | None" = None):
     """_fma_chain_on_data for unmasked rows of a known tile order (fp32 FMA chain): the frames' intervals
     F_t = l exp(m - m_t), P~'s interval, the rescales that can change acc, and the growth factor; inf (no claim)
     for rows where a P~ may be subnormal or flushed (p_lo < 2^-120); with sum_s |X_s| (_partial_abs_sums, from
-    the same pass): (bound, sum). None for subnormal V (an FMA may flush it) and N_k >= 2^23."""
+    the same pass): (bound, sum). None for subnormal V (an FMA may flush it) and N_k >= 2^23.
+    ka (Precision.exp_argument "fma", bounds.md sec. 6b), in its rows `ok`: the running max m_t is known, so the
+    frame F_t = l exp(m - ln 2 m2_t) is a number (its float64 evaluation in the margin), P~_j = ex2(x_j) is within
+    2^x_j (1 +- eps_exp), beta_j = exp(e_frame_j) (1 + eps) - 1 relative to F_t A_j, and the rescales that can
+    change acc are those with a_t != 0."""
     u = M.u_w
     sides = _logit_sides(lg, M)
     lo_t, hi_t = _tile_frames(s, sides, order)
@@ -702,6 +710,19 @@ def _fma_on_data(s, lg, M: _Model, order: _TileOrder, A, vf, b_wc, m, l, T: int)
     F_hi = l[..., None] * np.exp(m[..., None] - lo_t) * (1.0 + 2.0**-48)
     p_lo, p_hi = (order.apply(x) for x in _tile_p_interval(s, sides, order, M))
     change = _tile_changes(s, lg.wc, np.ones(s.shape, dtype=bool), order, M.alpha_exact_at_zero)
+    b_o = order.apply(b_wc)
+    if ka is not None:
+        ok = ka.ok[..., None]
+        mk = math.log(2.0) * ka.m2  # natural units; float64: <= 2^-52 |.| each, the exp's argument <= 2^-51 (|m| + |mk|)
+        slack = 2.0**-48 + 2.0**-50 * (np.abs(m[..., None]) + np.abs(mk))
+        F = l[..., None] * np.exp(m[..., None] - mk)
+        F_lo = np.where(ok, F * (1.0 - slack), F_lo)
+        F_hi = np.where(ok, F * (1.0 + slack), F_hi)
+        px = np.exp2(ka.x)  # numpy's exp2: within a few float64 ulps
+        p_lo = np.where(ok, px * (1.0 - M.eps_exp) * (1.0 - 2.0**-50), p_lo)
+        p_hi = np.where(ok, px * (1.0 + M.eps_exp) * (1.0 + 2.0**-50), p_hi)
+        b_o = np.where(ok, order.apply(_exp_err(np.abs(ka.e_frame) + ka.floor, M.eps_exp)), b_o)
+        change = np.where(ok, ka.change, change)
     # the rescales' relative errors: exp2 (eps_exp) of an argument m_{t-1} - m_t rounded (u |.|, log2 units);
     # the arguments telescope to m_T - m_1 <= hi_T - lo_1 (natural units)
     g_alpha = (1.0 + M.eps_exp) ** T * np.exp(u * (hi_t[..., -1] - lo_t[..., 0])) * (1.0 + 2.0**-40)
@@ -709,15 +730,93 @@ def _fma_on_data(s, lg, M: _Model, order: _TileOrder, A, vf, b_wc, m, l, T: int)
     av = np.abs(vf)
     if A.shape[-1] >= 2**23 or np.any((av > 0) & (av < 2.0**-126)):  # (N u <= 1 and the 2^-28 below need < 2^23)
         return None
-    out, worst = _fma_chain_on_data(order.apply(A), _keys_in_order(vf, order), p_lo, p_hi, order.apply(b_wc),
+    out, worst = _fma_chain_on_data(order.apply(A), _keys_in_order(vf, order), p_lo, p_hi, b_o,
                                     F_lo, F_hi, change, order.sizes, u, grow)
     return np.where((p_lo.min(-1) < 2.0**-120)[..., None], np.inf, out), worst
 
 
+@dataclass(frozen=True)
+class _KnownArguments:
+    """The exponent arguments of an unmasked row as the kernel computes them under Precision.exp_argument "fma"
+    (bounds.md sec. 6b), keys in their own order unless said; rows where `ok` is False claim nothing."""
+
+    ok: np.ndarray  # (..., rows): every value below in fp32's normal range (or 0) and finite
+    e: np.ndarray  # (..., rows, Nk): key j's total exponent error, ln 2 (x_j + sum_{later t} a_t + m2_T) - s_j
+    e_frame: np.ndarray  # the same in its own tile's frame: ln 2 (x_j + m2_t(j)) - s_j
+    floor: np.ndarray  # |.| bound on the float64 evaluation of e and e_frame (and of s)
+    c: np.ndarray  # (..., rows, Nk): the rescales after key j's tile that can differ from 1 (a_t != 0)
+    x: np.ndarray  # (..., rows, Nk) visiting order: the fp32 argument of ex2, base 2
+    m2: np.ndarray  # (..., rows, T): the running max after each tile, base 2 (fp32 values)
+    a: np.ndarray  # (..., rows, T): the rescale arguments fl32(m2_{t-1} - m2_t) (0 for the first tile)
+    change: np.ndarray  # (..., rows, T): alpha_t can differ from 1 (and acc is not empty)
+
+
+def _alpha_arguments(m2):
+    """a_t = fl32(m2_{t-1} - m2_t) per tile t >= 1 (one rounding: fma_chain.fma_step), 0 for the first tile
+    (its alpha rescales an empty accumulator)."""
+    from flashcheck.proofs.fma_chain import fma_step
+
+    return np.concatenate([np.zeros_like(m2[..., :1]), fma_step(m2[..., :-1], -m2[..., 1:])], axis=-1)
+
+
+def _known_arguments(qf, kf, s, sc, order: _TileOrder, ragged_from: int, M: _Model) -> _KnownArguments:
+    """Every exponent argument of the rows, exactly (Precision.exp_argument "fma", bounds.md sec. 6b): qk_j the
+    ascending fp32 FMA chain, c = qk_scale2; s2_j = fl32(qk_j c) (qk_j c exact in float64, rounded once); m2_t the
+    running max of s2 over the tiles in visiting order; x_j = fl32(qk_j c - m2_t) (one rounding) on full tiles,
+    fl32(s2_j - m2_t) on the masked tile (keys >= ragged_from); a_t = fl32(m2_{t-1} - m2_t) (fma_chain.fma_step:
+    exact two-sum, round-to-odd, one rounding). Key j's weight as computed is ex2(x_j) prod_{t > t(j)} ex2(a_t), so
+    its exponent error against exp(s_j - m) is e_j (above) up to ex2's relative errors.
+
+    floor (float64 evaluation): E2 = (x + S) + m2_T with S a suffix sum of <= T terms errs by <= gamma_{T+2}(2^-53)
+    (|x| + sum |a| + |m2_T|); ln 2 (math.log, <= 2^-53 relative) times it and the product's rounding: 2^-51 ln 2 |E2|;
+    s = scale q.k in float64 (any order): gamma_{d+2}(2^-53) scale sum |q||k|; the last subtraction 2^-52 |e|:
+    the sum, taken twice."""
+    from flashcheck.proofs.fma_chain import F32_MIN_NORMAL, fma_chain_dot, fma_step, kernel_qk_scale2
+
+    kT = np.swapaxes(kf, -1, -2)
+    qk, normal = fma_chain_dot(qf, kT, return_normal=True)
+    pr = qk * kernel_qk_scale2(sc)  # exact
+    with np.errstate(over="ignore", invalid="ignore"):
+        s2 = pr.astype(np.float32).astype(np.float64)
+    st = order.starts
+    so, po = order.apply(s2), order.apply(pr)
+    m2 = np.maximum.accumulate(np.maximum.reduceat(so, st, axis=-1), axis=-1)
+    mk = np.repeat(m2, order.sizes, axis=-1)
+    unfused = order.apply(np.arange(s.shape[-1]) >= ragged_from)
+    x = np.where(unfused, fma_step(-mk, so), fma_step(-mk, po))
+    a = _alpha_arguments(m2)
+    T = m2.shape[-1]
+    first = np.arange(T) == 0
+    change = ~first & ((a != 0.0) if M.alpha_exact_at_zero else True)
+    later = np.cumsum(change[..., ::-1], axis=-1)[..., ::-1] - change  # changes in tiles after t
+    S = np.cumsum(a[..., ::-1], axis=-1)[..., ::-1] - a  # sum of a over the tiles after t
+    Sabs = np.abs(a).sum(-1, keepdims=True)
+    rep = lambda y: np.repeat(y, order.sizes, axis=-1)  # noqa: E731
+    mT = m2[..., -1:]
+    ln2 = math.log(2.0)
+    E2 = (x + rep(S)) + mT
+    so_exact = order.apply(s)
+    e = ln2 * E2 - so_exact
+    e_frame = ln2 * (x + mk) - so_exact
+    absqk = sc * (np.abs(qf) @ np.abs(kT))
+    g = float(gamma(T + 2, 2.0**-53))
+    floor = 2.0 * (ln2 * g * (np.abs(x) + Sabs + np.abs(mT)) + 2.0**-51 * ln2 * (np.abs(E2) + np.abs(x + mk))
+                   + float(gamma(qf.shape[-1] + 2, 2.0**-53)) * order.apply(absqk)
+                   + 2.0**-52 * (np.abs(e) + np.abs(e_frame)))
+    tiny = lambda y: (y != 0.0) & (np.abs(y) < F32_MIN_NORMAL)  # noqa: E731 (flush to zero would differ)
+    fin = np.isfinite(e) & np.isfinite(e_frame) & np.isfinite(floor)
+    ok = (normal & np.isfinite(pr)).all(-1) & (fin & ~tiny(so) & ~tiny(x)).all(-1) & ~tiny(a).any(-1)
+    return _KnownArguments(ok=ok, e=order.undo(e), e_frame=order.undo(e_frame), floor=order.undo(floor),
+                           c=order.undo(rep(later)).astype(np.float64), x=x, m2=m2, a=a, change=change)
+
+
 def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias, explain=False,
-                  groups=None) -> _ForwardRows:
+                  groups=None, ragged_from: int | None = None) -> _ForwardRows:
     """The forward analysis of a block of query rows (s, vis, qf restricted to those rows). With
-    `explain` (probabilistic kind only) it also returns the named terms of the bounds (ForwardTerms)."""
+    `explain` (probabilistic kind only) it also returns the named terms of the bounds (ForwardTerms).
+    ragged_from: the first key of the kernel's masked (ragged) tile, from the block_k it was given (before
+    Precision.fitted): Precision.exp_argument "fma" computes that tile's arguments in two roundings; None (a band,
+    a window or a dense mask: which tiles are masked is the kernel's per query block): nothing claimed."""
     m, A, l, lse, empty = _softmax_parts(s, vis)
     o = A @ vf
     d, Nk = p.d, p.Nk
@@ -747,6 +846,27 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         return np.where(vis, s - m[..., None] - np.log(l)[..., None], -np.inf)
 
     Ab_wc, Ab1_wc, _ = _weighted_exp_err(A, b_wc, e_key, eps_key, vis, log_a)  # A b, A (1 + b)
+    # what the backward reads (Delta, sec. 8) stays the charge without the known arguments
+    kept = dict(b_wc=b_wc, Ab_wc=Ab_wc, Ab1_wc=Ab1_wc, b_lin=b_lin, det=lg.det + alpha_det,
+                w_low=np.where(vis, np.exp(-e_key) * (1 - M.eps_exp) ** (1.0 + c), 0.0))
+    ka = det_logit_known = None
+    if (kind == "probabilistic" and M.exp_fma and order is not None and vis.all() and not has_bias
+            and lg.conv is not None and Nk and ragged_from is not None):
+        # the exponent arguments known (Precision.exp_argument "fma", bounds.md sec. 6b): key j's total exponent
+        # error e_j with its sign (the logits', the product's, the shift's and the rescale arguments' roundings);
+        # c_j the rescales that certainly change; only ex2's relative errors and the float64 floor stay unsigned
+        ka = _known_arguments(qf, kf, s, sc, order, ragged_from, M)
+        ok = ka.ok[..., None] & vis
+        e_known = np.abs(ka.e) + ka.floor
+        c = np.where(ok, ka.c, c)
+        e_key = np.where(ok, e_known, e_key)
+        eps_key = (1.0 + M.eps_exp) ** (1.0 + c) - 1.0
+        b_wc = np.where(vis, _exp_err(e_key, eps_key), 0.0)
+        b_lin = np.where(ok, e_known + (1.0 + c) * M.eps_exp, b_lin)
+        alpha_det = np.where(ok, c * M.eps_exp, alpha_det)
+        det_logit_known = np.where(ok, ka.floor, np.nan)  # replaces det_logit below where known
+        lg = dataclasses.replace(lg, conv=np.where(ok, ka.e, lg.conv), conv_floor=np.where(ok, ka.floor, lg.conv_floor))
+        Ab_wc, Ab1_wc, _ = _weighted_exp_err(A, b_wc, e_key, eps_key, vis, log_a)
 
     # accumulation (sec. 4): P.V through the accumulator (recursive: over all keys, per product or per
     # MMA k-step), T rescales acc*alpha (RN); l: block_k-wide fp32 sum + 2 roundings per tile (RN)
@@ -779,6 +899,8 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     # logit's det and enters signed, sum_j A_j e_j (v_j - O), below; the floor (subnormals) stays unsigned
     conv = kind == "probabilistic" and lg.conv is not None
     det_logit = lg.det - lg.det_conv + lg.conv_floor if conv else lg.det
+    if det_logit_known is not None:
+        det_logit = np.where(np.isnan(det_logit_known), det_logit, det_logit_known)
     W_det = A * (det_logit + alpha_det + M.eps_exp)
     W_sig = (A * lg.sigma) ** 2
     W_vis = vis.astype(np.float64)
@@ -798,8 +920,14 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     w_low = np.where(vis, np.exp(-e_key) * (1 - M.eps_exp) ** (1.0 + c), 0.0)
     A1b_low = (A * w_low).sum(axis=-1)
     den_low = A1b_low * (1 - mu_wc) - n_vis * M.floor_w / l_eff
-    with np.errstate(divide="ignore", invalid="ignore"):
-        inv_den = np.where(empty, 1.0, np.where(den_low > 0, 1.0 / np.maximum(den_low, 1e-300), np.inf))[..., None]
+    def inverse(den_low):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(empty, 1.0, np.where(den_low > 0, 1.0 / np.maximum(den_low, 1e-300), np.inf))[..., None]
+
+    inv_den = inverse(den_low)
+    kept["inv_den"] = inv_den if ka is None else inverse(
+        (A * kept.pop("w_low")).sum(axis=-1) * (1 - mu_wc) - n_vis * M.floor_w / l_eff)
+    kept.pop("w_low", None)
 
     p_rho = None
     if kind == "worst_case":
@@ -840,7 +968,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
             # an fp32 FMA chain: the same first order with each step's rounding evaluated on the data where its
             # grid and residue are certain (_fma_chain_on_data), beside sum_s |X_s| from the same pass; both
             # bounds hold, so their minimum does
-            on_data = _fma_on_data(s, lg, M, order, A, vf, b_wc, m, l, T) if fma else None
+            on_data = _fma_on_data(s, lg, M, order, A, vf, kept["b_wc"], m, l, T, ka) if fma else None
             if on_data is None:
                 acc_abs = _partial_abs_sums(Ao, vo, ends, tile_ends, M.pv_products, blocked=not M.recursive)
             else:
@@ -972,9 +1100,9 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                      o_capped=np.broadcast_to(o_capped, o_shape).copy(), lse_terms=lse_terms, lse_capped=capped)
     return _ForwardRows(**extra, err=np.broadcast_to(err, o_shape).copy(), lse_err=lse_err, A=A, o=o, lse=lse, m=m,
                         empty=empty,
-                        parts=_ForwardParts(b_wc=b_wc, Ab_wc=Ab_wc, Ab1_wc=Ab1_wc, b_lin=b_lin, qk=lg.qk, l=l,
-                           sigma=lg.sigma, det=lg.det + alpha_det, nu_wc=nu_wc, nu_lin=nu_lin,
-                           mu_wc=mu_wc, mu_lin=mu_lin, inv_den=inv_den, floors=floors,
+                        parts=_ForwardParts(**kept, qk=lg.qk, l=l,
+                           sigma=lg.sigma, nu_wc=nu_wc, nu_lin=nu_lin,
+                           mu_wc=mu_wc, mu_lin=mu_lin, floors=floors,
                            final=final, n_pv=n_pv, T=T, n_l=n_l,
                            lam=lam, lse_sigma=np.where(empty, 0.0, lse_sigma),
                            lse_det=np.where(empty, 0.0, lse_det),

@@ -81,6 +81,9 @@ ACCUMULATIONS = ("recursive", "blocked")
 # "any" (nothing assumed: order-free counts; e.g. flash-attn's CUDA kernels visit the key blocks from the last).
 TILE_ORDERS = ("partial_first", "ascending", "any")
 DELTA_SOURCES = ("output", "fp32")
+# What is stated about the exponent argument x_j = S2_j - m of the online softmax (Precision.exp_argument):
+# "unknown" (its roundings charged worst case) or "fma" (the compiled forms of our kernel, known on the data).
+EXP_ARGUMENTS = ("unknown", "fma")
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,18 @@ class Precision:
       its leaves to first order, and each leaf lies under <= D of them; bounds.md sec. 4). Set for our kernel on the
       GPU only where bench/compile_forward.py --record read it off the PTX of this Triton version and tile config
       (proofs/measurements/forward_compiled_triton<version>.json; flashcheck.adapters.ours_precision); never in
-      the interpreter (its tl.sum is NumPy's) or for other kernels."""
+      the interpreter (its tl.sum is NumPy's) or for other kernels.
+    exp_argument: a stated property of the kernel's online softmax (EXP_ARGUMENTS; default "unknown": the
+      argument's roundings, the product by c, the subtraction of the running max and the rescale arguments, are
+      charged worst case). "fma" (only with ieee_fma_chain) states the forms our forward compiles to for fp32 with
+      dot "ieee" on sm_90 (bench/compile_forward.py): s2 = fl32(qk c) feeds the running max m_t = max(m_{t-1},
+      max_j s2_j) (every m_t a known fp32 number); a full key tile's argument is x_j = fl32(qk_j c - m_t) in ONE
+      rounding (fma.rn.f32), the masked (ragged) tile's x_j = fl32(s2_j - m_t) (the product rounded, then the
+      subtraction: s2 passes through tl.where); P~_j = ex2(x_j); alpha_t = ex2(fl32(m_{t-1} - m_t)). Then every
+      exponent argument is a known fp32 number and only ex2's error is unknown: the probabilistic forward bound of
+      unmasked rows in a known tile order evaluates each key's total exponent error with its sign (bounds.md
+      sec. 6b). Not set by flashcheck.adapters.ours_precision (an integrator sets it from a compiled-code
+      record); the CPU emulation computes these forms (proofs/emulation.py, ieee_fma_chain=True)."""
 
     input: str
     dot: str
@@ -152,6 +166,7 @@ class Precision:
     l_accumulate: str = "float32"
     ieee_fma_chain: bool = False
     rowsum_depth: int | None = None
+    exp_argument: str = "unknown"
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -164,6 +179,7 @@ class Precision:
             ("gqa_reduction", self.gqa_reduction, GQA_REDUCTIONS),
             ("tile_order", self.tile_order, TILE_ORDERS),
             ("l_accumulate", self.l_accumulate, ACCUMULATORS),
+            ("exp_argument", self.exp_argument, EXP_ARGUMENTS),
         ):
             if value not in allowed:
                 raise ValueError(f"Precision.{name} must be one of {allowed}, got {value!r}")
@@ -183,6 +199,9 @@ class Precision:
         d = self.rowsum_depth
         if d is not None and (not isinstance(d, int) or isinstance(d, bool) or d < 1):
             raise ValueError(f"Precision.rowsum_depth must be None or a positive int, got {d!r}")
+        if self.exp_argument == "fma" and not self.ieee_fma_chain:
+            raise ValueError("Precision.exp_argument='fma' states the exponent arguments of known FMA-chain logits: "
+                             "it needs ieee_fma_chain=True (the compiled forms read the known fp32 dot qk)")
         if not isinstance(self.hardware, HardwareConstants):
             raise ValueError(f"Precision.hardware must be a HardwareConstants, got {self.hardware!r}")
 
@@ -250,6 +269,7 @@ class _Model:
     u_lconv: float = 0.0  # the one rounding of a wider l into the working format at the end (0: l is in it)
     fma_logits: bool = False  # the logit dot is the known fp32 FMA chain and c its known constant (Precision.ieee_fma_chain)
     rowsum_depth: int | None = None  # the tile rowsum's addition-tree depth (Precision.rowsum_depth); None: any order
+    exp_fma: bool = False  # the exponent arguments are the compiled forms, known on the data (Precision.exp_argument)
 
 
 def _model(precision: Precision) -> _Model:
@@ -298,6 +318,7 @@ def _model(precision: Precision) -> _Model:
         u_lconv=u_w if UNIT_ROUNDOFF[pr.l_accumulate] < u_w else 0.0,
         fma_logits=pr.ieee_fma_chain,
         rowsum_depth=pr.rowsum_depth,
+        exp_fma=pr.exp_argument == "fma",
     )
 
 
