@@ -26,8 +26,10 @@ adv() {  # adv LIMIT NAME ARGS...: one adversary on the kernel
 PRECS=${PRECS:-float32:ieee float32:tf32 float16:fp16 bfloat16:bf16}  # e.g. PRECS="float16:fp16 bfloat16:bf16"
 ( run A ${TA:-540} log_a65536.txt --nk 65536 --nq 16 --seeds 0 --precisions $PRECS ) &
 (
-  adv 60 p_residue_o_fp16 bench/adversaries/p_residue_o.py --n 4096 16384 65536
-  adv 60 p_residue_o_bf16 bench/adversaries/p_residue_o.py --n 4096 16384 --dtype bfloat16
+  if [ -z "${SKIP_RESIDUE:-}" ]; then  # SKIP_RESIDUE=1: not the fp16/bf16 P-residue adversaries (time)
+    adv 60 p_residue_o_fp16 bench/adversaries/p_residue_o.py --n 4096 16384 65536
+    adv 60 p_residue_o_bf16 bench/adversaries/p_residue_o.py --n 4096 16384 --dtype bfloat16
+  fi
   adv 90 step_sign_masked bench/adversaries/step_sign_o.py --masked-key --n 4096 16384 65536
   [ -n "${STEP_SIGN_FP32:-}" ] && adv 120 step_sign_fp32 bench/adversaries/step_sign_o.py --n 4096 16384 65536
   run B ${TB:-330} log_b.txt --nk 512 4096 --nq 64 --seeds ${SEEDS_B:-0} --precisions $PRECS
