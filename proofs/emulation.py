@@ -120,6 +120,12 @@ def _tile_starts(Nk: int, block_k: int) -> list:
     return ([full] if full < Nk else []) + starts
 
 
+def _visit(n: int, block: int) -> torch.Tensor:
+    """The indices 0..n-1 in our kernel's tile order (_tile_starts: a ragged tile first)."""
+    return torch.cat([torch.arange(j0, min(n, j0 + block)) for j0 in _tile_starts(n, block)]) if n else \
+        torch.arange(0)
+
+
 def _visibility(B, H, Nq, Nk, causal, window, mask):
     from flashcheck.reference.masks import visibility
 
@@ -301,11 +307,14 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
 
 def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
                  scale=None, causal=False, window=None, mask=None, accumulation: str = "recursive",
-                 k_step: int | None = None, delta_o=None, ieee_fma_chain: bool = False):
+                 k_step: int | None = None, delta_o=None, ieee_fma_chain: bool = False, block_k: int = 64,
+                 block_q: int = 64):
     """(dQ, dK, dV) as the FA2 backward kernel computes them from its own (O, LSE): Delta from the
     stored O (or from `delta_o`, the fp32 O of fa2_forward(..., return_fp32_o=True), for
     delta_from="fp32"), P recomputed from the stored LSE in base 2, P and dS rounded to the operand dtype
-    before the products, fp32 accumulation, scale applied once at the end, stored in `out`.
+    before the products, fp32 accumulation, scale applied once at the end, stored in `out`. dQ runs over the
+    key tiles of block_k, dK and dV over the query tiles of block_q (per query head of the group), in our kernel's
+    order: a ragged tile first, then the full ones ascending (_tile_starts, Precision.tile_order "partial_first").
     ieee_fma_chain: the logits as FMA chains (module docstring; Precision.ieee_fma_chain)."""
     _check_fma(ieee_fma_chain, dtype, dot)
     pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask)
@@ -340,13 +349,18 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     ds = p * (dp - delta[..., None])
     dsr = _operand(ds, dot, tdt).to(acc_t)
 
+    rows = _visit(Nq, block_q)
+    keys = _visit(Nk, block_k)
+
     def over_rows(a, b, n):  # sum over the group's query rows, one accumulator (kernel: g outer, tiles inner)
+        a, b = a[..., rows, :], b[..., rows, :]
         aT = a.transpose(-1, -2).reshape(B, Hkv, group, Nk, Nq).permute(0, 1, 3, 2, 4).reshape(B, Hkv, Nk, group * Nq)
         bb = b.reshape(B, Hkv, group * Nq, n)
         return _dot_acc(aT, bb, torch.zeros((B, Hkv, Nk, n), dtype=acc_t), accumulation, ks)
 
     dv = over_rows(pr, dop, dvd)
-    dq = _dot_acc(dsr, kt, torch.zeros((B, Hq, Nq, d), dtype=acc_t), accumulation, ks) * torch.tensor(sc, dtype=acc_t)
+    dq = _dot_acc(dsr[..., keys], kt[..., keys, :], torch.zeros((B, Hq, Nq, d), dtype=acc_t), accumulation,
+                  ks) * torch.tensor(sc, dtype=acc_t)
     dk = over_rows(dsr, qt, d) * torch.tensor(sc, dtype=acc_t)
     odt = _TORCH[out or dtype]
     return tuple(x.to(odt).double().numpy() for x in (dq, dk, dv))

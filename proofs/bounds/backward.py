@@ -597,11 +597,15 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         tc_D = None
         if M.tensor_core and M.recursive and M.pv_products == 1:
             # the P.V accumulation of O (normalized products A_j v_jc), weighted by |dO_c| in Delta
-            ordered = (Nk % precision.block_k == 0) & vis.all(axis=-1) & _heads_unmasked(head_full)
+            # the tiles in the stated order (_visiting: our kernel's ragged tile first); "any" (flash-attn visits key
+            # blocks from the last one): order-free
+            idx = _visiting(Nk, precision.block_k, precision.tile_order)
+            ordered = (idx is not False) & vis.all(axis=-1) & _heads_unmasked(head_full)
             tc_D = M.u_dacc * np.concatenate(
                 [(np.abs(do_r[:, :, rr]) * _tensor_core_steps(p, precision.block_k, M.k_step,
                                                               ordered[:, :, rr, None])).sum(-1)
-                 for rr, p in _product_chunks(A, np.swapaxes(vf, -1, -2))], axis=2)
+                 for rr, p in _product_chunks(_take_visiting(A, idx, -1),
+                                              _take_visiting(np.swapaxes(vf, -1, -2), idx, -1))], axis=2)
         lg_conv = (lg.det_conv, lg.conv, lg.conv_floor) if conv is not None and lg.conv is not None else None
         eps_D, sig_D, det_D, delta_signed = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D, tc_D,
                                            lr if kind == "probabilistic" else None, lg_conv)
@@ -676,7 +680,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
         # than that could be equal as computed, and are grouped
         tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
-        acc_sq, partial, tc_steps = _dq_accumulation(M, kind, dS, kf, tolS, vis, precision.block_k, head_full)
+        acc_sq, partial, tc_steps = _dq_accumulation(M, kind, dS, kf, tolS, vis, precision.block_k, head_full,
+                                                     precision.tile_order)
         if rn_rows:
             row_blocks.append((dS, tolS, tolP))
         if tc_rows:
@@ -835,15 +840,16 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     if tc_rows:
         dS_all = np.concatenate(dS_blocks, axis=2)
         del dS_blocks
-        tc_dk = _rows_tensor_core(M, dS_all, F.qf, F.vis, precision.block_q, group, n_q)
-        tc_dv = _rows_tensor_core(M, F.A, dof, F.vis, precision.block_q, group, n_q)
+        tc_dk = _rows_tensor_core(M, dS_all, F.qf, F.vis, precision.block_q, group, n_q, precision.tile_order)
+        tc_dv = _rows_tensor_core(M, F.A, dof, F.vis, precision.block_q, group, n_q, precision.tile_order)
         del dS_all
         partial_dk = tc_dk
     if rn_rows:
         dS_all, tolS_all, tolP_all = (np.concatenate(x, axis=2) for x in zip(*row_blocks))
         del row_blocks
-        acc_dk, partial_dk = _rows_accumulation(M, dS_all, F.qf, tolS_all, F.vis, precision.block_q, group)
-        acc_dv, _ = _rows_accumulation(M, F.A, dof, tolP_all, F.vis, precision.block_q, group)
+        acc_dk, partial_dk = _rows_accumulation(M, dS_all, F.qf, tolS_all, F.vis, precision.block_q, group,
+                                                precision.tile_order)
+        acc_dv, _ = _rows_accumulation(M, F.A, dof, tolP_all, F.vis, precision.block_q, group, precision.tile_order)
         del dS_all, tolS_all, tolP_all
     # systematic parts (sec. 6): a partial sum s of the accumulation is C_s dV + F_s, C_s in [0, 1],
     # |F_s| <= sum_i A_ij |dO_ic| + |dV_jc|; the part along dV (and P's rounding along dV) worst case
@@ -1221,10 +1227,18 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
     _delta_accumulation_remainder)."""
     from .forward import _keys_in_order, _rescale_changes, _tile_changes, _tile_order
 
-    A, vis, s, m = F.A, F.vis, F.s, F.m
-    rows, Nk = A.shape[-2:]
+    A0, vis0, s0, m = F.A, F.vis, F.s, F.m
+    rows, Nk0 = A0.shape[-2:]
     bk = precision.block_k
-    lgf = _logit_errors(F.qf, kf, s, m, vis, sc, M, d, has_bias, qk=F.parts.qk)
+    lgf = _logit_errors(F.qf, kf, s0, m, vis0, sc, M, d, has_bias, qk=F.parts.qk)
+    # the keys in the kernel's visiting order (Precision.tile_order; our kernel's ragged tile first, padded at the
+    # front with invisible zero keys to a full tile, _visiting): the running max, the kernel's P and the partial
+    # sums are those of that order; "any" (flash-attn visits key blocks from the last one): order-free
+    idx = _visiting(Nk0, bk, precision.tile_order)
+    ordered = (M.recursive and idx is not False) & vis0.all(axis=-1) & _heads_unmasked(head_full)
+    A, vis, s, wc = (_take_visiting(x, idx, -1) for x in (A0, vis0, s0, lgf.wc))
+    vf_v = _take_visiting(vf, idx, -2)
+    Nk = A.shape[-1]
     T = max(1, -(-Nk // bk))
     pad = T * bk - Nk
     tile_max = np.pad(np.where(vis, s, -np.inf), [(0, 0)] * (s.ndim - 1) + [(0, pad)],
@@ -1232,9 +1246,8 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
     run = np.repeat(np.maximum.accumulate(tile_max, axis=-1), bk, axis=-1)[..., :Nk]
     with np.errstate(invalid="ignore", over="ignore"):
         pk = np.where(vis, np.exp(np.where(vis, s - run, 0.0)), 0.0)  # the kernel's P before the division
-        e_run = np.max(np.where(vis, lgf.wc, 0.0), axis=-1, keepdims=True)  # error of the computed running max
-        rel = np.where(vis, np.exp(lgf.wc + e_run) * (1 + M.eps_exp) * (1 + M.u_pv) - 1.0, 0.0)
-    ordered = (M.recursive and Nk % bk == 0) & vis.all(axis=-1) & _heads_unmasked(head_full)
+        e_run = np.max(np.where(vis, wc, 0.0), axis=-1, keepdims=True)  # error of the computed running max
+        rel = np.where(vis, np.exp(wc + e_run) * (1 + M.eps_exp) * (1 + M.u_pv) - 1.0, 0.0)
     dvn = vf.shape[-1]
     absdo = np.abs(dof)
     var = np.zeros(A.shape[:-1])
@@ -1242,7 +1255,7 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
     step = max(1, (1 << 21) // max(1, Nk * dvn))
     for r0 in range(0, rows, step):
         r = slice(r0, min(rows, r0 + step))
-        vT = np.swapaxes(vf, -1, -2)[:, :, None]  # (B, H, 1, dv, Nk)
+        vT = np.swapaxes(vf_v, -1, -2)[:, :, None]  # (B, H, 1, dv, Nk)
         normalized = A[:, :, r, None, :] * vT
         coef = _accumulation_coefficients(normalized, bk, True)
         coef_u = _accumulation_coefficients(normalized, bk, False)
@@ -1261,18 +1274,18 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
         lead = p.shape[:3]
         var[:, :, r] = _grouped_square_sum(p.reshape(-1, dvn * Nk), coef.reshape(-1, dvn * Nk),
                                            tol.reshape(-1, dvn * Nk)).reshape(lead)
-    order = _tile_order(Nk, bk, precision.tile_order)
-    if order is not None and vis.all():
+    order = _tile_order(Nk0, bk, precision.tile_order)
+    if order is not None and vis0.all():
         # the visiting order known (unmasked rows, as forward._l_sum_error): the rescale at tile t rounds
         # acc_c * alpha, |acc_c| <= the share of (A|V|)_c visited before t, only where alpha can differ from 1
-        change = _tile_changes(s, lgf.wc, vis, order, M.alpha_exact_at_zero)
-        prefix = np.cumsum(np.add.reduceat(order.apply(A)[..., None, :] * np.swapaxes(
+        change = _tile_changes(s0, lgf.wc, vis0, order, M.alpha_exact_at_zero)
+        prefix = np.cumsum(np.add.reduceat(order.apply(A0)[..., None, :] * np.swapaxes(
             _keys_in_order(np.abs(vf), order), -1, -2)[:, :, None], order.starts, axis=-1), axis=-1)
         before = (change[..., None, 1:] * prefix[..., :-1]).sum(-1)  # (B, H, rows, dv)
         return var, M.u_w * (absdo * before).sum(-1), partial
-    later = _rescale_changes(s, lgf.wc, vis, bk, M.alpha_exact_at_zero)
-    n_change = np.max(np.where(vis, later, 0.0), axis=-1) + (0.0 if M.alpha_exact_at_zero else 0.0)
-    det = M.u_w * n_change * (absdo * (A @ np.abs(vf))).sum(-1)
+    later = _rescale_changes(s0, lgf.wc, vis0, bk, M.alpha_exact_at_zero)
+    n_change = np.max(np.where(vis0, later, 0.0), axis=-1) + (0.0 if M.alpha_exact_at_zero else 0.0)
+    det = M.u_w * n_change * (absdo * (A0 @ np.abs(vf))).sum(-1)
     return var, det, partial
 
 
@@ -1281,15 +1294,19 @@ def _heads_unmasked(head_full):
     return True if head_full is None else head_full[..., 0]
 
 
-def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head_full=None):
+def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head_full=None,
+                     tile_order: str = "any"):
     """(acc_sq, partial, tc_steps) of _grad for the accumulation dQ = dS @ K through key tiles of block_k: round to
     nearest grouped by products that can be equal as computed (probabilistic, no tensor core; tolS bounds
     the error of dS as computed), tensor-core steps from the partial sums (recursive tensor cores); None
-    where the model has neither. Tiles are ascending where nothing of the head is masked (`head_full`, (..., 1, 1):
-    a partial tile of a row's query block is visited first even when that row sees every key) and N_k is a
-    multiple of block_k."""
+    where the model has neither. The tiles come in the kernel's stated order (Precision.tile_order, _visiting: our
+    kernel's ragged tile first) where nothing of the head is masked (`head_full`, (..., 1, 1): a partial tile of a
+    row's query block is visited first even when that row sees every key); "any" (a kernel that does not state it:
+    flash-attn's dQ is atomically added over key blocks in no fixed order): the order-free bounds."""
     Nk = kf.shape[-2]
-    ordered = (M.recursive and Nk % block_k == 0) & vis.all(axis=-1) & _heads_unmasked(head_full)
+    idx = _visiting(Nk, block_k, tile_order)
+    ordered = (M.recursive and idx is not False) & vis.all(axis=-1) & _heads_unmasked(head_full)
+    dS, kf, tolS = _take_visiting(dS, idx, -1), _take_visiting(kf, idx, -2), _take_visiting(tolS, idx, -1)
     acc_sq = partial = tc_steps = None
     if kind == "probabilistic" and not M.tensor_core:
         acc_sq, partial = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, block_k, ordered, M.fma_logits)
@@ -1300,14 +1317,15 @@ def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head
     return acc_sq, partial, tc_steps
 
 
-def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int):
+def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int, tile_order: str = "any"):
     """acc_sq of _grad for the accumulation over the query rows of S^T @ other (dK: dS^T Q; dV: P^T dO) in
     the dK/dV pass, the round-to-nearest model of dQ's over the keys (_rn_accumulation_sq) on the other axis.
     S, tolS, vis: (B, Hq, Nq, Nk); other: (B, Hq, Nq, c). One accumulator per key runs through the query
     heads of its GQA group in turn (head g, then its query tiles of block_q), so the group's rows are one
-    contraction of group * Nq products in that order. Tiles ascending only when no entry of the group is
-    masked and N_q is a multiple of block_q: a masked entry anywhere in a tile makes it partial, and partial
-    tiles come first (kernels/triton_bwd.py); otherwise the order-free coefficient u sum |p|. Returns
+    contraction of group * Nq products in that order. The query tiles in the kernel's stated order
+    (Precision.tile_order, as its key tiles: our kernel's ragged query tile first, then the full ones, _visiting)
+    only when no entry of the group is masked: a masked entry anywhere in a tile makes it partial, and partial
+    tiles come first (kernels/triton_bwd.py); otherwise, or "any", the order-free coefficient u sum |p|. Returns
     (B, Hq, Nk, c) twice: the kv head's proxy and its partial-sum total C1, spread evenly over its query heads
     (the callers sum them, _kv)."""
     B, Hq, Nq, Nk = S.shape
@@ -1315,29 +1333,33 @@ def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int)
 
     def heads(x):  # (B, Hq, Nq, ...) -> (B, Hkv, group * Nq, ...): head g's rows at g * Nq ...
         return x.reshape(B, Hkv, group * Nq, *x.shape[3:])
-    ordered = (M.recursive and Nq % block_q == 0) & heads(vis).all(axis=(-2, -1))
+    idx = _visiting(Nq, block_q, tile_order, group)
+    ordered = (M.recursive and idx is not False) & heads(vis).all(axis=(-2, -1))
     ordered = np.broadcast_to(ordered[..., None], (B, Hkv, Nk))
-    acc, partial = _rn_accumulation_sq(np.swapaxes(heads(S), -1, -2), heads(other),
-                                       np.swapaxes(heads(tolS), -1, -2), M.u_dacc, block_q, ordered,
-                                       M.fma_logits)
+    acc, partial = _rn_accumulation_sq(_take_visiting(np.swapaxes(heads(S), -1, -2), idx, -1),
+                                       _take_visiting(heads(other), idx, -2),
+                                       _take_visiting(np.swapaxes(heads(tolS), -1, -2), idx, -1), M.u_dacc,
+                                       block_q, ordered, M.fma_logits)
     return np.repeat(acc / group, group, axis=1), np.repeat(partial / group, group, axis=1)
 
 
-def _rows_tensor_core(M: _Model, S, other, vis, block_q: int, group: int, n_steps: int):
+def _rows_tensor_core(M: _Model, S, other, vis, block_q: int, group: int, n_steps: int, tile_order: str = "any"):
     """tc_steps of _grad for the tensor-core accumulation over the query rows of S^T @ other (dK: dS^T Q, dV:
     P^T dO) in the dK/dV pass: sum over the MMA steps of (|accumulator| + the step's sum |p|) bounded from the
-    partial sums of ascending query tiles (_tensor_core_steps, as dQ's over the keys) where the rows come in
-    order (nothing of the kv head's group masked, N_q a multiple of block_q: _rows_accumulation's condition),
-    else n_steps sum |p| (n_steps: the accumulator's MMA steps through the group). (B, Hq, Nk, c): the kv
+    partial sums of the query tiles in the stated order (_tensor_core_steps, as dQ's over the keys) where the rows
+    come in order (nothing of the kv head's group masked, a known Precision.tile_order: _rows_accumulation's
+    condition), else n_steps sum |p| (n_steps: the accumulator's MMA steps through the group). (B, Hq, Nk, c): the kv
     head's value spread evenly over its query heads (the callers sum them, _kv)."""
     B, Hq, Nq, Nk = S.shape
     Hkv = Hq // group
 
     def heads(x):  # (B, Hq, Nq, ...) -> (B, Hkv, group * Nq, ...)
         return x.reshape(B, Hkv, group * Nq, *x.shape[3:])
-    ordered = (M.recursive and Nq % block_q == 0) & heads(vis).all(axis=(-2, -1))
+    idx = _visiting(Nq, block_q, tile_order, group)
+    ordered = (M.recursive and idx is not False) & heads(vis).all(axis=(-2, -1))
     St, oT = np.swapaxes(heads(S), -1, -2), np.swapaxes(heads(other), -1, -2)  # (B, Hkv, Nk, gNq), (B, Hkv, c, gNq)
     unordered = n_steps * (np.abs(St) @ np.abs(np.swapaxes(oT, -1, -2)))
+    St, oT = _take_visiting(St, idx, -1), _take_visiting(oT, idx, -1)
     steps = np.concatenate([_tensor_core_steps(p, block_q, M.k_step, True) for _, p in _product_chunks(St, oT)],
                            axis=2)
     out = np.where(np.broadcast_to(np.asarray(ordered)[..., None, None], unordered.shape),
@@ -1353,6 +1375,32 @@ def _product_chunks(S, oT):
     for r0 in range(0, R, step):
         r = slice(r0, min(R, r0 + step))
         yield r, S[:, :, r, None, :] * oT[:, :, None, :, :]
+
+
+def _visiting(n: int, block: int, tile_order: str, repeats: int = 1):
+    """Indices that put an axis of `repeats` runs of n entries (a GQA group's query heads, one after the other) into
+    the order our kind of kernel visits their tiles of `block` (Precision.tile_order), each run's ragged tile padded
+    at the front with -1 (a zero) to a full tile so that every tile is `block` wide ("partial_first": the ragged tile
+    first, then the full ones ascending; "ascending" with repeats 1: None, the axis as it is, the ragged tile last);
+    False for "any" (no order known: the order-free bounds)."""
+    if tile_order == "any":
+        return False
+    full, tail = divmod(n, block)
+    if tile_order == "ascending" and repeats == 1 or tail == 0 or full == 0:
+        return None if repeats == 1 or tail == 0 else np.concatenate(
+            [np.r_[np.arange(g * n, (g + 1) * n), -np.ones(-n % block, dtype=np.int64)] for g in range(repeats)])
+    run = (np.r_[-np.ones(block - tail, dtype=np.int64), np.arange(full * block, n), np.arange(full * block)]
+           if tile_order == "partial_first" else np.r_[np.arange(n), -np.ones(block - tail, dtype=np.int64)])
+    return np.concatenate([np.where(run < 0, -1, run + g * n) for g in range(repeats)])
+
+
+def _take_visiting(x, idx, axis: int):
+    """x with `axis` taken at idx (_visiting), -1 reading a zero; x itself for idx None."""
+    if idx is None or idx is False:
+        return x
+    axis = axis % x.ndim
+    zero = np.zeros(x.shape[:axis] + (1,) + x.shape[axis + 1:], dtype=x.dtype)
+    return np.take(np.concatenate([x, zero], axis=axis), np.where(idx < 0, x.shape[axis], idx), axis=axis)
 
 
 def _tensor_core_steps(p, block: int, k_step: int, ordered):

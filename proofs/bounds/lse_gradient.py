@@ -74,9 +74,9 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
         detS = np.where(vis, A * b_det * absg, 0.0)
         dS = A * g
         # the dQ accumulation as in backward_bound: round to nearest grouped by equal products, tensor
-        # cores from the partial sums (ascending tiles: nothing of the head masked, N_k a multiple of block_k)
+        # cores from the partial sums (the stated tile order: nothing of the head masked)
         acc_sq, partial, tc_steps = _dq_accumulation(M, kind, dS, kf, (1 + M.u_p) * (A * absg + wcS) - A * absg, vis,
-                                            precision.block_k, head_full)
+                                                     precision.block_k, head_full, precision.tile_order)
         ge = _grad(M, sc, n_k, (A * absg) @ abs_k, wcS @ abs_k, linS @ abs_k,
                    varS @ kk, (dS * dS) @ kk, detS @ abs_k, dS @ kf, acc_sq=acc_sq, tc_steps=tc_steps,
                    partial=partial)
