@@ -75,8 +75,8 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
             rem = np.minimum(rem, _delta_accumulation_remainder(F, M, abs_do, absdov, vf, partial, wc, lin))
     # P's rounding into the operand format enters Delta as sum_j A_j delta_j (g_j + Delta): not random (the logits
     # set its residue, bench/adversaries/p_residue_o.py): worst case rp (sum_j A_j |g_j| + |Delta|), or on the data
-    var = (((A * P.sigma * g) ** 2).sum(-1)
-           + ri**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
+    # (no random part from the logit errors: they are in P.det, bounds.md sec. 3)
+    var = (ri**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
            + acc_var
            + u_store**2 * ((dof * o) ** 2).sum(-1))
     if lr is not None:  # l's sum: Azuma over its groups of equal summands (rescales worst case)
@@ -1612,9 +1612,9 @@ class _KeyGroups:
 @dataclass(frozen=True)
 class _LseRandom:
     """The stored LSE's error of a block of rows, split for the sums over rows of dK and dV: `var`, the
-    variance proxy of its round-to-nearest parts (the forward's logit part sigma_L^2, l's sum over groups of
-    equal summands, the two final roundings of the forward, the backward's rounding of LSE log2(e)) and
-    `det`, the rest (the forward's non-random terms and majorant remainder, the constant ln 2, lg2).
+    variance proxy of its round-to-nearest parts (l's sum over groups of equal summands, the two final roundings of
+    the forward, the backward's rounding of LSE log2(e); the logit errors are not modelled as random, bounds.md
+    sec. 3) and `det`, the rest (the forward's non-random terms and majorant remainder, the constant ln 2, lg2).
     l: the variance proxy of l's sum alone (relative, also in Delta through O = acc / l) where `l_ok`, and
     l_det the rescales l * alpha there (worst case: equal alphas round alike)."""
 
@@ -1642,7 +1642,7 @@ def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precisi
     lse0 = np.where(Fr.empty, 0.0, Fr.lse)
     # the forward's LSE = fl(fl(m2 + log2 l) ln2): two roundings, each <= u |LSE| (first order); the
     # backward's fl(LSE log2 e): one more. Single operations per row: random over rows.
-    var = P.lse_sigma ** 2 + 3.0 * (u * lse0) ** 2
+    var = 3.0 * (u * lse0) ** 2
     det = P.lse_det - 2.0 * u * np.abs(lse0)
     Nk = A.shape[-1]
     order = _tile_order(Nk, precision.block_k, precision.tile_order)
