@@ -75,8 +75,8 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
             rem = np.minimum(rem, _delta_accumulation_remainder(F, M, abs_do, absdov, vf, partial, wc, lin))
     # P's rounding into the operand format enters Delta as sum_j A_j delta_j (g_j + Delta): not random (the logits
     # set its residue, bench/adversaries/p_residue_o.py): worst case rp (sum_j A_j |g_j| + |Delta|), or on the data
-    var = (((A * P.sigma * g) ** 2).sum(-1)
-           + ri**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
+    # (no random part from the logit errors: they are in P.det, bounds.md sec. 3)
+    var = (ri**2 * ((A * A) * ((dof * dof) @ np.swapaxes(vf * vf, -1, -2))).sum(-1)
            + acc_var
            + u_store**2 * ((dof * o) ** 2).sum(-1))
     if lr is not None:  # l's sum: Azuma over its groups of equal summands (rescales worst case)
@@ -182,14 +182,14 @@ def _delta_v_conversion(A, vf, dof):
 @dataclass(frozen=True)
 class _PError:
     """The recomputed P_hat = A (1 + b) of a block of rows: |b| <= wc (A (1 + wc) = A_wc1, evaluated stably
-    where `bad`), linear part lin, of which det is not random; sigma: the random part's std."""
+    where `bad`), linear part lin, of which det is not random (all of it: no part of the logit error is modelled as
+    random, bounds.md sec. 3)."""
 
     wc: np.ndarray
     A_wc1: np.ndarray
     bad: np.ndarray
     lin: np.ndarray
     det: np.ndarray
-    sigma: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -215,12 +215,12 @@ class _DSError:
 
 
 def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_var=0.0,
-               w_P=1.0, w_dP=1.0, w_S=1.0) -> _DSError:
+               w_dP=1.0, w_S=1.0) -> _DSError:
     """dS_hat - dS for dS = A g (|g| = absg) with P_hat, dP_hat as given and Delta off by <= eD (dD of it
     not random): the subtraction, the product and the conversion of dS to the operand format (rho) on
     (|g| + dP error + Delta error); floors of the working and operand formats (bounds.md sec. 8).
-    w_P, w_dP, w_S: the row groups' weights of P's, dP's and dS's own random parts (_RowGroups; 1 for a
-    single row, as in dQ)."""
+    w_dP, w_S: the row groups' weights of dP's and dS's own random parts (_RowGroups; 1 for a single row, as in
+    dQ). P's error has none (P.det)."""
     u = M.u_w
     (_, r_p), _ = _conv(M)
     rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
@@ -235,7 +235,7 @@ def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_
     # bench/adversaries/p_residue_dv.py for P; bounds.md sec. 6); the fp32 subtraction and product stay random
     f_p = _rounding_floor(M)
     linS = np.where(vis, A * ((P.lin + rho_lin) * absg + dP.lin + eD) + f_p, 0.0)
-    varS = np.where(vis, A * A * (w_P * (P.sigma * absg) ** 2 + w_dP * dP.sigma**2
+    varS = np.where(vis, A * A * (w_dP * dP.sigma**2
                                   + w_S * 2 * u**2 * absg**2) + extra_var, 0.0)
     # (a truncation of dS to tf32 is counted in _grad, with the other operand's)
     det_base = A * (P.det * absg + dP.det + dD)
@@ -534,8 +534,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         _, Ab1_wc, bad = _weighted_exp_err(A, b_wc, e_wc, M.eps_exp, vis, log_a)
         b_lin = np.where(vis, lg.lin + (e_lse + eps_L)[..., None] + M.eps_exp, 0.0)
         # probabilistic: the stored LSE's error (and the rounding of LSE log2 e) splits into its
-        # round-to-nearest part (variance sig_L^2: the forward's logit roundings, l's sum over its groups of
-        # equal summands, the final roundings; independent between rows that do not compute alike, which
+        # round-to-nearest part (variance sig_L^2: l's sum over its groups of equal summands, the final roundings;
+        # the logit roundings are not random, bounds.md sec. 3; independent between rows that do not compute alike, which
         # the row groups' weights w_q account for: it joins this entry's Azuma sum) and the rest (det_L)
         lr = _lse_random(Fr, M, kf, sc, d, bias is not None, precision)
         sig_L2, det_L = lr.var, lr.det
@@ -549,7 +549,6 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         rg = groups.rows(r)
         w_q, w_do, w_qdo = rg.by_q[..., None], rg.by_do[..., None], rg.by_q_do[..., None]
         b_det = np.where(vis, lg_det + det_L[..., None] + M.eps_exp, 0.0)
-        b_sig = lg.sigma
         floor_P = np.where(vis, M.floor_w * (1 + nu_q_wc) + M.floor_p * (1 + gamma(n_q, M.u_dacc)), 0.0)
         # P rounded to nearest into the operand format: its subnormal floor is part of that rounding (as dS's,
         # _dS_errors): first order, charged worst case with the relative part, max(u_p P, floor_p) (det below)
@@ -561,7 +560,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             wc=_t(_fix_bad(A * ((1 + b_wc) * (1 + nu_q_wc) - 1.0), bad,
                            lambda: Ab1_wc * (1 + nu_q_wc) - A) + floor_P) @ abs_do,
             lin=_t(A * (b_lin + nu_q_lin) + f_P) @ abs_do,
-            var_P=_t(w_q * ((A * b_sig) ** 2 + A * A * sig_L2[..., None])) @ dodo,
+            var_P=_t(w_q * (A * A * sig_L2[..., None])) @ dodo,
             var_ops=_t(A * A * (r_in**2 * w_do)) @ dodo,
             # P's rounding into the operand format, <= max(u_p P, floor_p) per entry: worst case (the logits set
             # its residue, bench/adversaries/p_residue_dv.py; bounds.md sec. 6)
@@ -633,10 +632,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dP_err = _DPError(wc=dP_wc, lin=dP_lin, sigma=dP_sig, det=dP_det)
 
         # the LSE and Delta errors of row i come from the same forward roundings: (a + b)^2 <= 2a^2 + 2b^2
-        dSe = _dS_errors(M, vis, A, absg, _PError(wc=b_wc, A_wc1=Ab1_wc, bad=bad, lin=b_lin, det=b_det, sigma=b_sig),
+        dSe = _dS_errors(M, vis, A, absg, _PError(wc=b_wc, A_wc1=Ab1_wc, bad=bad, lin=b_lin, det=b_det),
                          dP_err, eD=eD, dD=det_D[..., None],
                          extra_var=2 * A * A * w_q * (sig_L2[..., None] * absg**2 + sig_D[..., None] ** 2),
-                         w_P=w_q, w_dP=w_do, w_S=w_qdo)
+                         w_dP=w_do, w_S=w_qdo)
         dS_wc, dS_lin, dS_var, dS_det = dSe.wc, dSe.lin, dSe.var, dSe.det
         # dK = scale dS^T Q: its pieces summed over the query rows (finished after the loop, _grad)
         aq, qq = np.abs(qf), qf * qf
@@ -673,9 +672,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # the GPU (bench/results/h200-2026-11-26b/key); the model's worst-case rounding charge holds there.
         on_data = (kind == "probabilistic" and (r_p or (d_p and M.conv_exact)) and fmt in _SIGNIFICAND_BITS
                    and precision.tile_order != "any")
-        P_row = _PError(wc=b_wc_row, A_wc1=Ab1_row, bad=bad_row, lin=b_lin_row, det=b_det_row, sigma=b_sig)
-        dSe = _dS_errors(M, vis, A, absg, P_row, dP_err, eD=0.0, dD=0.0,
-                         w_P=keys.by_k, w_dP=keys.by_v, w_S=keys.by_k_v)
+        P_row = _PError(wc=b_wc_row, A_wc1=Ab1_row, bad=bad_row, lin=b_lin_row, det=b_det_row)
+        dSe = _dS_errors(M, vis, A, absg, P_row, dP_err, eD=0.0, dD=0.0, w_dP=keys.by_v, w_S=keys.by_k_v)
         wcS, linS, varS, detS = dSe.wc, dSe.lin, dSe.var, dSe.det
         # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
         # than that could be equal as computed, and are grouped
@@ -827,7 +825,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             dq_terms.append(row_terms + [
                 Term("store and scale", "other", _store(dq_err, np.abs(dQ_exact), g2, M) - dq_err)]
                 + [Term("dS var: " + name, "sub", lam * sc * np.sqrt(np.where(vis, A * A * x, 0.0) @ (kf * kf)))
-                   for name, x in (("P (logits)", (b_sig * absg) ** 2), ("dP", dP_sig**2 * np.ones_like(absg)),
+                   for name, x in (("dP", dP_sig**2 * np.ones_like(absg)),
                                    ("dS roundings", (2 * u**2 + r_p**2) * absg**2))])
         dq_err = _store(dq_err, np.abs(dQ_exact), g2, M)
         dq_blocks.append(np.where(empty[..., None], 0.0, dq_err))
@@ -1612,9 +1610,9 @@ class _KeyGroups:
 @dataclass(frozen=True)
 class _LseRandom:
     """The stored LSE's error of a block of rows, split for the sums over rows of dK and dV: `var`, the
-    variance proxy of its round-to-nearest parts (the forward's logit part sigma_L^2, l's sum over groups of
-    equal summands, the two final roundings of the forward, the backward's rounding of LSE log2(e)) and
-    `det`, the rest (the forward's non-random terms and majorant remainder, the constant ln 2, lg2).
+    variance proxy of its round-to-nearest parts (l's sum over groups of equal summands, the two final roundings of
+    the forward, the backward's rounding of LSE log2(e); the logit errors are not modelled as random, bounds.md
+    sec. 3) and `det`, the rest (the forward's non-random terms and majorant remainder, the constant ln 2, lg2).
     l: the variance proxy of l's sum alone (relative, also in Delta through O = acc / l) where `l_ok`, and
     l_det the rescales l * alpha there (worst case: equal alphas round alike)."""
 
@@ -1642,7 +1640,7 @@ def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precisi
     lse0 = np.where(Fr.empty, 0.0, Fr.lse)
     # the forward's LSE = fl(fl(m2 + log2 l) ln2): two roundings, each <= u |LSE| (first order); the
     # backward's fl(LSE log2 e): one more. Single operations per row: random over rows.
-    var = P.lse_sigma ** 2 + 3.0 * (u * lse0) ** 2
+    var = 3.0 * (u * lse0) ** 2
     det = P.lse_det - 2.0 * u * np.abs(lse0)
     Nk = A.shape[-1]
     order = _tile_order(Nk, precision.block_k, precision.tile_order)

@@ -22,7 +22,7 @@ from .logits import (_logit_errors, _mma_steps_error)
 @dataclass(frozen=True)
 class _ForwardParts:
     """The per-entry pieces of the O analysis that the backward reuses for Delta (sec. 8): the key
-    weights' relative errors, the numerator/denominator perturbations, the LSE's random/deterministic split.
+    weights' relative errors, the numerator/denominator perturbations, the LSE's bound (no part of it random).
     Arrays are per block of rows (B, H, rows, ...); scalars are the same for every row."""
 
     b_wc: np.ndarray  # worst-case relative error of key j's weight
@@ -31,8 +31,7 @@ class _ForwardParts:
     b_lin: np.ndarray  # linear part of b
     qk: tuple  # the shift-independent products of q and k (logits._logit_errors)
     l: np.ndarray  # exact l = sum_j exp(s_j - m)
-    sigma: np.ndarray  # random part of the logit error (std coefficient)
-    det: np.ndarray  # deterministic part of the logit error + the rescale arguments
+    det: np.ndarray  # the logit error's first order (none of it random, logits.py) + the rescale arguments
     nu_wc: float  # numerator perturbation (P.V): worst case
     nu_lin: float  # its linear part
     mu_wc: float  # l's sum: worst case
@@ -44,8 +43,7 @@ class _ForwardParts:
     T: int
     n_l: int
     lam: float
-    lse_sigma: np.ndarray  # LSE bound: random part (std), 0 where the worst case capped it
-    lse_det: np.ndarray  # LSE bound: the rest
+    lse_det: np.ndarray  # the LSE bound, none of it random (backward._lse_random takes its final roundings as random)
     l_sum_det: np.ndarray  # l's first-order rounding bound on the data (_l_sum_error), inside lse_det where not capped
     lse_capped: np.ndarray  # rows whose LSE bound is the worst case (lse_det holds it whole); True for worst_case
     p_rho: tuple | None = None  # (centre, half-width) of P's relative rounding (or tf32 truncation) into the operand
@@ -405,18 +403,6 @@ def _grouped_dev(W, groups, vf, o):
             X = Wf[h, r, :, None] * np.abs(vff[h][None] - of[h, r, None, :])  # (rows, Nk, dv)
             out[h, r] = (_group_sums(X, g[h]) ** 2).sum(-2)
     return out.reshape(*lead, Nq, dv)
-
-
-def _grouped_sum_sq(W, groups):
-    """sum_g (sum_{j in g} |W_ij|)^2 (the LSE's variance proxy over groups of identical keys)."""
-    lead = np.broadcast_shapes(W.shape[:-2], groups.shape[:-1])
-    Nq, Nk = W.shape[-2:]
-    g = np.broadcast_to(groups, (*lead, Nk)).reshape(-1, Nk)
-    Wf = np.abs(np.broadcast_to(W, (*lead, Nq, Nk))).reshape(-1, Nq, Nk)
-    out = np.zeros((len(g), Nq))
-    for h in range(len(g)):
-        out[h] = (_group_sums(Wf[h][..., None], g[h])[..., 0] ** 2).sum(-1)
-    return out.reshape(*lead, Nq)
 
 
 def _runs(sizes):
@@ -902,10 +888,9 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     if det_logit_known is not None:
         det_logit = np.where(np.isnan(det_logit_known), det_logit, det_logit_known)
     W_det = A * (det_logit + alpha_det + M.eps_exp)
-    W_sig = (A * lg.sigma) ** 2
     W_vis = vis.astype(np.float64)
-    (dev_b, dev_lin, dev_det, dev_vis, dev_A), (dev_sig, dev_AA) = _weighted_dev(
-        [W_b, W_lin, W_det, W_vis, A], [W_sig, A * A], vf, o)
+    (dev_b, dev_lin, dev_det, dev_vis, dev_A), (dev_AA,) = _weighted_dev(
+        [W_b, W_lin, W_det, W_vis, A], [A * A], vf, o)
     Av = Ab1_wc @ absv  # sum_j A_j (1 + b_j) |v_j|
     A_absv = A @ absv
     A1b = Ab1_wc.sum(axis=-1)  # sum_j A_j (1 + b_j)
@@ -980,13 +965,15 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                     Ao, vo, ends, tile_ends, not M.recursive, M, Av, A_absv))
         remainder = np.maximum(rest, 0.0) + np.maximum(acc_rem, 0.0)
         if groups is not None:  # bit-identical keys make identical errors: Azuma over groups (sec. 6)
-            dev_sig, dev_AA = (_grouped_dev(W, groups, vf, o) for W in (A * lg.sigma, A))
+            dev_AA = _grouped_dev(A, groups, vf, o)
         # P's rounding into the operand format, sum_j A_j delta_j v_jc (l sums the unrounded P): worst case,
         # u_p sum_j A_j |v_jc|. Round to nearest is a function of P's residue modulo the operand's ulp, which
         # the logits set: bench/adversaries/p_residue_o.py makes the keys of V = +1 round up and those of -1
         # round down (fp16, emulation: 0.68 / 0.40 / 0.48 of the random model's bound at N_k 4096 / 16384 /
         # 65536), so its random model (rp^2 dev_AA, along O rp |O|) is gone (bounds.md sec. 6).
-        var = dev_sig + ri**2 * dev_AA
+        # the one random term: the inputs' rounding into the operand format (u_in, rounded); no part of the logit
+        # error is modelled as random (logits.py, bounds.md sec. 3)
+        var = ri**2 * dev_AA
         p_round = rp * A_absv
         p_trunc = (M.u_pv if dp else 0.0) * 0.5 * (A_absv + oabs)  # P truncated (tf32): one-sided, in `tr` below
         fmt = _DOT_OPERAND[precision.dot]
@@ -1028,7 +1015,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         pre = np.minimum((lam * np.sqrt(var) + det + remainder) * inv_den, num_wc * inv_den)
         if explain:
             (x_logdet, x_alpha, x_exp), _ = _weighted_dev([A * det_logit, A * alpha_det, A * M.eps_exp], [], vf, o)
-            o_terms = OTerms(logit_random=lam * np.sqrt(dev_sig), operand_random=lam * np.sqrt(ri**2 * dev_AA),
+            o_terms = OTerms(operand_random=lam * np.sqrt(var),
                            logit_det=x_logdet, rescale_alpha=x_alpha,
                            exp=x_exp, operand_along_o=ri * oabs + p_round,
                            accumulation_drift=acc_c * u * oabs + u * acc_abs,
@@ -1058,7 +1045,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     rounding = lse_round + log_err
     if kind == "worst_case":
         lse_err = log_wc + rounding
-        lse_sigma, lse_det = np.zeros_like(lse_err), lse_err
+        lse_det = lse_err
         capped = np.ones(lse_err.shape, dtype=bool)
     else:
         lin = (A * b_lin).sum(axis=-1) + mu_lin
@@ -1066,7 +1053,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         with np.errstate(divide="ignore", invalid="ignore"):
             series = np.where(x_lse < 1.0, -np.log1p(-np.minimum(x_lse, 0.999999)), np.inf)
         remainder = np.maximum(series - lin, 0.0)
-        var = ((A * lg.sigma) ** 2).sum(axis=-1) if groups is None else _grouped_sum_sq(A * lg.sigma, groups)
+        # no random part: the logit errors are charged worst case in det (logits.py, bounds.md sec. 3)
         det = (A * (det_logit + alpha_det + M.eps_exp)).sum(axis=-1) + mu_det  # l's sum: systematic, worst case
         if lg.mma_sides is not None:  # the logits' tensor-core error by sign: sum_j A_j e_j in [-sum A neg, sum A pos]
             sym = (A * lg.det_mma).sum(-1)
@@ -1075,17 +1062,15 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
             Ac = A * lg.conv
             lse_conv = np.abs(Ac.sum(-1)) + float(gamma(Nk + 1, 2.0**-53)) * np.abs(Ac).sum(-1)
             det = det + lse_conv
-        lse_err = np.minimum(lam * np.sqrt(var) + det + remainder, log_wc) + rounding
-        # split for the backward (random part sigma, the rest det), where the cap did not bind
-        capped = lam * np.sqrt(var) + det + remainder >= log_wc
-        lse_sigma = np.where(capped, 0.0, np.sqrt(var))
+        lse_err = np.minimum(det + remainder, log_wc) + rounding
+        capped = det + remainder >= log_wc
         lse_det = np.where(capped, log_wc, det + remainder) + rounding
         if explain:
             lse_logit_det = (A * det_logit).sum(-1)
             if lg.mma_sides is not None:
                 sym = (A * lg.det_mma).sum(-1)
                 lse_logit_det = lse_logit_det - sym + np.minimum(sym, np.maximum(*((A * x).sum(-1) for x in lg.mma_sides)))
-            lse_terms = LseTerms(logit_random=lam * np.sqrt(var), logit_det=lse_logit_det,
+            lse_terms = LseTerms(logit_det=lse_logit_det,
                                  operand_conversion=lse_conv if conv else 0.0 * lse_abs,
                              rescale_alpha=(A * alpha_det).sum(-1), exp=(A * M.eps_exp).sum(-1),
                              l_sum=mu_det + 0.0 * lse_abs, remainder=remainder,
@@ -1101,10 +1086,10 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     return _ForwardRows(**extra, err=np.broadcast_to(err, o_shape).copy(), lse_err=lse_err, A=A, o=o, lse=lse, m=m,
                         empty=empty,
                         parts=_ForwardParts(**kept, qk=lg.qk, l=l,
-                           sigma=lg.sigma, nu_wc=nu_wc, nu_lin=nu_lin,
+                           nu_wc=nu_wc, nu_lin=nu_lin,
                            mu_wc=mu_wc, mu_lin=mu_lin, floors=floors,
                            final=final, n_pv=n_pv, T=T, n_l=n_l,
-                           lam=lam, lse_sigma=np.where(empty, 0.0, lse_sigma),
+                           lam=lam,
                            lse_det=np.where(empty, 0.0, lse_det),
                            l_sum_det=np.where(empty, 0.0, mu_det), lse_capped=capped | empty,
                            p_rho=p_rho))
@@ -1113,11 +1098,11 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
 @dataclass(frozen=True)
 class OTerms:
     """The probabilistic O bound split into its terms (each (B, Hq, Nq, dv), in units of O; bounds.md sec. 6).
-    The random terms (``*_random``) enter the bound together as lam sqrt(sum of variances), the others
-    add; the whole is capped by the worst case where that is smaller (ForwardTerms.o_capped)."""
+    The random term (``operand_random``) enters the bound as lam sqrt(variance), the others add; the whole is
+    capped by the worst case where that is smaller (ForwardTerms.o_capped). No part of the logit error is modelled
+    as random (bounds.md sec. 3): it is in logit_det, operand_conversion and remainder."""
 
-    logit_random: np.ndarray  # round-to-nearest part of the logit errors: qk dot, products, running max
-    operand_random: np.ndarray  # rounding of P (and of q, k, v) into the dot operand format, around O
+    operand_random: np.ndarray  # rounding of q, k, v into the dot operand format (u_in, rounded), around O
     logit_det: np.ndarray  # deterministic logit errors: tensor-core / tf32 truncation, the constant c
     rescale_alpha: np.ndarray  # argument roundings of the rescales alpha (telescoped) and of p's shift
     exp: np.ndarray  # exp2 relative error (ex2.approx or libm), per key
@@ -1134,9 +1119,8 @@ class OTerms:
 
 @dataclass(frozen=True)
 class LseTerms:
-    """The probabilistic LSE bound split into its terms (each (B, Hq, Nq))."""
+    """The probabilistic LSE bound split into its terms (each (B, Hq, Nq)); none of them random."""
 
-    logit_random: np.ndarray
     logit_det: np.ndarray
     operand_conversion: np.ndarray
     rescale_alpha: np.ndarray

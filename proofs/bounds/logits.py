@@ -11,12 +11,12 @@ from .precision import (_Model, _conv, _within_dot, gamma)
 
 @dataclass(frozen=True)
 class _Logits:
-    """Per-logit bounds on the error e_ij of the exponent argument (natural-log units), sec. 3."""
+    """Per-logit bounds on the error e_ij of the exponent argument (natural-log units), sec. 3. No part of it is
+    modelled as random (_logit_errors): its first order is all in `det`."""
 
     wc: np.ndarray  # worst case |e_ij| (full majorant)
     lin: np.ndarray  # linear part of that majorant
-    sigma: np.ndarray  # sqrt(sum c_t^2 u_t^2) of the random (round-to-nearest) first-order part
-    det: np.ndarray  # first-order part that is not random (truncation, shared constant rounding)
+    det: np.ndarray  # first-order part (truncation, roundings to nearest, the shared constant c), none of it random
     qk: tuple = ()  # (scale |q||k|^T, |scale q.k| or None, tensor-core dot error
     # or None, (exact conversion error, its floor) or None): shift-independent, reusable
     conv: np.ndarray | None = None  # signed, exact logit error of the operand conversion (tf32 truncation), or None
@@ -51,7 +51,7 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     model.fma_logits (Precision.ieee_fma_chain), detailed, q and k fp32 values: fl(q.k) c is a known number per
     (i, j) (_fma_logit_error), so its error e_ij = ln 2 fl(q.k) c - scale q.k is `conv` (with its float64
     evaluation floor `conv_floor`) where the chain stays in fp32's normal range (elsewhere nothing is known and
-    the model applies); there `det_conv` is the dot's and c's roundings (what conv replaces in det). wc, lin, sigma and det keep the model: a consumer that does not charge conv
+    the model applies); there `det_conv` is the dot's and c's roundings (what conv replaces in det). wc, lin and det keep the model: a consumer that does not charge conv
     stays sound."""
     if not qk:  # the products of q and k do not depend on the shift: computed once per problem
         absqk = scale * (np.abs(qf) @ np.swapaxes(np.abs(kf), -1, -2))
@@ -130,7 +130,6 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
     return _Logits(
         wc=np.where(vis, dot_wc + arg_wc, z),
         lin=np.where(vis, dot_lin + arg_lin, z),
-        sigma=z,  # nothing random (above)
         det=np.where(vis, det_dot + det_arg, z),
         qk=qk,
         conv=None if conv is None or det_conv is None else np.where(vis, conv[0], z),

@@ -70,7 +70,7 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
                                      lambda: Ab1 * (1 + rho_wc) * absg - A * absg)
                        + M.floor_w * (1 + rho_wc) * absg + M.floor_p, 0.0)
         linS = np.where(vis, A * (b_lin + rho_lin) * absg, 0.0)
-        varS = np.where(vis, A * A * ((lg.sigma * absg) ** 2 + (2 * u**2 + r_p**2) * absg**2), 0.0)
+        varS = np.where(vis, A * A * ((2 * u**2 + r_p**2) * absg**2), 0.0)  # (the logit errors: none random, in b_det)
         detS = np.where(vis, A * b_det * absg, 0.0)
         dS = A * g
         # the dQ accumulation as in backward_bound: round to nearest grouped by equal products, tensor
