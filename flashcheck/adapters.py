@@ -389,14 +389,18 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
     a = arithmetic(dtype, dot_precision, head_dim=head_dim, interpret=interpret, block_mask=block_mask,
                    precision=precision, delta_from=delta_from, tiles=tiles)
     hw = interpreter() if a.exp == "libm" else h100()
-    # fp32 "ieee" logits as known FMA chains: on the GPU only, where measured (proofs/hardware.py ieee_dot,
-    # bench/probe_fma_dot.py); never in the interpreter
-    fma_chain = (a.exp != "libm" and hw.ieee_dot == "fma_chain" and (a.input, a.dot) == ("float32", "ieee")
-                 and _block_d(head_dim) in hw.ieee_dot_k)
     # the rowsum's addition tree and the exponent arguments' forms, read off this Triton's PTX for these tiles;
     # never in the interpreter, nor for block-sparse masks (their own tiles) or tiles the record lacks
     rec = None if a.exp == "libm" or block_mask is not None else _compiled_record(dtype, a.dot, head_dim, precision,
                                                                                   tiles)
+    # fp32 "ieee" logits as known FMA chains: on the GPU only, where measured (proofs/hardware.py ieee_dot,
+    # bench/probe_fma_dot.py); never in the interpreter. The chain is Triton's llvm.fmuladd contracted into
+    # fma.rn.f32, which needs FP fusion on: only where this Triton's record shows the contraction (the exponent
+    # arguments fused, exp_argument "fma"; Triton 3.10 turns fusion off by default) and nothing forces it off
+    fusion = (rec is not None and rec["exp_argument"] == "fma"
+              and os.environ.get("TRITON_FORCE_DISABLE_FP_FUSION", "0") in ("", "0"))
+    fma_chain = (a.exp != "libm" and hw.ieee_dot == "fma_chain" and (a.input, a.dot) == ("float32", "ieee")
+                 and _block_d(head_dim) in hw.ieee_dot_k and fusion)
     return _precision(input=a.input, dot=a.dot, accumulate="float32", output=a.output, exp=a.exp,
                       block_k=a.block_k, block_q=a.block_q, accumulation="recursive", p_split=a.p_split,
                       delta_from=a.delta_from, l_accumulate=a.l_accumulate,
@@ -404,8 +408,7 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       hardware=hw, ieee_fma_chain=fma_chain,
                       rowsum_depth=None if rec is None else rec["rowsum_depth"],
                       # the compiled forms read the known fp32 dot: with the FMA chains only
-                      exp_argument="fma" if fma_chain and rec is not None and rec["exp_argument"] == "fma"
-                      else "unknown")
+                      exp_argument="fma" if fma_chain else "unknown")
 
 
 def _compiled_record(dtype, dot: str, head_dim, precision: str, tiles) -> dict | None:
@@ -425,6 +428,10 @@ def _compiled_record(dtype, dot: str, head_dim, precision: str, tiles) -> dict |
     path = MEASUREMENTS / f"forward_compiled_triton{triton.__version__}.json"
     if not path.exists():
         return None
+    if isinstance(dtype, str):  # the names arithmetic() accepts too
+        import torch
+
+        dtype = getattr(torch, dtype)
     t = (tiles or kernel_config(int(head_dim), dtype, interpret=False, precision=precision)).fwd
     if t.warp_specialize or t.pipeline_qk:
         return None  # other code: not in the record

@@ -145,6 +145,17 @@ def test_claim_only_on_the_gpu_where_measured(monkeypatch):
     assert not ours_precision("float32", "ieee", head_dim=64, interpret=True).ieee_fma_chain
     assert not ours_precision("float32", "tf32", head_dim=64, interpret=False).ieee_fma_chain
     assert not ours_precision("float16", None, head_dim=64, interpret=False).ieee_fma_chain
+    # the chain is llvm.fmuladd contracted into fma.rn.f32: no claim where fusion is forced off, nor without this
+    # Triton's compiled-code record showing the contraction (Triton 3.10 turns fusion off by default)
+    monkeypatch.setenv("TRITON_FORCE_DISABLE_FP_FUSION", "1")
+    p = ours_precision("float32", "ieee", head_dim=64, interpret=False)
+    assert not p.ieee_fma_chain and p.exp_argument == "unknown"
+    monkeypatch.delenv("TRITON_FORCE_DISABLE_FP_FUSION")
+    import flashcheck.adapters as adapters
+
+    monkeypatch.setattr(adapters, "_compiled_record", lambda *a, **k: None)
+    p = ours_precision("float32", "ieee", head_dim=64, interpret=False)
+    assert not p.ieee_fma_chain and p.exp_argument == "unknown" and p.rowsum_depth is None
 
 
 def test_ieee_dot_from_probe_reports():
