@@ -81,12 +81,24 @@ def test_ours_claims_the_recorded_forms_only_for_compiled_code():
     assert ours_precision(torch.bfloat16, head_dim=64, interpret=False, block_mask=sparse).rowsum_depth is None
 
 
+_COMPILE = """
+import json, sys
+from bench.compile_forward import compile_forward, exp_argument_forms, rowsum_depths
+_, ck = compile_forward(sys.argv[1], int(sys.argv[3]), 4096, 4096, sys.argv[2])
+print(json.dumps({"rowsum": rowsum_depths(ck.asm["ptx"]), "forms": exp_argument_forms(ck.asm["ptx"])}))
+"""
+
+
 @pytest.mark.parametrize("dtype,dot,d", [("bfloat16", "tf32", 64), ("float32", "ieee", 64)])
 def test_the_committed_record_is_what_this_triton_compiles(dtype, dot, d):
-    """A kernel change that reshapes the rowsum's tree must be re-recorded (bench/compile_forward.py --record)."""
+    """A kernel change that reshapes the rowsum's tree must be re-recorded (bench/compile_forward.py --record).
+    The compile runs in a process of its own without TRITON_INTERPRET (the interpreter's kernels do not compile)."""
+    import os
+    import subprocess
+    import sys
+
     import triton
 
-    from bench.compile_forward import compile_forward, exp_argument_forms, rowsum_depths
     from flashcheck.proofs.hardware import MEASUREMENTS
 
     path = MEASUREMENTS / f"forward_compiled_triton{triton.__version__}.json"
@@ -94,10 +106,14 @@ def test_the_committed_record_is_what_this_triton_compiles(dtype, dot, d):
         pytest.skip(f"no compiled-code record for Triton {triton.__version__}")
     rec = json.loads(path.read_text())
     (cfg,) = [c for c in rec["configs"] if (c["dtype"], c["dot"], c["block_d"], c["p_split"]) == (dtype, dot, d, False)]
-    _, ck = compile_forward(dtype, d, 4096, 4096, dot)
-    r = rowsum_depths(ck.asm["ptx"])
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-c", _COMPILE, dtype, dot, str(d)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    r, forms = got["rowsum"], got["forms"]
     assert max(r["depths"]) <= cfg["rowsum_depth"] and cfg["block_n"] in r["widths"], (r, cfg["rowsum_depth"])
-    forms = exp_argument_forms(ck.asm["ptx"])  # full tiles fused, the ragged tile's P~ and the alphas subtracted
+    # full tiles fused, the ragged tile's P~ and the alphas subtracted
     fused = forms.get("fma.rn.f32", 0) > 0 and forms["fma.rn.f32"] == forms.get("sub.f32", 0) - r["alpha_sinks"]
     assert fused == (cfg["exp_argument"] == "fma"), (forms, r["alpha_sinks"], cfg["exp_argument"])
 
