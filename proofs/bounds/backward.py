@@ -194,11 +194,11 @@ class _PError:
 
 @dataclass(frozen=True)
 class _DPError:
-    """dP_hat - dP per entry: worst case, linear part, random std, non-random part."""
+    """dP_hat - dP per entry: worst case, linear part, non-random part (no part of it is modelled as random: its
+    roundings are one-signed where small products are lost, bounds.md sec. 3)."""
 
     wc: np.ndarray
     lin: np.ndarray
-    sigma: np.ndarray
     det: np.ndarray
 
 
@@ -215,12 +215,12 @@ class _DSError:
 
 
 def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_var=0.0,
-               w_dP=1.0, w_S=1.0) -> _DSError:
+               w_S=1.0) -> _DSError:
     """dS_hat - dS for dS = A g (|g| = absg) with P_hat, dP_hat as given and Delta off by <= eD (dD of it
     not random): the subtraction, the product and the conversion of dS to the operand format (rho) on
     (|g| + dP error + Delta error); floors of the working and operand formats (bounds.md sec. 8).
-    w_dP, w_S: the row groups' weights of dP's and dS's own random parts (_RowGroups; 1 for a single row, as in
-    dQ). P's error has none (P.det)."""
+    w_S: the row groups' weight of dS's own random part (_RowGroups; 1 for a single row, as in dQ). P's and dP's
+    errors have none (P.det, dP.det)."""
     u = M.u_w
     (_, r_p), _ = _conv(M)
     rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
@@ -235,8 +235,7 @@ def _dS_errors(M: _Model, vis, A, absg, P: _PError, dP: _DPError, eD, dD, extra_
     # bench/adversaries/p_residue_dv.py for P; bounds.md sec. 6); the fp32 subtraction and product stay random
     f_p = _rounding_floor(M)
     linS = np.where(vis, A * ((P.lin + rho_lin) * absg + dP.lin + eD) + f_p, 0.0)
-    varS = np.where(vis, A * A * (w_dP * dP.sigma**2
-                                  + w_S * 2 * u**2 * absg**2) + extra_var, 0.0)
+    varS = np.where(vis, A * A * (w_S * 2 * u**2 * absg**2) + extra_var, 0.0)
     # (a truncation of dS to tf32 is counted in _grad, with the other operand's)
     det_base = A * (P.det * absg + dP.det + dD)
     rounding = np.maximum(r_p * A * absg, f_p)
@@ -577,7 +576,6 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dP_lin = (2 * M.u_in + n_dv * M.u_dacc) * absdov
         # no round-to-nearest part modelled as random (as for the logits, logits.py): the dv roundings of the dot
         # (lost small products are one-signed) and dO's, V's conversions (u_in, rounded) charged worst case
-        dP_sig = 0.0 * absdov
         dP_det = (n_dv * M.u_dacc + 2.0 * r_in) * absdov
         if d_in:  # dO and V truncated to tf32, one-sided: u_in (sum_c |dO_c v_jc| + |dP_j|), not random
             dP_det = dP_det + (d_in * (absdov + np.abs(dP)) if conv is None else 0.0)
@@ -629,13 +627,13 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 dV=-(_t(A * cl) @ do_r), dV_abs=_t(A * np.abs(cl)) @ abs_do)
             det_D = np.maximum(det_D - np.abs(delta_signed), 0.0)
 
-        dP_err = _DPError(wc=dP_wc, lin=dP_lin, sigma=dP_sig, det=dP_det)
+        dP_err = _DPError(wc=dP_wc, lin=dP_lin, det=dP_det)
 
         # the LSE and Delta errors of row i come from the same forward roundings: (a + b)^2 <= 2a^2 + 2b^2
         dSe = _dS_errors(M, vis, A, absg, _PError(wc=b_wc, A_wc1=Ab1_wc, bad=bad, lin=b_lin, det=b_det),
                          dP_err, eD=eD, dD=det_D[..., None],
                          extra_var=2 * A * A * w_q * (sig_L2[..., None] * absg**2 + sig_D[..., None] ** 2),
-                         w_dP=w_do, w_S=w_qdo)
+                         w_S=w_qdo)
         dS_wc, dS_lin, dS_var, dS_det = dSe.wc, dSe.lin, dSe.var, dSe.det
         # dK = scale dS^T Q: its pieces summed over the query rows (finished after the loop, _grad)
         aq, qq = np.abs(qf), qf * qf
@@ -673,7 +671,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         on_data = (kind == "probabilistic" and (r_p or (d_p and M.conv_exact)) and fmt in _SIGNIFICAND_BITS
                    and precision.tile_order != "any")
         P_row = _PError(wc=b_wc_row, A_wc1=Ab1_row, bad=bad_row, lin=b_lin_row, det=b_det_row)
-        dSe = _dS_errors(M, vis, A, absg, P_row, dP_err, eD=0.0, dD=0.0, w_dP=keys.by_v, w_S=keys.by_k_v)
+        dSe = _dS_errors(M, vis, A, absg, P_row, dP_err, eD=0.0, dD=0.0, w_S=keys.by_k_v)
         wcS, linS, varS, detS = dSe.wc, dSe.lin, dSe.var, dSe.det
         # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
         # than that could be equal as computed, and are grouped
@@ -825,8 +823,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             dq_terms.append(row_terms + [
                 Term("store and scale", "other", _store(dq_err, np.abs(dQ_exact), g2, M) - dq_err)]
                 + [Term("dS var: " + name, "sub", lam * sc * np.sqrt(np.where(vis, A * A * x, 0.0) @ (kf * kf)))
-                   for name, x in (("dP", dP_sig**2 * np.ones_like(absg)),
-                                   ("dS roundings", (2 * u**2 + r_p**2) * absg**2))])
+                   for name, x in (("dS roundings", (2 * u**2 + r_p**2) * absg**2),)])
         dq_err = _store(dq_err, np.abs(dQ_exact), g2, M)
         dq_blocks.append(np.where(empty[..., None], 0.0, dq_err))
         dQ_blocks.append(dQ_exact)
@@ -1589,22 +1586,21 @@ class _RowGroups:
 @dataclass(frozen=True)
 class _KeyGroups:
     """For dQ's sum over the keys, how many keys of the head compute like each key, (B, Hq, 1, Nk). The dual of _RowGroups: for a fixed row i, two keys with the
-    same k (as the dot sees it) give the same logit and its roundings (by_k), the same v the same dP roundings
-    (by_v), the same k and v the same dS = P (dP - Delta) and its roundings (by_k_v): one random variable per
+    same k (as the dot sees it) give the same logit and its roundings (by_k), the same k and v the same
+    dS = P (dP - Delta) and its roundings (by_k_v): one random variable per
     group, so each key's variance term is weighted by its group's size (Cauchy-Schwarz, as for rows). Without
     it, keys and values drawn from a pool of 3 (k, v) pairs exceeded the probabilistic dQ bound (fp16,
     N_k = 4096, seed 0: 0.92; 1.1 before the floor of _rounding_floor joined the variance; since 2026-11-25 dS's
     operand rounding, floor included, is charged worst case and the weights act on the remaining random parts)."""
 
     by_k: np.ndarray
-    by_v: np.ndarray
     by_k_v: np.ndarray
 
     @staticmethod
     def of(kf, vf, precision: Precision) -> "_KeyGroups":
         """kf, vf: (B, Hq, Nk, .), the kv heads as each query head reads them."""
         k, v = _operand_rows(kf, precision), _operand_rows(vf, precision)
-        return _KeyGroups(*(_group_sizes(keys, 1)[:, :, None, :] for keys in ([k], [v], [k, v])))
+        return _KeyGroups(*(_group_sizes(keys, 1)[:, :, None, :] for keys in ([k], [k, v])))
 
 
 @dataclass(frozen=True)
