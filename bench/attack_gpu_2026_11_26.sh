@@ -7,7 +7,7 @@
 #          (with STEP_SIGN_FP32=1 also step_sign_o without the masked key: the fp32 FMA chain on the data, 2026-11-26b)
 #  lane C (with NK_C, e.g. NK_C=16384): N_k = NK_C, N_q 16, seed 0, every family x precision, C_WORKERS workers
 # (p_residue_dv.py runs on the emulation only)
-export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
+export PYTHONPATH=${PYTHONPATH:-$PWD} PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 { nvidia-smi -L; python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__)"; nproc; } > "$OUT/versions.txt" 2>&1
 cat "$OUT/versions.txt"
 T0=$(date +%s)

@@ -4,7 +4,7 @@
 # bench/attack_gpu_2026_11_26.sh with that record in place (ours_precision reads it from proofs/measurements/).
 #   RECORD_WORKERS (12), then the attack's variables (PRECS, SEEDS_B, NK_C, TA, TB, TC, *_WORKERS).
 # The record lands in $OUT/ as well: commit it as proofs/measurements/forward_compiled_triton<version>.json.
-export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 T0=$(date +%s)
 V=$(python3 -c "import triton; print(triton.__version__)")
 REC=proofs/measurements/forward_compiled_triton$V.json
