@@ -19,9 +19,6 @@ from triton.backends.compiler import GPUTarget
 from flashcheck.kernels.attention import Layout, forward_launch
 from flashcheck.kernels.triton_fwd import attn_fwd_kernel
 
-_DOT = {"float32:ieee": "ieee", "float32:tf32": "tf32", "float16": "fp16", "bfloat16": "bf16"}
-
-
 def _signature(launch):
     """(signature, constexprs, attrs) of the launch as Triton's JIT specializes it (flashcheck.warmup.triton_binary):
     16-byte aligned pointers and ints divisible by 16 get tt.divisibility 16, ints equal to 1 become constants
@@ -63,8 +60,8 @@ def compile_forward(dtype: str, d: int, nq: int, nk: int, dot: str, p_split: boo
     if not aligned:
         k = Layout(k.dtype, k.shape, k.strides, aligned=False)
     dense = Layout.dense("int8", (1, 1, nq, nk)) if variant == "mask" else None
-    sparse = None  # block-sparse tiles are the mask's (BlockSparseMask), not kernel_config's: no claim there
-    launch = forward_launch(q, k, k, q, dense, sparse, band=variant == "band", off_lo=0, off_hi=0,
+    # no block-sparse variant: its tiles are the mask's (BlockSparseMask), not kernel_config's; nothing is claimed there
+    launch = forward_launch(q, k, k, q, dense, None, band=variant == "band", off_lo=0, off_hi=0,
                             block_q=0, block_k=0, dot=dot, p_split=p_split,
                             save_res=False, tiles=[], interpret=False)
     sig, cx, attrs = _signature(launch)
@@ -174,9 +171,18 @@ def exp_argument_forms(ptx: str) -> dict:
     return forms
 
 
+def fused_exp_argument(rowsum: dict, forms: dict) -> bool:
+    """Whether an unmasked call's PTX has the forms of Precision.exp_argument "fma": full tiles run the fused
+    fl32(qk c - m), the ragged tile fl32(fl32(qk c) - m), so every ex2 argument is written by fma.rn.f32 (a full
+    tile's P~) or sub.f32 (the ragged tile's P~ and each row's alpha, the depth-0 rowsum sinks), and the full and the
+    ragged tile hold equally many P~ per thread. rowsum: rowsum_depths(ptx); forms: exp_argument_forms(ptx)."""
+    n_fma, n_sub = forms.get("fma.rn.f32", 0), forms.get("sub.f32", 0)
+    return set(forms) <= {"fma.rn.f32", "sub.f32"} and n_fma > 0 and n_fma == n_sub - rowsum["alpha_sinks"]
+
+
 def _record_one(job):
     dtype, dot, d, p_split = job
-    out = None
+    depths, fused, variants = [], True, {}
     # Triton specializes on 16-byte alignment and divisibility by 16: N = 4096 with aligned tensors, and N = 4099
     # (strides and sizes not divisible) with unaligned K, V, each plain, causal and with a dense mask
     for variant in ("plain", "band", "mask"):
@@ -187,29 +193,15 @@ def _record_one(job):
             forms = exp_argument_forms(ck.asm["ptx"])
             width = cx["BLOCK_N"]
             ok = set(r["widths"]) <= {1, width} and width in r["widths"]
-            depth = max(r["depths"]) if ok else None
-            # Precision.exp_argument "fma": unmasked calls (plain) run full tiles with the fused fl32(qk c - m) and
-            # the ragged tile with fl32(fl32(qk c) - m); every ex2 argument is written by fma.rn.f32 (a full tile's
-            # P~) or sub.f32 (the ragged tile's P~ and each row's alpha, the depth-0 rowsum sinks), and the full
-            # and the ragged tile hold equally many P~ per thread. Masked calls (band, dense mask) are not claimed.
-            fused = None
-            if variant == "plain":
-                n_fma, n_sub = forms.get("fma.rn.f32", 0), forms.get("sub.f32", 0)
-                fused = (set(forms) <= {"fma.rn.f32", "sub.f32"} and n_fma > 0
-                         and n_fma == n_sub - r["alpha_sinks"])
-            if out is None:
-                out = {"dtype": dtype, "dot": dot, "block_d": cx["BLOCK_D"], "block_m": cx["BLOCK_M"],
-                       "block_n": cx["BLOCK_N"], "num_warps": launch.num_warps, "p_split": p_split,
-                       "rowsum_depth": depth, "exp_argument": "fma", "variants": {}}
-            elif depth is None or out["rowsum_depth"] is None:
-                out["rowsum_depth"] = None
-            else:
-                out["rowsum_depth"] = max(out["rowsum_depth"], depth)
-            if fused is False:
-                out["exp_argument"] = "unknown"
-            out["variants"][f"{variant}{'' if aligned else '/ragged_unaligned'}"] = {
+            depths.append(max(r["depths"]) if ok else None)
+            if variant == "plain":  # masked calls (band, dense mask) are not claimed
+                fused = fused and fused_exp_argument(r, forms)
+            variants[f"{variant}{'' if aligned else '/ragged_unaligned'}"] = {
                 "kv_desc": cx["KV_DESC"], "rowsum": r, "ex2_argument_writers": forms}
-    return out
+    return {"dtype": dtype, "dot": dot, "block_d": cx["BLOCK_D"], "block_m": cx["BLOCK_M"], "block_n": cx["BLOCK_N"],
+            "num_warps": launch.num_warps, "p_split": p_split,
+            "rowsum_depth": None if None in depths else max(depths),
+            "exp_argument": "fma" if fused else "unknown", "variants": variants}
 
 
 def record(path: str, workers: int) -> None:
