@@ -26,6 +26,7 @@ error bound (`flashcheck.proofs.bounds.Precision`).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
@@ -416,17 +417,12 @@ def _compiled_record(dtype, dot: str, head_dim, precision: str, tiles) -> dict |
     --record, from the PTX this Triton version compiles for these tiles, specialized as the JIT does, over the plain,
     causal and dense-mask variants, aligned and not: the deepest term of any tile rowsum, rowsum_depth, and the
     exponent arguments' forms, exp_argument), None where the record or the config is missing."""
-    import json
-
     import triton
 
     from flashcheck.kernels.attention import kernel_config
-    from flashcheck.proofs.hardware import MEASUREMENTS
 
-    if head_dim is None:
-        return None
-    path = MEASUREMENTS / f"forward_compiled_triton{triton.__version__}.json"
-    if not path.exists():
+    configs = _compiled_configs(triton.__version__)
+    if head_dim is None or configs is None:
         return None
     if isinstance(dtype, str):  # the names arithmetic() accepts too
         import torch
@@ -437,13 +433,26 @@ def _compiled_record(dtype, dot: str, head_dim, precision: str, tiles) -> dict |
         return None  # other code: not in the record
     name = str(dtype).replace("torch.", "")
     op_dot = dot if name == "float32" else "tf32"  # the launcher's spelling for 16-bit operands
-    with open(path) as f:
-        rec = json.load(f)
-    for c in rec["configs"]:
+    for c in configs:
         if ((c["dtype"], c["dot"], c["block_d"], c["block_m"], c["block_n"], c["num_warps"], c["p_split"])
                 == (name, op_dot, _block_d(head_dim), t.block_m, t.block_n, t.num_warps, precision == "accurate")):
             return c
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_configs(triton_version: str) -> tuple | None:
+    """The configs of proofs/measurements/forward_compiled_triton<version>.json, read once per process (every
+    judged call asks for its precision), None without a record."""
+    import json
+
+    from flashcheck.proofs.hardware import MEASUREMENTS
+
+    path = MEASUREMENTS / f"forward_compiled_triton{triton_version}.json"
+    if not path.exists():
+        return None
+    with open(path) as f:
+        return tuple(json.load(f)["configs"])
 
 
 def _block_d(head_dim) -> int | None:

@@ -147,8 +147,9 @@ class Precision:
       subtraction: s2 passes through tl.where); P~_j = ex2(x_j); alpha_t = ex2(fl32(m_{t-1} - m_t)). Then every
       exponent argument is a known fp32 number and only ex2's error is unknown: the probabilistic forward bound of
       unmasked rows in a known tile order evaluates each key's total exponent error with its sign (bounds.md
-      sec. 6b). Not set by flashcheck.adapters.ours_precision (an integrator sets it from a compiled-code
-      record); the CPU emulation computes these forms (proofs/emulation.py, ieee_fma_chain=True)."""
+      sec. 6b). Set for our kernel on the GPU by flashcheck.adapters.ours_precision where the compiled-code record
+      of the installed Triton shows these forms (bench/compile_forward.py --record); the CPU emulation computes them
+      (proofs/emulation.py, ieee_fma_chain=True)."""
 
     input: str
     dot: str
