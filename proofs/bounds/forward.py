@@ -832,9 +832,8 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         return np.where(vis, s - m[..., None] - np.log(l)[..., None], -np.inf)
 
     Ab_wc, Ab1_wc, _ = _weighted_exp_err(A, b_wc, e_key, eps_key, vis, log_a)  # A b, A (1 + b)
-    # what the backward reads (Delta, sec. 8) stays the charge without the known arguments
-    kept = dict(b_wc=b_wc, Ab_wc=Ab_wc, Ab1_wc=Ab1_wc, b_lin=b_lin, det=lg.det + alpha_det,
-                w_low=np.where(vis, np.exp(-e_key) * (1 - M.eps_exp) ** (1.0 + c), 0.0))
+    # what the backward reads (Delta, sec. 8) stays the charge without the known arguments: _ForwardParts below
+    b_wc0, Ab_wc0, Ab1_wc0, b_lin0, det0, e_key0, c0 = b_wc, Ab_wc, Ab1_wc, b_lin, lg.det + alpha_det, e_key, c
     ka = det_logit_known = None
     if (kind == "probabilistic" and M.exp_fma and order is not None and vis.all() and not has_bias
             and lg.conv is not None and Nk and ragged_from is not None):
@@ -902,17 +901,15 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     num_wc = dev_b + nu_wc * Av + mu_wc * A1b[..., None] * oabs + floors
     # D / l >= sum_j A_j e^{-e_j} (1 - eps)^(1 + c_j) (1 - mu) - floors > 0: the lower side of each
     # perturbation, so the denominator never vanishes even when e_j = O(1)
-    w_low = np.where(vis, np.exp(-e_key) * (1 - M.eps_exp) ** (1.0 + c), 0.0)
-    A1b_low = (A * w_low).sum(axis=-1)
-    den_low = A1b_low * (1 - mu_wc) - n_vis * M.floor_w / l_eff
-    def inverse(den_low):
+    def lower(e_key, c):  # D / l's lower side for these key errors (above), and its inverse
+        w_low = np.where(vis, np.exp(-e_key) * (1 - M.eps_exp) ** (1.0 + c), 0.0)
+        den_low = (A * w_low).sum(axis=-1) * (1 - mu_wc) - n_vis * M.floor_w / l_eff
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(empty, 1.0, np.where(den_low > 0, 1.0 / np.maximum(den_low, 1e-300), np.inf))[..., None]
+            inv = np.where(empty, 1.0, np.where(den_low > 0, 1.0 / np.maximum(den_low, 1e-300), np.inf))[..., None]
+        return den_low, inv
 
-    inv_den = inverse(den_low)
-    kept["inv_den"] = inv_den if ka is None else inverse(
-        (A * kept.pop("w_low")).sum(axis=-1) * (1 - mu_wc) - n_vis * M.floor_w / l_eff)
-    kept.pop("w_low", None)
+    den_low, inv_den = lower(e_key, c)
+    inv_den0 = inv_den if ka is None else lower(e_key0, c0)[1]
 
     p_rho = None
     if kind == "worst_case":
@@ -953,7 +950,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
             # an fp32 FMA chain: the same first order with each step's rounding evaluated on the data where its
             # grid and residue are certain (_fma_chain_on_data), beside sum_s |X_s| from the same pass; both
             # bounds hold, so their minimum does
-            on_data = _fma_on_data(s, lg, M, order, A, vf, kept["b_wc"], m, l, T, ka) if fma else None
+            on_data = _fma_on_data(s, lg, M, order, A, vf, b_wc0, m, l, T, ka) if fma else None
             if on_data is None:
                 acc_abs = _partial_abs_sums(Ao, vo, ends, tile_ends, M.pv_products, blocked=not M.recursive)
             else:
@@ -1085,7 +1082,8 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                      o_capped=np.broadcast_to(o_capped, o_shape).copy(), lse_terms=lse_terms, lse_capped=capped)
     return _ForwardRows(**extra, err=np.broadcast_to(err, o_shape).copy(), lse_err=lse_err, A=A, o=o, lse=lse, m=m,
                         empty=empty,
-                        parts=_ForwardParts(**kept, qk=lg.qk, l=l,
+                        parts=_ForwardParts(b_wc=b_wc0, Ab_wc=Ab_wc0, Ab1_wc=Ab1_wc0, b_lin=b_lin0, det=det0,
+                           inv_den=inv_den0, qk=lg.qk, l=l,
                            nu_wc=nu_wc, nu_lin=nu_lin,
                            mu_wc=mu_wc, mu_lin=mu_lin, floors=floors,
                            final=final, n_pv=n_pv, T=T, n_l=n_l,
