@@ -1381,11 +1381,11 @@ def _visiting(n: int, block: int, tile_order: str, repeats: int = 1):
     if tile_order == "any":
         return False
     full, tail = divmod(n, block)
-    if tile_order == "ascending" and repeats == 1 or tail == 0 or full == 0:
-        return None if repeats == 1 or tail == 0 else np.concatenate(
-            [np.r_[np.arange(g * n, (g + 1) * n), -np.ones(-n % block, dtype=np.int64)] for g in range(repeats)])
-    run = (np.r_[-np.ones(block - tail, dtype=np.int64), np.arange(full * block, n), np.arange(full * block)]
-           if tile_order == "partial_first" else np.r_[np.arange(n), -np.ones(block - tail, dtype=np.int64)])
+    if tail == 0 or repeats == 1 and (tile_order == "ascending" or full == 0):
+        return None  # every tile full, or one run whose ragged tile is last (the callees pad at the end)
+    pad = -np.ones(block - tail, dtype=np.int64)
+    run = (np.r_[pad, np.arange(full * block, n), np.arange(full * block)] if tile_order == "partial_first" and full
+           else np.r_[np.arange(n), pad])  # a lone ragged tile is padded where it ends, as "ascending"
     return np.concatenate([np.where(run < 0, -1, run + g * n) for g in range(repeats)])
 
 
