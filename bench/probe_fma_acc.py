@@ -20,7 +20,6 @@ Exit code 0 iff all bit-exact; --out FILE writes the per-case JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -112,13 +111,10 @@ def main(argv=None) -> int:
                   f"   (acc + tile chain from 0: {alt})")
     print("RESULT:", "BIT-EXACT" if ok else "MISMATCHES")
     if a.out:
-        from bench.probe_fma_dot import _versions  # the same versions record as the dot probe's
+        from bench.probe_fma_dot import write_report  # the same record as the dot probe's (versions, device)
 
-        rec = dict(hypothesis="acc = fl32(acc*alpha); then one fma.rn.f32 per key, ascending, continuing from acc",
-                   all_bit_exact=bool(ok), cases=cases, versions=_versions(a.device))
-        with open(a.out, "w") as f:
-            json.dump(rec, f, indent=1)
-        print("wrote", a.out)
+        write_report(a.out, a.device, hypothesis="acc = fl32(acc*alpha); then one fma.rn.f32 per key, ascending, "
+                     "continuing from acc", all_bit_exact=bool(ok), cases=cases)
     return 0 if ok else 1
 
 

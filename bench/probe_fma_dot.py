@@ -267,6 +267,13 @@ def _versions(device: str) -> dict:
     return info
 
 
+def write_report(path: str, device: str, **report) -> None:
+    """The probe's record as JSON at `path`, with the versions and the device it ran on (`_versions`)."""
+    with open(path, "w") as f:
+        json.dump(dict(versions=_versions(device), **report), f, indent=1)
+    print("wrote", path)
+
+
 CONFIGS = [  # (M, N, warps): kernel_config's fp32 tiles and the shapes of the brief
     (64, 32, 4), (32, 64, 4), (32, 64, 8), (32, 32, 8), (64, 64, 4), (128, 64, 4), (128, 64, 8)]
 HEAD_DIMS = (16, 64, 80, 128, 256)
@@ -317,12 +324,9 @@ def main(argv=None) -> int:
         print("fp32 instructions in the probe kernels' PTX:", ", ".join(ops))
     print("RESULT:", "ALL BIT-EXACT" if ok_all else "MISMATCHES")
     if args.out:
-        report = dict(versions=_versions(args.device), hypothesis="ascending fp32 FMA chain from 0 over the padded "
-                      "head dim; qk_scale2 = fl32(fl32(sm_scale) * fl32(log2 e))", seed=args.seed, quick=args.quick,
-                      all_bit_exact=n_fail == 0, qk_scale2_as_stated=n_c2 == 0, cases=records, ptx_f32_ops=ops)
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
-        print("wrote", args.out)
+        write_report(args.out, args.device, hypothesis="ascending fp32 FMA chain from 0 over the padded head dim; "
+                     "qk_scale2 = fl32(fl32(sm_scale) * fl32(log2 e))", seed=args.seed, quick=args.quick,
+                     all_bit_exact=n_fail == 0, qk_scale2_as_stated=n_c2 == 0, cases=records, ptx_f32_ops=ops)
     return 0 if ok_all else 1
 
 
