@@ -511,6 +511,182 @@ def pipeline_ab(out=None, rounds=5, rep=30, dry_run=False):
     return cells
 
 
+def _interleaved(fns: dict, rounds: int, rep: int, dry_run: bool) -> dict:
+    """{name: [ms per round]}: per round one median timing of every fn, the order rotated every round."""
+    names = list(fns)
+    times = {n: [] for n in names}
+    for r in range(rounds):
+        for i in range(len(names)):
+            n = names[(i + r) % len(names)]
+            times[n].append(_median_ms(fns[n], dry_run, rep))
+    return times
+
+
+@dataclasses.dataclass(frozen=True)
+class TileRow:
+    """One candidate in one cell of `tiles_ab`: `part` (order / bwd / fwd), pass timed, the candidate, its
+    median time, / the table's (median of per-round ratios), x cuDNN (t_cuDNN / t) and the max |diff| of
+    every output against the table's run (0 = bit for bit)."""
+    part: str
+    d: int
+    N: int
+    B: int
+    H: int
+    causal: bool
+    timed: str
+    candidate: str
+    ms: float
+    tflops: float
+    ratio_table: float
+    ratio_lo: float
+    ratio_hi: float
+    x_cudnn: float
+    diff: float
+
+
+def _tiles_candidates(d: int) -> dict:
+    """Candidate tiles per part for head dim d: the table's first (kernel_config, bf16)."""
+    T = ka.TileConfig
+    cfg = ka.kernel_config(d, torch.bfloat16, interpret=False)
+    K = ka.KernelConfig
+    order = [("ascending", K(*(dataclasses.replace(t, heavy_first=False) for t in (cfg.fwd, cfg.dkdv, cfg.dq)))),
+             ("heavy_first", K(*(dataclasses.replace(t, heavy_first=True) for t in (cfg.fwd, cfg.dkdv, cfg.dq))))]
+    if d <= 64:
+        dkdv = [T(32, 128, 4, 3), T(64, 128, 8, 3), T(32, 64, 4, 4), T(64, 128, 4, 2), T(32, 128, 8, 2)]
+        dq = [T(128, 64, 8, 3), T(128, 32, 4, 3), T(64, 32, 4, 4), T(128, 64, 4, 2), T(128, 128, 8, 2)]
+        fwd = [T(64, 32, 4, 3), T(128, 64, 8, 3), T(64, 64, 4, 2), T(128, 64, 4, 3), T(64, 128, 4, 2)]
+    else:
+        dkdv = [T(32, 128, 8, 3), T(32, 128, 4, 3), T(64, 128, 8, 2), T(64, 64, 4, 3), T(32, 64, 4, 3)]
+        dq = [T(128, 128, 8, 2), T(128, 32, 8, 3), T(64, 64, 4, 3), T(128, 64, 8, 2), T(64, 128, 8, 2)]
+        fwd = [T(64, 64, 4, 3), T(128, 64, 8, 3), T(64, 128, 4, 2), T(128, 128, 8, 2)]
+    bwd = [("table", cfg)] + [(f"dkdv {_label(t)}", K(cfg.fwd, t, cfg.dq)) for t in dkdv] \
+        + [(f"dq {_label(t)}", K(cfg.fwd, cfg.dkdv, t)) for t in dq]
+    return dict(order=order, bwd=bwd, fwd=[("table", cfg)] + [(f"fwd {_label(t)}", K(t, cfg.dkdv, cfg.dq))
+                                                              for t in fwd])
+
+
+def tiles_ab(out=None, rounds=3, rep=30, dry_run=False, parts=("order", "bwd", "fwd")):
+    """Issue 10's tile and order A/B, bf16, B·N = 16k, H·d = 2048, one process, interleaved rounds, cuDNN beside:
+    - order: TileConfig.heavy_first (query blocks from the last one under a band) against the ascending order,
+      causal, d 64/128, N 1k/4k/16k, forward and backward; the outputs must be bit for bit equal;
+    - bwd: the backward's dK/dV tiles (dQ at the table's) and dQ tiles (dK/dV at the table's), d 64/128, N 4k/16k,
+      causal or not (tile changes move the accumulation: diff reported, not required 0);
+    - fwd: forward tiles at N = 1k (the small-N cells), causal or not.
+    Prints a row per candidate and writes tiles_ab.json after every cell (a time-limited run keeps what it got)."""
+    import json
+    from pathlib import Path
+    if dry_run and not ka._interpreting():
+        raise SystemExit("--dry-run needs TRITON_INTERPRET=1 in the environment (set before Triton is imported)")
+    if not dry_run and not torch.cuda.is_available():
+        raise SystemExit("--tiles-ab measures on a CUDA GPU; TRITON_INTERPRET=1 ... --tiles-ab --dry-run checks the script")
+    device, dtype = ("cpu", torch.float16) if dry_run else ("cuda", torch.bfloat16)
+    rows = []
+    cells = []
+    for part in parts:
+        if part == "order":
+            cells += [(part, d, N, True, timed) for d in (64, 128) for N in ((96,) if dry_run else (1024, 4096, 16384))
+                      for timed in ("fwd", "bwd")]
+        elif part == "bwd":
+            cells += [(part, d, N, c, "bwd") for d in (64, 128) for N in ((96,) if dry_run else (4096, 16384))
+                      for c in (False, True)]
+        else:
+            cells += [(part, d, N, c, "fwd") for d in (64, 128) for N in ((96,) if dry_run else (1024,))
+                      for c in (False, True)]
+    if not dry_run:
+        _warm_compiles(cells)
+    for part, d, N, causal, timed in cells:
+        H, B = (2, 1) if dry_run else (2048 // d, max(1, 16384 // N))
+        q, k, v = _inputs(B, H, N, d, dtype, device)
+        do = torch.randn(B, H, N, d, device=device, dtype=dtype, generator=torch.Generator(device=device).manual_seed(1))
+        fl = _flops(B, H, N, d, causal) * (2.5 if timed == "bwd" else 1.0)
+        cands = _tiles_candidates(d)[part]
+        fns, outs = {}, {}
+        for name, tiles in cands:
+            try:
+                if timed == "fwd":
+                    with torch.no_grad():
+                        outs[name] = attention(q, k, v, causal=causal, return_lse=True, tiles=tiles)
+                    fns[name] = functools.partial(_no_grad_call, attention, q, k, v, causal=causal, tiles=tiles)
+                else:
+                    o = attention(q, k, v, causal=causal, tiles=tiles)
+                    g = torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+                    outs[name] = (o.detach(), *g)
+                    fns[name] = functools.partial(torch.autograd.grad, o, (q, k, v), do, retain_graph=True)
+            except Exception as e:  # noqa: BLE001 - a candidate that does not compile or fit is reported
+                print(f"{part} d={d} N={N} causal={causal} {name}: {type(e).__name__}: "
+                      f"{str(e).splitlines()[0] if str(e) else ''}"[:300], flush=True)
+        if dry_run:
+            ref = functools.partial(torch.nn.functional.scaled_dot_product_attention, q, k, v, is_causal=causal)
+        else:
+            ref = functools.partial(_cudnn(causal), q, k, v)
+        if timed == "fwd":
+            fns["cudnn"] = functools.partial(_no_grad_call, ref)
+        else:
+            o_ref = ref()
+            fns["cudnn"] = functools.partial(torch.autograd.grad, o_ref, (q, k, v), do, retain_graph=True)
+        times = _interleaved(fns, rounds, rep, dry_run)
+        table = cands[0][0] if part != "order" else "ascending"
+        med = statistics.median
+        for name, _ in cands:
+            if name not in times or table not in times:
+                continue
+            r = [a / b for a, b in zip(times[name], times[table])]
+            diff = max((a.float() - b.float()).nan_to_num(float("inf")).abs().max().item()
+                       for a, b in zip(outs[name], outs[table]))
+            row = TileRow(part, d, N, B, H, causal, timed, name, med(times[name]), fl / med(times[name]) * 1e-9,
+                          med(r), min(r), max(r), med(times["cudnn"]) / med(times[name]), diff)
+            rows.append(row)
+            print(f"{part:5} d={d:3} N={N:5} causal={causal!s:5} {timed} {name:26} {row.ms:8.3f} ms {row.tflops:6.1f} "
+                  f"TFLOP/s  /{table} {row.ratio_table:.3f} [{row.ratio_lo:.3f}, {row.ratio_hi:.3f}]  x cuDNN "
+                  f"{row.x_cudnn:.2f}  diff {row.diff:.1e}", flush=True)
+        if out:
+            Path(out).mkdir(parents=True, exist_ok=True)
+            (Path(out) / ("tiles_ab_dry_run.json" if dry_run else "tiles_ab.json")).write_text(json.dumps(dict(
+                device="cpu (interpreter)" if dry_run else torch.cuda.get_device_name(), torch=torch.__version__,
+                triton=triton.__version__, rounds=rounds, rep_ms=rep, dry_run=dry_run,
+                rows=[dataclasses.asdict(x) for x in rows]), indent=1))
+        del q, k, v, do, outs, fns
+        if not dry_run:
+            torch.cuda.empty_cache()
+    bad = [x for x in rows if x.part == "order" and x.diff != 0]
+    print(f"order: {sum(x.part == 'order' for x in rows) - len(bad)} of {sum(x.part == 'order' for x in rows)} "
+          "rows bit for bit" + (": DIFFER " + ", ".join(f"d={x.d} N={x.N} {x.timed}" for x in bad) if bad else ""))
+    return rows
+
+
+def _warm_one(part: str, d: int, causal: bool, timed: str, name: str) -> str:
+    """Compile one candidate (a small input of the timed layout: Triton specializes on divisibility by 16,
+    which N = 256 shares with the timed N), in a worker process: fills Triton's on-disk cache."""
+    try:
+        tiles = dict(_tiles_candidates(d)[part])[name]
+        q, k, v = _inputs(1, 2, 256, d)
+        o = attention(q, k, v, causal=causal, tiles=tiles)
+        if timed == "bwd":
+            torch.autograd.grad(o, (q, k, v), torch.ones_like(o))
+        torch.cuda.synchronize()
+        return ""
+    except Exception as e:  # noqa: BLE001 - reported by the timed run again
+        return f"{part} d={d} causal={causal} {name}: {type(e).__name__}"
+
+
+def _warm_compiles(cells, workers: int = 12) -> None:
+    """Every candidate of `cells` compiled by `workers` processes at once (compiles dominate the call otherwise)."""
+    import concurrent.futures
+    import multiprocessing
+    jobs = sorted({(part, d, causal, timed, name) for part, d, _, causal, timed in cells
+                   for name, _ in _tiles_candidates(d)[part]})
+    t0 = time.perf_counter()
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as ex:
+        failed = [m for m in ex.map(_warm_one, *zip(*jobs)) if m]
+    print(f"warm: {len(jobs)} compiles in {time.perf_counter() - t0:.0f} s" + (f"; failed: {failed}" if failed else ""),
+          flush=True)
+
+
+def _no_grad_call(fn, *args, **kwargs):
+    with torch.no_grad():
+        return fn(*args, **kwargs)
+
+
 def profile_once(d=128, N=16384, causal=False, precision="default"):
     """A few launches of the default forward (for ncu --launch-skip/--launch-count)."""
     H, B = 2048 // d, max(1, 16384 // N)
@@ -531,8 +707,11 @@ if __name__ == "__main__":
                     help="cost of precision='accurate' over the default forward, A/B interleaved")
     ap.add_argument("--pipeline-ab", action="store_true",
                     help="TileConfig.pipeline_qk against the same tiles without it and cuDNN, interleaved")
+    ap.add_argument("--tiles-ab", action="store_true",
+                    help="heavy_first order, backward tiles and small-N forward tiles against the table, interleaved")
+    ap.add_argument("--parts", default="order,bwd,fwd", help="with --tiles-ab: which parts, in this order")
     ap.add_argument("--dry-run", action="store_true",
-                    help="with --pipeline-ab: the same path on the CPU (TRITON_INTERPRET=1), tiny shapes")
+                    help="with --pipeline-ab / --tiles-ab: the same path on the CPU (TRITON_INTERPRET=1), tiny shapes")
     ap.add_argument("--precision", default="default")
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--out", default=None)
@@ -542,6 +721,11 @@ if __name__ == "__main__":
         print(torch.__version__, triton.__version__, "interpreter" if a.dry_run else
               torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device")
         pipeline_ab(a.out, dry_run=a.dry_run)
+        sys.exit(0)
+    if a.tiles_ab:
+        print(torch.__version__, triton.__version__, "interpreter" if a.dry_run else
+              torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device")
+        tiles_ab(a.out, dry_run=a.dry_run, parts=tuple(a.parts.split(",")))
         sys.exit(0)
     print(torch.__version__, triton.__version__, torch.cuda.get_device_name())
     if a.profile_once:

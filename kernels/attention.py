@@ -44,7 +44,12 @@ class TileConfig:
     loop split into producer/consumer warps (Triton's automatic warp specialization); pipeline_qk,
     the unmasked-tile loop software-pipelined by hand, S_{j+1} = Q K_{j+1}ᵀ issued before the
     softmax and P̃·V of tile j (two S tiles live; exclusive with warp_specialize; off until the GPU
-    shows it faster: bench/NOTES.md, "Next device call: pipelined QK^T (issue 10)")."""
+    shows it faster: bench/NOTES.md, "Next device call: pipelined QK^T (issue 10)"). heavy_first (forward
+    and dQ kernels; the dK/dV kernel's key blocks are heaviest first already): under a band (causal, window)
+    the programs take the query blocks from the last one, so that the blocks that see the most keys start
+    first and the light ones fill the tail (longest-processing-time order; only which program computes
+    which block changes, not what a block computes; on where `kernel_config` turns it on:
+    bench/NOTES.md, "Tiles and program order, 2026-11-26d")."""
     block_m: int
     block_n: int
     num_warps: int = 4
@@ -52,9 +57,10 @@ class TileConfig:
     kv_desc: bool = False
     warp_specialize: bool = False
     pipeline_qk: bool = False
+    heavy_first: bool = False
 
 
-_TILE_FIELDS = 7  # ints per TileConfig in KernelConfig.flat()
+_TILE_FIELDS = 8  # ints per TileConfig in KernelConfig.flat()
 
 
 @dataclass(frozen=True)
@@ -66,10 +72,10 @@ class KernelConfig:
     dq: TileConfig
 
     def flat(self) -> list[int]:
-        """3 × 7 ints, the form a torch custom op can carry."""
+        """3 × 8 ints, the form a torch custom op can carry."""
         return [int(x) for t in (self.fwd, self.dkdv, self.dq)
                 for x in (t.block_m, t.block_n, t.num_warps, t.num_stages, t.kv_desc,
-                          t.warp_specialize, t.pipeline_qk)]
+                          t.warp_specialize, t.pipeline_qk, t.heavy_first)]
 
     @staticmethod
     def unflat(xs) -> "KernelConfig":
@@ -117,7 +123,9 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
         fwd = TileConfig(64, 64, 4, 3, kv_desc=precision == "accurate")
         return KernelConfig(fwd, TileConfig(64, 64, 4, 3), TileConfig(64, 64, 4, 3))
     if bd <= 128:
-        fwd = TileConfig(64, 64, 4, 3) if precision == "accurate" else TileConfig(128, 128, 8, 3)
+        # causal d = 128: query blocks heaviest first, 0.94× the time at N = 16k, 0.98× at 4k (2026-11-26d;
+        # at d = 64 it was 1.06× at 16k: left off there, and in the dQ kernel, where it moved nothing beyond noise)
+        fwd = TileConfig(64, 64, 4, 3) if precision == "accurate" else TileConfig(128, 128, 8, 3, heavy_first=True)
         return KernelConfig(fwd, TileConfig(64, 128, 8, 3), TileConfig(128, 64, 8, 3))
     # d in (128, 256]: fp32 accumulators of 64 × 256 (fwd) and 2 × 32 × 256 (dK, dV) need 8 warps
     return KernelConfig(TileConfig(64, 32, 8, 2), TileConfig(32, 32, 8, 2), TileConfig(32, 32, 8, 2))
@@ -503,7 +511,8 @@ def forward_launch(q: Layout, k: Layout, v: Layout, o: Layout, dense: Layout | N
                   ("HAS_MASK", dense is not None), ("SPARSE", bool(sparse)), ("DOT_PRECISION", dot),
                   ("P_SPLIT", p_split), ("WRITE_RES", save_res),
                   ("KV_DESC", t.kv_desc and _descriptor_ok(k) and _descriptor_ok(v)),
-                  ("WARP_SPEC", t.warp_specialize), ("PIPE_QK", t.pipeline_qk))
+                  ("WARP_SPEC", t.warp_specialize), ("PIPE_QK", t.pipeline_qk),
+                  ("HEAVY_FIRST", t.heavy_first and band))
     return Launch("attn_fwd_kernel", (triton.cdiv(nq, t.block_m), B * Hq), pointers, ints, constexprs,
                   t.num_warps, t.num_stages)
 
@@ -543,7 +552,8 @@ def backward_launches(q: Layout, k: Layout, v: Layout, o: Layout, do: Layout, gr
                  inputs + (_ptr(dq), _ptr(dense or q), _ptr(num), _ptr(idx), _ptr(num), _ptr(idx)),
                  (nq, nk, Hq, off_lo, off_hi, *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(do),
                   *_strides3(dq), *ms, *sp_kv),
-                 common + (("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n)) + flags, t.num_warps, t.num_stages)
+                 common + (("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n)) + flags
+                 + (("HEAVY_FIRST", t.heavy_first and band),), t.num_warps, t.num_stages)
     return pre, dkdv, dq_
 
 
@@ -730,9 +740,11 @@ def _backward(ctx, do, dlse, _do_res):
     dense = rest.pop(0) if ctx.has_dense else None
     dq, dk, dv = torch.ops.flashcheck.attention_bwd(q, k, v, o, o_res, lse, do, dlse, dense, rest,
                                                     *ctx.args)
-    # One entry per op input: the `sparse` and `tiles` lists as lists of Nones.
+    # One entry per op input, in the structure torch's custom-op autograd flattens the inputs to: the `sparse`
+    # list of tensors as a list of Nones; the `tiles` list of ints as one None (a list of non-tensors is one
+    # leaf), but as [] when empty (an empty list counts as a list of tensors).
     return (dq, dk, dv, None, [None] * ctx.n_sparse, None, None, None, None, None, None, None,
-            None, None, [None] * len(ctx.args[-1]))
+            None, None, None if ctx.args[-1] else [])
 
 
 _attention_fwd_op.register_autograd(_backward, setup_context=_setup_context)

@@ -229,7 +229,7 @@ def attn_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BAND: tl.constexpr, HAS_MASK: tl.constexpr, SPARSE: tl.constexpr,
     DOT_PRECISION: tl.constexpr, P_SPLIT: tl.constexpr, WRITE_RES: tl.constexpr,
-    KV_DESC: tl.constexpr, WARP_SPEC: tl.constexpr, PIPE_QK: tl.constexpr,
+    KV_DESC: tl.constexpr, WARP_SPEC: tl.constexpr, PIPE_QK: tl.constexpr, HEAVY_FIRST: tl.constexpr,
 ):
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
     tl.static_assert(BLOCK_D >= HEAD_D and BLOCK_DV >= HEAD_DV, "head dim padded to the tile")
@@ -237,6 +237,9 @@ def attn_fwd_kernel(
     tl.static_assert(not (PIPE_QK and WARP_SPEC),
                      "the hand-pipelined loop (PIPE_QK) and warp specialization are alternatives")
     pid_m = tl.program_id(0)
+    if HEAVY_FIRST:
+        # under a band the last query blocks see the most keys: they start first (TileConfig.heavy_first)
+        pid_m = tl.num_programs(0) - 1 - pid_m
     pid_bh = tl.program_id(1)
     off_b = pid_bh // Hq
     off_h = pid_bh % Hq

@@ -215,6 +215,47 @@ def test_forward_pipelined_qk_changes_nothing(case):
             assert bool((default[0][..., 3, :] == 0).all()) and bool(torch.isneginf(default[1][..., 3]).all())
 
 
+# (id, (B, Hq, Hkv, Nq, Nk, d), causal, window): bands whose query blocks see different numbers of keys
+HEAVY_FIRST_CASES = (
+    ("causal top-left, ragged", (1, 2, 1, 70, 77, 64), True, None),
+    ("causal bottom-right, GQA", (2, 4, 2, 33, 90, 80), "bottom_right", None),
+    ("window", (1, 2, 2, 64, 64, 64), False, (40, 9)),
+    ("no band (nothing reversed)", (1, 1, 1, 40, 50, 64), False, None),
+)
+
+
+@needs_kernel
+@pytest.mark.parametrize("case", HEAVY_FIRST_CASES, ids=[c[0] for c in HEAVY_FIRST_CASES])
+def test_heavy_first_order_changes_nothing(case):
+    """TileConfig.heavy_first (under a band the forward's and the dQ kernel's programs take the query
+    blocks from the last one) only changes which program computes which block: O, LSE, dQ, dK, dV bit
+    for bit those of the ascending order, both causal alignments, a window, ragged N, GQA."""
+    import dataclasses
+
+    import torch
+
+    from flashcheck.kernels.attention import KernelConfig, attention, kernel_config
+    from tests.test_kernel_support import CUDA, DEVICE
+
+    name, (B, Hq, Hkv, nq, nk, d), causal, window = case
+    dtype = torch.bfloat16 if CUDA else torch.float16
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(B, Hq, nq, d, generator=g).to(DEVICE, dtype)
+    k, v = (torch.randn(B, Hkv, nk, d, generator=g).to(DEVICE, dtype) for _ in range(2))
+    do = torch.randn(B, Hq, nq, d, generator=g).to(DEVICE, dtype)
+    base = kernel_config(d, dtype)
+    outs = []
+    for heavy in (False, True):
+        tiles = KernelConfig(*(dataclasses.replace(t, heavy_first=heavy) for t in (base.fwd, base.dkdv, base.dq)))
+        qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        o, lse = attention(qq, kk, vv, causal=causal, window=window, return_lse=True, tiles=tiles)
+        outs.append(((o, lse), torch.autograd.grad(o, (qq, kk, vv), do)))
+    (f0, g0), (f1, g1) = outs
+    _assert_bitwise(f"{name} forward", f0, f1)
+    for what, a, b in zip(("dQ", "dK", "dV"), g0, g1):
+        _assert_bitwise(f"{name} {what} (and dQ again)", (a, g0[0]), (b, g1[0]))
+
+
 @needs_kernel
 def test_pipelined_qk_and_warp_specialization_are_exclusive():
     """Two schedules of one loop: asking for both is a clear error naming the field, before any launch."""
