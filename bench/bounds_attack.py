@@ -99,11 +99,14 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
         # tiles, product then subtraction on the masked tile): claimed (Precision.exp_argument "fma") unless
         # FLASHCHECK_EXP_ARGUMENT=unknown (the same arithmetic, the argument's roundings charged worst case)
         exp_argument = os.environ.get("FLASHCHECK_EXP_ARGUMENT", "fma") if fma else "unknown"
+        pr = Precision(dtype, dot, exp="libm", l_accumulate="float64", delta_from="fp32", ieee_fma_chain=fma,
+                       exp_argument=exp_argument, rowsum_depth=6)
+        # the emulation's tiles are those the precision states: the forward's keys, the dQ loop's keys, dK/dV's queries
         o, lse, o32 = fa2_forward(q, k, v, dtype=dtype, dot=dot, mma=mma, l_accumulate="float64",
-                                  return_fp32_o=True, ieee_fma_chain=fma, rowsum="tree")
-        g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, delta_o=o32, ieee_fma_chain=fma)
-        return (o, lse, *g), Precision(dtype, dot, exp="libm", l_accumulate="float64", delta_from="fp32",
-                                       ieee_fma_chain=fma, exp_argument=exp_argument, rowsum_depth=6)
+                                  return_fp32_o=True, ieee_fma_chain=fma, rowsum="tree", block_k=pr.block_k)
+        g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, delta_o=o32, ieee_fma_chain=fma,
+                         block_k_dq=pr.dq_key_tile, block_q=pr.block_q)
+        return (o, lse, *g), pr
     import torch
 
     from flashcheck.adapters import ours_precision

@@ -403,8 +403,8 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
     fma_chain = (a.exp != "libm" and hw.ieee_dot == "fma_chain" and (a.input, a.dot) == ("float32", "ieee")
                  and _block_d(head_dim) in hw.ieee_dot_k and fusion)
     return _precision(input=a.input, dot=a.dot, accumulate="float32", output=a.output, exp=a.exp,
-                      block_k=a.block_k, block_q=a.block_q, accumulation="recursive", p_split=a.p_split,
-                      delta_from=a.delta_from, l_accumulate=a.l_accumulate,
+                      block_k=a.block_k, block_q=a.block_q, block_k_dq=a.block_k_dq,  # dQ's own key tiles
+                      accumulation="recursive", p_split=a.p_split, delta_from=a.delta_from, l_accumulate=a.l_accumulate,
                       tile_order="partial_first",  # kernels/tiles.py visits a ragged last key tile first
                       hardware=hw, ieee_fma_chain=fma_chain,
                       rowsum_depth=None if rec is None else rec["rowsum_depth"],

@@ -140,6 +140,8 @@ class Arithmetic:
     "tf32", "ieee"); exp: "ex2.approx" on the GPU, "libm" in the interpreter; block_k: K/V tile width
     of the forward inner loop (tl.dot(p, v, acc) adds each tile into the running accumulator);
     block_q: Q tile height of the backward dK/dV inner loop (likewise into the dK, dV accumulators);
+    block_k_dq: K tile width of the backward dQ kernel's key loop (tl.dot(ds, k, dq) adds each tile into
+    the running dQ, the ragged tile first: which keys form that tile follows this width, not block_k);
     p_split: the forward computes P·V as P_hi·V + P_lo·V (P_hi = round(P), P_lo = round(P − P_hi)
     in the dot's operand format; precision="accurate"); delta_from: "output" when the backward's
     Δ = rowsum(dO ∘ O) reads O rounded to the output dtype, "fp32" when it reads an O accurate to
@@ -152,6 +154,7 @@ class Arithmetic:
     exp: str
     block_k: int
     block_q: int
+    block_k_dq: int
     p_split: bool = False
     delta_from: str = "fp32"
     l_accumulate: str = "float64"
@@ -177,11 +180,12 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
     if interpret is None:
         interpret = _interpreting()
     cfg = tiles or kernel_config(head_dim or 64, dtype, interpret=interpret, precision=precision)
-    block_k, block_q = cfg.fwd.block_n, cfg.dkdv.block_m
-    if block_mask is not None:
-        block_k, block_q = block_mask.block_k, block_mask.block_q
+    block_k, block_q, block_k_dq = cfg.fwd.block_n, cfg.dkdv.block_m, cfg.dq.block_n
+    if block_mask is not None:  # its tile grid is every kernel's (_tiles: dq's block_n is its block_k too)
+        block_k, block_q, block_k_dq = block_mask.block_k, block_mask.block_q, block_mask.block_k
     return Arithmetic(input=name, dot=dot, output=name, exp="libm" if interpret else "ex2.approx",
-                      block_k=block_k, block_q=block_q, p_split=p_split, delta_from=delta_from)
+                      block_k=block_k, block_q=block_q, block_k_dq=block_k_dq, p_split=p_split,
+                      delta_from=delta_from)
 
 
 def _check_choice(name, value, allowed):

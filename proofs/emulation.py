@@ -307,14 +307,16 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
 
 def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
                  scale=None, causal=False, window=None, mask=None, accumulation: str = "recursive",
-                 k_step: int | None = None, delta_o=None, ieee_fma_chain: bool = False, block_k: int = 64,
+                 k_step: int | None = None, delta_o=None, ieee_fma_chain: bool = False, block_k_dq: int = 64,
                  block_q: int = 64):
     """(dQ, dK, dV) as the FA2 backward kernel computes them from its own (O, LSE): Delta from the
     stored O (or from `delta_o`, the fp32 O of fa2_forward(..., return_fp32_o=True), for
     delta_from="fp32"), P recomputed from the stored LSE in base 2, P and dS rounded to the operand dtype
     before the products, fp32 accumulation, scale applied once at the end, stored in `out`. dQ runs over the
-    key tiles of block_k, dK and dV over the query tiles of block_q (per query head of the group), in our kernel's
-    order: a ragged tile first, then the full ones ascending (_tile_starts, Precision.tile_order "partial_first").
+    key tiles of block_k_dq (the dQ kernel's own key tiles, Precision.block_k_dq; the forward's block_k enters only
+    through fa2_forward's o, lse and delta_o), dK and dV over the query tiles of block_q (per query head of the
+    group), in our kernel's order: a ragged tile first, then the full ones ascending (_tile_starts,
+    Precision.tile_order "partial_first").
     ieee_fma_chain: the logits as FMA chains (module docstring; Precision.ieee_fma_chain)."""
     _check_fma(ieee_fma_chain, dtype, dot)
     pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask)
@@ -350,7 +352,7 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     dsr = _operand(ds, dot, tdt).to(acc_t)
 
     rows = _visit(Nq, block_q)
-    keys = _visit(Nk, block_k)
+    keys = _visit(Nk, block_k_dq)
 
     def over_rows(a, b, n):  # sum over the group's query rows, one accumulator (kernel: g outer, tiles inner)
         a, b = a[..., rows, :], b[..., rows, :]

@@ -162,7 +162,8 @@ def _overs(xs, claim=True, backward=False, block_k=BLOCK):
     fb = forward_bound(q, k, v, precision=pr)
     bounds = [fb.o, fb.lse]
     if backward:
-        got += list(fa2_backward(q, k, v, o, lse, do, dtype="float32", dot="ieee", delta_o=o32, ieee_fma_chain=True))
+        got += list(fa2_backward(q, k, v, o, lse, do, dtype="float32", dot="ieee", delta_o=o32, ieee_fma_chain=True,
+                                 block_k_dq=block_k))  # the dQ key tiles pr states (block_k_dq None: block_k)
         exact += list(attention_backward(q, k, v, O, L, do))
         bb = backward_bound(q, k, v, do, precision=pr)
         bounds += [bb.dq, bb.dk, bb.dv]

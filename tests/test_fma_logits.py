@@ -202,7 +202,8 @@ def _overs(xs, claim=True, causal=False):
     q, k, v, do = xs
     o, lse, o32 = fa2_forward(q, k, v, dtype="float32", dot="ieee", l_accumulate="float64", return_fp32_o=True,
                               ieee_fma_chain=True, causal=causal, block_k=16)
-    g = fa2_backward(q, k, v, o, lse, do, dtype="float32", dot="ieee", delta_o=o32, ieee_fma_chain=True, causal=causal)
+    g = fa2_backward(q, k, v, o, lse, do, dtype="float32", dot="ieee", delta_o=o32, ieee_fma_chain=True, causal=causal,
+                     block_k_dq=16)  # the dQ key tiles the precision below states (block_k_dq None: block_k)
     O, L = attention(q, k, v, causal=causal)
     exact = (O, L, *attention_backward(q, k, v, O, L, do, causal=causal))
     pr = Precision("float32", "ieee", exp="libm", l_accumulate="float64", delta_from="fp32", block_k=16,

@@ -451,7 +451,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     # dK, dV: one accumulator through every query tile of every head of the GQA group; dQ: through
     # every key tile (recursive, sec. 4)
     n_q = _dot_steps(M, Nq, precision.block_q, repeats=group)
-    n_k = _dot_steps(M, Nk, precision.block_k)
+    # dQ's key loop has its own tile width (Precision.block_k_dq; ours: the dQ kernel's block_n): its steps, the
+    # ragged tile it visits first; Delta's P.V and the stored LSE are the forward's and keep block_k
+    n_k = _dot_steps(M, Nk, precision.dq_key_tile)
     nu_q_wc = (1 + M.u_p) * (1 + M.u_in) * (1 + gamma(n_q, M.u_dacc)) - 1
     nu_q_lin = M.u_p + M.u_in + n_q * M.u_dacc
     rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
@@ -595,7 +597,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         if M.tensor_core and M.recursive and M.pv_products == 1:
             # the P.V accumulation of O (normalized products A_j v_jc), weighted by |dO_c| in Delta
             # the tiles in the stated order (_visiting: our kernel's ragged tile first); "any" (flash-attn visits key
-            # blocks from the last one): order-free
+            # blocks from the last one): order-free. The FORWARD's key tiles (block_k): Delta reads its O
             idx = _visiting(Nk, precision.block_k, precision.tile_order)
             ordered = (idx is not False) & vis.all(axis=-1) & _heads_unmasked(head_full)
             tc_D = M.u_dacc * np.concatenate(
@@ -676,8 +678,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
         # than that could be equal as computed, and are grouped
         tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
-        acc_sq, partial, tc_steps = _dq_accumulation(M, kind, dS, kf, tolS, vis, precision.block_k, head_full,
-                                                     precision.tile_order)
+        acc_sq, partial, tc_steps = _dq_accumulation(M, kind, dS, kf, tolS, vis, precision.dq_key_tile, head_full,
+                                                     precision.tile_order)  # the dQ kernel's key tiles
         if rn_rows:
             row_blocks.append((dS, tolS, tolP))
         if tc_rows:
@@ -1224,7 +1226,7 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
 
     A0, vis0, s0, m = F.A, F.vis, F.s, F.m
     rows, Nk0 = A0.shape[-2:]
-    bk = precision.block_k
+    bk = precision.block_k  # the forward's key tiles, which computed O (not the dQ loop's, Precision.block_k_dq)
     lgf = _logit_errors(F.qf, kf, s0, m, vis0, sc, M, d, has_bias, qk=F.parts.qk)
     # the keys in the kernel's visiting order (Precision.tile_order; our kernel's ragged tile first, padded at the
     # front with invisible zero keys to a full tile, _visiting): the running max, the kernel's P and the partial
@@ -1639,7 +1641,7 @@ def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precisi
     var = 3.0 * (u * lse0) ** 2
     det = P.lse_det - 2.0 * u * np.abs(lse0)
     Nk = A.shape[-1]
-    order = _tile_order(Nk, precision.block_k, precision.tile_order)
+    order = _tile_order(Nk, precision.block_k, precision.tile_order)  # the forward's tiles: it computed l
     zero = np.zeros(A.shape[:-1])
     l_ok = vis.all(-1) & ~P.lse_capped & ~Fr.empty
     if order is None or not l_ok.any() or Nk == 0:

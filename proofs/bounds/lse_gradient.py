@@ -38,7 +38,7 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
         raise ValueError(f"dlse must have LSE's shape {(pr.B, pr.Hq, pr.Nq)}, got {w.shape}")
     lam = hoeffding_lambda(2.0)
     u, sc, kf = M.u_w, F.scale, F.kf
-    n_k = _dot_steps(M, pr.Nk, precision.block_k)
+    n_k = _dot_steps(M, pr.Nk, precision.dq_key_tile)  # the backward's dQ loop computes it (Precision.block_k_dq)
     # dS = P_hat * w_i (gamma_2 kept from backward_bound: conservative, the kernel rounds once),
     # then converted to the operand format (u_p: rounded, or truncated for tf32)
     rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
@@ -76,7 +76,7 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
         # the dQ accumulation as in backward_bound: round to nearest grouped by equal products, tensor
         # cores from the partial sums (the stated tile order: nothing of the head masked)
         acc_sq, partial, tc_steps = _dq_accumulation(M, kind, dS, kf, (1 + M.u_p) * (A * absg + wcS) - A * absg, vis,
-                                                     precision.block_k, head_full, precision.tile_order)
+                                                     precision.dq_key_tile, head_full, precision.tile_order)
         ge = _grad(M, sc, n_k, (A * absg) @ abs_k, wcS @ abs_k, linS @ abs_k,
                    varS @ kk, (dS * dS) @ kk, detS @ abs_k, dS @ kf, acc_sq=acc_sq, tc_steps=tc_steps,
                    partial=partial)

@@ -100,6 +100,12 @@ class Precision:
       P's operand error is ~u^2 instead of u, at twice the accumulation steps.
     delta_from: the backward's Delta = rowsum(dO o O) is formed from O rounded to the output dtype
       ("output") or from an O accurate to fp32 ("fp32").
+    block_k_dq: the key tile width of the backward's dQ accumulation loop (dQ = dS K through tl.dot(ds, k, dq), key
+      tile by key tile into one accumulator, in the stated tile_order: which keys form the ragged tile visited first
+      follows this width); None: block_k (a kernel whose dQ loop runs over the forward's key tiles). Our kernel's dQ
+      kernel has its own tiles (kernels/attention.py KernelConfig.dq, Arithmetic.block_k_dq): bf16/fp16 at d 128 runs
+      its forward over 128 keys a tile and its dQ over 64. Delta's P.V accumulation and the stored LSE are the
+      forward's and stay on block_k (proofs/bounds/backward.py).
     hardware: the hardware constants (HARDWARE unless overridden).
     gqa_reduction: how dK, dV of a GQA group are formed: "in_accumulator" (one accumulator runs through
       every query head of the group, our kernel) or "rounded_heads" (per query head, each stored in the
@@ -158,6 +164,7 @@ class Precision:
     exp: str = "ex2.approx"
     block_k: int = 64
     block_q: int = 64
+    block_k_dq: int | None = None
     accumulation: str = "recursive"
     p_split: bool = False
     delta_from: str = "output"
@@ -190,6 +197,9 @@ class Precision:
             b = getattr(self, name)
             if not isinstance(b, int) or isinstance(b, bool) or b < 1:
                 raise ValueError(f"Precision.{name} must be a positive int, got {b!r}")
+        b = self.block_k_dq
+        if b is not None and (not isinstance(b, int) or isinstance(b, bool) or b < 1):
+            raise ValueError(f"Precision.block_k_dq must be None or a positive int, got {b!r}")
         if not isinstance(self.p_split, bool):
             raise ValueError(f"Precision.p_split must be a bool, got {self.p_split!r}")
         if not isinstance(self.ieee_fma_chain, bool):
@@ -211,11 +221,17 @@ class Precision:
         whole row: the bounds read a block only through min(N, block), ceil(N / block) = 1 and, with one
         tile, an order that is the same ascending or not; but per-tile arrays are padded to the block
         (2^20 columns for "one tile of any width" took ~1.5 s per call). The bounds compute with this and
-        report the precision they were given."""
+        report the precision they were given. block_k_dq stays None where it was (it then follows block_k)."""
         block_k, block_q = min(self.block_k, max(Nk, 1)), min(self.block_q, max(Nq, 1))
-        if (block_k, block_q) == (self.block_k, self.block_q):
+        block_k_dq = None if self.block_k_dq is None else min(self.block_k_dq, max(Nk, 1))
+        if (block_k, block_q, block_k_dq) == (self.block_k, self.block_q, self.block_k_dq):
             return self
-        return replace(self, block_k=block_k, block_q=block_q)
+        return replace(self, block_k=block_k, block_q=block_q, block_k_dq=block_k_dq)
+
+    @property
+    def dq_key_tile(self) -> int:
+        """The key tile width of the backward's dQ loop: block_k_dq, or block_k where that is None."""
+        return self.block_k if self.block_k_dq is None else self.block_k_dq
 
     @property
     def out(self) -> str:
