@@ -724,13 +724,18 @@ def _no_grad_call(fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
 
-def profile_once(d=128, N=16384, causal=False, precision="default"):
-    """A few launches of the default forward (for ncu --launch-skip/--launch-count)."""
+def profile_once(d=128, N=16384, causal=False, precision="default", backward=False):
+    """A few launches of the forward, and with `backward` of the backward's kernels too (for ncu
+    --kernel-name / --launch-skip / --launch-count)."""
     H, B = 2048 // d, max(1, 16384 // N)
     q, k, v = _inputs(B, H, N, d)
-    with torch.no_grad():
-        for _ in range(5):
-            attention(q, k, v, causal=causal, precision=precision)
+    for _ in range(5):
+        if backward:
+            o = attention(q, k, v, causal=causal, precision=precision)
+            torch.autograd.grad(o, (q, k, v), torch.ones_like(o))
+        else:
+            with torch.no_grad():
+                attention(q, k, v, causal=causal, precision=precision)
     torch.cuda.synchronize()
 
 
@@ -753,6 +758,9 @@ if __name__ == "__main__":
                     help="with --pipeline-ab / --tiles-ab: the same path on the CPU (TRITON_INTERPRET=1), tiny shapes")
     ap.add_argument("--precision", default="default")
     ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--N", type=int, default=16384, help="with --profile-once")
+    ap.add_argument("--causal", action="store_true", help="with --profile-once")
+    ap.add_argument("--backward", action="store_true", help="with --profile-once: the backward's kernels too")
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-check", action="store_true")
     a = ap.parse_args()
@@ -771,7 +779,7 @@ if __name__ == "__main__":
         issue_table(a.out)
         sys.exit(0)
     if a.profile_once:
-        profile_once(d=a.d, precision=a.precision)
+        profile_once(d=a.d, N=a.N, causal=a.causal, precision=a.precision, backward=a.backward)
         sys.exit(0)
     if a.variants:
         variants(a.out, ws=a.ws)
