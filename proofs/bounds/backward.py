@@ -9,7 +9,7 @@ import numpy as np
 
 from .precision import (_DOT_OPERAND, FAILURE_PROBABILITY, Precision, REFERENCE_PRECISION, UNDERFLOW_FLOOR, UNIT_ROUNDOFF, _Model, _check_kind, _conv, _dot_steps, _model, _within_dot, gamma, hoeffding_lambda)
 from .results import (BackwardBound, ForwardBound)
-from .common import (_FP32_NORMAL_MIN, _SIGNIFICAND_BITS, _exp_err, _fix_bad, _no_nan, _round_nearest,
+from .common import (_FP32_NORMAL_MIN, _SIGNIFICAND_BITS, _exp_err, _fix_bad, _half_ulp, _no_nan, _round_nearest,
                      _rounding_on_data, _rows_chunks, _weighted_exp_err)
 from .logits import _fp32_exact, _logit_errors
 from . import forward as _forward_module
@@ -525,8 +525,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         elif conv is not None:  # the non-random logit error without the input conversion (counted signed)
             lg_det = _logit_errors(qf, kf, Fr.s, lse0, vis, sc, M_exact_in, d, bias is not None,
                                    qk=Fr.parts.qk).det
-        e_lse = u * np.abs(lse0)  # rounding of LSE * log2(e)
-        e_wc = lg.wc + (float(gamma(1, u)) * np.abs(lse0) + eps_L)[..., None]
+        e_lse = _lse2_rounding(lse0, eps_L, M)  # rounding of LSE * log2(e), in natural units
+        e_wc = lg.wc + (e_lse + eps_L)[..., None]
         b_wc = np.where(vis, _exp_err(e_wc, M.eps_exp), 0.0)
 
         def log_a(Fr=Fr, vis=vis):
@@ -657,7 +657,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # For dQ_i the LSE error is one factor (1 + c_i) on the whole row i of P, and sum_j dS_ij = 0
         # (Lemma 9), so it costs c_i |dQ_i| instead of c_i sum_j |dS_ij||k_j|: dQ_hat = (1 + c_i) dQ'_hat,
         # where dQ' has P' = A (1 + b') with the LSE part removed from b.
-        c_row = (np.exp(float(gamma(1, u)) * np.abs(lse0) + eps_L) - 1.0)[..., None]
+        c_row = (np.exp(e_lse + eps_L) - 1.0)[..., None]
         b_wc_row = np.where(vis, _exp_err(lg.wc, M.eps_exp), 0.0)
         _, Ab1_row, bad_row = _weighted_exp_err(A, b_wc_row, lg.wc, M.eps_exp, vis, log_a)
         b_lin_row = np.where(vis, lg.lin + M.eps_exp, 0.0)
@@ -758,7 +758,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             # charged signed (known_k), and the entry leaves every other dS term (P, dP, the fp32 roundings, c_i,
             # delta_i); the others keep them, their rounding unknown (tf32: their truncation on the data, signed).
             # The bound is the largest over the slices, since delta_i lies in one of them.
-            e_lse_row, c_lse = float(gamma(1, u)) * np.abs(lse0) + eps_L, None
+            e_lse_row, c_lse = e_lse + eps_L, None
             if conv is not None and lg.conv is not None:  # the stored LSE errs by its conversion part c_i (signed,
                 # lse_signed; 0 where its bound is capped) + a rest within eps_L - |c_i| (the forward's det holds |c_i|
                 # and the float64 evaluation of c_i, gamma_{Nk+1}(2^-53) sum_j A_j |e_j|, which also covers the gap
@@ -1621,6 +1621,15 @@ class _LseRandom:
     l_ok: np.ndarray
 
 
+def _lse2_rounding(lse0, eps_L, M: _Model):
+    """The backward's rounding of LSE2 = fl(LSE log2 e) (kernels/triton_bwd.py), in natural-log units (P's relative
+    error): half an ulp of the product's binade, the product's magnitude <= (|LSE| + eps_L) fl(log2 e) with
+    fl(log2 e) <= log2 e (1 + 2^-23) (_half_ulp; <= u |LSE log2 e| ln 2 = u |LSE|)."""
+    tiny = 2.0**-126 if M.u_w > 2.0**-30 else 2.0**-1022  # the working format's smallest normal
+    up = (np.abs(lse0) + eps_L) * (math.log2(math.e) * (1.0 + 2.0**-23))
+    return _half_ulp(up, M.u_w, tiny) * math.log(2.0)
+
+
 def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precision) -> _LseRandom:
     """_LseRandom of the rows of Fr (bounds.md sec. 8, "row-common errors in dK, dV").
 
@@ -1636,10 +1645,11 @@ def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precisi
     A, vis, s, u = Fr.A, Fr.vis, Fr.s, M.u_w
     P = Fr.parts
     lse0 = np.where(Fr.empty, 0.0, Fr.lse)
-    # the forward's LSE = fl(fl(m2 + log2 l) ln2): two roundings, each <= u |LSE| (first order); the
-    # backward's fl(LSE log2 e): one more. Single operations per row: random over rows.
-    var = 3.0 * (u * lse0) ** 2
-    det = P.lse_det - 2.0 * u * np.abs(lse0)
+    # the forward's LSE = fl(fl(m2 + log2 l) ln2): two roundings, each by half an ulp of its binade (P.lse_rn, in
+    # lse_det); the backward's fl(LSE log2 e): one more. Single operations per row: random over rows.
+    r_y, r_z = P.lse_rn
+    var = r_y**2 + r_z**2 + _lse2_rounding(lse0, Fr.bound.lse, M) ** 2
+    det = P.lse_det - r_y - r_z
     Nk = A.shape[-1]
     order = _tile_order(Nk, precision.block_k, precision.tile_order)  # the forward's tiles: it computed l
     zero = np.zeros(A.shape[:-1])

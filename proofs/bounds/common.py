@@ -37,6 +37,18 @@ def _softmax_parts(s, vis):
     return m, A, l_safe, lse, empty
 
 
+def _half_ulp(x_up, u: float, tiny: float):
+    """Bound on round-to-nearest's error when rounding a value of magnitude <= x_up (elementwise) into the
+    binary format of unit roundoff u = 2^-p whose smallest normal is `tiny`: half an ulp of the binade,
+    u 2^floor(log2 x_up) (<= u x_up; the binade is x_up's, so an upper bound on the magnitude is enough:
+    a larger x_up only moves it up); below `tiny`, `tiny` (subnormal spacing or a flush to zero, <= |x|);
+    0 for x_up = 0 (an exact 0)."""
+    x_up = np.asarray(x_up, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        binade = np.where(x_up >= tiny, u * np.exp2(np.floor(np.log2(np.where(x_up >= tiny, x_up, 1.0)))), tiny)
+    return np.where(x_up > 0, np.where(np.isinf(x_up), np.inf, binade), 0.0)
+
+
 def _rows_chunks(Nq: int, Nk: int, dv: int, budget: int = 1 << 21):
     step = max(1, budget // max(1, Nk * dv))
     for r0 in range(0, Nq, step):

@@ -9,7 +9,7 @@ import numpy as np
 
 from .precision import (_DOT_OPERAND, FAILURE_PROBABILITY, Precision, _Model, _check_kind, _conv, _dot_steps, _model, gamma, hoeffding_lambda)
 from .results import (ForwardBound)
-from .common import (_SIGNIFICAND_BITS, _exp_err, _no_nan, _problem, _rounding_on_data, _rows_chunks, _signed_sum_bound,
+from .common import (_SIGNIFICAND_BITS, _exp_err, _half_ulp, _no_nan, _problem, _rounding_on_data, _rows_chunks, _signed_sum_bound,
                      _softmax_parts, _weighted_dev, _weighted_exp_err)
 from .logits import (_logit_errors, _mma_steps_error)
 
@@ -46,6 +46,7 @@ class _ForwardParts:
     lse_det: np.ndarray  # the LSE bound, none of it random (backward._lse_random takes its final roundings as random)
     l_sum_det: np.ndarray  # l's first-order rounding bound on the data (_l_sum_error), inside lse_det where not capped
     lse_capped: np.ndarray  # rows whose LSE bound is the worst case (lse_det holds it whole); True for worst_case
+    lse_rn: tuple  # (fl(m2 + log2 l), fl(y ln 2)): the two round-to-nearest bounds inside lse_det (natural units)
     p_rho: tuple | None = None  # (centre, half-width) of P's relative rounding (or tf32 truncation) into the operand
     # format per key (_p_rounding_on_data; where not evaluated: centre 0, half u_p, truncated -u_p/2, u_p/2); None
     # where P is not converted (fp32 ieee), where a tf32 conversion is not the measured truncation, and for worst_case
@@ -1038,9 +1039,23 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     lse_abs = np.abs(np.where(empty, 0.0, lse))
     log2l = np.abs(np.log2(l))
     log_err = M.eps_lg2 * (1.0 + log2l) * math.log(2.0)
-    lse_round = ((1.0 + u) ** 2 * (1.0 + _ln2_error(precision.accumulate)) - 1.0) * lse_abs
-    rounding = lse_round + log_err
+    eta = _ln2_error(precision.accumulate)
+    tiny = 2.0**-126 if precision.accumulate == "float32" else 2.0**-1022  # the working format's smallest normal
+
+    def roundings(e_l):
+        """The two roundings, each by half an ulp of the rounded value's binade (_half_ulp, <= u |value|): y = m2 +
+        log2 l in base 2, |y ln 2| <= |LSE| + e_l (l's part of the error) + log2's; then z = fl(y) fl(ln 2); and
+        the constant's relative error. Returns (r_y, r_z, all three): r_y, r_z are round-to-nearest, which the
+        backward takes as random over rows (_ForwardParts.lse_rn)."""
+        ln2 = math.log(2.0)
+        y_up = (lse_abs + e_l + log_err) / ln2
+        r_y = _half_ulp(y_up, u, tiny) * ln2 * (1.0 + eta)
+        r_z = _half_ulp((lse_abs + e_l + log_err + r_y) * (1.0 + eta), u, tiny)
+        return r_y, r_z, r_y + r_z + eta * y_up * ln2
+
     if kind == "worst_case":
+        r_y, r_z, lse_round = roundings(log_wc)
+        rounding = lse_round + log_err
         lse_err = log_wc + rounding
         lse_det = lse_err
         capped = np.ones(lse_err.shape, dtype=bool)
@@ -1059,6 +1074,8 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
             Ac = A * lg.conv
             lse_conv = np.abs(Ac.sum(-1)) + float(gamma(Nk + 1, 2.0**-53)) * np.abs(Ac).sum(-1)
             det = det + lse_conv
+        r_y, r_z, lse_round = roundings(np.minimum(det + remainder, log_wc))
+        rounding = lse_round + log_err
         lse_err = np.minimum(det + remainder, log_wc) + rounding
         capped = det + remainder >= log_wc
         lse_det = np.where(capped, log_wc, det + remainder) + rounding
@@ -1073,6 +1090,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                              l_sum=mu_det + 0.0 * lse_abs, remainder=remainder,
                              lse_rounding=lse_round, log2=log_err + 0.0 * lse_abs)
     lse_err = np.where(empty, 0.0, lse_err)
+    lse_rn = (np.where(empty, 0.0, r_y), np.where(empty, 0.0, r_z))
 
     o_shape = (p.B, p.Hq, s.shape[-2], vf.shape[-1])
     final = (err32 if precision.delta_from == "fp32" else err) - np.where(empty[..., None], 0.0, pre)
@@ -1089,7 +1107,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                            final=final, n_pv=n_pv, T=T, n_l=n_l,
                            lam=lam,
                            lse_det=np.where(empty, 0.0, lse_det),
-                           l_sum_det=np.where(empty, 0.0, mu_det), lse_capped=capped | empty,
+                           l_sum_det=np.where(empty, 0.0, mu_det), lse_capped=capped | empty, lse_rn=lse_rn,
                            p_rho=p_rho))
 
 
