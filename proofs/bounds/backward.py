@@ -525,7 +525,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         elif conv is not None:  # the non-random logit error without the input conversion (counted signed)
             lg_det = _logit_errors(qf, kf, Fr.s, lse0, vis, sc, M_exact_in, d, bias is not None,
                                    qk=Fr.parts.qk).det
-        e_lse = _lse2_rounding(lse0, eps_L, M)  # rounding of LSE * log2(e), in natural units
+        e_lse = _lse2_rounding(lse0, eps_L, precision.accumulate)  # rounding of LSE * log2(e), in natural units
         e_wc = lg.wc + (e_lse + eps_L)[..., None]
         b_wc = np.where(vis, _exp_err(e_wc, M.eps_exp), 0.0)
 
@@ -1621,13 +1621,12 @@ class _LseRandom:
     l_ok: np.ndarray
 
 
-def _lse2_rounding(lse0, eps_L, M: _Model):
-    """The backward's rounding of LSE2 = fl(LSE log2 e) (kernels/triton_bwd.py), in natural-log units (P's relative
-    error): half an ulp of the product's binade, the product's magnitude <= (|LSE| + eps_L) fl(log2 e) with
-    fl(log2 e) <= log2 e (1 + 2^-23) (_half_ulp; <= u |LSE log2 e| ln 2 = u |LSE|)."""
-    tiny = 2.0**-126 if M.u_w > 2.0**-30 else 2.0**-1022  # the working format's smallest normal
+def _lse2_rounding(lse0, eps_L, fmt: str):
+    """The backward's rounding of LSE2 = fl(LSE log2 e) (kernels/triton_bwd.py) in the working format `fmt`, in
+    natural-log units (P's relative error): half an ulp of the product's binade, the product's magnitude <= (|LSE|
+    + eps_L) fl(log2 e) with fl(log2 e) <= log2 e (1 + 2^-23) (_half_ulp; <= u |LSE log2 e| ln 2 = u |LSE|)."""
     up = (np.abs(lse0) + eps_L) * (math.log2(math.e) * (1.0 + 2.0**-23))
-    return _half_ulp(up, M.u_w, tiny) * math.log(2.0)
+    return _half_ulp(up, fmt) * math.log(2.0)
 
 
 def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precision) -> _LseRandom:
@@ -1648,7 +1647,7 @@ def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precisi
     # the forward's LSE = fl(fl(m2 + log2 l) ln2): two roundings, each by half an ulp of its binade (P.lse_rn, in
     # lse_det); the backward's fl(LSE log2 e): one more. Single operations per row: random over rows.
     r_y, r_z = P.lse_rn
-    var = r_y**2 + r_z**2 + _lse2_rounding(lse0, Fr.bound.lse, M) ** 2
+    var = r_y**2 + r_z**2 + _lse2_rounding(lse0, Fr.bound.lse, precision.accumulate) ** 2
     det = P.lse_det - r_y - r_z
     Nk = A.shape[-1]
     order = _tile_order(Nk, precision.block_k, precision.tile_order)  # the forward's tiles: it computed l

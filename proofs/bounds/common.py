@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .precision import gamma
+from .precision import UNIT_ROUNDOFF, gamma
 
 
 # ----------------------------------------------------------------------------------------------
@@ -37,12 +37,13 @@ def _softmax_parts(s, vis):
     return m, A, l_safe, lse, empty
 
 
-def _half_ulp(x_up, u: float, tiny: float):
+def _half_ulp(x_up, fmt: str):
     """Bound on round-to-nearest's error when rounding a value of magnitude <= x_up (elementwise) into the
-    binary format of unit roundoff u = 2^-p whose smallest normal is `tiny`: half an ulp of the binade,
-    u 2^floor(log2 x_up) (<= u x_up; the binade is x_up's, so an upper bound on the magnitude is enough:
-    a larger x_up only moves it up); below `tiny`, `tiny` (subnormal spacing or a flush to zero, <= |x|);
-    0 for x_up = 0 (an exact 0)."""
+    working format `fmt` ("float32", "float64": unit roundoff u = 2^-p, smallest normal `tiny`): half an ulp of
+    the binade, u 2^floor(log2 x_up) (<= u x_up; the binade is x_up's, so an upper bound on the magnitude is
+    enough: a larger x_up only moves it up); below `tiny`, `tiny` (subnormal spacing or a flush to zero,
+    <= |x|); 0 for x_up = 0 (an exact 0)."""
+    u, tiny = UNIT_ROUNDOFF[fmt], _NORMAL_MIN[fmt]
     x_up = np.asarray(x_up, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         binade = np.where(x_up >= tiny, u * np.exp2(np.floor(np.log2(np.where(x_up >= tiny, x_up, 1.0)))), tiny)
@@ -130,6 +131,7 @@ _SIGNIFICAND_BITS = {"float16": 11, "bfloat16": 8, "tf32": 11}
 _E_MIN = {"float16": -13, "bfloat16": -125, "tf32": -125}
 # fp32's smallest normal: a working-format value below it may be flushed to zero (ftz) before it is rounded
 _FP32_NORMAL_MIN = 2.0**-126
+_NORMAL_MIN = {"float32": _FP32_NORMAL_MIN, "float64": 2.0**-1022}  # smallest normal of the working formats
 
 
 def _round_nearest(x, fmt: str, truncate: bool = False):

@@ -1040,7 +1040,6 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     log2l = np.abs(np.log2(l))
     log_err = M.eps_lg2 * (1.0 + log2l) * math.log(2.0)
     eta = _ln2_error(precision.accumulate)
-    tiny = 2.0**-126 if precision.accumulate == "float32" else 2.0**-1022  # the working format's smallest normal
 
     def roundings(e_l):
         """The two roundings, each by half an ulp of the rounded value's binade (_half_ulp, <= u |value|): y = m2 +
@@ -1049,8 +1048,8 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         backward takes as random over rows (_ForwardParts.lse_rn)."""
         ln2 = math.log(2.0)
         y_up = (lse_abs + e_l + log_err) / ln2
-        r_y = _half_ulp(y_up, u, tiny) * ln2 * (1.0 + eta)
-        r_z = _half_ulp((lse_abs + e_l + log_err + r_y) * (1.0 + eta), u, tiny)
+        r_y = _half_ulp(y_up, precision.accumulate) * ln2 * (1.0 + eta)
+        r_z = _half_ulp((lse_abs + e_l + log_err + r_y) * (1.0 + eta), precision.accumulate)
         return r_y, r_z, r_y + r_z + eta * y_up * ln2
 
     if kind == "worst_case":

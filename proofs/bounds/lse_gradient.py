@@ -56,7 +56,7 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
         # P_hat = A (1 + c_i)(1 + b_ij): c_i from the stored LSE and the rounding of LSE log2(e)
         # (one factor per row), b_ij from the logit error (shift LSE) and exp2, as in backward_bound
         lg = _logit_errors(Fr.qf, kf, Fr.s, lse0, vis, sc, M, pr.d, bias is not None, qk=Fr.parts.qk)
-        c_row = (np.exp(_lse2_rounding(lse0, Fr.bound.lse, M) + Fr.bound.lse) - 1.0)[..., None]
+        c_row = (np.exp(_lse2_rounding(lse0, Fr.bound.lse, precision.accumulate) + Fr.bound.lse) - 1.0)[..., None]
         b_wc = np.where(vis, _exp_err(lg.wc, M.eps_exp), 0.0)
 
         def log_a(Fr=Fr, vis=vis):
