@@ -459,13 +459,7 @@ def pipeline_ab(out=None, rounds=5, rep=30, dry_run=False):
                               f"{str(e).splitlines()[0] if str(e) else ''}"[:300], flush=True)
                         continue
                     runs[tile, pipe], stages[tile, pipe] = fn, launched.stages
-            names = list(runs) + ["cudnn"]
-            fns = list(runs.values()) + [cudnn]
-            times = {n: [] for n in names}
-            for r in range(rounds):
-                for i in range(len(fns)):
-                    j = (i + r) % len(fns)
-                    times[names[j]].append(_median_ms(fns[j], dry_run, rep))
+            times = _interleaved({**runs, "cudnn": cudnn}, rounds, rep, dry_run)
         table = _pipeline_candidates(d)[0]
         for tile in _pipeline_candidates(d):
             if (tile, True) not in runs or (tile, False) not in runs or (table, False) not in runs:

@@ -1,7 +1,7 @@
 """Tile helpers shared by the forward (`triton_fwd`) and backward (`triton_bwd`) kernels.
 
 - constants of the base-2 domain (`LOG2E`, `LN2`) as `tl.constexpr`;
-- `head_ptr`: the int64 batch/head base of a (B, H, N, d) tensor;
+- `head_ptr`: the int64 batch/head base of a (B, H, N, d) tensor; `query_block`: a program's query block;
 - `load_rows` / `load_rows_t`: an (rows × head-dim) tile, or its transpose, with the row bound
   checked only where a tile can cross the sequence end (`CHECK_ROWS`);
 - `visible`: the elementwise visibility of a (query × key) tile (ARCHITECTURE.md: bounds, band,
@@ -21,6 +21,16 @@ LN2: tl.constexpr = tl.constexpr(0.6931471805599453)  # ln(2) = 1 / log2(e)
 def head_ptr(ptr, off_b, off_h, stride_b, stride_h):
     """Base of head `off_h` of batch `off_b`, in int64: B·H·N·d may exceed 2^31 when one head does not."""
     return ptr + off_b.to(tl.int64) * stride_b + off_h.to(tl.int64) * stride_h
+
+
+@triton.jit
+def query_block(HEAVY_FIRST: tl.constexpr):
+    """The query block of this program: program_id(0), or under TileConfig.heavy_first counted from the last
+    block (under a band the last query blocks see the most keys: they start first)."""
+    pid_m = tl.program_id(0)
+    if HEAVY_FIRST:
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    return pid_m
 
 
 @triton.jit

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from flashcheck.kernels.tiles import (LOG2E, full_start, head_ptr, inner_tiles, load_rows, load_rows_t,
-                                      partial_start, visible)
+                                      partial_start, query_block, visible)
 
 
 @triton.jit
@@ -210,10 +210,7 @@ def attn_bwd_dq_kernel(
 ):
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
     tl.static_assert(BLOCK_D >= HEAD_D and BLOCK_DV >= HEAD_DV, "head dim padded to the tile")
-    pid_m = tl.program_id(0)
-    if HEAVY_FIRST:
-        # under a band the last query blocks see the most keys: they start first (TileConfig.heavy_first)
-        pid_m = tl.num_programs(0) - 1 - pid_m
+    pid_m = query_block(HEAVY_FIRST)
     pid_bh = tl.program_id(1)
     off_b = pid_bh // Hq
     off_h = pid_bh % Hq
