@@ -409,7 +409,15 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       hardware=hw, ieee_fma_chain=fma_chain,
                       rowsum_depth=None if rec is None else rec["rowsum_depth"],
                       # the compiled forms read the known fp32 dot: with the FMA chains only
-                      exp_argument="fma" if fma_chain else "unknown")
+                      exp_argument="fma" if fma_chain else "unknown",
+                      # and at known arguments ex2's values, where the H100's table is measured (proofs/ex2_model.py)
+                      ex2_known=fma_chain and _ex2_measured())
+
+
+def _ex2_measured() -> bool:
+    from flashcheck.proofs import ex2_model
+
+    return ex2_model.measured()
 
 
 def _compiled_record(dtype, dot: str, head_dim, precision: str, tiles) -> dict | None:

@@ -228,7 +228,7 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
                 scale=None, causal=False, window=None, mask=None, block_k: int = 64,
                 accumulation: str = "recursive", k_step: int | None = None, p_split: bool = False,
                 return_fp32_o: bool = False, mma=None, l_accumulate: str = "float32", ieee_fma_chain: bool = False,
-                trace: list | None = None, rowsum: str = "torch"):
+                trace: list | None = None, rowsum: str = "torch", ex2: str = "torch"):
     """(O, LSE) as the FA2 forward kernel computes them, see the module docstring (with
     return_fp32_o also O = acc / l before the store, what Delta uses with delta_from="fp32").
     mma: None (tensor-core steps summed exactly, rounded to nearest) or "h100" (both tensor-core dots,
@@ -239,8 +239,20 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
     trace: a list that receives, per tile in visiting order, (j0, j1, x, alpha's argument, m_new) as float64
     arrays (what tests compare with the bound's known arguments, Precision.exp_argument).
     rowsum: the order of each tile's fp32 rowsum of P~ (_rowsum): "torch" (torch's own), "tree" (pairwise, depth
-    ceil(log2 block_k): what Precision.rowsum_depth states), "sequential" (left to right, depth block_k - 1)."""
+    ceil(log2 block_k): what Precision.rowsum_depth states), "sequential" (left to right, depth block_k - 1).
+    ex2: the forward's exponentials P~ = exp2(x) and alpha = exp2(a): "torch" (torch.exp2 in the accumulate dtype) or
+    "h100" (fp32 only: the H100's ex2.approx.ftz.f32 bit for bit, flashcheck.proofs.ex2_model; Precision.ex2_known)."""
     _check_fma(ieee_fma_chain, dtype, dot)
+    if ex2 not in ("torch", "h100"):
+        raise ValueError(f"ex2 must be 'torch' or 'h100', got {ex2!r}")
+    exp2 = torch.exp2
+    if ex2 == "h100":
+        from flashcheck.proofs import ex2_model
+
+        def exp2(y):  # the measured table on fp32 arguments (the values are fp32: exact in either direction)
+            if y.dtype != torch.float32:
+                raise ValueError("ex2='h100' models the fp32 ex2.approx: the accumulate dtype must be float32")
+            return torch.from_numpy(ex2_model.ex2(y.numpy().astype(np.float64)).astype(np.float32))
     if rowsum not in _ROWSUMS:
         raise ValueError(f"rowsum must be one of {_ROWSUMS}, got {rowsum!r}")
     ks = _k_step(dot, k_step)
@@ -283,9 +295,9 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
             x = _fused_argument(s_fma[..., j0:j1], qk_scale, m_shift)
         else:  # the masked tile (or no FMA claim): the rounded product s2, then the subtraction rounded
             x = s - m_shift[..., None]
-        p = torch.exp2(x)
+        p = exp2(x)
         a_arg = m - m_shift  # fl32(m_old - m_new), then exp2
-        alpha = torch.exp2(a_arg)
+        alpha = exp2(a_arg)
         if trace is not None:
             trace.append((j0, j1, x.double().numpy(), a_arg.double().numpy(), m_new.double().numpy()))
         l = l * alpha.to(l_t) + _rowsum(p, rowsum).to(l_t)

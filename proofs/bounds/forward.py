@@ -709,6 +709,10 @@ def _fma_on_data(s, lg, M: _Model, order: _TileOrder, A, vf, b_wc, m, l, T: int,
         p_lo = np.where(ok, px * (1.0 - M.eps_exp) * (1.0 - 2.0**-50), p_lo)
         p_hi = np.where(ok, px * (1.0 + M.eps_exp) * (1.0 + 2.0**-50), p_hi)
         b_o = np.where(ok, order.apply(_exp_err(np.abs(ka.e_frame) + ka.floor, M.eps_exp)), b_o)
+        if ka.ex2_ok is not None:  # the values known (Precision.ex2_known): P~_j exactly, e_frame holds ex2's error
+            known = ka.ex2_ok[..., None]
+            p_lo, p_hi = np.where(known, ka.px, p_lo), np.where(known, ka.px, p_hi)
+            b_o = np.where(known, order.apply(_exp_err(np.abs(ka.e_frame) + ka.floor, 0.0)), b_o)
         change = np.where(ok, ka.change, change)
     # the rescales' relative errors: exp2 (eps_exp) of an argument m_{t-1} - m_t rounded (u |.|, log2 units);
     # the arguments telescope to m_T - m_1 <= hi_T - lo_1 (natural units)
@@ -736,6 +740,10 @@ class _KnownArguments:
     m2: np.ndarray  # (..., rows, T): the running max after each tile, base 2 (fp32 values)
     a: np.ndarray  # (..., rows, T): the rescale arguments fl32(m2_{t-1} - m2_t) (0 for the first tile)
     change: np.ndarray  # (..., rows, T): alpha_t can differ from 1 (and acc is not empty)
+    # Precision.ex2_known: the values P~_j = ex2(x_j) (visiting order) and the rows whose every ex2 value is a
+    # normal fp32 (nothing flushed), where e, e_frame hold ex2's own errors too and c is 0; None / all False else
+    px: np.ndarray | None = None
+    ex2_ok: np.ndarray | None = None
 
 
 def _alpha_arguments(m2):
@@ -791,10 +799,31 @@ def _known_arguments(qf, kf, s, sc, order: _TileOrder, ragged_from: int, M: _Mod
                    + float(gamma(qf.shape[-1] + 2, 2.0**-53)) * order.apply(absqk)
                    + 2.0**-52 * (np.abs(e) + np.abs(e_frame)))
     tiny = lambda y: (y != 0.0) & (np.abs(y) < F32_MIN_NORMAL)  # noqa: E731 (flush to zero would differ)
+    px = ex2_ok = None
+    later_c = rep(later).astype(np.float64)
+    if M.ex2_known:  # the values too (flashcheck.proofs.ex2_model, Precision.ex2_known): ex2's own errors, signed
+        from flashcheck.proofs import ex2_model
+
+        px, pa = ex2_model.ex2(x), ex2_model.ex2(a)  # a_0 = 0 and every a_t = 0 give exactly 1
+        ex2_ok = (px >= F32_MIN_NORMAL).all(-1) & (pa >= F32_MIN_NORMAL).all(-1)  # nothing flushed to zero
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # rho = ln(ex2(y) / 2^y), the relative error as an exponent; float64: math.log, the product by ln 2 and
+            # the difference each within 2^-52 of |ln ex2(y)| + ln 2 |y| (<= 2^-51 (ln 2 |y| + 1e-6)), taken twice
+            rho, rho_a = np.log(px) - ln2 * x, np.log(pa) - ln2 * a
+            rho_a = np.where(change, rho_a, 0.0)  # alpha_t = 1 exactly where a_t = 0 (not a change)
+        R = np.cumsum(rho_a[..., ::-1], axis=-1)[..., ::-1] - rho_a  # the later tiles' rescales, as S
+        e = np.where(ex2_ok[..., None], e + rho + rep(R), e)
+        e_frame = np.where(ex2_ok[..., None], e_frame + rho, e_frame)
+        f_rho = 2.0 * 2.0**-51 * (ln2 * (np.abs(x) + Sabs) + 1e-6 * (T + 1))
+        floor = np.where(ex2_ok[..., None], floor + f_rho + float(gamma(T + 2, 2.0**-53)) * (np.abs(rho) + rep(np.abs(R))),
+                         floor)
+        later_c = np.where(ex2_ok[..., None], 0.0, later_c)  # no rescale's error left unknown
     fin = np.isfinite(e) & np.isfinite(e_frame) & np.isfinite(floor)
     ok = (normal & np.isfinite(pr)).all(-1) & (fin & ~tiny(so) & ~tiny(x)).all(-1) & ~tiny(a).any(-1)
+    if ex2_ok is not None:
+        ex2_ok = ex2_ok & ok
     return _KnownArguments(ok=ok, e=order.undo(e), e_frame=order.undo(e_frame), floor=order.undo(floor),
-                           c=order.undo(rep(later)).astype(np.float64), x=x, m2=m2, a=a, change=change)
+                           c=order.undo(later_c), x=x, m2=m2, a=a, change=change, px=px, ex2_ok=ex2_ok)
 
 
 def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias, explain=False,
@@ -833,6 +862,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         return np.where(vis, s - m[..., None] - np.log(l)[..., None], -np.inf)
 
     Ab_wc, Ab1_wc, _ = _weighted_exp_err(A, b_wc, e_key, eps_key, vis, log_a)  # A b, A (1 + b)
+    eps_j = M.eps_exp  # ex2's relative error per key (0 where its value is known: Precision.ex2_known, below)
     # what the backward reads (Delta, sec. 8) stays the charge without the known arguments: _ForwardParts below
     b_wc0, Ab_wc0, Ab1_wc0, b_lin0, det0, e_key0, c0 = b_wc, Ab_wc, Ab1_wc, b_lin, lg.det + alpha_det, e_key, c
     ka = det_logit_known = None
@@ -846,10 +876,12 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         e_known = np.abs(ka.e) + ka.floor
         c = np.where(ok, ka.c, c)
         e_key = np.where(ok, e_known, e_key)
-        eps_key = (1.0 + M.eps_exp) ** (1.0 + c) - 1.0
+        if ka.ex2_ok is not None:  # Precision.ex2_known: ex2's errors are in e with their signs, none left unknown
+            eps_j = np.where(ok & ka.ex2_ok[..., None], 0.0, M.eps_exp)
+        eps_key = (1.0 + eps_j) ** (1.0 + c) - 1.0
         b_wc = np.where(vis, _exp_err(e_key, eps_key), 0.0)
-        b_lin = np.where(ok, e_known + (1.0 + c) * M.eps_exp, b_lin)
-        alpha_det = np.where(ok, c * M.eps_exp, alpha_det)
+        b_lin = np.where(ok, e_known + (1.0 + c) * eps_j, b_lin)
+        alpha_det = np.where(ok, c * eps_j, alpha_det)
         det_logit_known = np.where(ok, ka.floor, np.nan)  # replaces det_logit below where known
         lg = dataclasses.replace(lg, conv=np.where(ok, ka.e, lg.conv), conv_floor=np.where(ok, ka.floor, lg.conv_floor))
         Ab_wc, Ab1_wc, _ = _weighted_exp_err(A, b_wc, e_key, eps_key, vis, log_a)
@@ -887,7 +919,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     det_logit = lg.det - lg.det_conv + lg.conv_floor if conv else lg.det
     if det_logit_known is not None:
         det_logit = np.where(np.isnan(det_logit_known), det_logit, det_logit_known)
-    W_det = A * (det_logit + alpha_det + M.eps_exp)
+    W_det = A * (det_logit + alpha_det + eps_j)
     W_vis = vis.astype(np.float64)
     (dev_b, dev_lin, dev_det, dev_vis, dev_A), (dev_AA,) = _weighted_dev(
         [W_b, W_lin, W_det, W_vis, A], [A * A], vf, o)
@@ -902,15 +934,15 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     num_wc = dev_b + nu_wc * Av + mu_wc * A1b[..., None] * oabs + floors
     # D / l >= sum_j A_j e^{-e_j} (1 - eps)^(1 + c_j) (1 - mu) - floors > 0: the lower side of each
     # perturbation, so the denominator never vanishes even when e_j = O(1)
-    def lower(e_key, c):  # D / l's lower side for these key errors (above), and its inverse
-        w_low = np.where(vis, np.exp(-e_key) * (1 - M.eps_exp) ** (1.0 + c), 0.0)
+    def lower(e_key, c, eps):  # D / l's lower side for these key errors (above), and its inverse
+        w_low = np.where(vis, np.exp(-e_key) * (1 - eps) ** (1.0 + c), 0.0)
         den_low = (A * w_low).sum(axis=-1) * (1 - mu_wc) - n_vis * M.floor_w / l_eff
         with np.errstate(divide="ignore", invalid="ignore"):
             inv = np.where(empty, 1.0, np.where(den_low > 0, 1.0 / np.maximum(den_low, 1e-300), np.inf))[..., None]
         return den_low, inv
 
-    den_low, inv_den = lower(e_key, c)
-    inv_den0 = inv_den if ka is None else lower(e_key0, c0)[1]
+    den_low, inv_den = lower(e_key, c, eps_j)
+    inv_den0 = inv_den if ka is None else lower(e_key0, c0, M.eps_exp)[1]
 
     p_rho = None
     if kind == "worst_case":
@@ -1012,7 +1044,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         # the worst case always holds, so it caps the probabilistic bound (concentrated rows)
         pre = np.minimum((lam * np.sqrt(var) + det + remainder) * inv_den, num_wc * inv_den)
         if explain:
-            (x_logdet, x_alpha, x_exp), _ = _weighted_dev([A * det_logit, A * alpha_det, A * M.eps_exp], [], vf, o)
+            (x_logdet, x_alpha, x_exp), _ = _weighted_dev([A * det_logit, A * alpha_det, A * eps_j], [], vf, o)
             o_terms = OTerms(operand_random=lam * np.sqrt(var),
                            logit_det=x_logdet, rescale_alpha=x_alpha,
                            exp=x_exp, operand_along_o=ri * oabs + p_round,
@@ -1065,7 +1097,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
             series = np.where(x_lse < 1.0, -np.log1p(-np.minimum(x_lse, 0.999999)), np.inf)
         remainder = np.maximum(series - lin, 0.0)
         # no random part: the logit errors are charged worst case in det (logits.py, bounds.md sec. 3)
-        det = (A * (det_logit + alpha_det + M.eps_exp)).sum(axis=-1) + mu_det  # l's sum: systematic, worst case
+        det = (A * (det_logit + alpha_det + eps_j)).sum(axis=-1) + mu_det  # l's sum: systematic, worst case
         if lg.mma_sides is not None:  # the logits' tensor-core error by sign: sum_j A_j e_j in [-sum A neg, sum A pos]
             sym = (A * lg.det_mma).sum(-1)
             det = det - sym + np.minimum(sym, np.maximum(*((A * x).sum(-1) for x in lg.mma_sides)))
@@ -1085,7 +1117,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                 lse_logit_det = lse_logit_det - sym + np.minimum(sym, np.maximum(*((A * x).sum(-1) for x in lg.mma_sides)))
             lse_terms = LseTerms(logit_det=lse_logit_det,
                                  operand_conversion=lse_conv if conv else 0.0 * lse_abs,
-                             rescale_alpha=(A * alpha_det).sum(-1), exp=(A * M.eps_exp).sum(-1),
+                             rescale_alpha=(A * alpha_det).sum(-1), exp=(A * eps_j).sum(-1),
                              l_sum=mu_det + 0.0 * lse_abs, remainder=remainder,
                              lse_rounding=lse_round, log2=log_err + 0.0 * lse_abs)
     lse_err = np.where(empty, 0.0, lse_err)

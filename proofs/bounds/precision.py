@@ -155,7 +155,16 @@ class Precision:
       unmasked rows in a known tile order evaluates each key's total exponent error with its sign (bounds.md
       sec. 6b). Set for our kernel on the GPU by flashcheck.adapters.ours_precision where the compiled-code record
       of the installed Triton shows these forms (bench/compile_forward.py --record); the CPU emulation computes them
-      (proofs/emulation.py, ieee_fma_chain=True)."""
+      (proofs/emulation.py, ieee_fma_chain=True).
+    ex2_known: a stated property (only with exp_argument "fma"; default off): every ex2 of the forward (each key's
+      P~_j = ex2(x_j) and each rescale alpha_t = ex2(a_t)) is the value of flashcheck.proofs.ex2_model.ex2, the H100's
+      ex2.approx.ftz.f32 bit for bit (a measured table of the argument's fraction, 0 mismatches over every fp32 in
+      [-150, 8]: proofs/measurements/h100_ex2_table.json). With the arguments known, so are the values: the
+      probabilistic forward bound takes each key's total weight error with its sign, ex2's included, and the P.V
+      chain's roundings on exact summands (bounds.md sec. 6b). The backward's exponentials (arguments through the
+      stored LSE) keep exp's error bound. Set by flashcheck.adapters.ours_precision on the GPU where the table is
+      measured and exp_argument is "fma"; by the CPU emulation that computes its forward ex2 through the table
+      (proofs/emulation.py fa2_forward(ex2="h100"))."""
 
     input: str
     dot: str
@@ -175,6 +184,7 @@ class Precision:
     ieee_fma_chain: bool = False
     rowsum_depth: int | None = None
     exp_argument: str = "unknown"
+    ex2_known: bool = False
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -213,6 +223,11 @@ class Precision:
         if self.exp_argument == "fma" and not self.ieee_fma_chain:
             raise ValueError("Precision.exp_argument='fma' states the exponent arguments of known FMA-chain logits: "
                              "it needs ieee_fma_chain=True (the compiled forms read the known fp32 dot qk)")
+        if not isinstance(self.ex2_known, bool):
+            raise ValueError(f"Precision.ex2_known must be a bool, got {self.ex2_known!r}")
+        if self.ex2_known and self.exp_argument != "fma":
+            raise ValueError("Precision.ex2_known states the values of ex2 at known arguments: it needs "
+                             "exp_argument='fma'")
         if not isinstance(self.hardware, HardwareConstants):
             raise ValueError(f"Precision.hardware must be a HardwareConstants, got {self.hardware!r}")
 
@@ -287,6 +302,7 @@ class _Model:
     fma_logits: bool = False  # the logit dot is the known fp32 FMA chain and c its known constant (Precision.ieee_fma_chain)
     rowsum_depth: int | None = None  # the tile rowsum's addition-tree depth (Precision.rowsum_depth); None: any order
     exp_fma: bool = False  # the exponent arguments are the compiled forms, known on the data (Precision.exp_argument)
+    ex2_known: bool = False  # the forward's ex2 values are the measured table's (Precision.ex2_known)
 
 
 def _model(precision: Precision) -> _Model:
@@ -336,6 +352,7 @@ def _model(precision: Precision) -> _Model:
         fma_logits=pr.ieee_fma_chain,
         rowsum_depth=pr.rowsum_depth,
         exp_fma=pr.exp_argument == "fma",
+        ex2_known=pr.ex2_known,
     )
 
 
