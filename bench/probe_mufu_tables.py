@@ -179,6 +179,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="short tables and ranges (a debugging run)")
     ap.add_argument("--chunk", type=int, default=1 << 26)
+    ap.add_argument("--lg2-dump", type=int, nargs="*", default=[],
+                    help="also store, for each binade e given, lg2((1 + m 2^-23) 2^e) for every m as int8 steps from "
+                         "RN32(e + L[m]) (mufu_lg2_dump.npz: the data to find lg2's rule offline)")
     a = ap.parse_args(argv)
     quick = a.quick or INTERPRET
     os.makedirs(a.out, exist_ok=True)
@@ -205,6 +208,15 @@ def main(argv=None) -> int:
                      a.chunk, quick)
     rep["lg2"] = dict(points=pts, hypotheses=lg2, seconds=time.time() - t0)
     print("lg2", pts, {h: r["mismatch"] for h, r in lg2.items()}, flush=True)
+    if a.lg2_dump:
+        dump = {}
+        for e in a.lg2_dump:
+            x = ((1.0 + torch.arange(L.numel(), dtype=torch.float64, device=DEV) * 2.0**-23) * 2.0**e).float()
+            y = op_values(1, x)
+            ref = lg2_pred(x, L, "rn")
+            dump[f"e{e}".replace("-", "m")] = (y.view(torch.int32).long() - ref.view(torch.int32).long()).clamp(-127, 127).to(torch.int8).cpu().numpy()
+        np.savez_compressed(os.path.join(a.out, "mufu_lg2_dump.npz"), **dump)
+        rep["lg2_dump"] = {k: {int(v): int(c) for v, c in zip(*np.unique(d, return_counts=True))} for k, d in dump.items()}
     Tn, Nn, Ln = T.cpu().numpy(), N.cpu().numpy(), L.cpu().numpy()
     kT = np.arange(Tn.size, dtype=np.float64) * 2.0**-24
     dN = ulp_deltas(Nn, np.exp2(-kT).astype(np.float32))
