@@ -18,6 +18,8 @@ int8 deltas in ulps from numpy's float64 exp2 / log2 rounded to fp32 on the host
 sha256 of the fp32 tables, so a loader can check its reconstruction bit for bit).
 
     PYTHONPATH=. python3 bench/probe_mufu_tables.py --out $OUT
+    PYTHONPATH=. python3 bench/probe_mufu_tables.py --out $OUT \
+        --lg2-model bench/results/h100-2026-11-26e/mufu/lg2_model_candidate.npz    # lg2's rule, every normal fp32
 """
 from __future__ import annotations
 
@@ -174,6 +176,71 @@ def check(op: int, lo: float, hi: float, hyps, pred, chunk: int, quick: bool):
     return points, out
 
 
+def lg2_model_check(path: str, out: str, chunk: int, quick: bool) -> dict:
+    """--lg2-model NPZ: is lg2(2^e (1 + m 2^-23)) = RN32(e + R[m]) below sqrt(2), RN32((e + 1) + R[m]) from sqrt(2)
+    on (bench/lg2_rule.py, proofs/lg2_model.py), R[m] = lg2 of the reduced argument r_m in [sqrt(2)/2, sqrt(2))?
+    Measures R on the GPU (2^23 values), compares it with the candidate table NPZ (its entries the offline data
+    fixed, and those it filled by a fit), then checks the rule with the measured R and with the candidate R on EVERY
+    positive normal fp32 (quick: a few windows). Writes lg2_model.json and lg2_table.npz (the measured R, as the
+    candidate's layout: int8 steps from numpy's RN32(log2 r_m), threshold, sha256)."""
+    n_m = 1 << 23
+    with np.load(path) as z:
+        T = int(z["threshold"])
+        m = np.arange(n_m)
+        r = np.where(m >= T, (1.0 + m * 2.0**-23) / 2, 1.0 + m * 2.0**-23)
+        ref = np.log2(r).astype(np.float32)
+        Rc = (ref.view(np.int32) + z["delta"].astype(np.int32)).view(np.float32)
+        known = z["measured"].astype(bool)
+        sha_c = str(z["sha256"])
+    if hashlib.sha256(Rc.tobytes()).hexdigest() != sha_c:
+        raise RuntimeError(f"{path}: the candidate table does not reconstruct to its sha256 (numpy's log2 differs?)")
+    lo_b, hi_b = f32_bits(2.0**-126), f32_bits(3.4028234663852886e38)
+    if quick:  # windows: the bottom binade, around 1, around sqrt(2), a large binade around 2^20 sqrt(2)
+        wins = [(lo_b, 1 << 12), (f32_bits(1.0) - (1 << 12), 1 << 13), (f32_bits(1.4142135) - (1 << 12), 1 << 13),
+                (f32_bits(2.0**20 * 1.4142135) - (1 << 12), 1 << 13)]
+        need = np.unique(np.concatenate([np.arange(a, a + n) & (n_m - 1) for a, n in wins]))
+    else:
+        wins = [(s, min(chunk, hi_b + 1 - s)) for s in range(lo_b, hi_b + 1, chunk)]
+        need = m
+    Rg = np.full(n_m, np.nan, np.float32)
+    Rg[need] = op_values(1, torch.from_numpy(r[need].astype(np.float32)).to(DEV)).cpu().numpy()
+    tab = dict(entries=int(need.size),
+               differ_known=int((Rg[need] != Rc[need])[known[need]].sum()),
+               differ_filled=int((Rg[need] != Rc[need])[~known[need]].sum()), filled=int((~known[need]).sum()))
+    Rg_t, Rc_t = torch.from_numpy(Rg).to(DEV), torch.from_numpy(Rc).to(DEV)
+    res = {name: dict(mismatch=0, by_exponent={}, first=[]) for name in ("measured_R", "candidate_R")}
+    points = 0
+    for s, n in wins:
+        x = bits_range(s, n)
+        y = op_bits(1, s, n)
+        points += n
+        b = x.view(torch.int32).to(torch.int64)
+        e = (b >> 23) - 127
+        mm = b & (n_m - 1)
+        a = (e + (mm >= T).to(torch.int64)).double()
+        for name, R in (("measured_R", Rg_t), ("candidate_R", Rc_t)):
+            p = (a + R[mm].double()).float()  # exact sum in float64 (or both roundings give a): one RN32
+            bad = p.view(torch.int32) != y.view(torch.int32)
+            c = int(bad.sum())
+            if c:
+                rr = res[name]
+                rr["mismatch"] += c
+                for ee, cc in zip(*[v.tolist() for v in torch.unique(e[bad], return_counts=True)]):
+                    rr["by_exponent"][str(ee)] = rr["by_exponent"].get(str(ee), 0) + cc
+                if len(rr["first"]) < 12:
+                    idx = torch.nonzero(bad).flatten()[:12 - len(rr["first"])]
+                    rr["first"] += [dict(x=float(x[i]), got=float(y[i]), pred=float(p[i])) for i in idx.tolist()]
+    rep = dict(what="lg2 = RN32(e + R[m]) below sqrt(2), RN32((e+1) + R[m]) above (bench/lg2_rule.py)",
+               candidate=path, threshold=T, points=points, table=tab, **res)
+    if not quick:
+        d = Rg.view(np.int32).astype(np.int64) - ref.view(np.int32)
+        if np.abs(d).max() < 127:
+            np.savez_compressed(os.path.join(out, "lg2_table.npz"), delta=d.astype(np.int8), measured=np.ones(n_m, bool),
+                                threshold=np.int64(T), sha256=np.array(hashlib.sha256(Rg.tobytes()).hexdigest()))
+        rep["table"]["sha256"] = hashlib.sha256(Rg.tobytes()).hexdigest()
+    return rep
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
@@ -182,10 +249,22 @@ def main(argv=None) -> int:
     ap.add_argument("--lg2-dump", type=int, nargs="*", default=[],
                     help="also store, for each binade e given, lg2((1 + m 2^-23) 2^e) for every m as int8 steps from "
                          "RN32(e + L[m]) (mufu_lg2_dump.npz: the data to find lg2's rule offline)")
+    ap.add_argument("--lg2-model", metavar="NPZ", default=None,
+                    help="only check lg2's rule (bench/lg2_rule.py) with the candidate table NPZ and with R measured "
+                         "here, on every positive normal fp32 (lg2_model.json, lg2_table.npz)")
     a = ap.parse_args(argv)
     quick = a.quick or INTERPRET
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
+    if a.lg2_model:
+        rep = lg2_model_check(a.lg2_model, a.out, a.chunk, quick)
+        rep.update(seconds=time.time() - t0, quick=quick, interpreter=INTERPRET,
+                   versions=dict(torch=torch.__version__, triton=triton.__version__, numpy=np.__version__,
+                                 device=torch.cuda.get_device_name() if DEV == "cuda" else "cpu (interpreter)"))
+        with open(os.path.join(a.out, "lg2_model.json"), "w") as f:
+            json.dump(rep, f, indent=1)
+        print(json.dumps({k: rep[k] for k in ("points", "table", "measured_R", "candidate_R", "seconds")}, indent=1))
+        return 0
     T, N, L = tables(quick)
     torch.cuda.synchronize() if DEV == "cuda" else None
     rep = dict(versions=dict(torch=torch.__version__, triton=triton.__version__, numpy=np.__version__,
