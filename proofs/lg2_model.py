@@ -1,29 +1,19 @@
 """The H100's lg2.approx.f32 (tl.math.log2 on fp32) bit for bit: a range reduction at sqrt(2), an fp32 table of the
-reduced argument, one round to nearest. DRAFT: found offline, the exhaustive GPU check is pending.
+reduced argument, one round to nearest. Measured (session 2026-11-26e).
 
-What was measured (bench/probe_mufu_tables.py on the H100, session 2026-11-26e; bench/results/h100-2026-11-26e/mufu):
-lg2 at e = 0 on every fp32 of [1, 2), and on 10 whole binades e in {-126, -20, -2, -1, 1, 2, 7, 8, 20, 127}
-(as int8 steps from RN32(e + L[m]), clamped: 15434 entries of e = -1 next to x = 1 are unknown).
-
-What was found offline (bench/lg2_rule.py): for a positive normal x = 2^e (1 + m 2^-23),
+For a positive normal x = 2^e (1 + m 2^-23):
 
     lg2(x) = RN32(e + R[m])         if 1 + m 2^-23 <  sqrt(2)   (m <  T = 3474676),
     lg2(x) = RN32((e + 1) + R[m])   if 1 + m 2^-23 >= sqrt(2)   (m >= T),
 
-where R[m] is the fp32 the unit gives on the reduced argument r_m = 1 + m 2^-23 (m < T) or (1 + m 2^-23)/2 (m >= T),
-r_m in [sqrt(2)/2, sqrt(2)): R = the e = 0 values below T, the e = -1 values from T on. One round to nearest of the
-exact sum, ties to even. 0 mismatches on every known entry of the 11 binades (92,259,254 values; the 9 binades other
-than e = 0 and e = -1, and e = -1 below T and e = 0 from T on, are predictions, not fits). The single rule
-RN32(e + L[m]) fails on 5,506,004 of them (all from m = T on: the mirrored step counts of e and -e-1).
-R itself is relatively accurate on both sides of 1: correctly rounded on 88% of the known entries, 1 ulp toward zero
-on 11%, 1 ulp away from zero on 1% (those only where |R| >= 1/8).
-
-Hypothesis, not yet measured: (1) the rule on the binades not dumped (the check: every positive normal fp32,
-`probe_mufu_tables.py --lg2-model`); (2) the 15434 entries of R with m >= 8343346 (|R| < 0.0039) that the dump
-clamped are filled by a smooth fit (held-out known entries: 18 of 25072 wrong), flagged `measured = False`; the GPU
-check measures R directly and writes the complete table (lg2_table.npz), which replaces the candidate here as
-proofs/measurements/h100_lg2_table.npz. (3) Subnormal x follow the same formula with their true exponent (not
-measured; the kernels take lg2 of l >= 1 only).
+R[m] the fp32 the unit gives on the reduced argument r_m = 1 + m 2^-23 (m < T) or (1 + m 2^-23)/2 (m >= T), r_m in
+[sqrt(2)/2, sqrt(2)); one round to nearest of the exact sum, ties to even. Found offline from whole binades dumped on
+the GPU (bench/lg2_rule.py: 0 mismatches on 92,259,254 known values, the single rule RN32(e + lg2(1 + m 2^-23))
+failing on 5,506,004 of them), then checked on the H100 on EVERY positive normal fp32 (2,130,706,432) with R measured
+there: 0 mismatches (`bench/probe_mufu_tables.py --lg2-model`, proofs/measurements/h100_lg2_table.json; the table it
+measured is proofs/measurements/h100_lg2_table.npz). R is correctly rounded on 88% of its entries, 1 ulp toward zero
+on 11%, 1 ulp away on 1%. Not measured: subnormal x (the formula takes their true exponent; the kernels take lg2 of
+l >= 1 only).
 
 The table is stored as int8 steps of R's bit patterns from numpy's RN32(log2(r_m)) (float64 log2 rounded to fp32;
 steps -1..1); the sha256 of the reconstructed fp32 table is checked on load, so a libm whose float64 log2 rounds
@@ -37,9 +27,8 @@ from functools import lru_cache
 import numpy as np
 
 MEASUREMENTS = os.path.join(os.path.dirname(__file__), "measurements")
-TABLE_NPZ = os.path.join(MEASUREMENTS, "h100_lg2_table.npz")  # written from the GPU check's lg2_table.npz
-CANDIDATE_NPZ = os.path.join(os.path.dirname(__file__), "..", "bench", "results", "h100-2026-11-26e", "mufu",
-                             "lg2_model_candidate.npz")
+TABLE_NPZ = os.path.join(MEASUREMENTS, "h100_lg2_table.npz")  # the GPU check's lg2_table.npz
+TABLE_JSON = os.path.join(MEASUREMENTS, "h100_lg2_table.json")  # the GPU check's lg2_model.json
 N_M = 1 << 23
 THRESHOLD = 3474676  # the first m with 1 + m 2^-23 >= sqrt(2)
 
@@ -53,8 +42,8 @@ def reduced_arguments() -> np.ndarray:
 
 @lru_cache(maxsize=1)
 def table() -> tuple[np.ndarray, np.ndarray]:
-    """(R, measured): R fp32 over m < 2^23, and which entries a GPU measured (the candidate fills 15434 by a fit)."""
-    path = TABLE_NPZ if os.path.exists(TABLE_NPZ) else CANDIDATE_NPZ
+    """(R, measured): R fp32 over m < 2^23, and which entries a GPU measured (all, in the stored table)."""
+    path = TABLE_NPZ
     with np.load(path) as z:
         if int(z["threshold"]) != THRESHOLD:
             raise RuntimeError(f"{path}: threshold {int(z['threshold'])}, expected {THRESHOLD}")
@@ -70,8 +59,16 @@ def table() -> tuple[np.ndarray, np.ndarray]:
 
 
 def measured() -> bool:
-    """Whether the GPU-measured table (and with it the exhaustive check) is in the repo."""
-    return os.path.exists(TABLE_NPZ)
+    """Whether the GPU-measured table and its exhaustive check with 0 mismatches are in the repo."""
+    import json
+
+    try:
+        with open(TABLE_JSON) as f:
+            rec = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return (os.path.exists(TABLE_NPZ) and rec.get("measured_R", {}).get("mismatch") == 0
+            and rec.get("points", 0) >= 2_130_706_432 and not rec.get("interpreter", True))
 
 
 def lg2(x) -> np.ndarray:
