@@ -25,7 +25,7 @@ def _combine(wc, rem, var, det, lam, kind):
 
 
 def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None, tc=None,
-                 lr: _LseRandom | None = None, lg_conv=None):
+                 lr: _LseRandom | None = None, lg_conv=None, fmt: str | None = None):
     """Bound on |Delta_hat_i - Delta_i|, Delta_hat = fl(sum_c dO_ic O_hat_ic) with the kernel's own O_hat.
 
     Contracting the exact O-error identity of sec. 5 with dO (bounds.md sec. 8):
@@ -38,6 +38,8 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
     random over its groups of equal summands where lr.l_ok (_lse_random) in place of mu_lin |Delta|, and the
     final fp32 sum of dv products random over groups of equal products (_delta_dot) in place of
     gamma_dv sum_c |dO_c| (|O_c| + bound.o_c): the returned std and det then carry them (rows of dK, dV).
+    fmt: the working format (Precision.accumulate); in fp32 that sum's roundings are charged by half an ulp of
+    their binade (_delta_dot).
     lg_conv (probabilistic, tf32 that truncates): the logits' (one-sided bound, exact error, floor) of their
     input conversion (logits._Logits det_conv, conv, conv_floor): the first-order effect on Delta is then
     computed with its sign, |sum_j A_j e_j g_j|, and V's conversion likewise (_delta_v_conversion)."""
@@ -126,7 +128,7 @@ def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None,
         return (np.minimum(prob, wc) + rounding, np.where(capped, 0.0, np.sqrt(var)),
                 np.where(capped, wc, det + np.maximum(rem, 0.0)) + rounding, signed)
     # the final sum's roundings join the random part (the cap above covers the rest only)
-    dot_var, dot_det = _delta_dot(dof, o, F.bound.o, u, F.problem.dv)
+    dot_var, dot_det = _delta_dot(dof, o, F.bound.o, u, F.problem.dv, fmt if fmt == "float32" else None)
     var_all = np.where(capped, 0.0, var) + dot_var
     det_all = np.where(capped, wc, det + np.maximum(rem, 0.0)) + dot_det
     return (np.minimum(lam * np.sqrt(var_all) + det_all, wc + rounding), np.sqrt(var_all), det_all, signed)
@@ -607,7 +609,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                                               _take_visiting(np.swapaxes(vf, -1, -2), idx, -1))], axis=2)
         lg_conv = (lg.det_conv, lg.conv, lg.conv_floor) if conv is not None and lg.conv is not None else None
         eps_D, sig_D, det_D, delta_signed = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D, tc_D,
-                                           lr if kind == "probabilistic" else None, lg_conv)
+                                           lr if kind == "probabilistic" else None, lg_conv, precision.accumulate)
         eD = eps_D[..., None]
         # Delta_hat - Delta lies in delta_c +- (eD - |delta_c|): its conversion part, signed (tf32), where eps_D is
         # the uncapped sum of its parts (whose det holds |delta_signed| and its float64 evaluation); else 0 +- eD
@@ -679,7 +681,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # than that could be equal as computed, and are grouped
         tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
         acc_sq, partial, tc_steps = _dq_accumulation(M, kind, dS, kf, tolS, vis, precision.dq_key_tile, head_full,
-                                                     precision.tile_order)  # the dQ kernel's key tiles
+                                                     precision.tile_order,  # the dQ kernel's key tiles
+                                                     precision.accumulate)
         if rn_rows:
             row_blocks.append((dS, tolS, tolP))
         if tc_rows:
@@ -845,8 +848,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dS_all, tolS_all, tolP_all = (np.concatenate(x, axis=2) for x in zip(*row_blocks))
         del row_blocks
         acc_dk, partial_dk = _rows_accumulation(M, dS_all, F.qf, tolS_all, F.vis, precision.block_q, group,
-                                                precision.tile_order)
-        acc_dv, _ = _rows_accumulation(M, F.A, dof, tolP_all, F.vis, precision.block_q, group, precision.tile_order)
+                                                precision.tile_order, precision.accumulate)
+        acc_dv, _ = _rows_accumulation(M, F.A, dof, tolP_all, F.vis, precision.block_q, group, precision.tile_order,
+                                       precision.accumulate)
         del dS_all, tolS_all, tolP_all
     # systematic parts (sec. 6): a partial sum s of the accumulation is C_s dV + F_s, C_s in [0, 1],
     # |F_s| <= sum_i A_ij |dO_ic| + |dV_jc|; the part along dV (and P's rounding along dV) worst case
@@ -1158,7 +1162,16 @@ def _accumulation_coefficients(p, block: int, ordered: bool):
     return np.repeat(c, block, axis=-1)[..., :n]
 
 
-def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = False):
+def _rn_binade(M: _Model, fmt: str):
+    """The working format whose half-ulp-of-the-binade step bound (_half_ulp) the round-to-nearest accumulations
+    may use, or None (keep u |partial sum|): only where each step is ONE round-to-nearest fp32 operation on exact
+    operands (no tensor core, M.u_dacc == M.u_w: an FMA per product, not the interpreter's measured form, which
+    covers a rounded product too; M.u_in == 0: the products' errors are all in the caller's tolerances)."""
+    one_rounding = not M.tensor_core and M.u_dacc == M.u_w and M.k_step == 1 and M.u_in == 0.0
+    return fmt if fmt == "float32" and one_rounding else None
+
+
+def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = False, fmt: str | None = None):
     # u: the step error relative to |accumulator| + |products| (M.u_dacc: u_w for an FMA; the interpreter's
     # measured-form step error covers a rounded product too, as does the (1 + u) on the second bound)
     """Variance proxy of the round-to-nearest accumulation of S @ other (S: (B, H, rows, n), other:
@@ -1176,34 +1189,60 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = Fa
     probe_fma_acc.py): on ordered rows the partial sums are those of the products in their own order, so
     |partial sum as computed|_s <= X_s + E_{s-1}, X_s = |sum_{t<=s} p_t| + sum_{t<=s} tol_t (the exact partial
     sum of the exact products and the products' errors) and E_s <= (1 + gamma_n) u sum_{r<=s} X_r (the chain's
-    roundings so far), the smaller of that and the tile bound charged. Returns, per
-    (B, H, rows, d): sum_G (sum_{s in G} u |partial sum bound|_s)^2, and the sum over the steps of the
-    partial sum bounds (C1 of _grad's remainder)."""
+    roundings so far), the smaller of that and the tile bound charged.
+
+    fmt (_rn_binade: one round-to-nearest fp32 FMA per step; None: the above): a step's error is also at most half
+    an ulp of the binade of the value it rounds, |e_s| <= _half_ulp(x_up) for any x_up >= |T_s| (T_s = the computed
+    partial sum before its rounding), and the step is charged the smaller of that and u X_s. The tile/order-free
+    bounds X_s bound the EXACT partial sum of the exact products only, so x_up = X_s + W + E with W = sum_s tol_s
+    (the products' errors) and E = u (C1 + n W) / (1 - n u) >= sum_r |e_r| (the roundings so far; C1 = sum_s X_s,
+    _grad's remainder), as |T_s| <= X_s + W + E; under the chain X_s already bounds |T_s| (the sum only adds).
+    E >= u X_s also covers the float64 evaluation of X_s (relative error ~n 2^-53). Charging e_s whole in the Azuma
+    proxy instead of its first order delta_s S_s leaves the remainder a sub-sum of the nonlinear terms that
+    _grad's rem bounds (bounds.md sec. 8), so rem stays as it is. Returns, per
+    (B, H, rows, d): sum_G (sum_{s in G} c_s)^2 with c_s those step bounds, and the sum over the steps of the
+    partial sum bounds X_s (C1 of _grad's remainder)."""
     B, H, R, n = S.shape
     out = np.zeros((B, H, R, other.shape[-1]))
     partial = np.zeros_like(out)
     oT = np.swapaxes(other, -1, -2)  # (B, H, d, n)
     for r, p in _product_chunks(S, oT):
-        coef_o = u * _accumulation_coefficients(p, block, True)
-        coef_u = u * _accumulation_coefficients(p, block, False)
         ordr = np.broadcast_to(np.asarray(ordered)[..., r], S.shape[:2] + (r.stop - r.start,))
         with np.errstate(invalid="ignore"):  # inf * 0 (a vacuous dS bound times k = 0): any value
             tol = tolS[:, :, r, None, :] * np.abs(oT[:, :, None, :, :])
         tol = np.where(np.isnan(tol), np.inf, tol)
-        if chain:  # the chain's own partial sums (docstring), where smaller than the tile bound
-            with np.errstate(invalid="ignore"):
-                X = np.abs(np.cumsum(p, axis=-1)) + np.cumsum(tol, axis=-1)
-                # the roundings so far: E_s <= u sum_{r<=s} (X_r + E_{r-1}) <= (1 + gamma_n) u sum_{r<=s} X_r
-                cs = X + (1.0 + gamma(n, u)) * u * np.cumsum(X, axis=-1)
-            coef_o = np.fmin(coef_o, u * cs)
-        coef = np.where(ordr[..., None, None], coef_o, coef_u)
-        partial[:, :, r] = coef.sum(-1) / u
-        coef = np.where(p == 0.0, np.where(S[:, :, r, None, :] == 0.0, 0.0, coef), coef)
-        # round to nearest moves fl(acc + p) no farther than acc itself is: |e_s| <= |p_s as computed|
-        coef = np.fmin(coef, (1 + u) * (np.abs(p) + tol))
+        coef, partial[:, :, r] = _rn_step_bounds(S[:, :, r, None, :] == 0.0, p, tol, u, block, ordr[..., None, None],
+                                                 chain, fmt)
         shape = p.shape[:-1]
         out[:, :, r] = _grouped_square_sum(p.reshape(-1, n), coef.reshape(-1, n), tol.reshape(-1, n)).reshape(shape)
     return out, partial
+
+
+def _rn_step_bounds(zero, p, tol, u, block: int, ordered, chain: bool = False, fmt: str | None = None):
+    """(c, C1) of _rn_accumulation_sq for the products p (..., n) added in that order (the last axis), tol their
+    errors as computed, `zero` where the product is exactly 0 as computed (its operand is), `ordered` (broadcast
+    against p) whether the tiles of `block` come in ascending order: c (..., n) each step's error bound (its
+    docstring), C1 (...) the sum over the steps of the partial-sum bounds X_s."""
+    n = p.shape[-1]
+    coef_o = u * _accumulation_coefficients(p, block, True)
+    coef_u = u * _accumulation_coefficients(p, block, False)
+    if chain:  # the chain's own partial sums (docstring), where smaller than the tile bound
+        with np.errstate(invalid="ignore"):
+            X = np.abs(np.cumsum(p, axis=-1)) + np.cumsum(tol, axis=-1)
+            # the roundings so far: E_s <= u sum_{r<=s} (X_r + E_{r-1}) <= (1 + gamma_n) u sum_{r<=s} X_r
+            cs = X + (1.0 + gamma(n, u)) * u * np.cumsum(X, axis=-1)
+        coef_o = np.fmin(coef_o, u * cs)
+    coef = np.where(ordered, coef_o, coef_u)
+    partial = coef.sum(-1) / u
+    if fmt is not None:  # half an ulp of the binade of |T_s| <= X_s + W + E (docstring)
+        with np.errstate(invalid="ignore", over="ignore"):
+            W = tol.sum(-1, keepdims=True)
+            E = u * (partial[..., None] + n * W) / (1.0 - n * u) if n * u < 1.0 else np.inf
+            up = coef / u + W + E
+        coef = np.fmin(coef, _half_ulp(np.where(np.isnan(up), np.inf, up), fmt))
+    coef = np.where(p == 0.0, np.where(zero, 0.0, coef), coef)
+    # round to nearest moves fl(acc + p) no farther than acc itself is: |e_s| <= |p_s as computed|
+    return np.fmin(coef, (1 + u) * (np.abs(p) + tol)), partial
 
 
 def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bias: bool, precision,
@@ -1292,7 +1331,7 @@ def _heads_unmasked(head_full):
 
 
 def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head_full=None,
-                     tile_order: str = "any"):
+                     tile_order: str = "any", fmt: str | None = None):
     """(acc_sq, partial, tc_steps) of _grad for the accumulation dQ = dS @ K through key tiles of block_k: round to
     nearest grouped by products that can be equal as computed (probabilistic, no tensor core; tolS bounds
     the error of dS as computed), tensor-core steps from the partial sums (recursive tensor cores); None
@@ -1306,7 +1345,8 @@ def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head
     dS, kf, tolS = _take_visiting(dS, idx, -1), _take_visiting(kf, idx, -2), _take_visiting(tolS, idx, -1)
     acc_sq = partial = tc_steps = None
     if kind == "probabilistic" and not M.tensor_core:
-        acc_sq, partial = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, block_k, ordered, M.fma_logits)
+        acc_sq, partial = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, block_k, ordered, M.fma_logits,
+                                              _rn_binade(M, fmt))
     if M.tensor_core and M.recursive:
         tc_steps = np.concatenate([_tensor_core_steps(p, block_k, M.k_step, ordered[:, :, rr, None])
                                    for rr, p in _product_chunks(dS, np.swapaxes(kf, -1, -2))], axis=2)
@@ -1314,7 +1354,8 @@ def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head
     return acc_sq, partial, tc_steps
 
 
-def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int, tile_order: str = "any"):
+def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int, tile_order: str = "any",
+                       fmt: str | None = None):
     """acc_sq of _grad for the accumulation over the query rows of S^T @ other (dK: dS^T Q; dV: P^T dO) in
     the dK/dV pass, the round-to-nearest model of dQ's over the keys (_rn_accumulation_sq) on the other axis.
     S, tolS, vis: (B, Hq, Nq, Nk); other: (B, Hq, Nq, c). One accumulator per key runs through the query
@@ -1336,7 +1377,7 @@ def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int,
     acc, partial = _rn_accumulation_sq(_take_visiting(np.swapaxes(heads(S), -1, -2), idx, -1),
                                        _take_visiting(heads(other), idx, -2),
                                        _take_visiting(np.swapaxes(heads(tolS), -1, -2), idx, -1), M.u_dacc,
-                                       block_q, ordered, M.fma_logits)
+                                       block_q, ordered, M.fma_logits, _rn_binade(M, fmt))
     return np.repeat(acc / group, group, axis=1), np.repeat(partial / group, group, axis=1)
 
 
@@ -1691,16 +1732,25 @@ def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precisi
     return _LseRandom(var + l_var, det - np.where(l_ok, rn_wc, 0.0), l_var, l_det, l_ok)
 
 
-def _delta_dot(dof, o, o_err, u: float, dv: int):
+def _delta_dot(dof, o, o_err, u: float, dv: int, fmt: str | None = None):
     """Delta_i = tl.sum(dO_i * O_hat_i) in fp32: (variance proxy, det) of its roundings (bounds.md sec. 8).
     Products p_c = dO_c O_c (as computed within |dO_c| o_err_c), each rounded (<= u |p_c|) and dv - 1
     additions in any order (each <= u S, S = sum_c |dO_c| (|O_c| + o_err_c)): one coefficient
     u (|p_c| + o_err part + S) per product, grouped by products that can be equal as computed
-    (_grouped_square_sum), capped by (dv u S)^2 (the first-order worst case); det: gamma_dv's second order."""
+    (_grouped_square_sum), capped by (dv u S)^2 (the first-order worst case); det: gamma_dv's second order.
+    fmt ("float32": the working format of these single round-to-nearest operations; None: the above): each
+    rounding is also at most half an ulp of its value's binade (_half_ulp): a product's, whose value as computed
+    is <= |p_c| + o_err part (<= u times that: replaces it), and an addition's, whose operands are rounded products
+    and partial sums of a tree of depth <= dv - 1, so its value is <= S (1 + u)^dv <= S (1 + gamma_dv); that step
+    is charged the smaller of u S (first order; its second order stays in det) and the half ulp (the whole error)."""
     p = dof * o
     tol = np.abs(dof) * o_err
     S = (np.abs(p) + tol).sum(-1)
-    coef = u * (np.abs(p) + tol + S[..., None])
+    if fmt is None:
+        coef = u * (np.abs(p) + tol + S[..., None])
+    else:
+        add = np.fmin(u * S, _half_ulp(S * (1.0 + float(gamma(dv, u))), fmt))
+        coef = np.fmin(u * (np.abs(p) + tol), _half_ulp(np.abs(p) + tol, fmt)) + add[..., None]
     lead = p.shape[:-1]
     proxy = _grouped_square_sum(p.reshape(-1, dv), coef.reshape(-1, dv), tol.reshape(-1, dv)).reshape(lead)
     return np.minimum(proxy, (dv * u * S) ** 2), (float(gamma(dv, u)) - dv * u) * S

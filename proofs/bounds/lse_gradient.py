@@ -76,7 +76,8 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
         # the dQ accumulation as in backward_bound: round to nearest grouped by equal products, tensor
         # cores from the partial sums (the stated tile order: nothing of the head masked)
         acc_sq, partial, tc_steps = _dq_accumulation(M, kind, dS, kf, (1 + M.u_p) * (A * absg + wcS) - A * absg, vis,
-                                                     precision.dq_key_tile, head_full, precision.tile_order)
+                                                     precision.dq_key_tile, head_full, precision.tile_order,
+                                                     precision.accumulate)
         ge = _grad(M, sc, n_k, (A * absg) @ abs_k, wcS @ abs_k, linS @ abs_k,
                    varS @ kk, (dS * dS) @ kk, detS @ abs_k, dS @ kf, acc_sq=acc_sq, tc_steps=tc_steps,
                    partial=partial)
