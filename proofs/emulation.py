@@ -228,7 +228,7 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
                 scale=None, causal=False, window=None, mask=None, block_k: int = 64,
                 accumulation: str = "recursive", k_step: int | None = None, p_split: bool = False,
                 return_fp32_o: bool = False, mma=None, l_accumulate: str = "float32", ieee_fma_chain: bool = False,
-                trace: list | None = None, rowsum: str = "torch", ex2: str = "torch"):
+                trace: list | None = None, rowsum: str = "torch", ex2: str = "torch", lg2: str = "torch"):
     """(O, LSE) as the FA2 forward kernel computes them, see the module docstring (with
     return_fp32_o also O = acc / l before the store, what Delta uses with delta_from="fp32").
     mma: None (tensor-core steps summed exactly, rounded to nearest) or "h100" (both tensor-core dots,
@@ -241,7 +241,9 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
     rowsum: the order of each tile's fp32 rowsum of P~ (_rowsum): "torch" (torch's own), "tree" (pairwise, depth
     ceil(log2 block_k): what Precision.rowsum_depth states), "sequential" (left to right, depth block_k - 1).
     ex2: the forward's exponentials P~ = exp2(x) and alpha = exp2(a): "torch" (torch.exp2 in the accumulate dtype) or
-    "h100" (fp32 only: the H100's ex2.approx.ftz.f32 bit for bit, flashcheck.proofs.ex2_model; Precision.ex2_known)."""
+    "h100" (fp32 only: the H100's ex2.approx.ftz.f32 bit for bit, flashcheck.proofs.ex2_model; Precision.ex2_known).
+    lg2: the LSE's log2 l: "torch" (torch.log2) or "h100" (the H100's lg2.approx.f32 bit for bit,
+    flashcheck.proofs.lg2_model; fp32 only)."""
     _check_fma(ieee_fma_chain, dtype, dot)
     if ex2 not in ("torch", "h100"):
         raise ValueError(f"ex2 must be 'torch' or 'h100', got {ex2!r}")
@@ -311,7 +313,17 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
     l_safe = torch.where(empty, torch.ones_like(l), l).to(acc_t)
     o32 = acc / l_safe[..., None]
     o = o32.to(_TORCH[out or dtype])
-    lse = torch.where(empty, torch.tensor(-math.inf, dtype=acc_t), (m + torch.log2(l_safe)) * LN2)
+    if lg2 == "h100":
+        from flashcheck.proofs import lg2_model
+
+        if acc_t != torch.float32:
+            raise ValueError("lg2='h100' models the fp32 lg2.approx: the accumulate dtype must be float32")
+        log2_l = torch.from_numpy(lg2_model.lg2(l_safe.numpy().astype(np.float64)).astype(np.float32))
+    elif lg2 == "torch":
+        log2_l = torch.log2(l_safe)
+    else:
+        raise ValueError(f"lg2 must be 'torch' or 'h100', got {lg2!r}")
+    lse = torch.where(empty, torch.tensor(-math.inf, dtype=acc_t), (m + log2_l) * LN2)
     if return_fp32_o:
         return o.double().numpy(), lse.double().numpy(), o32.double().numpy()
     return o.double().numpy(), lse.double().numpy()

@@ -52,3 +52,37 @@ def test_specials():
     y = lg2_model.lg2(np.array([0.0, -1.0, np.inf, np.nan, 1.0, 2.0, 0.5, 4.0]))
     assert y[0] == -np.inf and np.isnan(y[1]) and y[2] == np.inf and np.isnan(y[3])
     assert list(y[4:]) == [0.0, 1.0, -1.0, 2.0]
+
+
+def _emulated_lse(family, Nq=256, Nk=300, d=32):
+    from bench.bounds_attack import inputs
+    from flashcheck.proofs.emulation import fa2_forward
+
+    q, k, v, _ = inputs(family, "float32", Nq, Nk, 1, d, 0)
+    trace = []
+    _, lse = fa2_forward(q, k, v, dtype="float32", dot="ieee", l_accumulate="float64", ieee_fma_chain=True,
+                         rowsum="tree", block_k=64, ex2="h100", lg2="h100", trace=trace)
+    return lse, trace
+
+
+@pytest.mark.parametrize("family", ["random", "near_constant_v", "rising_logits"])
+def test_stored_lse_lies_in_its_interval_of_known_values(family):
+    """bench/lse_interval.py's interval (every P~ known, l's rowsums within gamma_6, lg2 and the roundings known):
+    the emulated kernel's LSE (ex2 and lg2 through the tables, the rowsum a depth-6 tree) lies in it on every row."""
+    from bench.lse_interval import interval
+    from flashcheck.proofs import ex2_model
+
+    lse, trace = _emulated_lse(family)
+    z_lo, z_hi = interval(trace, trace[-1][4], 6, ex2_model.ex2, lg2_model.lg2)
+    out = (lse < z_lo) | (lse > z_hi)
+    assert not out.any(), f"{family}: outside its interval at rows {np.argwhere(out)[:3].tolist()}"
+
+
+def test_lse_interval_without_the_rowsums_roundings_is_exceeded():
+    """The same interval with the tile rowsums taken as exact (depth 0) misses rows: the containment test can fail."""
+    from bench.lse_interval import interval
+    from flashcheck.proofs import ex2_model
+
+    lse, trace = _emulated_lse("random")
+    z_lo, z_hi = interval(trace, trace[-1][4], 0, ex2_model.ex2, lg2_model.lg2)
+    assert np.sum((lse < z_lo) | (lse > z_hi)) > 0
