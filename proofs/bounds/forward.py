@@ -746,6 +746,48 @@ class _KnownArguments:
     ex2_ok: np.ndarray | None = None
 
 
+def _lse_interval(ka: "_KnownArguments", order: "_TileOrder", lse, M: _Model, depth: int):
+    """|stored LSE - LSE| for rows whose every P~ and alpha is known (Precision.lg2_known; bench/lse_interval.py
+    measured it first). In the kernel's units (running max m2_T, base 2) l64 = sum_t fl32rowsum_t prod_{t' > t} alpha_t'
+    through fp64 merges, each tile's fp32 rowsum within gamma_D of its exact sum of known P~ (D = the tree depth of the
+    compiled rowsum), the merges and this float64 evaluation within (4T + 2 N_k) 2^-53: l64 in [L (1 - e), L (1 + e)].
+    fl32 (round to nearest), lg2 (the measured function, non-decreasing on the normal range) and the two roundings of
+    z = fl32(fl32(m2_T + lg2(l32)) fl32(ln 2)) are monotone, so z lies between its values at the two ends; the bound is
+    the larger distance from the exact LSE (float64: within 2^-48 (|LSE| + 1)). inf where an end leaves fp32's normal
+    range."""
+    from flashcheck.proofs import lg2_model
+
+    p = ka.px  # visiting order, exact fp32 values
+    alpha = _ex2_values(ka.a)
+    L = np.zeros(p.shape[:-1])
+    for t, (j0, w) in enumerate(zip(order.starts, order.sizes)):
+        rs = p[..., j0:j0 + w].sum(-1)
+        L = rs if t == 0 else L * alpha[..., t] + rs
+    T, Nk = len(order.sizes), p.shape[-1]
+    u = M.u_w
+    e = float(gamma(depth, u)) + (4 * T + 2 * Nk + 8) * 2.0**-53
+    ln2 = float(np.float32(math.log(2.0)))
+    m2 = ka.m2[..., -1]
+
+    def z(l64):
+        with np.errstate(over="ignore", invalid="ignore"):
+            l32 = l64.astype(np.float32).astype(np.float64)
+            ok = np.isfinite(l32) & (l32 >= 2.0**-126)
+            y = (m2 + lg2_model.lg2(np.where(ok, l32, 1.0))).astype(np.float32).astype(np.float64)
+            return np.where(ok, (y * ln2).astype(np.float32).astype(np.float64), np.nan)
+
+    z_lo, z_hi = z(L * (1.0 - e)), z(L * (1.0 + e))
+    with np.errstate(invalid="ignore"):
+        iv = np.maximum(z_hi - lse, lse - z_lo) + 2.0**-48 * (np.abs(lse) + 1.0)
+    return np.where(np.isfinite(iv), np.maximum(iv, 0.0), np.inf)
+
+
+def _ex2_values(y):
+    from flashcheck.proofs import ex2_model
+
+    return ex2_model.ex2(y)
+
+
 def _alpha_arguments(m2):
     """a_t = fl32(m2_{t-1} - m2_t) per tile t >= 1 (one rounding: fma_chain.fma_step), 0 for the first tile
     (its alpha rescales an empty accumulator)."""
@@ -1120,6 +1162,11 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                              rescale_alpha=(A * alpha_det).sum(-1), exp=(A * eps_j).sum(-1),
                              l_sum=mu_det + 0.0 * lse_abs, remainder=remainder,
                              lse_rounding=lse_round, log2=log_err + 0.0 * lse_abs)
+    if kind == "probabilistic" and M.lg2_known and ka is not None and ka.ex2_ok is not None:
+        # the stored LSE as an interval of known values (Precision.lg2_known, bounds.md sec. 7): a bound on its error
+        # whatever the model above says, so the smaller of the two holds
+        iv = _lse_interval(ka, order, lse, M, precision.rowsum_depth)
+        lse_err = np.where(ka.ex2_ok & ~empty, np.minimum(lse_err, iv), lse_err)
     lse_err = np.where(empty, 0.0, lse_err)
     lse_rn = (np.where(empty, 0.0, r_y), np.where(empty, 0.0, r_z))
 
