@@ -47,6 +47,8 @@ class _ForwardParts:
     l_sum_det: np.ndarray  # l's first-order rounding bound on the data (_l_sum_error), inside lse_det where not capped
     lse_capped: np.ndarray  # rows whose LSE bound is the worst case (lse_det holds it whole); True for worst_case
     lse_rn: tuple  # (fl(m2 + log2 l), fl(y ln 2)): the two round-to-nearest bounds inside lse_det (natural units)
+    # (lo, hi, ok) per row: the stored LSE's error lies in [lo, hi] where ok (Precision.lg2_known, _lse_interval)
+    lse_iv: tuple | None = None
     p_rho: tuple | None = None  # (centre, half-width) of P's relative rounding (or tf32 truncation) into the operand
     # format per key (_p_rounding_on_data; where not evaluated: centre 0, half u_p, truncated -u_p/2, u_p/2); None
     # where P is not converted (fp32 ieee), where a tf32 conversion is not the measured truncation, and for worst_case
@@ -753,8 +755,8 @@ def _lse_interval(ka: "_KnownArguments", order: "_TileOrder", lse, M: _Model, de
     compiled rowsum), the merges and this float64 evaluation within (4T + 2 N_k) 2^-53: l64 in [L (1 - e), L (1 + e)].
     fl32 (round to nearest), lg2 (the measured function, non-decreasing on the normal range) and the two roundings of
     z = fl32(fl32(m2_T + lg2(l32)) fl32(ln 2)) are monotone, so z lies between its values at the two ends; the bound is
-    the larger distance from the exact LSE (float64: within 2^-48 (|LSE| + 1)). inf where an end leaves fp32's normal
-    range."""
+    the larger distance from the exact LSE (float64: within 2^-48 (|LSE| + 1)). Returns (lo, hi): stored - exact LSE
+    lies in [lo, hi]; NaN where an end leaves fp32's normal range."""
     from flashcheck.proofs import lg2_model
 
     p = ka.px  # visiting order, exact fp32 values
@@ -777,9 +779,9 @@ def _lse_interval(ka: "_KnownArguments", order: "_TileOrder", lse, M: _Model, de
             return np.where(ok, (y * ln2).astype(np.float32).astype(np.float64), np.nan)
 
     z_lo, z_hi = z(L * (1.0 - e)), z(L * (1.0 + e))
+    slack = 2.0**-48 * (np.abs(lse) + 1.0)
     with np.errstate(invalid="ignore"):
-        iv = np.maximum(z_hi - lse, lse - z_lo) + 2.0**-48 * (np.abs(lse) + 1.0)
-    return np.where(np.isfinite(iv), np.maximum(iv, 0.0), np.inf)
+        return z_lo - lse - slack, z_hi - lse + slack
 
 
 def _ex2_values(y):
@@ -1162,11 +1164,15 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                              rescale_alpha=(A * alpha_det).sum(-1), exp=(A * eps_j).sum(-1),
                              l_sum=mu_det + 0.0 * lse_abs, remainder=remainder,
                              lse_rounding=lse_round, log2=log_err + 0.0 * lse_abs)
+    nan_rows = np.full(lse.shape, np.nan)
+    lse_iv = (nan_rows, nan_rows, np.zeros(lse.shape, dtype=bool))
     if kind == "probabilistic" and M.lg2_known and ka is not None and ka.ex2_ok is not None:
         # the stored LSE as an interval of known values (Precision.lg2_known, bounds.md sec. 7): a bound on its error
-        # whatever the model above says, so the smaller of the two holds
-        iv = _lse_interval(ka, order, lse, M, precision.rowsum_depth)
-        lse_err = np.where(ka.ex2_ok & ~empty, np.minimum(lse_err, iv), lse_err)
+        # whatever the model above says, so the smaller of the two holds; the backward takes the interval signed
+        lo_off, hi_off = _lse_interval(ka, order, lse, M, precision.rowsum_depth)
+        iv_ok = ka.ex2_ok & ~empty & np.isfinite(lo_off) & np.isfinite(hi_off)
+        lse_err = np.where(iv_ok, np.minimum(lse_err, np.maximum(hi_off, -lo_off)), lse_err)
+        lse_iv = (np.where(iv_ok, lo_off, np.nan), np.where(iv_ok, hi_off, np.nan), iv_ok)
     lse_err = np.where(empty, 0.0, lse_err)
     lse_rn = (np.where(empty, 0.0, r_y), np.where(empty, 0.0, r_z))
 
@@ -1186,6 +1192,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                            lam=lam,
                            lse_det=np.where(empty, 0.0, lse_det),
                            l_sum_det=np.where(empty, 0.0, mu_det), lse_capped=capped | empty, lse_rn=lse_rn,
+                           lse_iv=lse_iv,
                            p_rho=p_rho))
 
 
