@@ -35,22 +35,12 @@ import torch
 import triton
 import triton.language as tl
 
+from flashcheck.proofs.hardware_probe import _bits_range as bits_range
+from flashcheck.proofs.hardware_probe import _f32_bits as f32_bits
+from flashcheck.proofs.hardware_probe import _unary_eval
+
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 DEV = "cpu" if INTERPRET else "cuda"
-
-
-@triton.jit
-def _eval(y_ptr, start, n, OP: tl.constexpr, BLOCK: tl.constexpr):
-    """y[i] = op(x_i), x_i the fp32 of bit pattern start + i (as proofs/hardware_probe.py)."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
-    valid = offs < n
-    bits = (start + offs).to(tl.uint32).to(tl.int32, bitcast=True)
-    x = bits.to(tl.float32, bitcast=True)
-    if OP == 0:
-        y = tl.math.exp2(x)  # as kernels/triton_fwd.py
-    else:
-        y = tl.math.log2(x)
-    tl.store(y_ptr + offs, y, mask=valid)
 
 
 @triton.jit
@@ -65,13 +55,10 @@ def _eval_values(x_ptr, y_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, y, mask=valid)
 
 
-def f32_bits(x: float) -> int:
-    return int(np.array([x], np.float32).view(np.uint32)[0])
-
-
 def op_bits(op: int, a: int, n: int) -> torch.Tensor:
+    """op on the fp32 values of bit patterns a .. a+n-1 (proofs/hardware_probe.py's kernel: 0 exp2, 1 log2)."""
     y = torch.empty(n, dtype=torch.float32, device=DEV)
-    _eval[(triton.cdiv(n, 1024),)](y, a, n, OP=op, BLOCK=1024)
+    _unary_eval[(triton.cdiv(n, 1024),)](y, a, n, OP=op, BLOCK=1024)
     return y
 
 
@@ -79,11 +66,6 @@ def op_values(op: int, x: torch.Tensor) -> torch.Tensor:
     y = torch.empty_like(x)
     _eval_values[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), OP=op, BLOCK=1024)
     return y
-
-
-def bits_range(a: int, n: int) -> torch.Tensor:
-    v = torch.arange(a, a + n, dtype=torch.int64, device=DEV)
-    return torch.where(v >= 2**31, v - 2**32, v).to(torch.int32).view(torch.float32)
 
 
 def ulp_deltas(got: np.ndarray, ref: np.ndarray) -> np.ndarray:

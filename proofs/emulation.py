@@ -224,6 +224,14 @@ def _rowsum(p: torch.Tensor, order: str) -> torch.Tensor:
     return x[..., 0]
 
 
+def _measured_unit(fn, y: torch.Tensor, name: str) -> torch.Tensor:
+    """fn (flashcheck.proofs.ex2_model.ex2 or lg2_model.lg2: a measured fp32 unit, float64 in and out) on the fp32
+    tensor y, as fp32 (its values are fp32: exact in either direction)."""
+    if y.dtype != torch.float32:
+        raise ValueError(f"{name}='h100' models the fp32 {name}.approx: the accumulate dtype must be float32")
+    return torch.from_numpy(fn(y.numpy().astype(np.float64)).astype(np.float32))
+
+
 def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
                 scale=None, causal=False, window=None, mask=None, block_k: int = 64,
                 accumulation: str = "recursive", k_step: int | None = None, p_split: bool = False,
@@ -251,10 +259,8 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
     if ex2 == "h100":
         from flashcheck.proofs import ex2_model
 
-        def exp2(y):  # the measured table on fp32 arguments (the values are fp32: exact in either direction)
-            if y.dtype != torch.float32:
-                raise ValueError("ex2='h100' models the fp32 ex2.approx: the accumulate dtype must be float32")
-            return torch.from_numpy(ex2_model.ex2(y.numpy().astype(np.float64)).astype(np.float32))
+        def exp2(y):  # the measured table on fp32 arguments
+            return _measured_unit(ex2_model.ex2, y, "ex2")
     if rowsum not in _ROWSUMS:
         raise ValueError(f"rowsum must be one of {_ROWSUMS}, got {rowsum!r}")
     ks = _k_step(dot, k_step)
@@ -316,9 +322,7 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
     if lg2 == "h100":
         from flashcheck.proofs import lg2_model
 
-        if acc_t != torch.float32:
-            raise ValueError("lg2='h100' models the fp32 lg2.approx: the accumulate dtype must be float32")
-        log2_l = torch.from_numpy(lg2_model.lg2(l_safe.numpy().astype(np.float64)).astype(np.float32))
+        log2_l = _measured_unit(lg2_model.lg2, l_safe, "lg2")
     elif lg2 == "torch":
         log2_l = torch.log2(l_safe)
     else:

@@ -21,11 +21,12 @@ each reconstructed fp32 table is checked against the one the GPU run recorded.""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from functools import lru_cache
 
 import numpy as np
+
+from .hardware import fp32_arguments, load_record, load_report
 
 MEASUREMENTS = os.path.join(os.path.dirname(__file__), "measurements")
 TABLE_NPZ = os.path.join(MEASUREMENTS, "h100_ex2_table.npz")
@@ -46,8 +47,7 @@ def tables() -> tuple[np.ndarray, np.ndarray]:
     with np.load(TABLE_NPZ) as z:
         T = _reconstruct(z["pos_first"], z["pos_steps"])
         N = _reconstruct(z["neg_first"], z["neg_steps"])
-    with open(TABLE_JSON) as f:
-        rec = json.load(f)
+    rec = load_report(TABLE_JSON)
     for name, t in (("pos", T), ("neg", N)):
         want = rec["tables"][name]["sha256"]
         got = hashlib.sha256(t.tobytes()).hexdigest()
@@ -59,12 +59,8 @@ def tables() -> tuple[np.ndarray, np.ndarray]:
 
 def measured() -> bool:
     """Whether the table and a GPU verification with 0 mismatches over the whole range are in the repo."""
-    try:
-        with open(TABLE_JSON) as f:
-            rec = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return (os.path.exists(TABLE_NPZ) and rec.get("mismatches") == 0 and rec.get("points", 0) >= 2_216_034_306
+    rec = load_record(TABLE_JSON)
+    return (rec is not None and os.path.exists(TABLE_NPZ) and rec.get("mismatches") == 0 and rec.get("points", 0) >= 2_216_034_306
             and not rec.get("interpreter", True))
 
 
@@ -73,9 +69,7 @@ def ex2(x) -> np.ndarray:
     computes it, returned as float64. NaN stays NaN; arguments beyond [-150, 8] follow the same formula (not
     measured there: the kernels' exponents are <= 0 up to a few ulps)."""
     T, N = tables()
-    x = np.asarray(x, dtype=np.float64)
-    if np.any(np.isfinite(x) & (x.astype(np.float32).astype(np.float64) != x)):
-        raise ValueError("ex2_model.ex2: the arguments must be fp32 values (the hardware's input)")
+    x = fp32_arguments(x, "ex2_model.ex2")
     a = np.abs(x)
     with np.errstate(invalid="ignore", over="ignore"):
         K = np.floor(np.where(np.isfinite(a) & (a < 2.0**30), a, 0.0) * 2.0**FRACTION_BITS).astype(np.int64)

@@ -229,6 +229,25 @@ def load_report(path: Path | str = H100_JSON) -> dict:
         return json.load(f)
 
 
+def load_record(path: Path | str) -> dict | None:
+    """A measurement record (JSON), or None where it is missing or unreadable (then nothing is claimed from it)."""
+    try:
+        return load_report(path)
+    except (OSError, ValueError):
+        return None
+
+
+def fp32_arguments(x, who: str):
+    """x as float64, checked to hold fp32 values (NaN and infinities pass): the input of a measured fp32 unit
+    (flashcheck.proofs.ex2_model.ex2, lg2_model.lg2); anything else raises ValueError naming `who`."""
+    import numpy as np
+
+    x = np.asarray(x, dtype=np.float64)
+    if np.any(np.isfinite(x) & (x.astype(np.float32).astype(np.float64) != x)):
+        raise ValueError(f"{who}: the arguments must be fp32 values (the hardware's input)")
+    return x
+
+
 def ieee_dot_from(report: dict | None) -> str:
     """HardwareConstants.ieee_dot from a bench/probe_fma_dot.py report (None: no record): "fma_chain" only for a
     full (not --quick) GPU run in which every case was bit-exact and qk_scale2 was as stated."""

@@ -26,6 +26,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .hardware import fp32_arguments, load_record
+
 MEASUREMENTS = os.path.join(os.path.dirname(__file__), "measurements")
 TABLE_NPZ = os.path.join(MEASUREMENTS, "h100_lg2_table.npz")  # the GPU check's lg2_table.npz
 TABLE_JSON = os.path.join(MEASUREMENTS, "h100_lg2_table.json")  # the GPU check's lg2_model.json
@@ -60,14 +62,8 @@ def table() -> tuple[np.ndarray, np.ndarray]:
 
 def measured() -> bool:
     """Whether the GPU-measured table and its exhaustive check with 0 mismatches are in the repo."""
-    import json
-
-    try:
-        with open(TABLE_JSON) as f:
-            rec = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return (os.path.exists(TABLE_NPZ) and rec.get("measured_R", {}).get("mismatch") == 0
+    rec = load_record(TABLE_JSON)
+    return (rec is not None and os.path.exists(TABLE_NPZ) and rec.get("measured_R", {}).get("mismatch") == 0
             and rec.get("points", 0) >= 2_130_706_432 and not rec.get("interpreter", True))
 
 
@@ -75,9 +71,7 @@ def lg2(x) -> np.ndarray:
     """lg2.approx.f32 of the fp32 values x, bit for bit as the H100 computes it (by the rule above), returned as
     float64. 0 -> -inf, negative -> NaN, +inf -> +inf, NaN -> NaN."""
     R, _ = table()
-    x = np.asarray(x, dtype=np.float64)
-    if np.any(np.isfinite(x) & (x.astype(np.float32).astype(np.float64) != x)):
-        raise ValueError("lg2_model.lg2: the arguments must be fp32 values (the hardware's input)")
+    x = fp32_arguments(x, "lg2_model.lg2")
     pos = np.isfinite(x) & (x > 0)
     xs = np.where(pos, x, 1.0)
     mant, ex = np.frexp(xs)  # xs = mant 2^ex, mant in [1/2, 1): exact, subnormals included

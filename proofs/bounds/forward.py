@@ -757,10 +757,10 @@ def _lse_interval(ka: "_KnownArguments", order: "_TileOrder", lse, M: _Model, de
     z = fl32(fl32(m2_T + lg2(l32)) fl32(ln 2)) are monotone, so z lies between its values at the two ends; the bound is
     the larger distance from the exact LSE (float64: within 2^-48 (|LSE| + 1)). Returns (lo, hi): stored - exact LSE
     lies in [lo, hi]; NaN where an end leaves fp32's normal range."""
-    from flashcheck.proofs import lg2_model
+    from flashcheck.proofs import ex2_model, lg2_model
 
     p = ka.px  # visiting order, exact fp32 values
-    alpha = _ex2_values(ka.a)
+    alpha = ex2_model.ex2(ka.a)
     L = np.zeros(p.shape[:-1])
     for t, (j0, w) in enumerate(zip(order.starts, order.sizes)):
         rs = p[..., j0:j0 + w].sum(-1)
@@ -782,12 +782,6 @@ def _lse_interval(ka: "_KnownArguments", order: "_TileOrder", lse, M: _Model, de
     slack = 2.0**-48 * (np.abs(lse) + 1.0)
     with np.errstate(invalid="ignore"):
         return z_lo - lse - slack, z_hi - lse + slack
-
-
-def _ex2_values(y):
-    from flashcheck.proofs import ex2_model
-
-    return ex2_model.ex2(y)
 
 
 def _alpha_arguments(m2):
