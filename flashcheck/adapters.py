@@ -411,13 +411,22 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       # the compiled forms read the known fp32 dot: with the FMA chains only
                       exp_argument="fma" if fma_chain else "unknown",
                       # and at known arguments ex2's values, where the H100's table is measured (proofs/ex2_model.py)
-                      ex2_known=fma_chain and _ex2_measured())
+                      ex2_known=fma_chain and _ex2_measured(),
+                      # and lg2's (the stored LSE as an interval of known values), with l in fp64 and a known tree depth
+                      lg2_known=(fma_chain and _ex2_measured() and _lg2_measured() and a.l_accumulate == "float64"
+                                 and rec is not None and rec["rowsum_depth"] is not None))
 
 
 def _ex2_measured() -> bool:
     from flashcheck.proofs import ex2_model
 
     return ex2_model.measured()
+
+
+def _lg2_measured() -> bool:
+    from flashcheck.proofs import lg2_model
+
+    return lg2_model.measured()
 
 
 def _compiled_record(dtype, dot: str, head_dim, precision: str, tiles) -> dict | None:

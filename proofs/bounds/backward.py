@@ -549,6 +549,17 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         if conv is not None and lg.conv is not None and kind == "probabilistic":
             lse_signed = np.where(Fr.parts.lse_capped, 0.0, (A * lg.conv).sum(-1))
             det_L = np.maximum(det_L - np.abs(lse_signed), 0.0)
+        # the stored LSE as an interval of known values (Precision.lg2_known): its error lies in [lo, hi] whatever the
+        # parts above say: centre signed, half-width not random (the interval is not mean-zero), and of the random part
+        # only the backward's own rounding of LSE log2 e
+        iv_h = None
+        iv = Fr.parts.lse_iv
+        if iv is not None and conv is not None and lg.conv is not None and kind == "probabilistic":
+            iv_ok = iv[2] & ~empty
+            iv_h = np.where(iv_ok, 0.5 * (iv[1] - iv[0]), np.nan)
+            lse_signed = np.where(iv_ok, 0.5 * (iv[0] + iv[1]), lse_signed)
+            det_L = np.where(iv_ok, iv_h, det_L)
+            sig_L2 = np.where(iv_ok, e_lse**2, sig_L2)
         rg = groups.rows(r)
         w_q, w_do, w_qdo = rg.by_q[..., None], rg.by_do[..., None], rg.by_q_do[..., None]
         b_det = np.where(vis, lg_det + det_L[..., None] + M.eps_exp, 0.0)
@@ -769,6 +780,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 c_lse = lse_signed
                 e_lse_row = (e_lse_row - np.abs(lse_signed)
                              + 2.0 * float(gamma(Nk + 1, 2.0**-53)) * np.abs(A * lg.conv).sum(-1))
+                if iv_h is not None:  # the interval's rows: c_i +- h_i (and the rounding of LSE log2 e)
+                    e_lse_row = np.where(np.isnan(iv_h), e_lse_row, e_lse + np.nan_to_num(iv_h))
             p_lo, p_hi = _recomputed_p_interval(M, lg, Fr.s, lse0, e_lse_row, vis, c_lse)
             g_c, g_neg, g_pos = g, dP_wc, dP_wc  # dP^ - Delta in [g_c - g_neg, g_c + g_pos]
             rest = 0.0

@@ -47,6 +47,8 @@ class _ForwardParts:
     l_sum_det: np.ndarray  # l's first-order rounding bound on the data (_l_sum_error), inside lse_det where not capped
     lse_capped: np.ndarray  # rows whose LSE bound is the worst case (lse_det holds it whole); True for worst_case
     lse_rn: tuple  # (fl(m2 + log2 l), fl(y ln 2)): the two round-to-nearest bounds inside lse_det (natural units)
+    # (lo, hi, ok) per row: the stored LSE's error lies in [lo, hi] where ok (Precision.lg2_known, _lse_interval)
+    lse_iv: tuple | None = None
     p_rho: tuple | None = None  # (centre, half-width) of P's relative rounding (or tf32 truncation) into the operand
     # format per key (_p_rounding_on_data; where not evaluated: centre 0, half u_p, truncated -u_p/2, u_p/2); None
     # where P is not converted (fp32 ieee), where a tf32 conversion is not the measured truncation, and for worst_case
@@ -746,6 +748,42 @@ class _KnownArguments:
     ex2_ok: np.ndarray | None = None
 
 
+def _lse_interval(ka: "_KnownArguments", order: "_TileOrder", lse, M: _Model, depth: int):
+    """|stored LSE - LSE| for rows whose every P~ and alpha is known (Precision.lg2_known; bench/lse_interval.py
+    measured it first). In the kernel's units (running max m2_T, base 2) l64 = sum_t fl32rowsum_t prod_{t' > t} alpha_t'
+    through fp64 merges, each tile's fp32 rowsum within gamma_D of its exact sum of known P~ (D = the tree depth of the
+    compiled rowsum), the merges and this float64 evaluation within (4T + 2 N_k) 2^-53: l64 in [L (1 - e), L (1 + e)].
+    fl32 (round to nearest), lg2 (the measured function, non-decreasing on the normal range) and the two roundings of
+    z = fl32(fl32(m2_T + lg2(l32)) fl32(ln 2)) are monotone, so z lies between its values at the two ends; the bound is
+    the larger distance from the exact LSE (float64: within 2^-48 (|LSE| + 1)). Returns (lo, hi): stored - exact LSE
+    lies in [lo, hi]; NaN where an end leaves fp32's normal range."""
+    from flashcheck.proofs import ex2_model, lg2_model
+
+    p = ka.px  # visiting order, exact fp32 values
+    alpha = ex2_model.ex2(ka.a)
+    L = np.zeros(p.shape[:-1])
+    for t, (j0, w) in enumerate(zip(order.starts, order.sizes)):
+        rs = p[..., j0:j0 + w].sum(-1)
+        L = rs if t == 0 else L * alpha[..., t] + rs
+    T, Nk = len(order.sizes), p.shape[-1]
+    u = M.u_w
+    e = float(gamma(depth, u)) + (4 * T + 2 * Nk + 8) * 2.0**-53
+    ln2 = float(np.float32(math.log(2.0)))
+    m2 = ka.m2[..., -1]
+
+    def z(l64):
+        with np.errstate(over="ignore", invalid="ignore"):
+            l32 = l64.astype(np.float32).astype(np.float64)
+            ok = np.isfinite(l32) & (l32 >= 2.0**-126)
+            y = (m2 + lg2_model.lg2(np.where(ok, l32, 1.0))).astype(np.float32).astype(np.float64)
+            return np.where(ok, (y * ln2).astype(np.float32).astype(np.float64), np.nan)
+
+    z_lo, z_hi = z(L * (1.0 - e)), z(L * (1.0 + e))
+    slack = 2.0**-48 * (np.abs(lse) + 1.0)
+    with np.errstate(invalid="ignore"):
+        return z_lo - lse - slack, z_hi - lse + slack
+
+
 def _alpha_arguments(m2):
     """a_t = fl32(m2_{t-1} - m2_t) per tile t >= 1 (one rounding: fma_chain.fma_step), 0 for the first tile
     (its alpha rescales an empty accumulator)."""
@@ -1120,6 +1158,15 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                              rescale_alpha=(A * alpha_det).sum(-1), exp=(A * eps_j).sum(-1),
                              l_sum=mu_det + 0.0 * lse_abs, remainder=remainder,
                              lse_rounding=lse_round, log2=log_err + 0.0 * lse_abs)
+    nan_rows = np.full(lse.shape, np.nan)
+    lse_iv = (nan_rows, nan_rows, np.zeros(lse.shape, dtype=bool))
+    if kind == "probabilistic" and M.lg2_known and ka is not None and ka.ex2_ok is not None:
+        # the stored LSE as an interval of known values (Precision.lg2_known, bounds.md sec. 7): a bound on its error
+        # whatever the model above says, so the smaller of the two holds; the backward takes the interval signed
+        lo_off, hi_off = _lse_interval(ka, order, lse, M, precision.rowsum_depth)
+        iv_ok = ka.ex2_ok & ~empty & np.isfinite(lo_off) & np.isfinite(hi_off)
+        lse_err = np.where(iv_ok, np.minimum(lse_err, np.maximum(hi_off, -lo_off)), lse_err)
+        lse_iv = (np.where(iv_ok, lo_off, np.nan), np.where(iv_ok, hi_off, np.nan), iv_ok)
     lse_err = np.where(empty, 0.0, lse_err)
     lse_rn = (np.where(empty, 0.0, r_y), np.where(empty, 0.0, r_z))
 
@@ -1139,6 +1186,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                            lam=lam,
                            lse_det=np.where(empty, 0.0, lse_det),
                            l_sum_det=np.where(empty, 0.0, mu_det), lse_capped=capped | empty, lse_rn=lse_rn,
+                           lse_iv=lse_iv,
                            p_rho=p_rho))
 
 

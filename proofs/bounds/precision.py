@@ -164,7 +164,13 @@ class Precision:
       chain's roundings on exact summands (bounds.md sec. 6b). The backward's exponentials (arguments through the
       stored LSE) keep exp's error bound. Set by flashcheck.adapters.ours_precision on the GPU where the table is
       measured and exp_argument is "fma"; by the CPU emulation that computes its forward ex2 through the table
-      (proofs/emulation.py fa2_forward(ex2="h100"))."""
+      (proofs/emulation.py fa2_forward(ex2="h100")).
+    lg2_known: a stated property (only with ex2_known, l_accumulate "float64" and a rowsum_depth; default off): the
+      forward's log2 l is flashcheck.proofs.lg2_model.lg2, the H100's lg2.approx.f32 bit for bit (measured on every
+      positive normal fp32), and the stored LSE is fl32(fl32(m2 + lg2(fl32(l))) fl32(ln 2)). With every P~ known and
+      the tile rowsums within gamma_D, the stored LSE then lies between its values at the two ends of l's interval
+      (bounds.md sec. 7, "The stored LSE as an interval of known values"). Set by ours_precision where the lg2 table is
+      measured; by the emulation that computes its log2 through it (fa2_forward(lg2="h100"))."""
 
     input: str
     dot: str
@@ -185,6 +191,7 @@ class Precision:
     rowsum_depth: int | None = None
     exp_argument: str = "unknown"
     ex2_known: bool = False
+    lg2_known: bool = False
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -228,6 +235,11 @@ class Precision:
         if self.ex2_known and self.exp_argument != "fma":
             raise ValueError("Precision.ex2_known states the values of ex2 at known arguments: it needs "
                              "exp_argument='fma'")
+        if not isinstance(self.lg2_known, bool):
+            raise ValueError(f"Precision.lg2_known must be a bool, got {self.lg2_known!r}")
+        if self.lg2_known and not (self.ex2_known and self.l_accumulate == "float64" and self.rowsum_depth):
+            raise ValueError("Precision.lg2_known states the stored LSE from known values: it needs ex2_known=True, "
+                             "l_accumulate='float64' and a rowsum_depth")
         if not isinstance(self.hardware, HardwareConstants):
             raise ValueError(f"Precision.hardware must be a HardwareConstants, got {self.hardware!r}")
 
@@ -303,6 +315,7 @@ class _Model:
     rowsum_depth: int | None = None  # the tile rowsum's addition-tree depth (Precision.rowsum_depth); None: any order
     exp_fma: bool = False  # the exponent arguments are the compiled forms, known on the data (Precision.exp_argument)
     ex2_known: bool = False  # the forward's ex2 values are the measured table's (Precision.ex2_known)
+    lg2_known: bool = False  # the forward's lg2 too, and the LSE's formula (Precision.lg2_known)
 
 
 def _model(precision: Precision) -> _Model:
@@ -353,6 +366,7 @@ def _model(precision: Precision) -> _Model:
         rowsum_depth=pr.rowsum_depth,
         exp_fma=pr.exp_argument == "fma",
         ex2_known=pr.ex2_known,
+        lg2_known=pr.lg2_known,
     )
 
 
