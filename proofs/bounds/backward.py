@@ -296,6 +296,83 @@ def _float64_dS_error(A, g, s, vis, aqk, sc, absdov, abs_do, o, Av, d: int):
     return np.where(vis, np.where(rel_A < 2.0**-30, out, np.inf), 0.0)
 
 
+# at most this many fp32 values of the stored LSE per row are evaluated apart (_recomputed_p_known); the forward's
+# interval holds <= 4 on every structured family (bench/lse_interval.py)
+P_KNOWN_CANDIDATES = 8
+
+
+def _recomputed_p_known(qf, kf, sc, vis, A, iv):
+    """The backward's recomputed P~ for each fp32 value the stored LSE may hold (Precision.bwd_p_known): both kernels
+    compute P~_ij = ex2(min(fl32(qk_ij c - lse2_i), 0)), qk the ascending fp32 FMA chain (fma_chain_dot), c =
+    qk_scale2, lse2 = fl32(LSE fl32(log2 e)), the argument rounded once (fma.rn.f32: qk c is exact in float64, the
+    sum with -lse2 rounded once by fma_step) and ex2 the measured table (ex2_model). iv: the forward's
+    (lo, hi, ok, z_lo, z_hi) per row (_ForwardParts.lse_iv): the stored LSE is one of the fp32 numbers in
+    [z_lo, z_hi]. Returns (ok per row, [P~ for each candidate]): ok where the interval holds at most
+    P_KNOWN_CANDIDATES values, every visible chain stays in fp32's normal range, and no entry has A = 0 < P~
+    (A underflowed in float64 where the kernel's P~ did not: its relative error is not defined); a row with fewer
+    candidates repeats its last one."""
+    from flashcheck.proofs import ex2_model
+    from flashcheck.proofs.fma_chain import LOG2E, fma_chain_dot, fma_step, kernel_qk_scale2
+
+    ok = iv[2].copy()
+    qk, normal = fma_chain_dot(qf, np.swapaxes(kf, -1, -2), return_normal=True)
+    ok &= np.where(vis, normal, True).all(-1)
+    pr = np.where(vis, qk * kernel_qk_scale2(sc), 0.0)  # exact in float64 (two 24-bit significands)
+    l2e = float(np.float32(LOG2E))
+    z = np.where(ok, iv[3], 1.0).astype(np.float32)
+    z_hi = np.where(ok, iv[4], 1.0).astype(np.float32)
+    out = []
+    for _ in range(P_KNOWN_CANDIDATES):
+        lse2 = (z.astype(np.float64) * l2e).astype(np.float32).astype(np.float64)  # one rounding of an exact product
+        y = fma_step(np.broadcast_to(-lse2[..., None], pr.shape), pr)
+        out.append(np.where(vis, ex2_model.ex2(np.where(vis, np.minimum(y, 0.0), 0.0)), 0.0))
+        more = z < z_hi
+        if not more[ok].any():
+            break
+        z = np.where(more, np.nextafter(z, np.float32(np.inf)), z)
+    else:
+        ok &= ~(z < z_hi)
+    for Pt in out:
+        ok &= ~(vis & (A <= 0.0) & (Pt > 0.0)).any(-1)
+    return ok, out
+
+
+@dataclass(frozen=True)
+class _DqOwn:
+    """dQ's dS error terms for a block of rows where the recomputed P~ is a known number (Precision.bwd_p_known, one
+    candidate of the stored LSE): P~ = A (1 + b) with b = (P~ - A) / A known, so P's part of dS's first-order error,
+    (P~ - A) g, and dP's known FMA-chain error P~ e_dp enter signed (rows: sum_j rows_ij k_jc, its float64 evaluation
+    gamma_n rows_abs and, in detS, the float64 errors of A and g), P's |b| stays in the majorant and the linear part
+    (the second order), the row-common LSE factor is 0 (the candidate is the stored LSE). wcS, linS, varS, detS as
+    _dS_errors; W_delta: the Delta error's weights about A (dq_bound's dq_delta)."""
+
+    wcS: np.ndarray
+    linS: np.ndarray
+    varS: np.ndarray
+    detS: np.ndarray
+    W_delta: np.ndarray
+    rows: np.ndarray
+    rows_abs: np.ndarray
+    c_row: float = 0.0
+
+    @staticmethod
+    def of(M: _Model, vis, A, g, absg, Pt, e_dp, e_dp_abs, f64, dP_err: _DPError, w_S, kap_k, rho_wc) -> "_DqOwn":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(vis & (A > 0), Pt / A, 1.0)
+        b = np.abs(ratio - 1.0)
+        dPt = np.where(vis, Pt - A, 0.0)
+        P = _PError(wc=b, A_wc1=A + np.abs(dPt), bad=np.zeros(A.shape, dtype=bool), lin=b, det=np.zeros_like(A))
+        dSe = _dS_errors(M, vis, A, absg, P, dP_err, eD=0.0, dD=0.0, w_S=w_S)
+        rows = np.where(vis, dPt * g + Pt * e_dp, 0.0)
+        rows_abs = np.where(vis, np.abs(dPt * g) + Pt * e_dp_abs, 0.0)
+        # the float64 A~, g~ the sums read: |(P~ - A~) g~ - (P~ - A) g| <= |A~ g~ - A g| + P~ |g~ - g| <= f64 (1 + P~/A)
+        # (_float64_dS_error bounds A~ |g~ - g| within f64), and the two float64 roundings of the entry: 2^-51 |.|
+        ev = np.where(vis, f64 * (1.0 + ratio) + 2.0**-51 * (np.abs(dPt * g) + np.abs(Pt * e_dp) + np.abs(rows)), 0.0)
+        W_delta = np.where(vis, A * ((1 + kap_k) * (1 + b) * (1 + rho_wc) - 1.0), 0.0)
+        return _DqOwn(wcS=dSe.wc, linS=dSe.lin, varS=dSe.var, detS=dSe.det + ev, W_delta=W_delta, rows=rows,
+                      rows_abs=rows_abs)
+
+
 def _recomputed_p_interval(M: _Model, lg, s, lse0, e_lse, vis, c_lse=None):
     """[lo, hi] of the backward's recomputed P~ = exp2(fl(S2) - fl(LSE log2 e)) per entry: the logits by sign
     (forward._logit_sides: the MMA steps on the data, tf32's known conversion error), the stored LSE's error and
@@ -703,14 +780,22 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         W_delta = _fix_bad(A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0), bad_row,
                            lambda: Ab1_row * ((1 + kap_k) * (1 + rho_wc)) - A)
 
-        def dq_bound(unknown=None, eps=eD, trunc_S=None, known=None):
+        def dq_bound(unknown=None, eps=eD, trunc_S=None, known=None, own: "_DqOwn | None" = None):
             """dQ_i's bound before the store: the errors of dS's entries `unknown` (None: all) bounded by the terms of
             sec. 8 (P, dP, the fp32 roundings, the operand rounding, or its truncation on the data: trunc_S = (centre,
             half-width) of theta), the stored LSE's factor c_i and Delta's error |delta_i| <= eps on them alone; the
             other entries' errors known = (mask, signed error, its uncertainty) (bounds.md sec. 6); the products'
-            magnitudes (accumulation, conversion of K) over every entry. Returns (bound, _GradError, dq_delta, the
-            combined terms, the LSE part, the known part)."""
-            if unknown is None:
+            magnitudes (accumulation, conversion of K) over every entry. own (_DqOwn, every entry): dS's error terms
+            and the row-common LSE factor in place of this row block's (the recomputed P known, _DqOwn). Returns
+            (bound, _GradError, dq_delta, the combined terms, the LSE part, the known part, the LSE factor)."""
+            c_r = c_row if own is None else own.c_row
+            if own is not None:
+                wc_o, lin_o, det_o, Wd_o, S_o, A_o = (own.wcS @ abs_k, own.linS @ abs_k, own.detS @ abs_k,
+                                                      own.W_delta @ abs_k, dS_k, A @ kf)
+                var_o = own.varS @ kk
+                conv_o = (own.rows @ kf, own.rows_abs @ abs_k)
+                wc_all, trunc_k, known_k = wc_o, None, 0.0
+            elif unknown is None:
                 wc_o, lin_o, det_o, Wd_o, S_o, A_o = wcS_k, linS @ abs_k, detS @ abs_k, W_delta @ abs_k, dS_k, A @ kf
                 var_o = varS @ kk
                 conv_o = None if conv is None else (ce.dk_rows @ kf, ce.dk_rows_abs @ abs_k)
@@ -749,20 +834,49 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                        wcS_own=None if unknown is None else wc_o, S_own=None if unknown is None else S_o)
             dq_delta = sc * eps * (np.abs(A_o) + Wd_o)
             comb = _combine(ge.wc, ge.rem, ge.var, ge.det, lam, kind)
-            c_part = c_row * np.abs(sc * S_o)
-            return (1 + c_row) * (comb + dq_delta) + c_part + sc * known_k, ge, dq_delta, comb, c_part, known_k
+            c_part = c_r * np.abs(sc * S_o)
+            return (1 + c_r) * (comb + dq_delta) + c_part + sc * known_k, ge, dq_delta, comb, c_part, known_k, c_r
 
         def dq_terms_of(res):
-            err, ge, dq_delta, comb, c_part, known_k = res
+            err, ge, dq_delta, comb, c_part, known_k, c_r = res
             return _terms(ge, lam, kind) + [
-                Term("Delta error (row-common)", "other", (1 + c_row) * dq_delta),
-                Term("LSE error (row-common)", "other", c_row * (comb + dq_delta) + c_part),
+                Term("Delta error (row-common)", "other", (1 + c_r) * dq_delta),
+                Term("LSE error (row-common)", "other", c_r * (comb + dq_delta) + c_part),
                 Term("dS entries known on the data (signed)", "other", sc * known_k * np.ones_like(err))]
 
         res0 = dq_bound()
         dq_err, dQ_exact = res0[0], res0[1].exact
         if detail is not None:
             row_terms = dq_terms_of(res0)
+        p_known_at = False  # instrumentation: the entries whose bound takes the recomputed P known
+        if M.bwd_p_known and known_lg and iv_h is not None and e_dp is not None:
+            # the recomputed P known (Precision.bwd_p_known, bounds.md sec. 8): for each fp32 value z the stored LSE
+            # may hold (the forward's interval), every P~ = ex2(min(fl32(qk c - fl32(z log2 e)), 0)) is a known
+            # number, so dS's error from P is evaluated with its sign and the row's LSE factor is gone; the stored
+            # LSE is one of them, so the largest bound over the candidates holds (rows where a candidate cannot be
+            # evaluated keep the bound above)
+            kp_ok, kp_P = _recomputed_p_known(qf, kf, sc, vis, A, iv)
+            if kp_ok.any():
+                f64 = _float64_dS_error(A, g, Fr.s, vis, sc * (np.abs(qf) @ np.swapaxes(abs_k, -1, -2)), sc, absdov,
+                                        abs_do, o, A @ np.abs(vf), d)
+                worst_k = None
+                for Pt in kp_P:
+                    own = _DqOwn.of(M, vis, A, g, absg, Pt, ce.e_dp, ce.e_dp_abs, f64, dP_err, keys.by_k_v,
+                                    kap_k, rho_wc)
+                    res = dq_bound(own=own)
+                    if worst_k is None or res[0].max() > 0:
+                        new = worst_k is None or res[0] > worst_k[0]
+                        if detail is not None:
+                            terms = dq_terms_of(res)
+                            kp_terms = terms if worst_k is None else [
+                                Term(t.name, t.kind, np.where(new, t.value, w.value)) for t, w in zip(terms, kp_terms)]
+                        worst_k = res if worst_k is None else (np.maximum(worst_k[0], res[0]),)
+                bound_k = np.where(kp_ok[..., None], worst_k[0], np.inf)
+                smaller = p_known_at = bound_k < dq_err
+                if detail is not None:
+                    row_terms = [Term(t.name, t.kind, np.where(smaller, w.value, t.value))
+                                 for t, w in zip(row_terms, kp_terms)]
+                dq_err = np.minimum(dq_err, bound_k)
         if on_data:
             # dS's operand rounding on the data (bounds.md sec. 6, "roundings on the data"). The dS the kernel rounds
             # holds the stored LSE's error and Delta's, delta_i in [-eD_i, eD_i], ONE number per row: for delta_i in
@@ -841,7 +955,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             dq_terms.append(row_terms + [
                 Term("store and scale", "other", _store(dq_err, np.abs(dQ_exact), g2, M) - dq_err)]
                 + [Term("dS var: " + name, "sub", lam * sc * np.sqrt(np.where(vis, A * A * x, 0.0) @ (kf * kf)))
-                   for name, x in (("dS roundings", (2 * u**2 + r_p**2) * absg**2),)])
+                   for name, x in (("dS roundings", (2 * u**2 + r_p**2) * absg**2),)]
+                + [Term("dS det: " + name, "sub", np.where(p_known_at, 0.0, sc * (np.where(vis, A * x, 0.0) @ abs_k)))
+                   for name, x in (("P logits", lg_det * absg), ("P exp", M.eps_exp * absg), ("dP", dP_det),
+                                   ("operand rounding", np.maximum(r_p * absg, f_P / np.maximum(A, 1e-300))))])
         dq_err = _store(dq_err, np.abs(dQ_exact), g2, M)
         dq_blocks.append(np.where(empty[..., None], 0.0, dq_err))
         dQ_blocks.append(dQ_exact)

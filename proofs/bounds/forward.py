@@ -47,7 +47,8 @@ class _ForwardParts:
     l_sum_det: np.ndarray  # l's first-order rounding bound on the data (_l_sum_error), inside lse_det where not capped
     lse_capped: np.ndarray  # rows whose LSE bound is the worst case (lse_det holds it whole); True for worst_case
     lse_rn: tuple  # (fl(m2 + log2 l), fl(y ln 2)): the two round-to-nearest bounds inside lse_det (natural units)
-    # (lo, hi, ok) per row: the stored LSE's error lies in [lo, hi] where ok (Precision.lg2_known, _lse_interval)
+    # (lo, hi, ok, z_lo, z_hi) per row: the stored LSE's error lies in [lo, hi] where ok, and the stored LSE is one of
+    # the fp32 numbers z_lo <= z <= z_hi (Precision.lg2_known, _lse_interval)
     lse_iv: tuple | None = None
     p_rho: tuple | None = None  # (centre, half-width) of P's relative rounding (or tf32 truncation) into the operand
     # format per key (_p_rounding_on_data; where not evaluated: centre 0, half u_p, truncated -u_p/2, u_p/2); None
@@ -781,7 +782,7 @@ def _lse_interval(ka: "_KnownArguments", order: "_TileOrder", lse, M: _Model, de
     z_lo, z_hi = z(L * (1.0 - e)), z(L * (1.0 + e))
     slack = 2.0**-48 * (np.abs(lse) + 1.0)
     with np.errstate(invalid="ignore"):
-        return z_lo - lse - slack, z_hi - lse + slack
+        return z_lo - lse - slack, z_hi - lse + slack, z_lo, z_hi
 
 
 def _alpha_arguments(m2):
@@ -1159,14 +1160,15 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                              l_sum=mu_det + 0.0 * lse_abs, remainder=remainder,
                              lse_rounding=lse_round, log2=log_err + 0.0 * lse_abs)
     nan_rows = np.full(lse.shape, np.nan)
-    lse_iv = (nan_rows, nan_rows, np.zeros(lse.shape, dtype=bool))
+    lse_iv = (nan_rows, nan_rows, np.zeros(lse.shape, dtype=bool), nan_rows, nan_rows)
     if kind == "probabilistic" and M.lg2_known and ka is not None and ka.ex2_ok is not None:
         # the stored LSE as an interval of known values (Precision.lg2_known, bounds.md sec. 7): a bound on its error
         # whatever the model above says, so the smaller of the two holds; the backward takes the interval signed
-        lo_off, hi_off = _lse_interval(ka, order, lse, M, precision.rowsum_depth)
+        lo_off, hi_off, z_lo, z_hi = _lse_interval(ka, order, lse, M, precision.rowsum_depth)
         iv_ok = ka.ex2_ok & ~empty & np.isfinite(lo_off) & np.isfinite(hi_off)
         lse_err = np.where(iv_ok, np.minimum(lse_err, np.maximum(hi_off, -lo_off)), lse_err)
-        lse_iv = (np.where(iv_ok, lo_off, np.nan), np.where(iv_ok, hi_off, np.nan), iv_ok)
+        lse_iv = (np.where(iv_ok, lo_off, np.nan), np.where(iv_ok, hi_off, np.nan), iv_ok,
+                  np.where(iv_ok, z_lo, np.nan), np.where(iv_ok, z_hi, np.nan))
     lse_err = np.where(empty, 0.0, lse_err)
     lse_rn = (np.where(empty, 0.0, r_y), np.where(empty, 0.0, r_z))
 
