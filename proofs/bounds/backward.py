@@ -846,8 +846,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
 
         res0 = dq_bound()
         dq_err, dQ_exact = res0[0], res0[1].exact
-        if detail is not None:
-            row_terms = dq_terms_of(res0)
+        row_terms = dq_terms_of(res0) if detail is not None else None
         p_known_at = False  # instrumentation: the entries whose bound takes the recomputed P known
         if M.bwd_p_known and known_lg and iv_h is not None and e_dp is not None:
             # the recomputed P known (Precision.bwd_p_known, bounds.md sec. 8): for each fp32 value z the stored LSE
@@ -859,23 +858,13 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             if kp_ok.any():
                 f64 = _float64_dS_error(A, g, Fr.s, vis, sc * (np.abs(qf) @ np.swapaxes(abs_k, -1, -2)), sc, absdov,
                                         abs_do, o, A @ np.abs(vf), d)
-                worst_k = None
+                worst_k = _Largest(dq_terms_of if detail is not None else None)
                 for Pt in kp_P:
-                    own = _DqOwn.of(M, vis, A, g, absg, Pt, ce.e_dp, ce.e_dp_abs, f64, dP_err, keys.by_k_v,
-                                    kap_k, rho_wc)
-                    res = dq_bound(own=own)
-                    if worst_k is None or res[0].max() > 0:
-                        new = worst_k is None or res[0] > worst_k[0]
-                        if detail is not None:
-                            terms = dq_terms_of(res)
-                            kp_terms = terms if worst_k is None else [
-                                Term(t.name, t.kind, np.where(new, t.value, w.value)) for t, w in zip(terms, kp_terms)]
-                        worst_k = res if worst_k is None else (np.maximum(worst_k[0], res[0]),)
-                bound_k = np.where(kp_ok[..., None], worst_k[0], np.inf)
-                smaller = p_known_at = bound_k < dq_err
-                if detail is not None:
-                    row_terms = [Term(t.name, t.kind, np.where(smaller, w.value, t.value))
-                                 for t, w in zip(row_terms, kp_terms)]
+                    worst_k.add(dq_bound(own=_DqOwn.of(M, vis, A, g, absg, Pt, ce.e_dp, ce.e_dp_abs, f64, dP_err,
+                                                       keys.by_k_v, kap_k, rho_wc)))
+                bound_k = np.where(kp_ok[..., None], worst_k.bound, np.inf)
+                p_known_at = bound_k < dq_err
+                row_terms = worst_k.where_smaller(row_terms, p_known_at)
                 dq_err = np.minimum(dq_err, bound_k)
         if on_data:
             # dS's operand rounding on the data (bounds.md sec. 6, "roundings on the data"). The dS the kernel rounds
@@ -919,7 +908,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 g_pos = np.where(won, pos + second, wc_dp) + rest
             f64 = _float64_dS_error(A, g, Fr.s, vis, sc * (np.abs(qf) @ np.swapaxes(abs_k, -1, -2)), sc, absdov,
                                     abs_do, o, A @ np.abs(vf), d)
-            worst = None
+            worst = _Largest(dq_terms_of if detail is not None else None)
             for a in range(DELTA_SLICES):
                 d0, d1 = (delta_c + (eD - np.abs(delta_c)) * (-1.0 + 2.0 * x / DELTA_SLICES) for x in (a, a + 1))
                 g_lo = g_c - g_neg - d1
@@ -936,21 +925,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 e = np.where(known, np.where(g_lo > 0, R_mid, -R_mid) - A * g, 0.0)
                 e_abs = np.where(known, R_half + f64 + 2.0**-52 * (dS_abs + np.abs(e)), 0.0)
                 trunc_S = None if r_p else (centre, half)  # the unknown entries' truncation, theta in [-u_p, 0]
-                res = dq_bound(unknown, np.maximum(np.abs(d0), np.abs(d1)), trunc_S, (known, e, e_abs))
-                if worst is None or detail is not None:
-                    new = worst is None or res[0] > worst[0]
-                    if detail is not None:
-                        terms = dq_terms_of(res)
-                        worst_terms = terms if worst is None else [
-                            Term(t.name, t.kind, np.where(new, t.value, w.value)) for t, w in zip(terms, worst_terms)]
-                    worst = res if worst is None else (np.maximum(worst[0], res[0]),)
-                else:
-                    worst = (np.maximum(worst[0], res[0]),)
-            smaller = worst[0] < dq_err
-            if detail is not None:
-                row_terms = [Term(t.name, t.kind, np.where(smaller, w.value, t.value))
-                             for t, w in zip(row_terms, worst_terms)]
-            dq_err = np.minimum(dq_err, worst[0])
+                worst.add(dq_bound(unknown, np.maximum(np.abs(d0), np.abs(d1)), trunc_S, (known, e, e_abs)))
+            row_terms = worst.where_smaller(row_terms, worst.bound < dq_err)
+            dq_err = np.minimum(dq_err, worst.bound)
         if detail is not None:
             dq_terms.append(row_terms + [
                 Term("store and scale", "other", _store(dq_err, np.abs(dQ_exact), g2, M) - dq_err)]
@@ -1027,6 +1004,28 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dQ_exact = np.concatenate(dQ_blocks, axis=2)
     bound = BackwardBound(dq=dq_err, dk=dk_err, dv=dv_err, kind=kind, precision=given)
     return bound, (dQ_exact, _kv(dK_exact), dV_exact)
+
+
+class _Largest:
+    """The largest of several dQ bounds per entry (each holds where its case does, and one case does): `bound`; with
+    terms_of (dq_terms_of; None: no instrumentation), the terms of the largest per entry."""
+
+    def __init__(self, terms_of=None):
+        self.bound, self.terms, self.terms_of = None, None, terms_of
+
+    def add(self, res):
+        if self.terms_of is not None:
+            terms = self.terms_of(res)
+            new = self.bound is None or res[0] > self.bound
+            self.terms = terms if self.terms is None else [
+                Term(t.name, t.kind, np.where(new, t.value, w.value)) for t, w in zip(terms, self.terms)]
+        self.bound = res[0] if self.bound is None else np.maximum(self.bound, res[0])
+
+    def where_smaller(self, row_terms, smaller):
+        """row_terms with this bound's terms where `smaller` (row_terms unchanged without instrumentation)."""
+        if self.terms is None:
+            return row_terms
+        return [Term(t.name, t.kind, np.where(smaller, w.value, t.value)) for t, w in zip(row_terms, self.terms)]
 
 
 class _Summable:
