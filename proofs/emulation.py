@@ -105,6 +105,12 @@ def _dot_acc(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, accumulation: 
         return _mma_dot(a, b, acc, mma)
     if acc.dtype == torch.float64 or accumulation == "blocked":
         return acc + (a.to(acc.dtype) @ b.to(acc.dtype))
+    if k_step == 1 and acc.dtype == torch.float32:  # one FMA per product: the exact product, ONE rounding (float64
+        # then fp32 would round twice; flashcheck.proofs.fma_chain rounds once)
+        from flashcheck.proofs.fma_chain import fma_chain_dot
+
+        out = fma_chain_dot(a.double().numpy(), b.double().numpy(), acc0=acc.double().numpy())
+        return torch.from_numpy(out).to(torch.float32)
     a64, b64 = a.double(), b.double()
     for s0 in range(0, a.shape[-1], k_step):
         s1 = s0 + k_step

@@ -5,8 +5,6 @@ for every fp32 value of the stored LSE's interval: the emulated kernel's P~ is o
 form (two roundings) is not (the comparison can fail), and dQ's bound that reads it holds and is sharper."""
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -77,10 +75,9 @@ def test_unfused_form_is_not_the_candidate():
     assert np.sum(ok[..., None] & (got != want)) > 0
 
 
-@pytest.mark.parametrize("family", ["random", "uniform_rows", "repeated_keys", "v_large_mean", "rising_logits"])
-def test_dq_bound_with_the_recomputed_p_known_holds(family):
-    """dQ, dK, dV hold against the emulation whose backward computes P~ in the kernel's form (fa2_backward(ex2=
-    "h100")); on random rows dQ's bound is sharper than without the claim."""
+def assert_gradient_bounds_hold(family):
+    """dQ, dK, dV of the emulation whose backward computes P~ in the kernel's form (fa2_backward(ex2="h100")) within
+    their bounds under PR; returns (q, k, v, do, the BackwardBound)."""
     from flashcheck.proofs.bounds import Precision, backward_bound
     from flashcheck.proofs.emulation import fa2_backward
     from flashcheck.reference.attention import attention
@@ -91,13 +88,22 @@ def test_dq_bound_with_the_recomputed_p_known_holds(family):
                        block_k_dq=64, ex2="h100")
     O, L = attention(q, k, v)
     exact = attention_backward(q, k, v, O, L, do)
-    pr = Precision("float32", "ieee", **PR)
-    bb = backward_bound(q, k, v, do, precision=pr)
+    bb = backward_bound(q, k, v, do, precision=Precision("float32", "ieee", **PR))
     for name, g, e, b in zip(("dQ", "dK", "dV"), got, exact, (bb.dq, bb.dk, bb.dv)):
         err = np.abs(g - e)
         assert np.all(err <= b), f"{family}: {name} over its bound, max error/bound {np.max(err / b):.3g}"
+    return q, k, v, do, bb
+
+
+@pytest.mark.parametrize("family", ["random", "uniform_rows", "repeated_keys", "v_large_mean", "rising_logits"])
+def test_dq_bound_with_the_recomputed_p_known_holds(family):
+    """The gradients hold; on random rows dQ's bound is sharper than without the claim."""
+    from flashcheck.proofs.bounds import Precision, backward_bound
+
+    q, k, v, do, bb = assert_gradient_bounds_hold(family)
     if family == "random":
-        before = backward_bound(q, k, v, do, precision=dataclasses.replace(pr, bwd_p_known=False)).dq
+        pr = Precision("float32", "ieee", **{**PR, "bwd_p_known": False})
+        before = backward_bound(q, k, v, do, precision=pr).dq
         assert np.median(bb.dq / before) < 0.8, f"dQ bound ratio with/without {np.median(bb.dq / before):.3f}"
 
 

@@ -26,6 +26,53 @@ def _combine(wc, rem, var, det, lam, kind):
 
 def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None, tc=None,
                  lr: _LseRandom | None = None, lg_conv=None, fmt: str | None = None):
+    """_delta_error_model's (eps, std, det, signed), and on the rows where the forward's accumulator is known
+    (_ForwardParts.acc_known) the smaller of that and _delta_from_accumulator's."""
+    out = _delta_error_model(F, M, dof, dP, g, absdov, vf, kind, acc, tc, lr, lg_conv, fmt)
+    ak = F.parts.acc_known
+    if ak is None or kind != "probabilistic" or lr is None or not ak[3].any():
+        return out
+    new = _delta_from_accumulator(F, M, dof, vf, ak, fmt)
+    take = ak[3] & (new[0] < out[0])
+    return tuple(np.where(take, n, o) for n, o in zip(new, out))
+
+
+def _delta_from_accumulator(F: _Forward, M: _Model, dof, vf, ak, fmt):
+    """Delta's error where the forward's accumulator is known (bounds.md sec. 8, "Delta from the known accumulator"):
+    the kernel's O_hat_c = div(acc_c, l32) = (acc_c / l32)(1 + eps_c), |eps_c| <= eps_div (div.full, measured), with acc
+    exactly known (_known_accumulator) and l32 in [l_lo, l_hi]; Delta_hat = fl(sum_c fl(dO_c O_hat_c)). So
+    Delta_hat - Delta = kappa(l32) + sum_c dO_c (acc_c / l32) eps_c + (the fp32 dot's roundings), kappa(l) =
+    (sum_c dO_c acc_c) / l - Delta, monotone in l: kappa lies between its values at l_lo and l_hi (centre signed,
+    half-width), evaluated in float64 (gamma_{dv+2}(2^-53) of the sums of absolute values, and the float64 O's error
+    against the exact one, gamma_{Nk+2}(2^-53) sum_c |dO_c| (A|V|)_c, twice); the division's eps worst case; the dot's
+    roundings as _delta_dot (random over groups of equal products, half an ulp of their binade). Returns (eps, std,
+    det, signed) as _delta_error_model: det holds |centre| (signed: the centre)."""
+    acc, l_lo, l_hi, ok = ak
+    o = F.o
+    abs_do = np.abs(dof)
+    dv, Nk = dof.shape[-1], F.A.shape[-1]
+    l_lo1, l_hi1 = np.where(ok, l_lo, 1.0), np.where(ok, l_hi, 1.0)
+    S = (dof * acc).sum(-1)
+    delta = (dof * o).sum(-1)
+    k_lo, k_hi = S / l_lo1 - delta, S / l_hi1 - delta
+    centre, half = 0.5 * (k_lo + k_hi), 0.5 * np.abs(k_hi - k_lo)
+    Sa = (abs_do * np.abs(acc)).sum(-1) / l_lo1  # sum_c |dO_c| |acc_c| / l, l >= l_lo
+    Av = F.A @ np.abs(vf)
+    ev = (float(gamma(dv + 2, 2.0**-53)) * (Sa + (abs_do * np.abs(o)).sum(-1) + np.abs(centre) + half)
+          + 2.0 * float(gamma(Nk + 2, 2.0**-53)) * (abs_do * Av).sum(-1))
+    div = M.eps_div * Sa
+    # O_hat_c = acc_c / l32 (1 + eps_c) within o_err of acc_c / l_lo (the float64 quotient: 2^-52 more)
+    o_hat = acc / l_lo1[..., None]
+    o_err = np.abs(acc) * ((1.0 / l_lo1 - 1.0 / l_hi1)[..., None] + (M.eps_div + 2.0**-52) / l_lo1[..., None])
+    dot_var, dot_det = _delta_dot(dof, o_hat, o_err, M.u_w, dv, fmt if fmt == "float32" else None)
+    det = np.abs(centre) + half + ev + div + dot_det
+    eps = F.parts.lam * np.sqrt(dot_var) + det
+    return (np.where(ok, eps, np.inf), np.where(ok, np.sqrt(dot_var), 0.0), np.where(ok, det, np.inf),
+            np.where(ok, centre, 0.0))
+
+
+def _delta_error_model(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None, tc=None,
+                       lr: _LseRandom | None = None, lg_conv=None, fmt: str | None = None):
     """Bound on |Delta_hat_i - Delta_i|, Delta_hat = fl(sum_c dO_ic O_hat_ic) with the kernel's own O_hat.
 
     Contracting the exact O-error identity of sec. 5 with dO (bounds.md sec. 8):
