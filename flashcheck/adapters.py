@@ -414,7 +414,10 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       ex2_known=fma_chain and _ex2_measured(),
                       # and lg2's (the stored LSE as an interval of known values), with l in fp64 and a known tree depth
                       lg2_known=(fma_chain and _ex2_measured() and _lg2_measured() and a.l_accumulate == "float64"
-                                 and rec is not None and rec["rowsum_depth"] is not None))
+                                 and rec is not None and rec["rowsum_depth"] is not None),
+                      # and the backward's recomputed P~, where this Triton's record shows both backward kernels'
+                      # arguments rounded once for these tiles (Precision.bwd_p_known)
+                      bwd_p_known=fma_chain and _ex2_measured() and _bwd_exp_fma(rec, tiles))
 
 
 def _ex2_measured() -> bool:
