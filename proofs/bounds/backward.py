@@ -27,12 +27,15 @@ def _combine(wc, rem, var, det, lam, kind):
 def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None, tc=None,
                  lr: _LseRandom | None = None, lg_conv=None, fmt: str | None = None):
     """_delta_error_model's (eps, std, det, signed), and on the rows where the forward's accumulator is known
-    (_ForwardParts.acc_known) the smaller of that and _delta_from_accumulator's."""
-    out = _delta_error_model(F, M, dof, dP, g, absdov, vf, kind, acc, tc, lr, lg_conv, fmt)
+    (_ForwardParts.acc_known) the smaller of that and _delta_from_accumulator's; _delta_from_accumulator's alone where
+    every row's is known (both hold: the model is not evaluated there)."""
     ak = F.parts.acc_known
     if ak is None or kind != "probabilistic" or lr is None or not ak[3].any():
-        return out
+        return _delta_error_model(F, M, dof, dP, g, absdov, vf, kind, acc, tc, lr, lg_conv, fmt)
     new = _delta_from_accumulator(F, M, dof, vf, ak, fmt)
+    if ak[3].all():  # every row's accumulator known: that bound alone (the model's is rarely smaller, and costly)
+        return new
+    out = _delta_error_model(F, M, dof, dP, g, absdov, vf, kind, acc, tc, lr, lg_conv, fmt)
     take = ak[3] & (new[0] < out[0])
     return tuple(np.where(take, n, o) for n, o in zip(new, out))
 
@@ -403,12 +406,20 @@ class _DqOwn:
     c_row: float = 0.0
 
     @staticmethod
-    def of(M: _Model, vis, A, g, absg, Pt, e_dp, e_dp_abs, f64, dP_err: _DPError, w_S, kap_k, rho_wc) -> "_DqOwn":
+    def of(M: _Model, vis, A, g, absg, Pt, e_dp, e_dp_abs, f64, dP_err: _DPError, w_S, kap_k, rho_wc,
+           dp_known=None, n_ops: int = 0) -> "_DqOwn":
+        """dp_known: _fma_dp_error's (e, basis, known): where known, dP's error is e within gamma_{n_ops}(2^-53) basis
+        (n_ops >= dv + 2: the float64 dP it is taken against), which replaces its worst case in the majorant and the
+        linear part (it is in `rows` with its sign)."""
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(vis & (A > 0), Pt / A, 1.0)
         b = np.abs(ratio - 1.0)
         dPt = np.where(vis, Pt - A, 0.0)
         P = _PError(wc=b, A_wc1=A + np.abs(dPt), bad=np.zeros(A.shape, dtype=bool), lin=b, det=np.zeros_like(A))
+        if dp_known is not None:
+            e, basis, known = dp_known
+            x = np.abs(e) + float(gamma(n_ops, 2.0**-53)) * basis
+            dP_err = _DPError(wc=np.where(known, x, dP_err.wc), lin=np.where(known, x, dP_err.lin), det=dP_err.det)
         dSe = _dS_errors(M, vis, A, absg, P, dP_err, eD=0.0, dD=0.0, w_S=w_S)
         rows = np.where(vis, dPt * g + Pt * e_dp, 0.0)
         rows_abs = np.where(vis, np.abs(dPt * g) + Pt * e_dp_abs, 0.0)
@@ -728,7 +739,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         g = np.where(vis, dP - (do_r * o).sum(-1)[..., None], 0.0)
         absg = np.abs(g)
         acc_D = None
-        if kind == "probabilistic" and not M.tensor_core and M.pv_products == 1:
+        # (where every row of the block has its accumulator known, Delta's bound is _delta_from_accumulator's alone:
+        # _delta_error then never reads this model's accumulation, the costliest part of it at long N_k)
+        every_known = Fr.parts.acc_known is not None and bool(Fr.parts.acc_known[3].all()) and kind == "probabilistic"
+        if kind == "probabilistic" and not M.tensor_core and M.pv_products == 1 and not every_known:
             acc_D = _delta_accumulation(Fr, M, do_r, kf, vf, sc, d, bias is not None, precision, head_full)
         tc_D = None
         if M.tensor_core and M.recursive and M.pv_products == 1:
@@ -908,7 +922,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 worst_k = _Largest(dq_terms_of if detail is not None else None)
                 for Pt in kp_P:
                     worst_k.add(dq_bound(own=_DqOwn.of(M, vis, A, g, absg, Pt, ce.e_dp, ce.e_dp_abs, f64, dP_err,
-                                                       keys.by_k_v, kap_k, rho_wc)))
+                                                       keys.by_k_v, kap_k, rho_wc, e_dp, conv.n_ops)))
                 bound_k = np.where(kp_ok[..., None], worst_k.bound, np.inf)
                 p_known_at = bound_k < dq_err
                 row_terms = worst_k.where_smaller(row_terms, p_known_at)
