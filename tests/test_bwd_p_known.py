@@ -112,3 +112,30 @@ def test_precision_gates_bwd_p_known():
 
     with pytest.raises(ValueError, match="bwd_p_known"):
         Precision("float32", "ieee", ieee_fma_chain=True, exp_argument="fma", bwd_p_known=True)
+
+
+def test_gradient_bounds_hold_when_the_kernel_tile_is_wider_than_n_k():
+    """A real failure, promoted (the GPU audit's quick sweep, fp32 N = 16, d = 16, peaked logits: dQ 1.01 over its
+    bound on the H100, 2026-11-26f): with N_k below the kernel's key tile the one tile is the masked one, whose
+    exponent arguments are not fused; the backward read the forward with its tiles fitted to N_k, which made the tile
+    look full, so the stored LSE's interval and its P~ candidates missed the stored value."""
+    from flashcheck.audit_inputs import make_inputs
+    from flashcheck.proofs.bounds import Precision, backward_bound
+    from flashcheck.proofs.emulation import fa2_backward, fa2_forward
+    from flashcheck.reference.attention import attention
+    from flashcheck.reference.backward import attention_backward
+    from flashcheck.strategies import Shape
+
+    q, k, v, do = (x.astype(np.float32).astype(np.float64)
+                   for x in make_inputs(Shape(1, 1, 1, 16, 16, 16), "peaked_logits", 0, 1.0))
+    pr = Precision("float32", "ieee", **{**PR, "block_k": 32, "block_q": 32, "block_k_dq": 32})
+    o, lse, o32 = fa2_forward(q, k, v, dtype="float32", dot="ieee", l_accumulate="float64", ieee_fma_chain=True,
+                              rowsum="tree", block_k=32, ex2="h100", lg2="h100", return_fp32_o=True)
+    got = fa2_backward(q, k, v, o, lse, do, dtype="float32", dot="ieee", delta_o=o32, ieee_fma_chain=True,
+                       block_k_dq=32, block_q=32, ex2="h100")
+    O, L = attention(q, k, v)
+    exact = attention_backward(q, k, v, O, L, do)
+    bb = backward_bound(q, k, v, do, precision=pr)
+    for name, g, e, b in zip(("dQ", "dK", "dV"), got, exact, (bb.dq, bb.dk, bb.dv)):
+        err = np.abs(g - e)
+        assert np.all(err <= b), f"{name} over its bound, max error/bound {np.max(err / b):.3g}"

@@ -575,7 +575,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         raise ValueError(f"do must have O's shape {(pr.B, pr.Hq, pr.Nq, pr.dv)}, got {dof.shape}")
     # per row feeding an entry: its LSE, its Delta and its dv entries of O (second-order parts of Delta)
     n_events = 2.0 * pr.Nq * pr.group * (2 + pr.dv)
-    F = _forward(q, k, v, scale, causal, window, mask, bias, precision, kind,
+    # the precision as given: the forward fits its tiles itself, and reads the kernel's ragged tile (where the exponent
+    # arguments are not fused, Precision.exp_argument) from the given block_k (a fitted block_k = N_k < the kernel's
+    # tile would make a masked tile look full: the backward's stored-LSE interval and accumulator were then wrong)
+    F = _forward(q, k, v, scale, causal, window, mask, bias, given, kind,
                  eta=FAILURE_PROBABILITY / n_events)
     lam = hoeffding_lambda(2.0)
     u, sc, group = M.u_w, F.scale, pr.group
