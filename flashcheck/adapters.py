@@ -414,7 +414,10 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       ex2_known=fma_chain and _ex2_measured(),
                       # and lg2's (the stored LSE as an interval of known values), with l in fp64 and a known tree depth
                       lg2_known=(fma_chain and _ex2_measured() and _lg2_measured() and a.l_accumulate == "float64"
-                                 and rec is not None and rec["rowsum_depth"] is not None))
+                                 and rec is not None and rec["rowsum_depth"] is not None),
+                      # and the backward's recomputed P~, where this Triton's record shows both backward kernels'
+                      # arguments rounded once for these tiles (Precision.bwd_p_known)
+                      bwd_p_known=fma_chain and _ex2_measured() and _bwd_exp_fma(rec, tiles))
 
 
 def _ex2_measured() -> bool:
@@ -455,6 +458,25 @@ def _compiled_record(dtype, dot: str, head_dim, precision: str, tiles) -> dict |
                 == (name, op_dot, _block_d(head_dim), t.block_m, t.block_n, t.num_warps, precision == "accurate")):
             return c
     return None
+
+
+def _bwd_exp_fma(rec: dict | None, tiles=None) -> bool:
+    """Whether the compiled-code record's config (`_compiled_record`) shows the backward kernels' exponent
+    arguments rounded once: bwd_exp_argument "fma_min" (bench/compile_forward.py backward_exp_argument: in both the
+    dK/dV and the dQ kernel, plain calls, P~ = ex2(min(fl32(c2 qk - fl32(LSE log2 e)), 0)) with qk tl.dot's FMA
+    chain). False without a record, for a record written before the backward was read (no key: Triton 3.6.0's
+    until the GPU machine regenerates it), and where `tiles` (a KernelConfig) asks for dK/dV or dQ tiles other than
+    the recorded ones (kernel_config's)."""
+    if rec is None or rec.get("bwd_exp_argument") != "fma_min":
+        return False
+    if tiles is not None:
+        recorded = rec.get("bwd_tiles", {})
+        for name, t in (("attn_bwd_dkdv_kernel", tiles.dkdv), ("attn_bwd_dq_kernel", tiles.dq)):
+            r = recorded.get(name)
+            if r is None or ((r["block_m"], r["block_n"], r["num_warps"], r["num_stages"])
+                             != (t.block_m, t.block_n, t.num_warps, t.num_stages)):
+                return False
+    return True
 
 
 @functools.lru_cache(maxsize=None)

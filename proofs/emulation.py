@@ -105,6 +105,12 @@ def _dot_acc(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, accumulation: 
         return _mma_dot(a, b, acc, mma)
     if acc.dtype == torch.float64 or accumulation == "blocked":
         return acc + (a.to(acc.dtype) @ b.to(acc.dtype))
+    if k_step == 1 and acc.dtype == torch.float32:  # one FMA per product: the exact product, ONE rounding (float64
+        # then fp32 would round twice; flashcheck.proofs.fma_chain rounds once)
+        from flashcheck.proofs.fma_chain import fma_chain_dot
+
+        out = fma_chain_dot(a.double().numpy(), b.double().numpy(), acc0=acc.double().numpy())
+        return torch.from_numpy(out).to(torch.float32)
     a64, b64 = a.double(), b.double()
     for s0 in range(0, a.shape[-1], k_step):
         s1 = s0 + k_step
@@ -182,6 +188,17 @@ def _fused_argument(qk: torch.Tensor, c: torch.Tensor, m_shift: torch.Tensor) ->
     p = qk.double().numpy() * float(c)
     x = fma_step(np.broadcast_to(-m_shift.double().numpy()[..., None], p.shape), p)
     return torch.as_tensor(x).to(torch.float32)
+
+
+def recomputed_p_h100(qk: torch.Tensor, c: torch.Tensor, lse2: torch.Tensor) -> torch.Tensor:
+    """The backward's P~ as both our backward kernels compile (kernels/triton_bwd.py; bench/compile_forward.py
+    --record, "bwd_exp_argument": "fma_min"): ex2(min(fl32(qk c - lse2), 0)) for the fp32 FMA-chain dots qk (..., n),
+    c = qk_scale2 and lse2 = fl32(LSE fl32(log2 e)) (...), the argument rounded once (fma.rn.f32) and ex2 the H100's
+    ex2.approx.ftz.f32 (flashcheck.proofs.ex2_model). fp32 in, fp32 out (masking is the caller's)."""
+    from flashcheck.proofs import ex2_model
+
+    y = torch.clamp(_fused_argument(qk, c, lse2), max=0.0)
+    return _measured_unit(ex2_model.ex2, y, "ex2")
 
 
 def _check_fma(ieee_fma_chain: bool, dtype: str, dot: str):
@@ -336,7 +353,7 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
 def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
                  scale=None, causal=False, window=None, mask=None, accumulation: str = "recursive",
                  k_step: int | None = None, delta_o=None, ieee_fma_chain: bool = False, block_k_dq: int = 64,
-                 block_q: int = 64):
+                 block_q: int = 64, ex2: str = "torch"):
     """(dQ, dK, dV) as the FA2 backward kernel computes them from its own (O, LSE): Delta from the
     stored O (or from `delta_o`, the fp32 O of fa2_forward(..., return_fp32_o=True), for
     delta_from="fp32"), P recomputed from the stored LSE in base 2, P and dS rounded to the operand dtype
@@ -345,8 +362,17 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     through fa2_forward's o, lse and delta_o), dK and dV over the query tiles of block_q (per query head of the
     group), in our kernel's order: a ragged tile first, then the full ones ascending (_tile_starts,
     Precision.tile_order "partial_first").
-    ieee_fma_chain: the logits as FMA chains (module docstring; Precision.ieee_fma_chain)."""
+    ieee_fma_chain: the logits as FMA chains (module docstring; Precision.ieee_fma_chain).
+    ex2: the recomputed P~: "torch" (torch.exp2 of fl(s2) - lse2, two roundings) or "h100" (with ieee_fma_chain: the
+    compiled form of both backward kernels, P~ = ex2(min(fl32(qk c - lse2), 0)) with the argument rounded once
+    (fma.rn.f32) and ex2 the H100's ex2.approx.ftz.f32 bit for bit, flashcheck.proofs.ex2_model;
+    Precision.bwd_p_known)."""
     _check_fma(ieee_fma_chain, dtype, dot)
+    if ex2 not in ("torch", "h100"):
+        raise ValueError(f"ex2 must be 'torch' or 'h100', got {ex2!r}")
+    if ex2 == "h100" and not ieee_fma_chain:
+        raise ValueError("ex2='h100' in the backward models the fused argument of the FMA-chain logits: it needs "
+                         "ieee_fma_chain=True")
     pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask)
     tdt, acc_t, qk_scale, vis, sc = pb.tdt, pb.acc_t, pb.qk_scale, pb.vis, pb.sc
     B, Hkv, Nk, d, group = pb.B, pb.Hkv, pb.Nk, pb.d, pb.group
@@ -367,7 +393,10 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
         s = s_fma * qk_scale
     else:
         s = (qt @ kt.transpose(-1, -2)) * qk_scale
-    p = torch.where(vis, torch.exp2(s - lse2[..., None]), torch.zeros_like(s))
+    if ex2 == "h100":
+        p = torch.where(vis, recomputed_p_h100(s_fma, qk_scale, lse2), torch.zeros_like(s))
+    else:
+        p = torch.where(vis, torch.exp2(s - lse2[..., None]), torch.zeros_like(s))
     Nq, Hq, dvd = pb.Nq, pb.Hq, v.shape[-1]
     pr = _operand(p, dot, tdt).to(acc_t)
     if ieee_fma_chain:  # dP = dO V^T as the same ascending fp32 FMA chains (the kernel's tl.dot(do, vT), probed)

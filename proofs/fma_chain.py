@@ -62,16 +62,17 @@ def _fp32_valued(x) -> np.ndarray:
     return x
 
 
-def fma_chain_dot(a, b, order: str = "ascending", return_normal: bool = False):
+def fma_chain_dot(a, b, order: str = "ascending", return_normal: bool = False, acc0=None):
     """a @ b (a (..., M, K), b (..., K, N), fp32 values as float64) as one fp32 FMA chain per output over K in
-    `order` ("ascending": k = 0, 1, ..., K - 1; "descending"), from a zero accumulator. Returns the fp32 results
-    as float64 (and, with return_normal, the boolean mask of the module docstring)."""
+    `order` ("ascending": k = 0, 1, ..., K - 1; "descending"), from a zero accumulator or from acc0 (fp32 values,
+    broadcast to the result: tl.dot(a, b, acc) continues the chain from acc). Returns the fp32 results as float64
+    (and, with return_normal, the boolean mask of the module docstring; acc0's own values are not checked)."""
     a, b = _fp32_valued(a), _fp32_valued(b)
     K = a.shape[-1]
     if b.shape[-2] != K:
         raise ValueError(f"fma_chain_dot: inner dimensions {K} and {b.shape[-2]}")
     shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
-    acc = np.zeros(shape)
+    acc = np.zeros(shape) if acc0 is None else np.array(np.broadcast_to(_fp32_valued(acc0), shape))
     normal = np.ones(shape, dtype=bool)
     ks = range(K) if order == "ascending" else range(K - 1, -1, -1)
     for k in ks:

@@ -26,6 +26,56 @@ def _combine(wc, rem, var, det, lam, kind):
 
 def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None, tc=None,
                  lr: _LseRandom | None = None, lg_conv=None, fmt: str | None = None):
+    """_delta_error_model's (eps, std, det, signed), and on the rows where the forward's accumulator is known
+    (_ForwardParts.acc_known) the smaller of that and _delta_from_accumulator's; _delta_from_accumulator's alone where
+    every row's is known (both hold: the model is not evaluated there)."""
+    ak = F.parts.acc_known
+    if ak is None or kind != "probabilistic" or lr is None or not ak[3].any():
+        return _delta_error_model(F, M, dof, dP, g, absdov, vf, kind, acc, tc, lr, lg_conv, fmt)
+    new = _delta_from_accumulator(F, M, dof, vf, ak, fmt)
+    if ak[3].all():  # every row's accumulator known: that bound alone (the model's is rarely smaller, and costly)
+        return new
+    out = _delta_error_model(F, M, dof, dP, g, absdov, vf, kind, acc, tc, lr, lg_conv, fmt)
+    take = ak[3] & (new[0] < out[0])
+    return tuple(np.where(take, n, o) for n, o in zip(new, out))
+
+
+def _delta_from_accumulator(F: _Forward, M: _Model, dof, vf, ak, fmt):
+    """Delta's error where the forward's accumulator is known (bounds.md sec. 8, "Delta from the known accumulator"):
+    the kernel's O_hat_c = div(acc_c, l32) = (acc_c / l32)(1 + eps_c), |eps_c| <= eps_div (div.full, measured), with acc
+    exactly known (_known_accumulator) and l32 in [l_lo, l_hi]; Delta_hat = fl(sum_c fl(dO_c O_hat_c)). So
+    Delta_hat - Delta = kappa(l32) + sum_c dO_c (acc_c / l32) eps_c + (the fp32 dot's roundings), kappa(l) =
+    (sum_c dO_c acc_c) / l - Delta, monotone in l: kappa lies between its values at l_lo and l_hi (centre signed,
+    half-width), evaluated in float64 (gamma_{dv+2}(2^-53) of the sums of absolute values, and the float64 O's error
+    against the exact one, gamma_{Nk+2}(2^-53) sum_c |dO_c| (A|V|)_c, twice); the division's eps worst case; the dot's
+    roundings as _delta_dot (random over groups of equal products, half an ulp of their binade). Returns (eps, std,
+    det, signed) as _delta_error_model: det holds |centre| (signed: the centre)."""
+    acc, l_lo, l_hi, ok = ak
+    o = F.o
+    abs_do = np.abs(dof)
+    dv, Nk = dof.shape[-1], F.A.shape[-1]
+    l_lo1, l_hi1 = np.where(ok, l_lo, 1.0), np.where(ok, l_hi, 1.0)
+    S = (dof * acc).sum(-1)
+    delta = (dof * o).sum(-1)
+    k_lo, k_hi = S / l_lo1 - delta, S / l_hi1 - delta
+    centre, half = 0.5 * (k_lo + k_hi), 0.5 * np.abs(k_hi - k_lo)
+    Sa = (abs_do * np.abs(acc)).sum(-1) / l_lo1  # sum_c |dO_c| |acc_c| / l, l >= l_lo
+    Av = F.A @ np.abs(vf)
+    ev = (float(gamma(dv + 2, 2.0**-53)) * (Sa + (abs_do * np.abs(o)).sum(-1) + np.abs(centre) + half)
+          + 2.0 * float(gamma(Nk + 2, 2.0**-53)) * (abs_do * Av).sum(-1))
+    div = M.eps_div * Sa
+    # O_hat_c = acc_c / l32 (1 + eps_c) within o_err of acc_c / l_lo (the float64 quotient: 2^-52 more)
+    o_hat = acc / l_lo1[..., None]
+    o_err = np.abs(acc) * ((1.0 / l_lo1 - 1.0 / l_hi1)[..., None] + (M.eps_div + 2.0**-52) / l_lo1[..., None])
+    dot_var, dot_det = _delta_dot(dof, o_hat, o_err, M.u_w, dv, fmt if fmt == "float32" else None)
+    det = np.abs(centre) + half + ev + div + dot_det
+    eps = F.parts.lam * np.sqrt(dot_var) + det
+    return (np.where(ok, eps, np.inf), np.where(ok, np.sqrt(dot_var), 0.0), np.where(ok, det, np.inf),
+            np.where(ok, centre, 0.0))
+
+
+def _delta_error_model(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None, tc=None,
+                       lr: _LseRandom | None = None, lg_conv=None, fmt: str | None = None):
     """Bound on |Delta_hat_i - Delta_i|, Delta_hat = fl(sum_c dO_ic O_hat_ic) with the kernel's own O_hat.
 
     Contracting the exact O-error identity of sec. 5 with dO (bounds.md sec. 8):
@@ -296,6 +346,91 @@ def _float64_dS_error(A, g, s, vis, aqk, sc, absdov, abs_do, o, Av, d: int):
     return np.where(vis, np.where(rel_A < 2.0**-30, out, np.inf), 0.0)
 
 
+# at most this many fp32 values of the stored LSE per row are evaluated apart (_recomputed_p_known); the forward's
+# interval holds <= 4 on every structured family (bench/lse_interval.py)
+P_KNOWN_CANDIDATES = 8
+
+
+def _recomputed_p_known(qf, kf, sc, vis, A, iv):
+    """The backward's recomputed P~ for each fp32 value the stored LSE may hold (Precision.bwd_p_known): both kernels
+    compute P~_ij = ex2(min(fl32(qk_ij c - lse2_i), 0)), qk the ascending fp32 FMA chain (fma_chain_dot), c =
+    qk_scale2, lse2 = fl32(LSE fl32(log2 e)), the argument rounded once (fma.rn.f32: qk c is exact in float64, the
+    sum with -lse2 rounded once by fma_step) and ex2 the measured table (ex2_model). iv: the forward's
+    (lo, hi, ok, z_lo, z_hi) per row (_ForwardParts.lse_iv): the stored LSE is one of the fp32 numbers in
+    [z_lo, z_hi]. Returns (ok per row, [P~ for each candidate]): ok where the interval holds at most
+    P_KNOWN_CANDIDATES values, every visible chain stays in fp32's normal range, and no entry has A = 0 < P~
+    (A underflowed in float64 where the kernel's P~ did not: its relative error is not defined); a row with fewer
+    candidates repeats its last one."""
+    from flashcheck.proofs import ex2_model
+    from flashcheck.proofs.fma_chain import LOG2E, fma_chain_dot, fma_step, kernel_qk_scale2
+
+    ok = iv[2].copy()
+    qk, normal = fma_chain_dot(qf, np.swapaxes(kf, -1, -2), return_normal=True)
+    ok &= np.where(vis, normal, True).all(-1)
+    pr = np.where(vis, qk * kernel_qk_scale2(sc), 0.0)  # exact in float64 (two 24-bit significands)
+    l2e = float(np.float32(LOG2E))
+    z = np.where(ok, iv[3], 1.0).astype(np.float32)
+    z_hi = np.where(ok, iv[4], 1.0).astype(np.float32)
+    out = []
+    for _ in range(P_KNOWN_CANDIDATES):
+        lse2 = (z.astype(np.float64) * l2e).astype(np.float32).astype(np.float64)  # one rounding of an exact product
+        y = fma_step(np.broadcast_to(-lse2[..., None], pr.shape), pr)
+        out.append(np.where(vis, ex2_model.ex2(np.where(vis, np.minimum(y, 0.0), 0.0)), 0.0))
+        more = z < z_hi
+        if not more[ok].any():
+            break
+        z = np.where(more, np.nextafter(z, np.float32(np.inf)), z)
+    else:
+        ok &= ~(z < z_hi)
+    for Pt in out:
+        ok &= ~(vis & (A <= 0.0) & (Pt > 0.0)).any(-1)
+    return ok, out
+
+
+@dataclass(frozen=True)
+class _DqOwn:
+    """dQ's dS error terms for a block of rows where the recomputed P~ is a known number (Precision.bwd_p_known, one
+    candidate of the stored LSE): P~ = A (1 + b) with b = (P~ - A) / A known, so P's part of dS's first-order error,
+    (P~ - A) g, and dP's known FMA-chain error P~ e_dp enter signed (rows: sum_j rows_ij k_jc, its float64 evaluation
+    gamma_n rows_abs and, in detS, the float64 errors of A and g), P's |b| stays in the majorant and the linear part
+    (the second order), the row-common LSE factor is 0 (the candidate is the stored LSE). wcS, linS, varS, detS as
+    _dS_errors; W_delta: the Delta error's weights about A (dq_bound's dq_delta)."""
+
+    wcS: np.ndarray
+    linS: np.ndarray
+    varS: np.ndarray
+    detS: np.ndarray
+    W_delta: np.ndarray
+    rows: np.ndarray
+    rows_abs: np.ndarray
+    c_row: float = 0.0
+
+    @staticmethod
+    def of(M: _Model, vis, A, g, absg, Pt, e_dp, e_dp_abs, f64, dP_err: _DPError, w_S, kap_k, rho_wc,
+           dp_known=None, n_ops: int = 0) -> "_DqOwn":
+        """dp_known: _fma_dp_error's (e, basis, known): where known, dP's error is e within gamma_{n_ops}(2^-53) basis
+        (n_ops >= dv + 2: the float64 dP it is taken against), which replaces its worst case in the majorant and the
+        linear part (it is in `rows` with its sign)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(vis & (A > 0), Pt / A, 1.0)
+        b = np.abs(ratio - 1.0)
+        dPt = np.where(vis, Pt - A, 0.0)
+        P = _PError(wc=b, A_wc1=A + np.abs(dPt), bad=np.zeros(A.shape, dtype=bool), lin=b, det=np.zeros_like(A))
+        if dp_known is not None:
+            e, basis, known = dp_known
+            x = np.abs(e) + float(gamma(n_ops, 2.0**-53)) * basis
+            dP_err = _DPError(wc=np.where(known, x, dP_err.wc), lin=np.where(known, x, dP_err.lin), det=dP_err.det)
+        dSe = _dS_errors(M, vis, A, absg, P, dP_err, eD=0.0, dD=0.0, w_S=w_S)
+        rows = np.where(vis, dPt * g + Pt * e_dp, 0.0)
+        rows_abs = np.where(vis, np.abs(dPt * g) + Pt * e_dp_abs, 0.0)
+        # the float64 A~, g~ the sums read: |(P~ - A~) g~ - (P~ - A) g| <= |A~ g~ - A g| + P~ |g~ - g| <= f64 (1 + P~/A)
+        # (_float64_dS_error bounds A~ |g~ - g| within f64), and the two float64 roundings of the entry: 2^-51 |.|
+        ev = np.where(vis, f64 * (1.0 + ratio) + 2.0**-51 * (np.abs(dPt * g) + np.abs(Pt * e_dp) + np.abs(rows)), 0.0)
+        W_delta = np.where(vis, A * ((1 + kap_k) * (1 + b) * (1 + rho_wc) - 1.0), 0.0)
+        return _DqOwn(wcS=dSe.wc, linS=dSe.lin, varS=dSe.var, detS=dSe.det + ev, W_delta=W_delta, rows=rows,
+                      rows_abs=rows_abs)
+
+
 def _recomputed_p_interval(M: _Model, lg, s, lse0, e_lse, vis, c_lse=None):
     """[lo, hi] of the backward's recomputed P~ = exp2(fl(S2) - fl(LSE log2 e)) per entry: the logits by sign
     (forward._logit_sides: the MMA steps on the data, tf32's known conversion error), the stored LSE's error and
@@ -440,7 +575,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         raise ValueError(f"do must have O's shape {(pr.B, pr.Hq, pr.Nq, pr.dv)}, got {dof.shape}")
     # per row feeding an entry: its LSE, its Delta and its dv entries of O (second-order parts of Delta)
     n_events = 2.0 * pr.Nq * pr.group * (2 + pr.dv)
-    F = _forward(q, k, v, scale, causal, window, mask, bias, precision, kind,
+    # the precision as given: the forward fits its tiles itself, and reads the kernel's ragged tile (where the exponent
+    # arguments are not fused, Precision.exp_argument) from the given block_k (a fitted block_k = N_k < the kernel's
+    # tile would make a masked tile look full: the backward's stored-LSE interval and accumulator were then wrong)
+    F = _forward(q, k, v, scale, causal, window, mask, bias, given, kind,
                  eta=FAILURE_PROBABILITY / n_events)
     lam = hoeffding_lambda(2.0)
     u, sc, group = M.u_w, F.scale, pr.group
@@ -604,7 +742,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         g = np.where(vis, dP - (do_r * o).sum(-1)[..., None], 0.0)
         absg = np.abs(g)
         acc_D = None
-        if kind == "probabilistic" and not M.tensor_core and M.pv_products == 1:
+        # (where every row of the block has its accumulator known, Delta's bound is _delta_from_accumulator's alone:
+        # _delta_error then never reads this model's accumulation, the costliest part of it at long N_k)
+        every_known = Fr.parts.acc_known is not None and bool(Fr.parts.acc_known[3].all()) and kind == "probabilistic"
+        if kind == "probabilistic" and not M.tensor_core and M.pv_products == 1 and not every_known:
             acc_D = _delta_accumulation(Fr, M, do_r, kf, vf, sc, d, bias is not None, precision, head_full)
         tc_D = None
         if M.tensor_core and M.recursive and M.pv_products == 1:
@@ -703,14 +844,22 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         W_delta = _fix_bad(A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0), bad_row,
                            lambda: Ab1_row * ((1 + kap_k) * (1 + rho_wc)) - A)
 
-        def dq_bound(unknown=None, eps=eD, trunc_S=None, known=None):
+        def dq_bound(unknown=None, eps=eD, trunc_S=None, known=None, own: "_DqOwn | None" = None):
             """dQ_i's bound before the store: the errors of dS's entries `unknown` (None: all) bounded by the terms of
             sec. 8 (P, dP, the fp32 roundings, the operand rounding, or its truncation on the data: trunc_S = (centre,
             half-width) of theta), the stored LSE's factor c_i and Delta's error |delta_i| <= eps on them alone; the
             other entries' errors known = (mask, signed error, its uncertainty) (bounds.md sec. 6); the products'
-            magnitudes (accumulation, conversion of K) over every entry. Returns (bound, _GradError, dq_delta, the
-            combined terms, the LSE part, the known part)."""
-            if unknown is None:
+            magnitudes (accumulation, conversion of K) over every entry. own (_DqOwn, every entry): dS's error terms
+            and the row-common LSE factor in place of this row block's (the recomputed P known, _DqOwn). Returns
+            (bound, _GradError, dq_delta, the combined terms, the LSE part, the known part, the LSE factor)."""
+            c_r = c_row if own is None else own.c_row
+            if own is not None:
+                wc_o, lin_o, det_o, Wd_o, S_o, A_o = (own.wcS @ abs_k, own.linS @ abs_k, own.detS @ abs_k,
+                                                      own.W_delta @ abs_k, dS_k, A @ kf)
+                var_o = own.varS @ kk
+                conv_o = (own.rows @ kf, own.rows_abs @ abs_k)
+                wc_all, trunc_k, known_k = wc_o, None, 0.0
+            elif unknown is None:
                 wc_o, lin_o, det_o, Wd_o, S_o, A_o = wcS_k, linS @ abs_k, detS @ abs_k, W_delta @ abs_k, dS_k, A @ kf
                 var_o = varS @ kk
                 conv_o = None if conv is None else (ce.dk_rows @ kf, ce.dk_rows_abs @ abs_k)
@@ -749,20 +898,38 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                        wcS_own=None if unknown is None else wc_o, S_own=None if unknown is None else S_o)
             dq_delta = sc * eps * (np.abs(A_o) + Wd_o)
             comb = _combine(ge.wc, ge.rem, ge.var, ge.det, lam, kind)
-            c_part = c_row * np.abs(sc * S_o)
-            return (1 + c_row) * (comb + dq_delta) + c_part + sc * known_k, ge, dq_delta, comb, c_part, known_k
+            c_part = c_r * np.abs(sc * S_o)
+            return (1 + c_r) * (comb + dq_delta) + c_part + sc * known_k, ge, dq_delta, comb, c_part, known_k, c_r
 
         def dq_terms_of(res):
-            err, ge, dq_delta, comb, c_part, known_k = res
+            err, ge, dq_delta, comb, c_part, known_k, c_r = res
             return _terms(ge, lam, kind) + [
-                Term("Delta error (row-common)", "other", (1 + c_row) * dq_delta),
-                Term("LSE error (row-common)", "other", c_row * (comb + dq_delta) + c_part),
+                Term("Delta error (row-common)", "other", (1 + c_r) * dq_delta),
+                Term("LSE error (row-common)", "other", c_r * (comb + dq_delta) + c_part),
                 Term("dS entries known on the data (signed)", "other", sc * known_k * np.ones_like(err))]
 
         res0 = dq_bound()
         dq_err, dQ_exact = res0[0], res0[1].exact
-        if detail is not None:
-            row_terms = dq_terms_of(res0)
+        row_terms = dq_terms_of(res0) if detail is not None else None
+        p_known_at = False  # instrumentation: the entries whose bound takes the recomputed P known
+        if M.bwd_p_known and known_lg and iv_h is not None and e_dp is not None:
+            # the recomputed P known (Precision.bwd_p_known, bounds.md sec. 8): for each fp32 value z the stored LSE
+            # may hold (the forward's interval), every P~ = ex2(min(fl32(qk c - fl32(z log2 e)), 0)) is a known
+            # number, so dS's error from P is evaluated with its sign and the row's LSE factor is gone; the stored
+            # LSE is one of them, so the largest bound over the candidates holds (rows where a candidate cannot be
+            # evaluated keep the bound above)
+            kp_ok, kp_P = _recomputed_p_known(qf, kf, sc, vis, A, iv)
+            if kp_ok.any():
+                f64 = _float64_dS_error(A, g, Fr.s, vis, sc * (np.abs(qf) @ np.swapaxes(abs_k, -1, -2)), sc, absdov,
+                                        abs_do, o, A @ np.abs(vf), d)
+                worst_k = _Largest(dq_terms_of if detail is not None else None)
+                for Pt in kp_P:
+                    worst_k.add(dq_bound(own=_DqOwn.of(M, vis, A, g, absg, Pt, ce.e_dp, ce.e_dp_abs, f64, dP_err,
+                                                       keys.by_k_v, kap_k, rho_wc, e_dp, conv.n_ops)))
+                bound_k = np.where(kp_ok[..., None], worst_k.bound, np.inf)
+                p_known_at = bound_k < dq_err
+                row_terms = worst_k.where_smaller(row_terms, p_known_at)
+                dq_err = np.minimum(dq_err, bound_k)
         if on_data:
             # dS's operand rounding on the data (bounds.md sec. 6, "roundings on the data"). The dS the kernel rounds
             # holds the stored LSE's error and Delta's, delta_i in [-eD_i, eD_i], ONE number per row: for delta_i in
@@ -805,7 +972,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 g_pos = np.where(won, pos + second, wc_dp) + rest
             f64 = _float64_dS_error(A, g, Fr.s, vis, sc * (np.abs(qf) @ np.swapaxes(abs_k, -1, -2)), sc, absdov,
                                     abs_do, o, A @ np.abs(vf), d)
-            worst = None
+            worst = _Largest(dq_terms_of if detail is not None else None)
             for a in range(DELTA_SLICES):
                 d0, d1 = (delta_c + (eD - np.abs(delta_c)) * (-1.0 + 2.0 * x / DELTA_SLICES) for x in (a, a + 1))
                 g_lo = g_c - g_neg - d1
@@ -822,26 +989,17 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 e = np.where(known, np.where(g_lo > 0, R_mid, -R_mid) - A * g, 0.0)
                 e_abs = np.where(known, R_half + f64 + 2.0**-52 * (dS_abs + np.abs(e)), 0.0)
                 trunc_S = None if r_p else (centre, half)  # the unknown entries' truncation, theta in [-u_p, 0]
-                res = dq_bound(unknown, np.maximum(np.abs(d0), np.abs(d1)), trunc_S, (known, e, e_abs))
-                if worst is None or detail is not None:
-                    new = worst is None or res[0] > worst[0]
-                    if detail is not None:
-                        terms = dq_terms_of(res)
-                        worst_terms = terms if worst is None else [
-                            Term(t.name, t.kind, np.where(new, t.value, w.value)) for t, w in zip(terms, worst_terms)]
-                    worst = res if worst is None else (np.maximum(worst[0], res[0]),)
-                else:
-                    worst = (np.maximum(worst[0], res[0]),)
-            smaller = worst[0] < dq_err
-            if detail is not None:
-                row_terms = [Term(t.name, t.kind, np.where(smaller, w.value, t.value))
-                             for t, w in zip(row_terms, worst_terms)]
-            dq_err = np.minimum(dq_err, worst[0])
+                worst.add(dq_bound(unknown, np.maximum(np.abs(d0), np.abs(d1)), trunc_S, (known, e, e_abs)))
+            row_terms = worst.where_smaller(row_terms, worst.bound < dq_err)
+            dq_err = np.minimum(dq_err, worst.bound)
         if detail is not None:
             dq_terms.append(row_terms + [
                 Term("store and scale", "other", _store(dq_err, np.abs(dQ_exact), g2, M) - dq_err)]
                 + [Term("dS var: " + name, "sub", lam * sc * np.sqrt(np.where(vis, A * A * x, 0.0) @ (kf * kf)))
-                   for name, x in (("dS roundings", (2 * u**2 + r_p**2) * absg**2),)])
+                   for name, x in (("dS roundings", (2 * u**2 + r_p**2) * absg**2),)]
+                + [Term("dS det: " + name, "sub", np.where(p_known_at, 0.0, sc * (np.where(vis, A * x, 0.0) @ abs_k)))
+                   for name, x in (("P logits", lg_det * absg), ("P exp", M.eps_exp * absg), ("dP", dP_det),
+                                   ("operand rounding", np.maximum(r_p * absg, f_P / np.maximum(A, 1e-300))))])
         dq_err = _store(dq_err, np.abs(dQ_exact), g2, M)
         dq_blocks.append(np.where(empty[..., None], 0.0, dq_err))
         dQ_blocks.append(dQ_exact)
@@ -910,6 +1068,28 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dQ_exact = np.concatenate(dQ_blocks, axis=2)
     bound = BackwardBound(dq=dq_err, dk=dk_err, dv=dv_err, kind=kind, precision=given)
     return bound, (dQ_exact, _kv(dK_exact), dV_exact)
+
+
+class _Largest:
+    """The largest of several dQ bounds per entry (each holds where its case does, and one case does): `bound`; with
+    terms_of (dq_terms_of; None: no instrumentation), the terms of the largest per entry."""
+
+    def __init__(self, terms_of=None):
+        self.bound, self.terms, self.terms_of = None, None, terms_of
+
+    def add(self, res):
+        if self.terms_of is not None:
+            terms = self.terms_of(res)
+            new = self.bound is None or res[0] > self.bound
+            self.terms = terms if self.terms is None else [
+                Term(t.name, t.kind, np.where(new, t.value, w.value)) for t, w in zip(terms, self.terms)]
+        self.bound = res[0] if self.bound is None else np.maximum(self.bound, res[0])
+
+    def where_smaller(self, row_terms, smaller):
+        """row_terms with this bound's terms where `smaller` (row_terms unchanged without instrumentation)."""
+        if self.terms is None:
+            return row_terms
+        return [Term(t.name, t.kind, np.where(smaller, w.value, t.value)) for t, w in zip(row_terms, self.terms)]
 
 
 class _Summable:

@@ -47,8 +47,12 @@ class _ForwardParts:
     l_sum_det: np.ndarray  # l's first-order rounding bound on the data (_l_sum_error), inside lse_det where not capped
     lse_capped: np.ndarray  # rows whose LSE bound is the worst case (lse_det holds it whole); True for worst_case
     lse_rn: tuple  # (fl(m2 + log2 l), fl(y ln 2)): the two round-to-nearest bounds inside lse_det (natural units)
-    # (lo, hi, ok) per row: the stored LSE's error lies in [lo, hi] where ok (Precision.lg2_known, _lse_interval)
+    # (lo, hi, ok, z_lo, z_hi) per row: the stored LSE's error lies in [lo, hi] where ok, and the stored LSE is one of
+    # the fp32 numbers z_lo <= z <= z_hi (Precision.lg2_known, _lse_interval)
     lse_iv: tuple | None = None
+    # (acc, l_lo, l_hi, ok) per row: the kernel's fp32 accumulator at the end of the key loop exactly (_known_accumulator)
+    # and the fp32 l it is divided by within [l_lo, l_hi], where ok (Precision.lg2_known); None elsewhere
+    acc_known: tuple | None = None
     p_rho: tuple | None = None  # (centre, half-width) of P's relative rounding (or tf32 truncation) into the operand
     # format per key (_p_rounding_on_data; where not evaluated: centre 0, half u_p, truncated -u_p/2, u_p/2); None
     # where P is not converted (fp32 ieee), where a tf32 conversion is not the measured truncation, and for worst_case
@@ -778,10 +782,51 @@ def _lse_interval(ka: "_KnownArguments", order: "_TileOrder", lse, M: _Model, de
             y = (m2 + lg2_model.lg2(np.where(ok, l32, 1.0))).astype(np.float32).astype(np.float64)
             return np.where(ok, (y * ln2).astype(np.float32).astype(np.float64), np.nan)
 
-    z_lo, z_hi = z(L * (1.0 - e)), z(L * (1.0 + e))
+    l_lo, l_hi = L * (1.0 - e), L * (1.0 + e)
+    z_lo, z_hi = z(l_lo), z(l_hi)
     slack = 2.0**-48 * (np.abs(lse) + 1.0)
-    with np.errstate(invalid="ignore"):
-        return z_lo - lse - slack, z_hi - lse + slack
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _LseInterval(lo=z_lo - lse - slack, hi=z_hi - lse + slack, z_lo=z_lo, z_hi=z_hi,
+                            l_lo=l_lo.astype(np.float32).astype(np.float64),
+                            l_hi=l_hi.astype(np.float32).astype(np.float64))
+
+
+@dataclass(frozen=True)
+class _LseInterval:
+    """_lse_interval per row: the stored LSE minus the exact one lies in [lo, hi]; the stored LSE is one of the fp32
+    numbers z_lo <= z <= z_hi; the fp32 l the kernel divides by and takes log2 of lies in [l_lo, l_hi] (RN32 of
+    l64's interval: round to nearest is monotone)."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    z_lo: np.ndarray
+    z_hi: np.ndarray
+    l_lo: np.ndarray
+    l_hi: np.ndarray
+
+
+def _known_accumulator(ka: "_KnownArguments", order: "_TileOrder", vf):
+    """The kernel's fp32 accumulator at the end of the key loop, exactly, for rows whose every P~ and alpha is known
+    (Precision.ex2_known; bounds.md sec. 8, "Delta from the known accumulator"): per tile in visiting order
+    acc <- fl32(acc alpha_t) (mul.f32: the product of two fp32 is exact in float64, rounded once), then
+    tl.dot(P~, V, acc) as one ascending fp32 FMA chain continuing from acc (Precision.ieee_fma_chain; measured,
+    bench/probe_fma_acc.py): the same steps _fma_chain_on_data bounds, here evaluated (every operand is a known fp32
+    number). Returns (acc (..., rows, dv), ok (..., rows)): ok where every product, partial sum and rescaled acc
+    stays in fp32's normal range or is 0 (no subnormal, whose flushing would differ)."""
+    from flashcheck.proofs import ex2_model
+    from flashcheck.proofs.fma_chain import F32_MIN_NORMAL, fma_chain_dot
+
+    p = ka.px
+    vo = _keys_in_order(vf, order)
+    alpha = ex2_model.ex2(ka.a)
+    acc = np.zeros(p.shape[:-1] + (vo.shape[-1],))
+    ok = np.ones(p.shape[:-1], dtype=bool)
+    for t, (j0, w) in enumerate(zip(order.starts, order.sizes)):
+        acc = (acc * alpha[..., t, None]).astype(np.float32).astype(np.float64)
+        ok &= ((acc == 0.0) | (np.abs(acc) >= F32_MIN_NORMAL)).all(-1)
+        acc, normal = fma_chain_dot(p[..., j0:j0 + w], vo[..., j0:j0 + w, :], return_normal=True, acc0=acc)
+        ok &= normal.all(-1)
+    return acc, ok & np.isfinite(acc).all(-1)
 
 
 def _alpha_arguments(m2):
@@ -1159,14 +1204,22 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                              l_sum=mu_det + 0.0 * lse_abs, remainder=remainder,
                              lse_rounding=lse_round, log2=log_err + 0.0 * lse_abs)
     nan_rows = np.full(lse.shape, np.nan)
-    lse_iv = (nan_rows, nan_rows, np.zeros(lse.shape, dtype=bool))
+    lse_iv = (nan_rows, nan_rows, np.zeros(lse.shape, dtype=bool), nan_rows, nan_rows)
+    acc_known = None
     if kind == "probabilistic" and M.lg2_known and ka is not None and ka.ex2_ok is not None:
         # the stored LSE as an interval of known values (Precision.lg2_known, bounds.md sec. 7): a bound on its error
         # whatever the model above says, so the smaller of the two holds; the backward takes the interval signed
-        lo_off, hi_off = _lse_interval(ka, order, lse, M, precision.rowsum_depth)
+        iv = _lse_interval(ka, order, lse, M, precision.rowsum_depth)
+        lo_off, hi_off = iv.lo, iv.hi
         iv_ok = ka.ex2_ok & ~empty & np.isfinite(lo_off) & np.isfinite(hi_off)
         lse_err = np.where(iv_ok, np.minimum(lse_err, np.maximum(hi_off, -lo_off)), lse_err)
-        lse_iv = (np.where(iv_ok, lo_off, np.nan), np.where(iv_ok, hi_off, np.nan), iv_ok)
+        lse_iv = (np.where(iv_ok, lo_off, np.nan), np.where(iv_ok, hi_off, np.nan), iv_ok,
+                  np.where(iv_ok, iv.z_lo, np.nan), np.where(iv_ok, iv.z_hi, np.nan))
+        # and the accumulator the kernel divides by l: known exactly (bounds.md sec. 8, Delta from it)
+        acc, acc_ok = _known_accumulator(ka, order, vf)
+        acc_ok &= iv_ok & np.isfinite(iv.l_lo) & np.isfinite(iv.l_hi) & (iv.l_lo >= 2.0**-126)
+        acc_known = (np.where(acc_ok[..., None], acc, 0.0), np.where(acc_ok, iv.l_lo, np.nan),
+                     np.where(acc_ok, iv.l_hi, np.nan), acc_ok)
     lse_err = np.where(empty, 0.0, lse_err)
     lse_rn = (np.where(empty, 0.0, r_y), np.where(empty, 0.0, r_z))
 
@@ -1186,7 +1239,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                            lam=lam,
                            lse_det=np.where(empty, 0.0, lse_det),
                            l_sum_det=np.where(empty, 0.0, mu_det), lse_capped=capped | empty, lse_rn=lse_rn,
-                           lse_iv=lse_iv,
+                           lse_iv=lse_iv, acc_known=acc_known,
                            p_rho=p_rho))
 
 

@@ -170,7 +170,14 @@ class Precision:
       positive normal fp32), and the stored LSE is fl32(fl32(m2 + lg2(fl32(l))) fl32(ln 2)). With every P~ known and
       the tile rowsums within gamma_D, the stored LSE then lies between its values at the two ends of l's interval
       (bounds.md sec. 7, "The stored LSE as an interval of known values"). Set by ours_precision where the lg2 table is
-      measured; by the emulation that computes its log2 through it (fa2_forward(lg2="h100"))."""
+      measured; by the emulation that computes its log2 through it (fa2_forward(lg2="h100")).
+    bwd_p_known: a stated property (only with ex2_known; default off): both backward kernels recompute
+      P~_ij = ex2(min(fl32(qk_ij c - fl32(LSE_i fl32(log2 e))), 0)) with the argument rounded once (fma.rn.f32; qk the
+      FMA-chain dot, c = qk_scale2) and ex2 the measured table (bench/compile_forward.py --record, "bwd_exp_argument":
+      "fma_min"). Given the stored LSE, every P~ is then a known number: where the forward's interval of the stored
+      LSE (lg2_known) holds a few fp32 values, dQ's bound evaluates P~'s error with its sign for each of them and
+      keeps the largest (bounds.md sec. 8, "the recomputed P known"). Set by ours_precision where the record of the
+      installed Triton shows that form; by the emulation that computes it (fa2_backward(ex2="h100"))."""
 
     input: str
     dot: str
@@ -192,6 +199,7 @@ class Precision:
     exp_argument: str = "unknown"
     ex2_known: bool = False
     lg2_known: bool = False
+    bwd_p_known: bool = False
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -240,6 +248,11 @@ class Precision:
         if self.lg2_known and not (self.ex2_known and self.l_accumulate == "float64" and self.rowsum_depth):
             raise ValueError("Precision.lg2_known states the stored LSE from known values: it needs ex2_known=True, "
                              "l_accumulate='float64' and a rowsum_depth")
+        if not isinstance(self.bwd_p_known, bool):
+            raise ValueError(f"Precision.bwd_p_known must be a bool, got {self.bwd_p_known!r}")
+        if self.bwd_p_known and not self.ex2_known:
+            raise ValueError("Precision.bwd_p_known states the backward's P~ from known arguments and ex2's table: it "
+                             "needs ex2_known=True")
         if not isinstance(self.hardware, HardwareConstants):
             raise ValueError(f"Precision.hardware must be a HardwareConstants, got {self.hardware!r}")
 
@@ -316,6 +329,7 @@ class _Model:
     exp_fma: bool = False  # the exponent arguments are the compiled forms, known on the data (Precision.exp_argument)
     ex2_known: bool = False  # the forward's ex2 values are the measured table's (Precision.ex2_known)
     lg2_known: bool = False  # the forward's lg2 too, and the LSE's formula (Precision.lg2_known)
+    bwd_p_known: bool = False  # the backward's P~ is a known function of the stored LSE (Precision.bwd_p_known)
 
 
 def _model(precision: Precision) -> _Model:
@@ -367,6 +381,7 @@ def _model(precision: Precision) -> _Model:
         exp_fma=pr.exp_argument == "fma",
         ex2_known=pr.ex2_known,
         lg2_known=pr.lg2_known,
+        bwd_p_known=pr.bwd_p_known,
     )
 
 
