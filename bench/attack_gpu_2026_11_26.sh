@@ -4,7 +4,8 @@
 #  lane A: N_k = 65536, N_q 16, every family x fp32 ieee/tf32, fp16, bf16, forward and backward, A_WORKERS workers
 #  lane B: the adversaries on the kernel (p_residue_o fp16/bf16, step_sign_o --masked-key), then
 #          N_k = 512, 4096 (N_q 64) every family x precision, B_WORKERS workers
-#          (with STEP_SIGN_FP32=1 also step_sign_o without the masked key: the fp32 FMA chain on the data, 2026-11-26b)
+#          (with STEP_SIGN_FP32=1 also step_sign_o without the masked key: the fp32 FMA chain on the data, 2026-11-26b;
+#          constant_residue_dq on dQ's key chain, both kinds, since 2026-11-26f)
 #  lane C (with NK_C, e.g. NK_C=16384): N_k = NK_C, N_q 16, seed 0, every family x precision, C_WORKERS workers
 # (p_residue_dv.py runs on the emulation only)
 export PYTHONPATH=${PYTHONPATH:-$PWD} PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
@@ -32,6 +33,9 @@ PRECS=${PRECS:-float32:ieee float32:tf32 float16:fp16 bfloat16:bf16}  # e.g. PRE
   fi
   adv 90 step_sign_masked bench/adversaries/step_sign_o.py --masked-key --n 4096 16384 65536
   [ -n "${STEP_SIGN_FP32:-}" ] && adv 120 step_sign_fp32 bench/adversaries/step_sign_o.py --n 4096 16384 65536
+  # dQ's key chain with coherent residues (the accumulation model's known gap: bench/NOTES.md, 2026-11-26f)
+  adv 90 constant_residue_dq bench/adversaries/constant_residue_dq.py --n 4096 16384
+  adv 90 constant_residue_dq_cancel bench/adversaries/constant_residue_dq.py --n 4096 16384 --cancel
   run B ${TB:-330} log_b.txt --nk 512 4096 --nq 64 --seeds ${SEEDS_B:-0} --precisions $PRECS
 ) &
 [ -n "${NK_C:-}" ] && ( run C ${TC:-540} log_c$NK_C.txt --nk $NK_C --nq 16 --seeds 0 --precisions $PRECS ) &

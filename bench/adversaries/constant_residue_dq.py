@@ -4,10 +4,12 @@ the partial sum (p_j = r + m_j ulp, m_j random integers, so the products are dis
 product that puts the partial sum in [1, 2); every step then rounds the same way. The errors are
 coherent, which no independence model over distinct operations covers.
 
-    PYTHONPATH=$PWD python bench/adversaries/constant_residue_dq.py [--spread 5000] [--cancel]
+    PYTHONPATH=$PWD python bench/adversaries/constant_residue_dq.py [--n 4096 16384] [--spread 5000] [--cancel]
+        [--source kernel --device cuda]
 
 --cancel ends with the opposite of the first product (R = dQ ~ 0, so nothing is charged along R).
-Prints observed |dQ error| / bound for both kinds (fp32 ieee, CPU emulation = the GPU's FMA order).
+Prints observed |dQ error| / bound for both kinds (fp32 ieee; the CPU emulation = the GPU's FMA order, with every
+claim bench/bounds_attack.py makes; --source kernel: our kernel with ours_precision's claims).
 """
 from __future__ import annotations
 
@@ -39,27 +41,33 @@ def build(n: int, d: int, spread: int, cancel: bool, seed: int = 0):
 
 
 def main(argv=None):
-    from flashcheck.proofs.bounds import Precision, backward_bound
-    from flashcheck.proofs.emulation import fa2_backward, fa2_forward, round_to
+    from bench.bounds_attack import run_source
+    from flashcheck.proofs.bounds import backward_bound
+    from flashcheck.proofs.emulation import round_to
     from flashcheck.reference.attention import attention
     from flashcheck.reference.backward import attention_backward
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--n", type=int, nargs="+", default=[4096])
     ap.add_argument("--d", type=int, default=16)
     ap.add_argument("--spread", type=int, default=5000)
     ap.add_argument("--cancel", action="store_true")
+    ap.add_argument("--source", choices=("emulation", "kernel"), default="emulation",
+                    help="the emulation of our fp32 ieee kernel with every claim bounds_attack makes, or the kernel "
+                         "itself with ours_precision's claims")
+    ap.add_argument("--device", default="cpu")
     a = ap.parse_args(argv)
-    q, k, v, do = build(a.n, a.d, a.spread, a.cancel)
-    assert np.array_equal(round_to(k, "float32"), k)
-    o, lse = fa2_forward(q, k, v, dtype="float32", dot="ieee")
-    got = fa2_backward(q, k, v, o, lse, do, dtype="float32", dot="ieee")
-    O, L = attention(q, k, v)
-    exact = attention_backward(q, k, v, O, L, do)
-    err = float(abs(got[0] - exact[0])[0, 0, 0, 0])
-    for kind in ("probabilistic", "worst_case"):
-        b = float(backward_bound(q, k, v, do, precision=Precision("float32", "ieee", exp="libm"), kind=kind).dq[0, 0, 0, 0])
-        print(f"{kind:13s} dQ[0,0]: error {err:.3g}, bound {b:.3g}, error/bound {err / b:.3g}")
+    for n in a.n:
+        q, k, v, do = build(n, a.d, a.spread, a.cancel)
+        assert np.array_equal(round_to(k, "float32"), k)
+        (_, _, dq, _, _), precision = run_source(a.source, a.device, "float32", "ieee", q, k, v, do)
+        O, L = attention(q, k, v)
+        exact = attention_backward(q, k, v, O, L, do)
+        err = np.abs(dq - exact[0])
+        for kind in ("probabilistic", "worst_case"):
+            b = backward_bound(q, k, v, do, precision=precision, kind=kind).dq
+            print(f"{a.source} N_k={n} cancel={a.cancel} {kind:13s} dQ: max error/bound {np.max(err / b):.3g} "
+                  f"(dQ[0,0]: error {err[0, 0, 0, 0]:.3g}, bound {b[0, 0, 0, 0]:.3g})")
     return 0
 
 
