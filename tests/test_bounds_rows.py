@@ -161,3 +161,38 @@ def test_keys_that_compute_alike_are_one_random_variable_in_dq():
     err = np.abs(got - attention_backward(q, k, v, O, L, do)[0])
     precision = Precision("float16", "fp16", exp="libm")
     assert (err <= backward_bound(q, k, v, do, precision=precision).dq).all()
+
+
+def _row_twin(which, kind):
+    """bench/adversaries/constant_residue_rows.py (emulation of our fp32 ieee kernel, every claim): max error/bound."""
+    import os
+    import sys
+
+    from bench.bounds_attack import run_source
+    from flashcheck.proofs.bounds import backward_bound
+    from flashcheck.reference.attention import attention
+    from flashcheck.reference.backward import attention_backward
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench", "adversaries"))
+    from constant_residue_rows import build
+
+    q, k, v, do = build(4096, which)
+    (_, _, _, dk, dv), precision = run_source("emulation", "cpu", "float32", "ieee", q, k, v, do)
+    O, L = attention(q, k, v)
+    exact = attention_backward(q, k, v, O, L, do)
+    bb = backward_bound(q, k, v, do, precision=precision, kind=kind)
+    got, want, b = (dk, exact[1], bb.dk) if which == "dk" else (dv, exact[2], bb.dv)
+    return float(np.max(np.abs(got - want) / b))
+
+
+@pytest.mark.parametrize("which", ["dk", "dv"])
+def test_row_chains_with_coherent_residues_stay_within_the_worst_case(which):
+    assert _row_twin(which, "worst_case") <= 1
+
+
+@pytest.mark.xfail(strict=True, reason="known gap (bench/NOTES.md 'Known gap: coherent residues in the backward's row "
+                   "chains'): the grouped round-to-nearest model of dK's and dV's accumulation over the query rows is "
+                   "exceeded 7.5x / 5.8x; the sound fix is the chain evaluated on the data, as O's")
+@pytest.mark.parametrize("which", ["dk", "dv"])
+def test_row_chains_with_coherent_residues_stay_within_the_probabilistic_bound(which):
+    assert _row_twin(which, "probabilistic") <= 1
