@@ -36,6 +36,7 @@ PRECS=${PRECS:-float32:ieee float32:tf32 float16:fp16 bfloat16:bf16}  # e.g. PRE
   # dQ's key chain with coherent residues (the accumulation model's known gap: bench/NOTES.md, 2026-11-26f)
   adv 90 constant_residue_dq bench/adversaries/constant_residue_dq.py --n 4096 16384
   adv 90 constant_residue_dq_cancel bench/adversaries/constant_residue_dq.py --n 4096 16384 --cancel
+  adv 90 constant_residue_rows bench/adversaries/constant_residue_rows.py --n 4096 16384  # known gap: over expected
   run B ${TB:-330} log_b.txt --nk 512 4096 --nq 64 --seeds ${SEEDS_B:-0} --precisions $PRECS
 ) &
 [ -n "${NK_C:-}" ] && ( run C ${TC:-540} log_c$NK_C.txt --nk $NK_C --nq 16 --seeds 0 --precisions $PRECS ) &
