@@ -31,7 +31,7 @@ def _candidates(q, k, v):
     pr = Precision("float32", "ieee", **PR)
     F = _forward(q, k, v, None, False, None, None, None, pr, "probabilistic", eta=1e-3)
     iv = F.parts.lse_iv
-    ok, P = _recomputed_p_known(F.qf, F.kf, F.scale, F.vis, F.A, iv)
+    ok, P = _recomputed_p_known(F.parts.qk[4][3:5], F.scale, F.vis, F.A, iv)
     return ok, P, iv[3], iv[4]
 
 

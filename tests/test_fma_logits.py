@@ -237,24 +237,24 @@ def test_known_logits_sharper_on_random_inputs():
 
 def _dropped(orig):
     def f(qf, kf, scale, absqk):
-        e, floor, known = orig(qf, kf, scale, absqk)
-        return 0.0 * e, floor, known
+        e, floor, known, *chain = orig(qf, kf, scale, absqk)  # (the chain's values pass through unplanted)
+        return 0.0 * e, floor, known, *chain
     return f
 
 
 def _descending(orig):
     def f(qf, kf, scale, absqk):
-        e, floor, known = orig(qf, kf, scale, absqk)
+        e, floor, known, *chain = orig(qf, kf, scale, absqk)
         x = fma_chain_dot(qf, np.swapaxes(kf, -1, -2), order="descending")
         e2 = math.log(2.0) * x * kernel_qk_scale2(scale) - scale * (qf @ np.swapaxes(kf, -1, -2))
-        return np.where(known, e2, 0.0), floor, known
+        return np.where(known, e2, 0.0), floor, known, *chain
     return f
 
 
 def _half_signs(orig):
     def f(qf, kf, scale, absqk):
-        e, floor, known = orig(qf, kf, scale, absqk)
-        return e * np.where(np.arange(e.shape[-1]) % 2 == 0, 1.0, -1.0), floor, known
+        e, floor, known, *chain = orig(qf, kf, scale, absqk)
+        return e * np.where(np.arange(e.shape[-1]) % 2 == 0, 1.0, -1.0), floor, known, *chain
     return f
 
 

@@ -24,12 +24,10 @@ def _combine(wc, rem, var, det, lam, kind):
     return np.minimum(lam * np.sqrt(np.maximum(var, 0.0)) + det + np.maximum(rem, 0.0), wc)
 
 
-def _delta_error(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc=None, tc=None,
-                 lr: _LseRandom | None = None, lg_conv=None, fmt: str | None = None):
-    """_delta_error_model's (eps, std, det, signed), and on the rows where the forward's accumulator is known
+def _delta_error(F: _Forward, M: _Model, dof, vf, kind, out, lr: _LseRandom | None = None, fmt: str | None = None):
+    """out: _delta_error_model's (eps, std, det, signed); on the rows where the forward's accumulator is known
     (_ForwardParts.acc_known) the smaller of that and _delta_from_accumulator's (both hold)."""
     ak = F.parts.acc_known
-    out = _delta_error_model(F, M, dof, dP, g, absdov, vf, kind, acc, tc, lr, lg_conv, fmt)
     if ak is None or kind != "probabilistic" or lr is None or not ak[3].any():
         return out
     new = _delta_from_accumulator(F, M, dof, vf, ak, fmt)
@@ -348,9 +346,10 @@ def _float64_dS_error(A, g, s, vis, aqk, sc, absdov, abs_do, o, Av, d: int):
 P_KNOWN_CANDIDATES = 8
 
 
-def _recomputed_p_known(qf, kf, sc, vis, A, iv):
+def _recomputed_p_known(chain, sc, vis, A, iv):
     """The backward's recomputed P~ for each fp32 value the stored LSE may hold (Precision.bwd_p_known): both kernels
-    compute P~_ij = ex2(min(fl32(qk_ij c - lse2_i), 0)), qk the ascending fp32 FMA chain (fma_chain_dot), c =
+    compute P~_ij = ex2(min(fl32(qk_ij c - lse2_i), 0)), qk the ascending fp32 FMA chain (chain: its values and
+    normal-range mask, logits._fma_logit_error's), c =
     qk_scale2, lse2 = fl32(LSE fl32(log2 e)), the argument rounded once (fma.rn.f32: qk c is exact in float64, the
     sum with -lse2 rounded once by fma_step) and ex2 the measured table (ex2_model). iv: the forward's
     (lo, hi, ok, z_lo, z_hi) per row (_ForwardParts.lse_iv): the stored LSE is one of the fp32 numbers in
@@ -359,10 +358,10 @@ def _recomputed_p_known(qf, kf, sc, vis, A, iv):
     (A underflowed in float64 where the kernel's P~ did not: its relative error is not defined); a row with fewer
     candidates repeats its last one."""
     from flashcheck.proofs import ex2_model
-    from flashcheck.proofs.fma_chain import LOG2E, fma_chain_dot, fma_step, kernel_qk_scale2
+    from flashcheck.proofs.fma_chain import LOG2E, fma_step, kernel_qk_scale2
 
     ok = iv[2].copy()
-    qk, normal = fma_chain_dot(qf, np.swapaxes(kf, -1, -2), return_normal=True)
+    qk, normal = chain
     ok &= np.where(vis, normal, True).all(-1)
     pr = np.where(vis, qk * kernel_qk_scale2(sc), 0.0)  # exact in float64 (two 24-bit significands)
     l2e = float(np.float32(LOG2E))
@@ -403,23 +402,22 @@ class _DqOwn:
     c_row: float = 0.0
 
     @staticmethod
-    def of(M: _Model, vis, A, g, absg, Pt, e_dp, e_dp_abs, f64, dP_err: _DPError, w_S, kap_k, rho_wc,
-           dp_known=None, n_ops: int = 0) -> "_DqOwn":
-        """dp_known: _fma_dp_error's (e, basis, known): where known, dP's error is e within gamma_{n_ops}(2^-53) basis
-        (n_ops >= dv + 2: the float64 dP it is taken against), which replaces its worst case in the majorant and the
-        linear part (it is in `rows` with its sign)."""
+    def of(M: _Model, vis, A, g, absg, Pt, f64, dP_err: _DPError, w_S, kap_k, rho_wc, dp_known,
+           n_ops: int) -> "_DqOwn":
+        """dp_known: _fma_dp_error's (e, basis, known) (e = 0 where not known): where known, dP's error is e within
+        gamma_{n_ops}(2^-53) basis (n_ops >= dv + 2: the float64 dP it is taken against), which replaces its worst case
+        in the majorant and the linear part; it enters `rows` with its sign, its evaluation through rows_abs."""
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(vis & (A > 0), Pt / A, 1.0)
         b = np.abs(ratio - 1.0)
         dPt = np.where(vis, Pt - A, 0.0)
         P = _PError(wc=b, A_wc1=A + np.abs(dPt), bad=np.zeros(A.shape, dtype=bool), lin=b, det=np.zeros_like(A))
-        if dp_known is not None:
-            e, basis, known = dp_known
-            x = np.abs(e) + float(gamma(n_ops, 2.0**-53)) * basis
-            dP_err = _DPError(wc=np.where(known, x, dP_err.wc), lin=np.where(known, x, dP_err.lin), det=dP_err.det)
+        e_dp, basis, known = dp_known
+        x = np.abs(e_dp) + float(gamma(n_ops, 2.0**-53)) * basis
+        dP_err = _DPError(wc=np.where(known, x, dP_err.wc), lin=np.where(known, x, dP_err.lin), det=dP_err.det)
         dSe = _dS_errors(M, vis, A, absg, P, dP_err, eD=0.0, dD=0.0, w_S=w_S)
         rows = np.where(vis, dPt * g + Pt * e_dp, 0.0)
-        rows_abs = np.where(vis, np.abs(dPt * g) + Pt * e_dp_abs, 0.0)
+        rows_abs = np.where(vis, np.abs(dPt * g) + Pt * basis, 0.0)
         # the float64 A~, g~ the sums read: |(P~ - A~) g~ - (P~ - A) g| <= |A~ g~ - A g| + P~ |g~ - g| <= f64 (1 + P~/A)
         # (_float64_dS_error bounds A~ |g~ - g| within f64), and the two float64 roundings of the entry: 2^-51 |.|
         ev = np.where(vis, f64 * (1.0 + ratio) + 2.0**-51 * (np.abs(dPt * g) + np.abs(Pt * e_dp) + np.abs(rows)), 0.0)
@@ -754,17 +752,16 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                  for rr, p in _product_chunks(_take_visiting(A, idx, -1),
                                               _take_visiting(np.swapaxes(vf, -1, -2), idx, -1))], axis=2)
         lg_conv = (lg.det_conv, lg.conv, lg.conv_floor) if conv is not None and lg.conv is not None else None
-        eps_D, sig_D, det_D, delta_signed = _delta_error(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D, tc_D,
-                                           lr if kind == "probabilistic" else None, lg_conv, precision.accumulate)
+        lr_D = lr if kind == "probabilistic" else None
+        model_D = _delta_error_model(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D, tc_D, lr_D, lg_conv,
+                                     precision.accumulate)
+        eps_D, sig_D, det_D, delta_signed = _delta_error(Fr, M, do_r, vf, kind, model_D, lr_D, precision.accumulate)
         eD = eps_D[..., None]
         # dQ keeps Delta's modelled bound (not the known accumulator's): dQ's round-to-nearest accumulation model over the
         # keys is exceeded by coherent residues (bench/adversaries/constant_residue_dq.py: 7x with the accumulator's
         # Delta; 0.59 with the modelled one, whose slack covers it: the known gap, bench/NOTES.md "The backward's P and
         # Delta known"); dK and dV take the accumulator's
-        eD_q = eD
-        if Fr.parts.acc_known is not None and kind == "probabilistic":
-            eD_q = _delta_error_model(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D, tc_D, lr, lg_conv,
-                                      precision.accumulate)[0][..., None]
+        eD_q = model_D[0][..., None]
         # Delta_hat - Delta lies in delta_c +- (eD - |delta_c|): its conversion part, signed (tf32), where eps_D is
         # the uncapped sum of its parts (whose det holds |delta_signed| and its float64 evaluation); else 0 +- eD
         delta_c = np.where(eps_D >= Fr.parts.lam * sig_D + det_D, delta_signed, 0.0)[..., None]
@@ -920,14 +917,14 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             # number, so dS's error from P is evaluated with its sign and the row's LSE factor is gone; the stored
             # LSE is one of them, so the largest bound over the candidates holds (rows where a candidate cannot be
             # evaluated keep the bound above)
-            kp_ok, kp_P = _recomputed_p_known(qf, kf, sc, vis, A, iv)
+            kp_ok, kp_P = _recomputed_p_known(Fr.parts.qk[4][3:5], sc, vis, A, iv)
             if kp_ok.any():
                 f64 = _float64_dS_error(A, g, Fr.s, vis, sc * (np.abs(qf) @ np.swapaxes(abs_k, -1, -2)), sc, absdov,
                                         abs_do, o, A @ np.abs(vf), d)
                 worst_k = _Largest(dq_terms_of if detail is not None else None)
                 for Pt in kp_P:
-                    worst_k.add(dq_bound(own=_DqOwn.of(M, vis, A, g, absg, Pt, ce.e_dp, ce.e_dp_abs, f64, dP_err,
-                                                       keys.by_k_v, kap_k, rho_wc, e_dp, conv.n_ops)))
+                    worst_k.add(dq_bound(own=_DqOwn.of(M, vis, A, g, absg, Pt, f64, dP_err, keys.by_k_v, kap_k,
+                                                       rho_wc, e_dp, conv.n_ops)))
                 bound_k = np.where(kp_ok[..., None], worst_k.bound, np.inf)
                 p_known_at = bound_k < dq_err
                 row_terms = worst_k.where_smaller(row_terms, p_known_at)

@@ -759,8 +759,9 @@ def _lse_interval(ka: "_KnownArguments", order: "_TileOrder", lse, M: _Model, de
     compiled rowsum), the merges and this float64 evaluation within (4T + 2 N_k) 2^-53: l64 in [L (1 - e), L (1 + e)].
     fl32 (round to nearest), lg2 (the measured function, non-decreasing on the normal range) and the two roundings of
     z = fl32(fl32(m2_T + lg2(l32)) fl32(ln 2)) are monotone, so z lies between its values at the two ends; the bound is
-    the larger distance from the exact LSE (float64: within 2^-48 (|LSE| + 1)). Returns (lo, hi): stored - exact LSE
-    lies in [lo, hi]; NaN where an end leaves fp32's normal range."""
+    the larger distance from the exact LSE (float64: within 2^-48 (|LSE| + 1)). Returns an _LseInterval: stored - exact
+    LSE lies in [lo, hi], the stored LSE is one of the fp32 numbers in [z_lo, z_hi], fl32(l) in [l_lo, l_hi]; NaN where
+    an end leaves fp32's normal range."""
     from flashcheck.proofs import ex2_model, lg2_model
 
     p = ka.px  # visiting order, exact fp32 values
@@ -837,13 +838,15 @@ def _alpha_arguments(m2):
     return np.concatenate([np.zeros_like(m2[..., :1]), fma_step(m2[..., :-1], -m2[..., 1:])], axis=-1)
 
 
-def _known_arguments(qf, kf, s, sc, order: _TileOrder, ragged_from: int, M: _Model) -> _KnownArguments:
+def _known_arguments(qf, kf, s, sc, order: _TileOrder, ragged_from: int, M: _Model, chain=None) -> _KnownArguments:
     """Every exponent argument of the rows, exactly (Precision.exp_argument "fma", bounds.md sec. 6b): qk_j the
     ascending fp32 FMA chain, c = qk_scale2; s2_j = fl32(qk_j c) (qk_j c exact in float64, rounded once); m2_t the
     running max of s2 over the tiles in visiting order; x_j = fl32(qk_j c - m2_t) (one rounding) on full tiles,
     fl32(s2_j - m2_t) on the masked tile (keys >= ragged_from); a_t = fl32(m2_{t-1} - m2_t) (fma_chain.fma_step:
     exact two-sum, round-to-odd, one rounding). Key j's weight as computed is ex2(x_j) prod_{t > t(j)} ex2(a_t), so
-    its exponent error against exp(s_j - m) is e_j (above) up to ex2's relative errors.
+    its exponent error against exp(s_j - m) is e_j (above) up to ex2's relative errors. chain: (qk, normal), the FMA
+    chain's fp32 values and fma_chain_dot's normal-range mask (logits._fma_logit_error, computed once with the logits;
+    None: computed here).
 
     floor (float64 evaluation): E2 = (x + S) + m2_T with S a suffix sum of <= T terms errs by <= gamma_{T+2}(2^-53)
     (|x| + sum |a| + |m2_T|); ln 2 (math.log, <= 2^-53 relative) times it and the product's rounding: 2^-51 ln 2 |E2|;
@@ -852,7 +855,7 @@ def _known_arguments(qf, kf, s, sc, order: _TileOrder, ragged_from: int, M: _Mod
     from flashcheck.proofs.fma_chain import F32_MIN_NORMAL, fma_chain_dot, fma_step, kernel_qk_scale2
 
     kT = np.swapaxes(kf, -1, -2)
-    qk, normal = fma_chain_dot(qf, kT, return_normal=True)
+    qk, normal = fma_chain_dot(qf, kT, return_normal=True) if chain is None else chain
     pr = qk * kernel_qk_scale2(sc)  # exact
     with np.errstate(over="ignore", invalid="ignore"):
         s2 = pr.astype(np.float32).astype(np.float64)
@@ -954,7 +957,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         # the exponent arguments known (Precision.exp_argument "fma", bounds.md sec. 6b): key j's total exponent
         # error e_j with its sign (the logits', the product's, the shift's and the rescale arguments' roundings);
         # c_j the rescales that certainly change; only ex2's relative errors and the float64 floor stay unsigned
-        ka = _known_arguments(qf, kf, s, sc, order, ragged_from, M)
+        ka = _known_arguments(qf, kf, s, sc, order, ragged_from, M, lg.qk[4][3:5])
         ok = ka.ok[..., None] & vis
         e_known = np.abs(ka.e) + ka.floor
         c = np.where(ok, ka.c, c)

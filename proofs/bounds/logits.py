@@ -145,26 +145,28 @@ def _logit_errors(qf, kf, s, shift, vis, scale, model: _Model, d: int, has_bias:
 
 
 def _fma_logit_error(qf, kf, scale, absqk):
-    """(e, floor, known) for every (i, j), or None if q, k are not fp32 values: the logit error up to the scale
+    """(e, floor, known, x, normal) for every (i, j), or None if q, k are not fp32 values: the logit error up to the scale
     product as the kernel computes it under Precision.ieee_fma_chain, e = ln 2 x c - scale q.k in natural units,
     x = fl(q.k) the ascending fp32 FMA chain (flashcheck.proofs.fma_chain, exact), c = fl32(fl32(scale)
     fl32(log2 e)) the kernel's qk_scale2; `known`: the chain's operands and steps in fp32's normal range (or 0),
     so flush-to-zero or not gives the same x (elsewhere e = 0 and the caller keeps the model).
     floor: e's float64 evaluation: x c is exact (two fp32 values), ln 2 (math.log, <= 1 ulp) times it rounds
     once, q.k (any order) and its product by scale round d + 1 times, the difference once:
-    <= gamma_{d+4}(2^-53) (scale sum|q||k| + ln 2 |x c|), taken twice."""
+    <= gamma_{d+4}(2^-53) (scale sum|q||k| + ln 2 |x c|), taken twice. x and normal: the chain's fp32 values and
+    fma_chain_dot's normal-range mask, which the exponent arguments (forward._known_arguments) and the backward's
+    recomputed P~ (backward._recomputed_p_known) read."""
     from flashcheck.proofs.fma_chain import fma_chain_dot, kernel_qk_scale2
 
     if not (_fp32_exact(qf) and _fp32_exact(kf)):
         return None
     kT = np.swapaxes(kf, -1, -2)
-    x, known = fma_chain_dot(qf, kT, return_normal=True)
+    x, normal = fma_chain_dot(qf, kT, return_normal=True)
     xc = x * kernel_qk_scale2(scale)
     with np.errstate(invalid="ignore", over="ignore"):
         e = math.log(2.0) * xc - scale * (qf @ kT)
-    known = known & np.isfinite(e)
+    known = normal & np.isfinite(e)
     floor = 2.0 * float(gamma(qf.shape[-1] + 4, 2.0**-53)) * (absqk + math.log(2.0) * np.abs(np.where(known, xc, 0.0)))
-    return np.where(known, e, 0.0), np.where(known, floor, 0.0), known
+    return np.where(known, e, 0.0), np.where(known, floor, 0.0), known, x, normal
 
 
 def _mma_steps_error(t, ends, mma, acc0=None, slack=None):
