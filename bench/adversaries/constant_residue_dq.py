@@ -18,21 +18,29 @@ import argparse
 import numpy as np
 
 
+def coherent_terms(n: int, spread: int, cancel: bool, seed: int = 0):
+    """The n summands: t_0 = 1.5 (the partial sum in [1, 2)), then t_j = (2^-24 - 2^-31) + m_j 2^-23 (m_j random,
+    centred in each half): distinct, each with a residue just under half an ulp of [1, 2), so every addition rounds
+    down; with cancel the last is -1.5 (the sum ~ 0)."""
+    rng = np.random.default_rng(seed)
+    m = rng.integers(-spread, spread + 1, n)
+    m[: n // 2] -= int(round(m[: n // 2].mean()))
+    m[n // 2:] -= int(round(m[n // 2:].mean()))
+    t = (2.0**-24 - 2.0**-31) + m * 2.0**-23
+    t[0] = 1.5
+    if cancel:
+        t[-1] = -1.5
+    return t
+
+
 def build(n: int, d: int, spread: int, cancel: bool, seed: int = 0):
     """(q, k, v, do) in float32 values: uniform rows (q = 0), V's column 0 = +1 then -1 (dS_j = +-1/n
-    exactly), K's column 0 chosen so that dS_j k_j = t_j."""
-    rng = np.random.default_rng(seed)
+    exactly), K's column 0 chosen so that dS_j k_j = t_j (coherent_terms)."""
     q = np.zeros((1, 1, 1, d))
     v = np.zeros((1, 1, n, d))
     v[..., : n // 2, 0], v[..., n // 2:, 0] = 1.0, -1.0
     dS = np.where(np.arange(n) < n // 2, 1.0, -1.0) / n
-    m = rng.integers(-spread, spread + 1, n)
-    m[: n // 2] -= int(round(m[: n // 2].mean()))
-    m[n // 2:] -= int(round(m[n // 2:].mean()))
-    t = (2.0**-24 - 2.0**-31) + m * 2.0**-23  # residue just under half an ulp of [1, 2): rounds down
-    t[0] = 1.5
-    if cancel:
-        t[-1] = -1.5
+    t = coherent_terms(n, spread, cancel, seed)
     k = np.zeros((1, 1, n, d))
     k[..., 0] = t / dS
     do = np.zeros((1, 1, 1, d))

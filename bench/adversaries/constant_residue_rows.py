@@ -15,21 +15,20 @@ rounds down by the same ~2^-24. --cancel ends with -1.5.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # constant_residue_dq, beside this file
 
 
 def build(n: int, which: str, d: int = 16, spread: int = 5000, cancel: bool = False, seed: int = 0):
     """(q, k, v, do) of the docstring for which = "dk" or "dv"."""
-    rng = np.random.default_rng(seed)
+    from constant_residue_dq import coherent_terms
+
     s = np.where(np.arange(n) < n // 2, 1.0, -1.0)
-    m = rng.integers(-spread, spread + 1, n)
-    m[: n // 2] -= int(round(m[: n // 2].mean()))
-    m[n // 2:] -= int(round(m[n // 2:].mean()))
-    t = (2.0**-24 - 2.0**-31) + m * 2.0**-23
-    t[0] = 1.5
-    if cancel:
-        t[-1] = -1.5
+    t = coherent_terms(n, spread, cancel, seed)
     q = np.zeros((1, 1, n, d))
     k = np.zeros((1, 1, 2, d))
     v = np.zeros((1, 1, 2, d))
