@@ -186,7 +186,7 @@ def test_rows_accumulation_groups_equal_products_across_the_gqa_group():
     S, other = np.full((1, 2, nq, nk), 0.25), np.full((1, 2, nq, c), 1.0 / 3.0)
     vis, tol = np.ones(S.shape, dtype=bool), np.zeros(S.shape)
     p = np.full(2 * nq, 0.25 / 3.0)
-    acc, _ = _rows_accumulation(M, S, other, tol, vis, bq, group=2, tile_order="partial_first")
+    acc, _, _ = _rows_accumulation(M, S, other, tol, vis, bq, group=2, tile_order="partial_first")
     np.testing.assert_allclose(acc.sum(axis=1), (M.u_dacc * _accumulation_coefficients(p, bq, True).sum()) ** 2
                                * np.ones((1, nk, c)), rtol=1e-12)
     np.testing.assert_array_equal(acc[:, 0], acc[:, 1])
@@ -225,9 +225,9 @@ def test_dq_accumulation_takes_ascending_tiles_only_where_nothing_of_the_head_is
     vis[0, 0, 1:, -1] = False  # causal-like: rows 1.. miss the last key; row 0 sees every key
     dS = np.where(vis, dS, 0.0)
     head_full = vis.all(axis=(-2, -1), keepdims=True)
-    got, _, _ = _dq_accumulation(M, "probabilistic", dS, kf, tolS, vis, bk, head_full, "partial_first")
-    order_free, _ = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, bk, np.zeros((1, 1, nq), bool))
-    ascending, _ = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, bk, np.ones((1, 1, nq), bool))
+    got, _, _, _ = _dq_accumulation(M, "probabilistic", dS, kf, tolS, vis, bk, head_full, "partial_first")
+    order_free, _, _ = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, bk, np.zeros((1, 1, nq), bool))
+    ascending, _, _ = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, bk, np.ones((1, 1, nq), bool))
     np.testing.assert_allclose(got[0, 0, 0], order_free[0, 0, 0], rtol=1e-12)
     assert not np.allclose(ascending[0, 0, 0], order_free[0, 0, 0], rtol=1e-3, atol=0)  # they differ: it can fail
 
@@ -245,13 +245,13 @@ def test_dq_accumulation_follows_the_stated_order_of_a_ragged_row():
     dS, kf = rng.standard_normal((1, 1, nq, nk)) / nk, rng.standard_normal((1, 1, nk, d))
     tolS, vis = 1e-7 * np.abs(dS), np.ones((1, 1, nq, nk), bool)
     head_full = vis.all(axis=(-2, -1), keepdims=True)
-    got, _, _ = _dq_accumulation(M, "probabilistic", dS, kf, tolS, vis, bk, head_full, "partial_first")
+    got, _, _, _ = _dq_accumulation(M, "probabilistic", dS, kf, tolS, vis, bk, head_full, "partial_first")
     perm = np.r_[np.arange(96, 100), np.arange(96)]
     pad = lambda x, ax: np.concatenate([np.zeros(x.shape[:ax] + (28,) + x.shape[ax + 1:]), x], axis=ax)  # noqa: E731
-    want, _ = _rn_accumulation_sq(pad(dS[..., perm], 3), pad(kf[..., perm, :], 2), pad(tolS[..., perm], 3),
+    want, _, _ = _rn_accumulation_sq(pad(dS[..., perm], 3), pad(kf[..., perm, :], 2), pad(tolS[..., perm], 3),
                                   M.u_dacc, bk, np.ones((1, 1, nq), bool))
     np.testing.assert_allclose(got, want, rtol=1e-12)
-    free, _, _ = _dq_accumulation(M, "probabilistic", dS, kf, tolS, vis, bk, head_full, "any")
-    order_free, _ = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, bk, np.zeros((1, 1, nq), bool))
+    free, _, _, _ = _dq_accumulation(M, "probabilistic", dS, kf, tolS, vis, bk, head_full, "any")
+    order_free, _, _ = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, bk, np.zeros((1, 1, nq), bool))
     np.testing.assert_allclose(free, order_free, rtol=1e-12)
     assert (got < 0.5 * free).all()  # the order is worth stating

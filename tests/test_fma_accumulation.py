@@ -38,7 +38,7 @@ def _chain_error(S, other, order):
 
 
 def _bound(S, other, chain: bool, block: int):
-    acc_sq, _ = _rn_accumulation_sq(S, other, np.zeros_like(S), U, block, np.array([[[True]]]), chain)
+    acc_sq, _, _ = _rn_accumulation_sq(S, other, np.zeros_like(S), U, block, np.array([[[True]]]), chain)
     return LAMBDA * math.sqrt(float(acc_sq.ravel()[0]))
 
 

@@ -89,11 +89,11 @@ def test_gradient_bounds_with_delta_from_the_accumulator_hold(family):
 
 
 @pytest.mark.parametrize("cancel", [False, True])
-def test_dq_keeps_the_modelled_delta_against_coherent_residues(cancel):
+def test_dq_with_the_accumulators_delta_holds_against_coherent_residues(cancel):
     """bench/adversaries/constant_residue_dq.py with every claim on (the emulation of our fp32 ieee kernel): dQ's
-    round-to-nearest accumulation model over the keys is exceeded by coherent residues once Delta's bound is the
-    accumulator's (7x); dQ therefore reads Delta's modelled bound, whose slack covers it (the known gap, bench/NOTES.md
-    "The backward's P and Delta known"). Fails if dQ takes the accumulator's Delta."""
+    grouped round-to-nearest accumulation model over the keys was exceeded 7x by coherent residues once Delta's bound
+    was the accumulator's (bench/NOTES.md "The backward's P and Delta known"); the chain is now evaluated on the data
+    (backward._rn_chain_on_data, per candidate of the stored LSE): 0.99 of the bound, with the accumulator's Delta."""
     import os
     import sys
 

@@ -328,17 +328,83 @@ def _float64_dS_error(A, g, s, vis, aqk, sc, absdov, abs_do, o, Av, d: int):
     |A~ g~ - A g| <= (rel_A A~ |g~| + A~ |g~ - g|)(1 + 2 rel_A)."""
     Nk, dv = A.shape[-1], abs_do.shape[-1]
     u = 2.0**-53
+    rel_A = _float64_rel_A(s, vis, aqk, d)
     with np.errstate(invalid="ignore", over="ignore"):
-        s_abs = np.where(vis, np.abs(s), 0.0)
-        delta = float(gamma(d + 3, u)) * (np.where(vis, aqk, 0.0) + s_abs)
-        E = np.expm1(2.0 * delta.max(-1, initial=0.0) + 2.0**-52 * s_abs.max(-1, initial=0.0)) + 2.0**-49
-        rel_A = (4.0 * E + 2.0 * float(gamma(Nk + 2, u)))[..., None]
         err_o = (rel_A + 2.0 * float(gamma(Nk + 1, u))) * Av  # (rows, dv)
         err_g = (float(gamma(dv + 1, u)) * (absdov + (abs_do * np.abs(o)).sum(-1)[..., None])
                  + (abs_do * err_o).sum(-1)[..., None] + 2.0**-52 * np.abs(g))
         out = (rel_A * A * np.abs(g) + A * err_g) * (1.0 + 2.0 * rel_A)
     # rel_A below 2^-30 is what the first-order form above needs; beyond it (logits ~10^6) the entry is vacuous
     return np.where(vis, np.where(rel_A < 2.0**-30, out, np.inf), 0.0)
+
+
+def _fp32_at_least(x):
+    """The smallest fp32 value >= x (float64 arrays, as float32)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = np.asarray(x, dtype=np.float64).astype(np.float32)
+        return np.where(f.astype(np.float64) < x, np.nextafter(f, np.float32(np.inf)), f)
+
+
+def _fp32_at_most(x):
+    """The largest fp32 value <= x (float64 arrays, as float32)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = np.asarray(x, dtype=np.float64).astype(np.float32)
+        return np.where(f.astype(np.float64) > x, np.nextafter(f, np.float32(-np.inf)), f)
+
+
+def _dS_candidate_interval(Pt, dP, e_dp, dP_wc, absdov, eD, delta_c, Fr, do_r, vf, tolS, dS, f64, vis, sc, qf,
+                           abs_k, d: int):
+    """[lo, hi] (float64, (..., rows, Nk)) holding the kernel's dS = fl32(P~ fl32(dP^ - Delta^)) for one candidate P~
+    of the stored LSE (fp32 values, _recomputed_p_known; bounds.md sec. 8, "The accumulation chains on the data"):
+    dP^ the ascending FMA chain's value where e_dp knows it (_fma_dp_error: fl(dO.v) = dP + e_dp, rounded to fp32 to
+    undo the float64 subtraction), else within dP_wc (and the float64 dP's gamma_{dv+1}(2^-53) |dO|.|v|) of dP;
+    Delta^ an fp32 number within delta_c +- (eD - |delta_c|) of Delta (_delta_error), and the float64 Delta these read
+    within gamma_{dv+1}(2^-53) |dO|.|o| + |dO|.(rel_A + 2 gamma_{Nk+1}(2^-53)) A|V| of Delta (as _float64_dS_error).
+    The fp32 subtraction and product round to nearest (numpy's float32 arithmetic: the same roundings), monotone, so
+    the ends are the roundings of the ends (dP^ and Delta^ taken inward to fp32 values). Entries where an end is
+    subnormal (a flush to zero could leave the interval) take dS +- (tolS + f64, the float64 dS's own error)."""
+    Nk, dv = dP.shape[-1], do_r.shape[-1]
+    u64 = 2.0**-53
+    o = Fr.o
+    rel_A = _float64_rel_A(Fr.s, vis, sc * (np.abs(qf) @ np.swapaxes(abs_k, -1, -2)), d)
+    abs_do = np.abs(do_r)
+    with np.errstate(invalid="ignore", over="ignore"):
+        D64 = (do_r * o).sum(-1)
+        dD64 = (float(gamma(dv + 1, u64)) * (abs_do * np.abs(o)).sum(-1)
+                + (abs_do * ((rel_A + 2.0 * float(gamma(Nk + 1, u64))) * (Fr.A @ np.abs(vf)))).sum(-1))
+        half = np.maximum(eD - np.abs(delta_c), 0.0) + dD64
+        D_lo = _fp32_at_least(D64 + delta_c - half * (1.0 + 2.0**-50))[..., None]
+        D_hi = _fp32_at_most(D64 + delta_c + half * (1.0 + 2.0**-50))[..., None]
+        e, _, known = e_dp
+        dp32 = (dP + e).astype(np.float32)
+        dpw = (dP_wc + float(gamma(dv + 1, u64)) * absdov) * (1.0 + 2.0**-50)
+        dp_lo = np.where(known, dp32, _fp32_at_least(dP - dpw))
+        dp_hi = np.where(known, dp32, _fp32_at_most(dP + dpw))
+        P32 = Pt.astype(np.float32)
+        lo = (P32 * (dp_lo - D_hi)).astype(np.float64)
+        hi = (P32 * (dp_hi - D_lo)).astype(np.float64)
+        g_lo, g_hi = (dp_lo - D_hi).astype(np.float64), (dp_hi - D_lo).astype(np.float64)
+    tiny = 2.0**-126
+    ok = np.ones(lo.shape, dtype=bool)
+    for x in (lo, hi, g_lo, g_hi):
+        ok &= np.isfinite(x) & ((x == 0.0) | (np.abs(x) >= tiny))
+    ok &= (D_lo <= D_hi) & (dp_lo <= dp_hi)
+    with np.errstate(invalid="ignore"):
+        w = (tolS + f64) * (1.0 + 2.0**-50)
+    return np.where(vis, np.where(ok, lo, dS - w), 0.0), np.where(vis, np.where(ok, hi, dS + w), 0.0)
+
+
+def _float64_rel_A(s, vis, aqk, d: int):
+    """rel_A of _float64_dS_error, (..., rows, 1): |A~ / A - 1| <= rel_A for the float64 A~ the bounds read (its
+    docstring); inf where rel_A >= 2^-30 (the first-order form needs it below)."""
+    Nk = s.shape[-1]
+    u = 2.0**-53
+    with np.errstate(invalid="ignore", over="ignore"):
+        s_abs = np.where(vis, np.abs(s), 0.0)
+        delta = float(gamma(d + 3, u)) * (np.where(vis, aqk, 0.0) + s_abs)
+        E = np.expm1(2.0 * delta.max(-1, initial=0.0) + 2.0**-52 * s_abs.max(-1, initial=0.0)) + 2.0**-49
+        rel_A = (4.0 * E + 2.0 * float(gamma(Nk + 2, u)))[..., None]
+    return np.where(rel_A < 2.0**-30, rel_A, np.inf)
 
 
 # at most this many fp32 values of the stored LSE per row are evaluated apart (_recomputed_p_known); the forward's
@@ -757,11 +823,11 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                                      precision.accumulate)
         eps_D, sig_D, det_D, delta_signed = _delta_error(Fr, M, do_r, vf, kind, model_D, lr_D, precision.accumulate)
         eD = eps_D[..., None]
-        # dQ keeps Delta's modelled bound (not the known accumulator's): dQ's round-to-nearest accumulation model over the
-        # keys is exceeded by coherent residues (bench/adversaries/constant_residue_dq.py: 7x with the accumulator's
-        # Delta; 0.59 with the modelled one, whose slack covers it: the known gap, bench/NOTES.md "The backward's P and
-        # Delta known"); dK and dV take the accumulator's
-        eD_q = model_D[0][..., None]
+        # dQ reads the same Delta error as dK and dV (the known accumulator's where smaller). It kept the modelled one
+        # while its accumulation was the grouped round-to-nearest model, which coherent residues exceeded 7x once the
+        # accumulator's Delta removed its slack (bench/adversaries/constant_residue_dq.py); the fp32 chain is now
+        # evaluated on the data (_rn_chain_on_data)
+        eD_q = eD
         # Delta_hat - Delta lies in delta_c +- (eD - |delta_c|): its conversion part, signed (tf32), where eps_D is
         # the uncapped sum of its parts (whose det holds |delta_signed| and its float64 evaluation); else 0 +- eD
         delta_c = np.where(eps_D >= Fr.parts.lam * sig_D + det_D, delta_signed, 0.0)[..., None]
@@ -831,11 +897,15 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # the computed dS differs from dS by <= dS_wc (and its operand rounding): products closer
         # than that could be equal as computed, and are grouped
         tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
-        acc_sq, partial, tc_steps = _dq_accumulation(M, kind, dS, kf, tolS, vis, precision.dq_key_tile, head_full,
-                                                     precision.tile_order,  # the dQ kernel's key tiles
-                                                     precision.accumulate)
+        # the float64 dS's own error (the accumulation on the data needs the kernel's summands within an interval)
+        f64 = _float64_dS_error(A, g, Fr.s, vis, sc * (np.abs(qf) @ np.swapaxes(abs_k, -1, -2)), sc, absdov,
+                                abs_do, o, A @ np.abs(vf), d)
+        acc_sq, partial, tc_steps, acc_det = _dq_accumulation(
+            M, kind, dS, kf, tolS, vis, precision.dq_key_tile, head_full, precision.tile_order,  # the dQ kernel's tiles
+            precision.accumulate, f64)
         if rn_rows:
-            row_blocks.append((dS, tolS, tolP))
+            row_blocks.append((dS, tolS, tolP, f64, A * _float64_rel_A(Fr.s, vis, sc * (np.abs(qf) @ np.swapaxes(
+                abs_k, -1, -2)), d)))
         if tc_rows:
             dS_blocks.append(dS)
         kk = kf * kf
@@ -843,14 +913,16 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         W_delta = _fix_bad(A * ((1 + kap_k) * (1 + b_wc_row) * (1 + rho_wc) - 1.0), bad_row,
                            lambda: Ab1_row * ((1 + kap_k) * (1 + rho_wc)) - A)
 
-        def dq_bound(unknown=None, eps=eD_q, trunc_S=None, known=None, own: "_DqOwn | None" = None):
+        def dq_bound(unknown=None, eps=eD_q, trunc_S=None, known=None, own: "_DqOwn | None" = None, acc=None):
             """dQ_i's bound before the store: the errors of dS's entries `unknown` (None: all) bounded by the terms of
             sec. 8 (P, dP, the fp32 roundings, the operand rounding, or its truncation on the data: trunc_S = (centre,
             half-width) of theta), the stored LSE's factor c_i and Delta's error |delta_i| <= eps on them alone; the
             other entries' errors known = (mask, signed error, its uncertainty) (bounds.md sec. 6); the products'
             magnitudes (accumulation, conversion of K) over every entry. own (_DqOwn, every entry): dS's error terms
             and the row-common LSE factor in place of this row block's (the recomputed P known, _DqOwn). Returns
-            (bound, _GradError, dq_delta, the combined terms, the LSE part, the known part, the LSE factor)."""
+            (bound, _GradError, dq_delta, the combined terms, the LSE part, the known part, the LSE factor). acc: (acc_sq,
+            acc_det) in place of the row block's (the accumulation on the data for one candidate of the stored LSE)."""
+            a_sq, a_det = (acc_sq, acc_det) if acc is None else acc
             c_r = c_row if own is None else own.c_row
             if own is not None:
                 wc_o, lin_o, det_o, Wd_o, S_o, A_o = (own.wcS @ abs_k, own.linS @ abs_k, own.detS @ abs_k,
@@ -890,7 +962,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 (e_k,) = _products_over(mask, [e], kf)
                 known_k = np.abs(e_k) + ea + float(gamma(Nk + 1, 2.0**-53)) * e_sum
                 wc_all = wc_o + ea + e_sum
-            ge = _grad(M, sc, n_k, base, wc_all, lin_o, var_o, SS_k, det_o, dS_k, acc_sq=acc_sq, trunc_S=trunc_k,
+            ge = _grad(M, sc, n_k, base, wc_all, lin_o, var_o, SS_k, det_o, dS_k, acc_sq=a_sq, acc_det=a_det,
+                       trunc_S=trunc_k,
                        tc_steps=tc_steps, partial=partial,
                        conv_known=None if conv is None else (
                            conv_o[0] + dS @ conv.dk_in, conv_o[1] + np.abs(dS) @ conv.dk_in_abs, conv.n_ops),
@@ -919,12 +992,21 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             # evaluated keep the bound above)
             kp_ok, kp_P = _recomputed_p_known(Fr.parts.qk[4][3:5], sc, vis, A, iv)
             if kp_ok.any():
-                f64 = _float64_dS_error(A, g, Fr.s, vis, sc * (np.abs(qf) @ np.swapaxes(abs_k, -1, -2)), sc, absdov,
-                                        abs_do, o, A @ np.abs(vf), d)
                 worst_k = _Largest(dq_terms_of if detail is not None else None)
+                chain_ok = (rn_rows and M.fma_logits and _rn_binade(M, precision.accumulate) is not None
+                            and precision.accumulate == "float32")
                 for Pt in kp_P:
+                    acc_k = None
+                    if chain_ok:  # the kernel's dS for this candidate within [lo, hi]: the chain on the data reads it
+                        lo_S, hi_S = _dS_candidate_interval(Pt, dP, e_dp, dP_wc, absdov, eD_q[..., 0], delta_c[..., 0],
+                                                            Fr, do_r, vf, tolS, dS, f64, vis, sc, qf, abs_k, d)
+                        a_sq, _, _, a_det = _dq_accumulation(
+                            M, kind, 0.5 * (lo_S + hi_S), kf, 0.5 * (hi_S - lo_S) + 2.0**-52 * (np.abs(lo_S) + np.abs(hi_S)),
+                            vis, precision.dq_key_tile, head_full, precision.tile_order, precision.accumulate,
+                            np.zeros_like(A))
+                        acc_k = (a_sq, a_det)
                     worst_k.add(dq_bound(own=_DqOwn.of(M, vis, A, g, absg, Pt, f64, dP_err, keys.by_k_v, kap_k,
-                                                       rho_wc, e_dp, conv.n_ops)))
+                                                       rho_wc, e_dp, conv.n_ops), acc=acc_k))
                 bound_k = np.where(kp_ok[..., None], worst_k.bound, np.inf)
                 p_known_at = bound_k < dq_err
                 row_terms = worst_k.where_smaller(row_terms, p_known_at)
@@ -969,8 +1051,6 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 won = total + second < wc_dp
                 g_neg = np.where(won, neg + second, wc_dp) + rest
                 g_pos = np.where(won, pos + second, wc_dp) + rest
-            f64 = _float64_dS_error(A, g, Fr.s, vis, sc * (np.abs(qf) @ np.swapaxes(abs_k, -1, -2)), sc, absdov,
-                                    abs_do, o, A @ np.abs(vf), d)
             worst = _Largest(dq_terms_of if detail is not None else None)
             for a in range(DELTA_SLICES):
                 d0, d1 = (delta_c + (eD - np.abs(delta_c)) * (-1.0 + 2.0 * x / DELTA_SLICES) for x in (a, a + 1))
@@ -1004,7 +1084,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dQ_blocks.append(dQ_exact)
 
     AabsdO = dv_sums.A_absdO
-    acc_dk = acc_dv = None
+    acc_dk = acc_dv = det_dk = None
+    det_dv = 0.0
     partial_dk = tc_dk = None
     tc_dv = n_q * AabsdO if M.tensor_core else 0.0 * AabsdO
     if tc_rows:
@@ -1015,13 +1096,13 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         del dS_all
         partial_dk = tc_dk
     if rn_rows:
-        dS_all, tolS_all, tolP_all = (np.concatenate(x, axis=2) for x in zip(*row_blocks))
+        dS_all, tolS_all, tolP_all, f64_S, f64_A = (np.concatenate(x, axis=2) for x in zip(*row_blocks))
         del row_blocks
-        acc_dk, partial_dk = _rows_accumulation(M, dS_all, F.qf, tolS_all, F.vis, precision.block_q, group,
-                                                precision.tile_order, precision.accumulate)
-        acc_dv, _ = _rows_accumulation(M, F.A, dof, tolP_all, F.vis, precision.block_q, group, precision.tile_order,
-                                       precision.accumulate)
-        del dS_all, tolS_all, tolP_all
+        acc_dk, partial_dk, det_dk = _rows_accumulation(M, dS_all, F.qf, tolS_all, F.vis, precision.block_q, group,
+                                                        precision.tile_order, precision.accumulate, f64_S)
+        acc_dv, _, det_dv = _rows_accumulation(M, F.A, dof, tolP_all, F.vis, precision.block_q, group,
+                                               precision.tile_order, precision.accumulate, f64_A)
+        del dS_all, tolS_all, tolP_all, f64_S, f64_A
     # systematic parts (sec. 6): a partial sum s of the accumulation is C_s dV + F_s, C_s in [0, 1],
     # |F_s| <= sum_i A_ij |dO_ic| + |dV_jc|; the part along dV (and P's rounding along dV) worst case
     abs_dV = np.abs(dv_sums.exact)
@@ -1031,7 +1112,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dv_along = n_rn_q * u * abs_dV if acc_dv is None else 0.0 * abs_dV
     dv_var = dv_sums.var_P + dv_sums.var_ops + dv_acc_var
     dv_det = (dv_sums.det + M.u_dacc * tc_dv
-              + dv_along + r_in * abs_dV)
+              + dv_along + r_in * abs_dV + det_dv)
     if M.trunc:  # P and dO truncated to tf32, one-sided: (u_p + u_in) (sum_i A_ij |dO_ic| + |dV_jc|) / 2
         dv_det = dv_det + (d_p + (d_in if conv is None else 0.0)) * 0.5 * (AabsdO + np.abs(dv_sums.exact))
     if conv is not None:  # the input conversions' first-order effect, signed (sec. 8, "input conversions")
@@ -1042,7 +1123,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dv_parts = _GradError(dv_sums.wc, dv_sums.lin, dv_sums.wc - dv_sums.lin, (
             ("P", dv_sums.var_P), ("operands", dv_sums.var_ops),
             ("accumulation", dv_acc_var)), (
-            ("P", dv_sums.det), ("tensor core", M.u_dacc * tc_dv),
+            ("P", dv_sums.det), ("tensor core", M.u_dacc * tc_dv), ("accumulation on the data", det_dv * np.ones_like(abs_dV)),
             ("accumulation along R", dv_along), ("dO conversion along R", r_in * abs_dV),
             ("tf32 truncation", (d_p + d_in) * 0.5 * (AabsdO + abs_dV) if M.trunc else 0.0 * abs_dV)), dv_sums.exact)
         detail.append(("dV", _terms(dv_parts, lam, kind, _kv)
@@ -1052,7 +1133,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dv_err = _store(dv_err, np.abs(dV_exact), 0.0, M)
 
     ge = _grad(M, sc, n_q, dk_sums.base, dk_sums.wcS, dk_sums.lin, dk_sums.var, dk_sums.SS, dk_sums.det,
-               dk_sums.exact, acc_sq=acc_dk, tc_steps=tc_dk, partial=partial_dk, conv_known=None if conv is None else (conv_sums.dK, conv_sums.dK_abs, conv.n_ops))
+               dk_sums.exact, acc_sq=acc_dk, acc_det=det_dk, tc_steps=tc_dk, partial=partial_dk, conv_known=None if conv is None else (conv_sums.dK, conv_sums.dK_abs, conv.n_ops))
     dK_exact = ge.exact
     dk_err = _combine(_kv(ge.wc), _kv(ge.rem), _kv(ge.var), _kv(ge.det), lam, kind)
     if detail is not None:
@@ -1196,13 +1277,15 @@ def _total(parts):
 
 
 def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_other, acc_sq=None,
-          tc_steps=None, conv_known=None, partial=None, trunc_S=None, wcS_own=None, S_own=None) -> _GradError:
+          tc_steps=None, conv_known=None, partial=None, trunc_S=None, wcS_own=None, S_own=None,
+          acc_det=None) -> _GradError:
     """scale * S @ other with S's error (wc, lin, var, det), the operand rounding of `other` (u_in) and
     the accumulation of n terms (tensor core or RN), from the products base = |S| @ |other|,
     wcS @ |other|, linS @ |other|, varS @ other^2, (S * S) @ other^2, detS @ |other| and S @ other
     (sums over the contraction index, which may be added up block by block). acc_sq: the variance proxy
     of the round-to-nearest accumulation, sum over groups of identical products of (sum of the steps'
-    error bounds)^2 (_rn_accumulation_sq), which replaces the split along R; None: that split.
+    error bounds)^2 (_rn_accumulation_sq), which replaces the split along R; None: that split. acc_det (with
+    acc_sq): the accumulation's roundings evaluated on the data where acc_sq is 0 (_rn_chain_on_data), non-random.
     tc_steps: sum over the tensor-core steps of (|acc| + |step's products|) (_tensor_core_steps), in
     place of n * base. conv_known: (signed first-order effect of the input conversions on S @ other,
     the same with absolute values, operations per entry) (_ConvertedInputs.effects), in place of the
@@ -1238,6 +1321,7 @@ def _grad(M: _Model, sc, n, base, wcS_ao, linS_ao, varS_oo, SS_oo, detS_ao, S_ot
     var_parts = (("dS", sc2 * varS_oo), ("operand", sc2 * r_in**2 * SS_oo), ("accumulation", sc2 * acc_var))
     tc = (n * base if tc_steps is None else tc_steps) if M.tensor_core else 0.0 * base
     det_parts = [("dS", sc * detS_ao), ("tensor core", sc * M.u_dacc * tc),
+                 ("accumulation on the data", sc * (0.0 * abs_r if acc_det is None else acc_det)),
                  ("accumulation along R", sc * along_r),
                  ("dS conversions along R", sc * ((2 * u + r_in) * abs_r if S_own is None
                                                   else 2 * u * abs_r_own + r_in * abs_r))]  # operand rounding: in detS
@@ -1363,7 +1447,8 @@ def _rn_binade(M: _Model, fmt: str):
     return fmt if fmt == "float32" and one_rounding else None
 
 
-def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = False, fmt: str | None = None):
+def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = False, fmt: str | None = None,
+                        s64=None):
     # u: the step error relative to |accumulator| + |products| (M.u_dacc: u_w for an FMA; the interpreter's
     # measured-form step error covers a rounded product too, as does the (1 + u) on the second bound)
     """Variance proxy of the round-to-nearest accumulation of S @ other (S: (B, H, rows, n), other:
@@ -1391,12 +1476,19 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = Fa
     _grad's remainder), as |T_s| <= X_s + W + E; under the chain X_s already bounds |T_s| (the sum only adds).
     E >= u X_s also covers the float64 evaluation of X_s (relative error ~n 2^-53). Charging e_s whole in the Azuma
     proxy instead of its first order delta_s S_s leaves the remainder a sub-sum of the nonlinear terms that
-    _grad's rem bounds (bounds.md sec. 8), so rem stays as it is. Returns, per
-    (B, H, rows, d): sum_G (sum_{s in G} c_s)^2 with c_s those step bounds, and the sum over the steps of the
-    partial sum bounds X_s (C1 of _grad's remainder)."""
+    _grad's rem bounds (bounds.md sec. 8), so rem stays as it is.
+
+    On the data (chain, fmt "float32" and s64, a bound on the float64 S's own error per entry): on the ordered rows the
+    chain's roundings are not modelled but evaluated (_rn_chain_on_data: the summands S_is other_sc within tolS + s64
+    times |other_sc|), their bound returned as det and their proxy 0. Coherent residues (equal residues of distinct
+    products, bench/adversaries/constant_residue_rows.py) exceeded the grouped model 7.5x. Returns, per
+    (B, H, rows, d): sum_G (sum_{s in G} c_s)^2 with c_s those step bounds, the sum over the steps of the
+    partial sum bounds X_s (C1 of _grad's remainder), and det (0 where the model stays)."""
     B, H, R, n = S.shape
     out = np.zeros((B, H, R, other.shape[-1]))
     partial = np.zeros_like(out)
+    det = np.zeros_like(out)
+    on_data = chain and fmt == "float32" and s64 is not None
     oT = np.swapaxes(other, -1, -2)  # (B, H, d, n)
     for r, p in _product_chunks(S, oT):
         ordr = np.broadcast_to(np.asarray(ordered)[..., r], S.shape[:2] + (r.stop - r.start,))
@@ -1406,8 +1498,18 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = Fa
         coef, partial[:, :, r] = _rn_step_bounds(S[:, :, r, None, :] == 0.0, p, tol, u, block, ordr[..., None, None],
                                                  chain, fmt)
         shape = p.shape[:-1]
-        out[:, :, r] = _grouped_square_sum(p.reshape(-1, n), coef.reshape(-1, n), tol.reshape(-1, n)).reshape(shape)
-    return out, partial
+        o_r = np.zeros(shape, dtype=bool)
+        if on_data and ordr.any():
+            with np.errstate(invalid="ignore"):
+                w = tol + s64[:, :, r, None, :] * np.abs(oT[:, :, None, :, :]) + 2.0**-52 * np.abs(p)
+            w = np.where(np.isnan(w), np.inf, w)
+            chain_det = _rn_chain_on_data(p, w, u)
+            o_r = ordr[..., None] & np.isfinite(chain_det)
+            det[:, :, r] = np.where(o_r, chain_det, 0.0)
+        if not o_r.all():  # the model where the chain is not evaluated
+            sq = _grouped_square_sum(p.reshape(-1, n), coef.reshape(-1, n), tol.reshape(-1, n)).reshape(shape)
+            out[:, :, r] = np.where(o_r, 0.0, sq)
+    return out, partial, det
 
 
 def _rn_step_bounds(zero, p, tol, u, block: int, ordered, chain: bool = False, fmt: str | None = None):
@@ -1435,6 +1537,91 @@ def _rn_step_bounds(zero, p, tol, u, block: int, ordered, chain: bool = False, f
     coef = np.where(p == 0.0, np.where(zero, 0.0, coef), coef)
     # round to nearest moves fl(acc + p) no farther than acc itself is: |e_s| <= |p_s as computed|
     return np.fmin(coef, (1 + u) * (np.abs(p) + tol)), partial
+
+
+def _rn_chain_on_data(xm, xw, u: float):
+    """A bound on |sum_s e_s| for fp32 round-to-nearest chains along the last axis (bounds.md sec. 8, "The
+    accumulation chains on the data"): acc_0 = 0, acc_s = RN(acc_{s-1} + x_s) = acc_{s-1} + x_s + e_s, one rounding
+    per step (an FMA: the product x_s = a_s b_s is exact), the summand x_s anywhere in [xm_s - xw_s, xm_s + xw_s]
+    (xw must hold the float64 evaluation of xm). Not a model of round to nearest: each step's error is evaluated
+    from the data where its binade (and residue) are certain, else charged its worst case.
+
+    T_s = acc_{s-1} + x_s, the value step s rounds, is within D_s = W_s + slack_s + E_{s-1} of Y_s = sum_{k<=s}
+    xm_k (float64 cumsum), W_s = sum_{k<=s} xw_k, slack_s = (gamma_{n+1}(2^-53) + 2^-48) sum_{k<=s} |xm_k| (the
+    cumsum's own error), E_s >= sum_{k<=s} |e_k|: |e_k| <= u |T_k| <= u (Z_k + E_{k-1}), Z_k = |Y_k| + W_k +
+    slack_k, so by induction E_s <= (1 + u)^s u sum_{k<=s} Z_k <= (1 + 2 n u) u sum_{k<=s} Z_k (n u <= 1).
+    |T_s| in [lo, hi] = |Y_s| -+ D_s. Step s:
+    - x_s = 0 exactly (xm = xw = 0): T_s = acc_{s-1}, a float: e_s = 0;
+    - binade: lo, hi in one binade [2^e, 2^(e+1)), e >= -126: |e_s| <= g / 2, g = 2^(e-23), and <= |x_s| (RN is no
+      farther than acc_{s-1}, a float: lo >= 2^-126, no flush);
+    - residue: moreover acc_{s-1} on g's grid (|acc_{s-1}| >= |Y_{s-1}| - D_s >= 2^e, or every earlier summand
+      exactly 0: acc = 0) and x_s / g's interval inside one (k - 1/2, k + 1/2): e_s = g (round(x_s / g) - x_s / g)
+      in ce +- he (forward._rn_residue); these steps enter signed, |sum ce| + sum he;
+    - otherwise: T_s normal (lo >= 2^-126): |e_s| <= min(half an ulp of hi's binade, |x_s|); else also a subnormal
+      T_s rounded (2^-150) or flushed (|T_s| <= min(hi, 2^-126)).
+    Sums of nonnegative terms carry 2^-28 relative for their float64 evaluation (< 2^24 terms). Returns (...,);
+    inf where n u > 1 or the data are not finite."""
+    from .forward import _rn_residue
+
+    shape, n = xm.shape[:-1], xm.shape[-1]
+    xm2 = np.ascontiguousarray(xm, dtype=np.float64).reshape(-1, n)
+    xw2 = np.ascontiguousarray(np.broadcast_to(xw, xm.shape), dtype=np.float64).reshape(-1, n)
+    out = np.zeros(len(xm2))
+    if n == 0:
+        return out.reshape(shape)
+    if n * u > 1.0:
+        return np.full(shape, np.inf)
+    g64 = float(gamma(n + 1, 2.0**-53)) + 2.0**-48
+    grow = 1.0 + 2.0 * n * u
+    ev = 1.0 + 2.0**-28
+    tiny = 2.0**-126
+    step = max(1, (1 << 20) // n)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for r0 in range(0, len(xm2), step):
+            x, w = xm2[r0:r0 + step], xw2[r0:r0 + step]
+            ax = np.abs(x)
+            xmax = ax + w
+            Y = np.cumsum(x, axis=-1)
+            aY = np.abs(Y)
+            slack = g64 * np.cumsum(ax, axis=-1)
+            W = np.cumsum(w, axis=-1) * ev
+            Z = aY + W + slack
+            E = grow * u * np.cumsum(Z, axis=-1) * ev  # E_s >= sum_{k<=s} |e_k|
+            D = W + slack
+            D[:, 1:] += E[:, :-1]
+            lo = (aY - D) * (1.0 - 2.0**-50)
+            hi = (aY + D) * (1.0 + 2.0**-50)
+            blo = lo.view(np.int64) >> 52  # sign and exponent field: equal fields = one binade
+            bhi = hi.view(np.int64) >> 52
+            binade = (blo == bhi) & (blo >= 1023 - 126) & (blo < 2047)  # positive, normal, finite
+            half_g = ((np.where(binade, blo, 1023 + 24) - 24) << 52).view(np.float64)  # g / 2 = 2^(e - 24)
+            hu = _half_ulp(hi, "float32")
+            other = np.where(lo >= tiny, np.minimum(hu, xmax),
+                             np.maximum(np.minimum(hu, xmax), np.minimum(hi, tiny)))
+            charge = np.where(binade, np.minimum(half_g, xmax), other)
+            charge = np.where((x == 0.0) & (w == 0.0), 0.0, charge)
+            charge = np.where(np.isnan(charge), np.inf, charge)
+            # the residue: x's interval narrower than a grid step, the previous acc on the grid
+            ci, kj = np.nonzero(binade & (w + 2.0**-52 * ax < half_g))
+            before = np.cumsum(xmax, axis=-1) - xmax  # 0: every earlier summand exactly 0, acc = 0
+            prev = np.where(kj > 0, aY[ci, np.maximum(kj - 1, 0)], 0.0) - D[ci, kj]
+            grid = (before[ci, kj] == 0.0) | (prev * (1.0 - 2.0**-50) >= half_g[ci, kj] * 2.0**24)
+            ci, kj = ci[grid], kj[grid]
+            total = charge.sum(axis=-1)
+            csum = np.zeros(len(x))
+            extra = np.zeros(len(x))
+            if len(ci):
+                known, ce, he = _rn_residue(x[ci, kj], (w[ci, kj] + 2.0**-52 * ax[ci, kj]) * (1.0 + 2.0**-50),
+                                            half_g[ci, kj])
+                ci, kj, ce, he = ci[known], kj[known], ce[known], he[known]
+            if len(ci):
+                # the step's charge replaced by its half-width; the centre enters signed
+                extra = np.bincount(ci, weights=he - charge[ci, kj], minlength=len(x))
+                csum = np.bincount(ci, weights=ce, minlength=len(x))
+                extra = extra + 2.0**-28 * np.bincount(ci, weights=np.abs(ce), minlength=len(x))
+            res = (np.abs(csum) + extra + total) * ev
+            out[r0:r0 + step] = np.where(np.isfinite(Y[:, -1]) & np.isfinite(W[:, -1]), res, np.inf)
+    return out.reshape(shape)
 
 
 def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bias: bool, precision,
@@ -1523,31 +1710,34 @@ def _heads_unmasked(head_full):
 
 
 def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head_full=None,
-                     tile_order: str = "any", fmt: str | None = None):
-    """(acc_sq, partial, tc_steps) of _grad for the accumulation dQ = dS @ K through key tiles of block_k: round to
+                     tile_order: str = "any", fmt: str | None = None, s64=None):
+    """(acc_sq, partial, tc_steps, acc_det) of _grad for the accumulation dQ = dS @ K through key tiles of block_k: round to
     nearest grouped by products that can be equal as computed (probabilistic, no tensor core; tolS bounds
     the error of dS as computed), tensor-core steps from the partial sums (recursive tensor cores); None
     where the model has neither. The tiles come in the kernel's stated order (Precision.tile_order, _visiting: our
     kernel's ragged tile first) where nothing of the head is masked (`head_full`, (..., 1, 1): a partial tile of a
     row's query block is visited first even when that row sees every key); "any" (a kernel that does not state it:
-    flash-attn's dQ is atomically added over key blocks in no fixed order): the order-free bounds."""
+    flash-attn's dQ is atomically added over key blocks in no fixed order): the order-free bounds. s64 (the float64
+    dS's own error per entry): the fp32 FMA chain's roundings on the data where the order is known (acc_det,
+    _rn_accumulation_sq)."""
     Nk = kf.shape[-2]
     idx = _visiting(Nk, block_k, tile_order)
     ordered = (M.recursive and idx is not False) & vis.all(axis=-1) & _heads_unmasked(head_full)
     dS, kf, tolS = _take_visiting(dS, idx, -1), _take_visiting(kf, idx, -2), _take_visiting(tolS, idx, -1)
-    acc_sq = partial = tc_steps = None
+    s64 = None if s64 is None else _take_visiting(s64, idx, -1)
+    acc_sq = partial = tc_steps = acc_det = None
     if kind == "probabilistic" and not M.tensor_core:
-        acc_sq, partial = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, block_k, ordered, M.fma_logits,
-                                              _rn_binade(M, fmt))
+        acc_sq, partial, acc_det = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, block_k, ordered, M.fma_logits,
+                                                       _rn_binade(M, fmt), s64)
     if M.tensor_core and M.recursive:
         tc_steps = np.concatenate([_tensor_core_steps(p, block_k, M.k_step, ordered[:, :, rr, None])
                                    for rr, p in _product_chunks(dS, np.swapaxes(kf, -1, -2))], axis=2)
         partial = tc_steps  # each step's |accumulator| + sum |products| bound: C1 of the step model
-    return acc_sq, partial, tc_steps
+    return acc_sq, partial, tc_steps, acc_det
 
 
 def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int, tile_order: str = "any",
-                       fmt: str | None = None):
+                       fmt: str | None = None, s64=None):
     """acc_sq of _grad for the accumulation over the query rows of S^T @ other (dK: dS^T Q; dV: P^T dO) in
     the dK/dV pass, the round-to-nearest model of dQ's over the keys (_rn_accumulation_sq) on the other axis.
     S, tolS, vis: (B, Hq, Nq, Nk); other: (B, Hq, Nq, c). One accumulator per key runs through the query
@@ -1555,9 +1745,10 @@ def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int,
     contraction of group * Nq products in that order. The query tiles in the kernel's stated order
     (Precision.tile_order, as its key tiles: our kernel's ragged query tile first, then the full ones, _visiting)
     only when no entry of the group is masked: a masked entry anywhere in a tile makes it partial, and partial
-    tiles come first (kernels/triton_bwd.py); otherwise, or "any", the order-free coefficient u sum |p|. Returns
-    (B, Hq, Nk, c) twice: the kv head's proxy and its partial-sum total C1, spread evenly over its query heads
-    (the callers sum them, _kv)."""
+    tiles come first (kernels/triton_bwd.py); otherwise, or "any", the order-free coefficient u sum |p|. s64: the
+    float64 S's own error per entry (the chain on the data, _rn_accumulation_sq). Returns (B, Hq, Nk, c) three
+    times: the kv head's proxy, its partial-sum total C1 and its det (the chain on the data), spread evenly over its
+    query heads (the callers sum them, _kv)."""
     B, Hq, Nq, Nk = S.shape
     Hkv = Hq // group
 
@@ -1566,11 +1757,12 @@ def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int,
     idx = _visiting(Nq, block_q, tile_order, group)
     ordered = (M.recursive and idx is not False) & heads(vis).all(axis=(-2, -1))
     ordered = np.broadcast_to(ordered[..., None], (B, Hkv, Nk))
-    acc, partial = _rn_accumulation_sq(_take_visiting(np.swapaxes(heads(S), -1, -2), idx, -1),
-                                       _take_visiting(heads(other), idx, -2),
-                                       _take_visiting(np.swapaxes(heads(tolS), -1, -2), idx, -1), M.u_dacc,
-                                       block_q, ordered, M.fma_logits, _rn_binade(M, fmt))
-    return np.repeat(acc / group, group, axis=1), np.repeat(partial / group, group, axis=1)
+    s64 = None if s64 is None else _take_visiting(np.swapaxes(heads(s64), -1, -2), idx, -1)
+    acc, partial, det = _rn_accumulation_sq(_take_visiting(np.swapaxes(heads(S), -1, -2), idx, -1),
+                                            _take_visiting(heads(other), idx, -2),
+                                            _take_visiting(np.swapaxes(heads(tolS), -1, -2), idx, -1), M.u_dacc,
+                                            block_q, ordered, M.fma_logits, _rn_binade(M, fmt), s64)
+    return tuple(np.repeat(x / group, group, axis=1) for x in (acc, partial, det))
 
 
 def _rows_tensor_core(M: _Model, S, other, vis, block_q: int, group: int, n_steps: int, tile_order: str = "any"):

@@ -8,7 +8,8 @@ from .common import (_exp_err, _fix_bad, _no_nan, _rows_chunks, _weighted_exp_er
 from .logits import (_logit_errors)
 from . import forward as _forward_module
 from .forward import (_forward)
-from .backward import _combine, _dq_accumulation, _forward_rows_view, _grad, _lse2_rounding, _store
+from .backward import (_combine, _dq_accumulation, _float64_rel_A, _forward_rows_view, _grad, _lse2_rounding,
+                       _store)
 
 
 def lse_gradient_bound(q, k, *, scale=None, causal=False, window=None, mask=None, bias=None, dlse=None,
@@ -75,12 +76,16 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
         dS = A * g
         # the dQ accumulation as in backward_bound: round to nearest grouped by equal products, tensor
         # cores from the partial sums (the stated tile order: nothing of the head masked)
-        acc_sq, partial, tc_steps = _dq_accumulation(M, kind, dS, kf, (1 + M.u_p) * (A * absg + wcS) - A * absg, vis,
-                                                     precision.dq_key_tile, head_full, precision.tile_order,
-                                                     precision.accumulate)
+        # (the summands the chain on the data reads are the kernel's, with the row's LSE factor: its tolerance
+        # holds c_i; its bound is then multiplied by 1 + c_i below too, which only adds)
+        tolS = (1 + M.u_p) * (1 + c_row) * (A * absg + wcS) - A * absg
+        s64 = A * absg * _float64_rel_A(Fr.s, vis, sc * (np.abs(Fr.qf) @ np.swapaxes(abs_k, -1, -2)), pr.d)
+        acc_sq, partial, tc_steps, acc_det = _dq_accumulation(M, kind, dS, kf, tolS, vis, precision.dq_key_tile,
+                                                              head_full, precision.tile_order, precision.accumulate,
+                                                              np.where(vis, s64, 0.0))
         ge = _grad(M, sc, n_k, (A * absg) @ abs_k, wcS @ abs_k, linS @ abs_k,
                    varS @ kk, (dS * dS) @ kk, detS @ abs_k, dS @ kf, acc_sq=acc_sq, tc_steps=tc_steps,
-                   partial=partial)
+                   partial=partial, acc_det=acc_det)
         dQ = ge.exact
         err = (1 + c_row) * _combine(ge.wc, ge.rem, ge.var, ge.det, lam, kind) + c_row * np.abs(dQ)
         err = _store(err, np.abs(dQ), float(gamma(2, u)), M)
