@@ -86,3 +86,36 @@ def test_a_chain_bound_that_drops_the_known_residues_signs_is_caught(monkeypatch
     monkeypatch.setattr(fwd, "_rn_residue", planted)
     x = _summands("residue", np.random.default_rng(3))
     assert np.any(np.abs(_chain_error(x)) > _rn_chain_on_data(x, np.zeros_like(x), U))
+
+
+def _final_acc(x):
+    acc = np.zeros(x.shape[:-1])
+    for s in range(x.shape[-1]):
+        acc = fma_step(acc, x[..., s])
+    return acc
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_enclosure_holds_the_chains_result(family):
+    """enclosure=True: the chain's final accumulator lies in centre +- radius for any summands in their intervals."""
+    rng = np.random.default_rng(4)
+    x = _summands(family, rng)
+    w = np.abs(x) * 2.0**-26
+    centre, radius = _rn_chain_on_data(x + w * rng.uniform(-1.0, 1.0, x.shape), w, U, enclosure=True)
+    acc = _final_acc(x)
+    worst = np.argmax(np.abs(acc - centre) / radius)
+    assert (np.abs(acc - centre) <= radius).all(), (
+        f"{family}: acc {acc[worst]!r} outside {centre[worst]!r} +- {radius[worst]:.3g} (chain {worst})")
+
+
+def test_an_enclosure_without_the_residues_is_caught(monkeypatch):
+    """Planted bug: the residue steps' centres left out of the enclosure's centre (as if each step added its summand
+    alone, radius 0 there). The coherent-residue chains leave it."""
+    import flashcheck.proofs.bounds.forward as fwd
+
+    real = fwd._rn_residue
+    monkeypatch.setattr(fwd, "_rn_residue", lambda xc, xw, half_g: (lambda k, ce, he: (k, 0.0 * ce, he))(
+        *real(xc, xw, half_g)))
+    x = _summands("residue", np.random.default_rng(3))
+    centre, radius = _rn_chain_on_data(x, np.zeros_like(x), U, enclosure=True)
+    assert np.any(np.abs(_final_acc(x) - centre) > radius)

@@ -338,6 +338,30 @@ def _float64_dS_error(A, g, s, vis, aqk, sc, absdov, abs_do, o, Av, d: int):
     return np.where(vis, np.where(rel_A < 2.0**-30, out, np.inf), 0.0)
 
 
+def _dq_chain_enclosure(lo_S, hi_S, kf, vis, dS, f64, block_k: int, tile_order: str, head_full, u: float):
+    """A bound (..., rows, d) on |acc - dS @ K| for the dQ kernel's fp32 accumulator acc (before the scale) when its
+    dS_ij lie in [lo_S, hi_S] (_dS_candidate_interval): the chain over the keys in the kernel's order (_visiting,
+    rows where nothing of the head is masked; inf elsewhere) enclosed on the data (_rn_chain_on_data(enclosure=True):
+    centre +- radius, the summands dS_ij k_jc within the interval's half-width plus 2^-51 (|lo| + |hi|) |k_jc| for
+    the float64 midpoint), against the float64 dS @ K (its error <= f64 @ |K| + gamma_{Nk+1}(2^-53) |dS| @ |K|)."""
+    Nk = kf.shape[-2]
+    idx = _visiting(Nk, block_k, tile_order)
+    ordered = (idx is not False) & vis.all(axis=-1) & _heads_unmasked(head_full)
+    mid, half = 0.5 * (lo_S + hi_S), 0.5 * (hi_S - lo_S) + 2.0**-51 * (np.abs(lo_S) + np.abs(hi_S))
+    R = dS @ kf
+    R_err = f64 @ np.abs(kf) + float(gamma(Nk + 1, 2.0**-53)) * (np.abs(dS) @ np.abs(kf))
+    mid, half, ko = _take_visiting(mid, idx, -1), _take_visiting(half, idx, -1), _take_visiting(kf, idx, -2)
+    kT = np.swapaxes(ko, -1, -2)
+    out = np.full(R.shape, np.inf)
+    for r, p in _product_chunks(mid, kT):
+        w = half[:, :, r, None, :] * np.abs(kT[:, :, None, :, :])
+        c, rad = _rn_chain_on_data(p, w, u, enclosure=True)
+        with np.errstate(invalid="ignore", over="ignore"):
+            out[:, :, r] = (np.abs(c - R[:, :, r]) + rad + R_err[:, :, r]) * (1.0 + 2.0**-50)
+    out = np.where(np.isnan(out), np.inf, out)
+    return np.where(np.broadcast_to(np.asarray(ordered)[..., None], out.shape), out, np.inf)
+
+
 def _fp32_at_least(x):
     """The smallest fp32 value >= x (float64 arrays, as float32)."""
     with np.errstate(over="ignore", invalid="ignore"):
@@ -984,6 +1008,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dq_err, dQ_exact = res0[0], res0[1].exact
         row_terms = dq_terms_of(res0) if detail is not None else None
         p_known_at = False  # instrumentation: the entries whose bound takes the recomputed P known
+        enc_at, enc_max = False, 0.0  # (and those where the enclosure of the kernel's dQ chain is the bound)
         if M.bwd_p_known and known_lg and iv_h is not None and e_dp is not None:
             # the recomputed P known (Precision.bwd_p_known, bounds.md sec. 8): for each fp32 value z the stored LSE
             # may hold (the forward's interval), every P~ = ex2(min(fl32(qk c - fl32(z log2 e)), 0)) is a known
@@ -995,6 +1020,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 worst_k = _Largest(dq_terms_of if detail is not None else None)
                 chain_ok = (rn_rows and M.fma_logits and _rn_binade(M, precision.accumulate) is not None
                             and precision.accumulate == "float32")
+                enc_max = None
                 for Pt in kp_P:
                     acc_k = None
                     if chain_ok:  # the kernel's dS for this candidate within [lo, hi]: the chain on the data reads it
@@ -1005,12 +1031,23 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                             vis, precision.dq_key_tile, head_full, precision.tile_order, precision.accumulate,
                             np.zeros_like(A))
                         acc_k = (a_sq, a_det)
+                        # the kernel's dQ accumulator enclosed (every step of the chain on the data), against the exact dQ
+                        enc = sc * _dq_chain_enclosure(lo_S, hi_S, kf, vis, dS, f64, precision.dq_key_tile,
+                                                       precision.tile_order, head_full, M.u_dacc)
+                        enc_max = enc if enc_max is None else np.maximum(enc_max, enc)
                     worst_k.add(dq_bound(own=_DqOwn.of(M, vis, A, g, absg, Pt, f64, dP_err, keys.by_k_v, kap_k,
                                                        rho_wc, e_dp, conv.n_ops), acc=acc_k))
                 bound_k = np.where(kp_ok[..., None], worst_k.bound, np.inf)
                 p_known_at = bound_k < dq_err
                 row_terms = worst_k.where_smaller(row_terms, p_known_at)
                 dq_err = np.minimum(dq_err, bound_k)
+                if enc_max is not None:
+                    enc_max = np.where(kp_ok[..., None], enc_max, np.inf)
+                    enc_at = enc_max < dq_err
+                    dq_err = np.minimum(dq_err, enc_max)
+        if detail is not None:  # (every row block has this term: 0 where the enclosure is not the bound)
+            row_terms = [Term(t.name, t.kind, np.where(enc_at, 0.0, t.value)) for t in row_terms] + [
+                Term("dQ's chain enclosed on the data", "other", np.where(enc_at, enc_max, 0.0))]
         if on_data:
             # dS's operand rounding on the data (bounds.md sec. 6, "roundings on the data"). The dS the kernel rounds
             # holds the stored LSE's error and Delta's, delta_i in [-eD_i, eD_i], ONE number per row: for delta_i in
@@ -1539,7 +1576,7 @@ def _rn_step_bounds(zero, p, tol, u, block: int, ordered, chain: bool = False, f
     return np.fmin(coef, (1 + u) * (np.abs(p) + tol)), partial
 
 
-def _rn_chain_on_data(xm, xw, u: float):
+def _rn_chain_on_data(xm, xw, u: float, enclosure: bool = False):
     """A bound on |sum_s e_s| for fp32 round-to-nearest chains along the last axis (bounds.md sec. 8, "The
     accumulation chains on the data"): acc_0 = 0, acc_s = RN(acc_{s-1} + x_s) = acc_{s-1} + x_s + e_s, one rounding
     per step (an FMA: the product x_s = a_s b_s is exact), the summand x_s anywhere in [xm_s - xw_s, xm_s + xw_s]
@@ -1560,17 +1597,24 @@ def _rn_chain_on_data(xm, xw, u: float):
     - otherwise: T_s normal (lo >= 2^-126): |e_s| <= min(half an ulp of hi's binade, |x_s|); else also a subnormal
       T_s rounded (2^-150) or flushed (|T_s| <= min(hi, 2^-126)).
     Sums of nonnegative terms carry 2^-28 relative for their float64 evaluation (< 2^24 terms). Returns (...,);
-    inf where n u > 1 or the data are not finite."""
+    inf where n u > 1 or the data are not finite.
+
+    enclosure: (centre, radius) with the chain's final acc_n in centre +- radius instead. A residue step adds exactly
+    x_s + e_s = g round(x_s / g) = xm_s + ce_s to acc, whatever x_s in its interval (its e_s moves against x_s); any
+    other step adds x_s + e_s within xm_s +- (xw_s + its charge). centre = sum_s xm_s + sum_residue ce_s (ce_s exact:
+    a power of two times an exact difference), its float64 sums within (gamma_{n+1}(2^-53) + 2^-48)(sum |xm| + sum
+    |ce|), which the radius holds."""
     from .forward import _rn_residue
 
     shape, n = xm.shape[:-1], xm.shape[-1]
     xm2 = np.ascontiguousarray(xm, dtype=np.float64).reshape(-1, n)
     xw2 = np.ascontiguousarray(np.broadcast_to(xw, xm.shape), dtype=np.float64).reshape(-1, n)
     out = np.zeros(len(xm2))
+    centre = np.zeros(len(xm2))
     if n == 0:
-        return out.reshape(shape)
+        return (out.reshape(shape), out.reshape(shape)) if enclosure else out.reshape(shape)
     if n * u > 1.0:
-        return np.full(shape, np.inf)
+        return (np.zeros(shape), np.full(shape, np.inf)) if enclosure else np.full(shape, np.inf)
     g64 = float(gamma(n + 1, 2.0**-53)) + 2.0**-48
     grow = 1.0 + 2.0 * n * u
     ev = 1.0 + 2.0**-28
@@ -1610,6 +1654,8 @@ def _rn_chain_on_data(xm, xw, u: float):
             total = charge.sum(axis=-1)
             csum = np.zeros(len(x))
             extra = np.zeros(len(x))
+            abs_ce = np.zeros(len(x))
+            residue = np.zeros(x.shape, dtype=bool)
             if len(ci):
                 known, ce, he = _rn_residue(x[ci, kj], (w[ci, kj] + 2.0**-52 * ax[ci, kj]) * (1.0 + 2.0**-50),
                                             half_g[ci, kj])
@@ -1618,9 +1664,18 @@ def _rn_chain_on_data(xm, xw, u: float):
                 # the step's charge replaced by its half-width; the centre enters signed
                 extra = np.bincount(ci, weights=he - charge[ci, kj], minlength=len(x))
                 csum = np.bincount(ci, weights=ce, minlength=len(x))
-                extra = extra + 2.0**-28 * np.bincount(ci, weights=np.abs(ce), minlength=len(x))
-            res = (np.abs(csum) + extra + total) * ev
-            out[r0:r0 + step] = np.where(np.isfinite(Y[:, -1]) & np.isfinite(W[:, -1]), res, np.inf)
+                abs_ce = np.bincount(ci, weights=np.abs(ce), minlength=len(x))
+                extra = extra + 2.0**-28 * abs_ce
+                residue[ci, kj] = True
+            finite = np.isfinite(Y[:, -1]) & np.isfinite(W[:, -1])
+            if enclosure:  # the unknown steps' charges and widths; the residue steps' half-widths cancel
+                rad = np.where(residue, 0.0, charge + w).sum(axis=-1) * ev + g64 * (ax.sum(axis=-1) + abs_ce)
+                centre[r0:r0 + step] = Y[:, -1] + csum
+                out[r0:r0 + step] = np.where(finite, rad, np.inf)
+            else:
+                out[r0:r0 + step] = np.where(finite, (np.abs(csum) + extra + total) * ev, np.inf)
+    if enclosure:
+        return centre.reshape(shape), out.reshape(shape)
     return out.reshape(shape)
 
 
