@@ -74,7 +74,7 @@ def main(argv=None):
         err = np.abs(dq - exact[0])
         for kind in ("probabilistic", "worst_case"):
             b = backward_bound(q, k, v, do, precision=precision, kind=kind).dq
-            print(f"{a.source} N_k={n} cancel={a.cancel} {kind:13s} dQ: max error/bound {np.max(err / b):.6g} "
+            print(f"{a.source} N_k={n} cancel={a.cancel} {kind:13s} dQ: max error/bound {np.max(err / b):.9f} "
                   f"(dQ[0,0]: error {err[0, 0, 0, 0]:.3g}, bound {b[0, 0, 0, 0]:.3g})")
     return 0
 
