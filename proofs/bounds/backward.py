@@ -1047,7 +1047,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                     dq_err = np.minimum(dq_err, enc_max)
         if detail is not None:  # (every row block has this term: 0 where the enclosure is not the bound)
             row_terms = [Term(t.name, t.kind, np.where(enc_at, 0.0, t.value)) for t in row_terms] + [
-                Term("dQ's chain enclosed on the data", "other", np.where(enc_at, enc_max, 0.0))]
+                Term("dQ's chain enclosed on the data", "other", np.where(enc_at, enc_max, 0.0) * np.ones_like(dq_err))]
         if on_data:
             # dS's operand rounding on the data (bounds.md sec. 6, "roundings on the data"). The dS the kernel rounds
             # holds the stored LSE's error and Delta's, delta_i in [-eD_i, eD_i], ONE number per row: for delta_i in
