@@ -313,7 +313,7 @@ def _dS_rounding_on_data(M: _Model, fmt: str, vis, p_lo, p_hi, g_lo, g_hi, trunc
     return centre, half, known, R_lo, R_hi, bounded
 
 
-def _float64_dS_error(A, g, s, vis, aqk, sc, absdov, abs_do, o, Av, d: int):
+def _float64_dS_error(A, g, rel_A, vis, absdov, abs_do, o, Av):
     """A bound per entry on |A~ g~ - A g|: the float64 A~ (common._softmax_parts, from the float64 logits
     s~ = sc q.k (+ bias)) and g~ = dP~ - Delta~ (dP~ = dO @ V^T, Delta~ = sum_c dO_c o~_c, o~ = A~ @ V) the bound
     holds for the exact A, g. Where dS's rounding is known on the data (dQ's slices, _backward_impl) the entry's
@@ -325,10 +325,10 @@ def _float64_dS_error(A, g, s, vis, aqk, sc, absdov, abs_do, o, Av, d: int):
     exp with 2^-50), l's sum by gamma_{Nk}, the quotient by 2^-53: |A~ / A - 1| <= rel_A = 4 E + 2 gamma_{Nk+2}
     (for E, gamma < 2^-30). |o~ - o| <= (rel_A + 2 gamma_{Nk+1}) A~|V|; |g~ - g| <= gamma_{dv+1}
     (|dO|.|v| + |dO|.|o~|) + |dO|.|o~ - o| + 2^-52 |g~|; then
-    |A~ g~ - A g| <= (rel_A A~ |g~| + A~ |g~ - g|)(1 + 2 rel_A)."""
+    |A~ g~ - A g| <= (rel_A A~ |g~| + A~ |g~ - g|)(1 + 2 rel_A). rel_A: _float64_rel_A's (the caller computes it once
+    per row block: the chains on the data read it too)."""
     Nk, dv = A.shape[-1], abs_do.shape[-1]
     u = 2.0**-53
-    rel_A = _float64_rel_A(s, vis, aqk, d)
     with np.errstate(invalid="ignore", over="ignore"):
         err_o = (rel_A + 2.0 * float(gamma(Nk + 1, u))) * Av  # (rows, dv)
         err_g = (float(gamma(dv + 1, u)) * (absdov + (abs_do * np.abs(o)).sum(-1)[..., None])
@@ -376,21 +376,12 @@ def _fp32_at_most(x):
         return np.where(f.astype(np.float64) > x, np.nextafter(f, np.float32(-np.inf)), f)
 
 
-def _dS_candidate_interval(Pt, dP, e_dp, dP_wc, absdov, eD, delta_c, Fr, do_r, vf, tolS, dS, f64, vis, sc, qf,
-                           abs_k, d: int):
-    """[lo, hi] (float64, (..., rows, Nk)) holding the kernel's dS = fl32(P~ fl32(dP^ - Delta^)) for one candidate P~
-    of the stored LSE (fp32 values, _recomputed_p_known; bounds.md sec. 8, "The accumulation chains on the data"):
-    dP^ the ascending FMA chain's value where e_dp knows it (_fma_dp_error: fl(dO.v) = dP + e_dp, rounded to fp32 to
-    undo the float64 subtraction), else within dP_wc (and the float64 dP's gamma_{dv+1}(2^-53) |dO|.|v|) of dP;
-    Delta^ an fp32 number within delta_c +- (eD - |delta_c|) of Delta (_delta_error), and the float64 Delta these read
-    within gamma_{dv+1}(2^-53) |dO|.|o| + |dO|.(rel_A + 2 gamma_{Nk+1}(2^-53)) A|V| of Delta (as _float64_dS_error).
-    The fp32 subtraction and product round to nearest (numpy's float32 arithmetic: the same roundings), monotone, so
-    the ends are the roundings of the ends (dP^ and Delta^ taken inward to fp32 values). Entries where an end is
-    subnormal (a flush to zero could leave the interval) take dS +- (tolS + f64, the float64 dS's own error)."""
+def _dS_operands(dP, e_dp, dP_wc, absdov, eD, delta_c, Fr, do_r, vf, rel_A):
+    """(dp_lo, dp_hi, D_lo, D_hi): the fp32 ranges of the kernel's dP^ (..., rows, Nk) and Delta^ (..., rows, 1) that
+    _dS_candidate_interval reads (its docstring), the same for every candidate of the stored LSE."""
     Nk, dv = dP.shape[-1], do_r.shape[-1]
     u64 = 2.0**-53
     o = Fr.o
-    rel_A = _float64_rel_A(Fr.s, vis, sc * (np.abs(qf) @ np.swapaxes(abs_k, -1, -2)), d)
     abs_do = np.abs(do_r)
     with np.errstate(invalid="ignore", over="ignore"):
         D64 = (do_r * o).sum(-1)
@@ -404,6 +395,22 @@ def _dS_candidate_interval(Pt, dP, e_dp, dP_wc, absdov, eD, delta_c, Fr, do_r, v
         dpw = (dP_wc + float(gamma(dv + 1, u64)) * absdov) * (1.0 + 2.0**-50)
         dp_lo = np.where(known, dp32, _fp32_at_least(dP - dpw))
         dp_hi = np.where(known, dp32, _fp32_at_most(dP + dpw))
+    return dp_lo, dp_hi, D_lo, D_hi
+
+
+def _dS_candidate_interval(Pt, ops, tolS, dS, f64, vis):
+    """[lo, hi] (float64, (..., rows, Nk)) holding the kernel's dS = fl32(P~ fl32(dP^ - Delta^)) for one candidate P~
+    of the stored LSE (fp32 values, _recomputed_p_known; bounds.md sec. 8, "The accumulation chains on the data"):
+    dP^ the ascending FMA chain's value where e_dp knows it (_fma_dp_error: fl(dO.v) = dP + e_dp, rounded to fp32 to
+    undo the float64 subtraction), else within dP_wc (and the float64 dP's gamma_{dv+1}(2^-53) |dO|.|v|) of dP;
+    Delta^ an fp32 number within delta_c +- (eD - |delta_c|) of Delta (_delta_error), and the float64 Delta these read
+    within gamma_{dv+1}(2^-53) |dO|.|o| + |dO|.(rel_A + 2 gamma_{Nk+1}(2^-53)) A|V| of Delta (as _float64_dS_error).
+    The fp32 subtraction and product round to nearest (numpy's float32 arithmetic: the same roundings), monotone, so
+    the ends are the roundings of the ends (dP^ and Delta^ taken inward to fp32 values). Entries where an end is
+    subnormal (a flush to zero could leave the interval) take dS +- (tolS + f64, the float64 dS's own error). ops:
+    _dS_operands' ranges."""
+    dp_lo, dp_hi, D_lo, D_hi = ops
+    with np.errstate(invalid="ignore", over="ignore"):
         P32 = Pt.astype(np.float32)
         lo = (P32 * (dp_lo - D_hi)).astype(np.float64)
         hi = (P32 * (dp_hi - D_lo)).astype(np.float64)
@@ -922,14 +929,13 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         # than that could be equal as computed, and are grouped
         tolS = (1 + M.u_p) * (dS_abs + dS_wc) - dS_abs
         # the float64 dS's own error (the accumulation on the data needs the kernel's summands within an interval)
-        f64 = _float64_dS_error(A, g, Fr.s, vis, sc * (np.abs(qf) @ np.swapaxes(abs_k, -1, -2)), sc, absdov,
-                                abs_do, o, A @ np.abs(vf), d)
+        rel_A = _float64_rel_A(Fr.s, vis, sc * (np.abs(qf) @ np.swapaxes(abs_k, -1, -2)), d)
+        f64 = _float64_dS_error(A, g, rel_A, vis, absdov, abs_do, o, A @ np.abs(vf))
         acc_sq, partial, tc_steps, acc_det = _dq_accumulation(
             M, kind, dS, kf, tolS, vis, precision.dq_key_tile, head_full, precision.tile_order,  # the dQ kernel's tiles
             precision.accumulate, f64)
         if rn_rows:
-            row_blocks.append((dS, tolS, tolP, f64, A * _float64_rel_A(Fr.s, vis, sc * (np.abs(qf) @ np.swapaxes(
-                abs_k, -1, -2)), d)))
+            row_blocks.append((dS, tolS, tolP, f64, A * rel_A))
         if tc_rows:
             dS_blocks.append(dS)
         kk = kf * kf
@@ -1021,11 +1027,12 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 chain_ok = (rn_rows and M.fma_logits and _rn_binade(M, precision.accumulate) is not None
                             and precision.accumulate == "float32")
                 enc_max = None
+                ops = (_dS_operands(dP, e_dp, dP_wc, absdov, eD_q[..., 0], delta_c[..., 0], Fr, do_r, vf, rel_A)
+                       if chain_ok else None)
                 for Pt in kp_P:
                     acc_k = None
                     if chain_ok:  # the kernel's dS for this candidate within [lo, hi]: the chain on the data reads it
-                        lo_S, hi_S = _dS_candidate_interval(Pt, dP, e_dp, dP_wc, absdov, eD_q[..., 0], delta_c[..., 0],
-                                                            Fr, do_r, vf, tolS, dS, f64, vis, sc, qf, abs_k, d)
+                        lo_S, hi_S = _dS_candidate_interval(Pt, ops, tolS, dS, f64, vis)
                         a_sq, _, _, a_det = _dq_accumulation(
                             M, kind, 0.5 * (lo_S + hi_S), kf, 0.5 * (hi_S - lo_S) + 2.0**-52 * (np.abs(lo_S) + np.abs(hi_S)),
                             vis, precision.dq_key_tile, head_full, precision.tile_order, precision.accumulate,
