@@ -341,20 +341,46 @@ def _float64_dS_error(A, g, rel_A, vis, absdov, abs_do, o, Av):
 def _dq_chain_enclosure(lo_S, hi_S, kf, vis, dS, f64, block_k: int, tile_order: str, head_full, u: float):
     """A bound (..., rows, d) on |acc - dS @ K| for the dQ kernel's fp32 accumulator acc (before the scale) when its
     dS_ij lie in [lo_S, hi_S] (_dS_candidate_interval): the chain over the keys in the kernel's order (_visiting,
-    rows where nothing of the head is masked; inf elsewhere) enclosed on the data (_rn_chain_on_data(enclosure=True):
-    centre +- radius, the summands dS_ij k_jc within the interval's half-width plus 2^-51 (|lo| + |hi|) |k_jc| for
-    the float64 midpoint), against the float64 dS @ K (its error <= f64 @ |K| + gamma_{Nk+1}(2^-53) |dS| @ |K|)."""
-    Nk = kf.shape[-2]
-    idx = _visiting(Nk, block_k, tile_order)
+    rows where nothing of the head is masked; inf elsewhere) enclosed on the data (_chain_enclosure)."""
+    idx = _visiting(kf.shape[-2], block_k, tile_order)
     ordered = (idx is not False) & vis.all(axis=-1) & _heads_unmasked(head_full)
-    mid, half = 0.5 * (lo_S + hi_S), 0.5 * (hi_S - lo_S) + 2.0**-51 * (np.abs(lo_S) + np.abs(hi_S))
-    R = dS @ kf
-    R_err = f64 @ np.abs(kf) + float(gamma(Nk + 1, 2.0**-53)) * (np.abs(dS) @ np.abs(kf))
-    mid, half, ko = _take_visiting(mid, idx, -1), _take_visiting(half, idx, -1), _take_visiting(kf, idx, -2)
-    kT = np.swapaxes(ko, -1, -2)
+    return _chain_enclosure(lo_S, hi_S, dS, f64, kf, idx, ordered, u)
+
+
+def _rows_chain_enclosure(lo, hi, S, f64, other, vis, block_q: int, group: int, tile_order: str, u: float):
+    """A bound (B, Hkv, Nk, c) on |acc - S^T @ other| (summed over the GQA group's query heads) for the dK/dV kernel's
+    fp32 accumulator acc (dK before the scale: S = dS, other = Q; dV: S = A, other = dO) when the kernel's S_ij (its
+    dS, or its P~) lie in [lo, hi] (B, Hq, Nq, Nk): one chain per key through the group's query heads and their
+    query tiles in the kernel's order (_visiting, as _rows_accumulation: kv heads where nothing of the group is
+    masked; inf elsewhere), enclosed on the data (_chain_enclosure; bounds.md sec. 8, "dK and dV enclosed")."""
+    B, Hq, Nq, Nk = S.shape
+    Hkv = Hq // group
+
+    def rows(x):  # (B, Hq, Nq, Nk) -> (B, Hkv, Nk, group * Nq): head g's rows at g * Nq ...
+        return np.swapaxes(x.reshape(B, Hkv, group * Nq, Nk), -1, -2)
+    idx = _visiting(Nq, block_q, tile_order, group)
+    ordered = (idx is not False) & vis.reshape(B, Hkv, group * Nq, Nk).all(axis=(-2, -1))
+    return _chain_enclosure(rows(lo), rows(hi), rows(S), rows(f64), other.reshape(B, Hkv, group * Nq, -1), idx,
+                            np.broadcast_to(ordered[..., None], (B, Hkv, Nk)), u)
+
+
+def _chain_enclosure(lo, hi, S, f64, other, idx, ordered, u: float):
+    """A bound (..., R, c) on |acc_rc - (S @ other)_rc| for fp32 accumulators acc_rc, each one ascending FMA chain
+    (Precision.ieee_fma_chain) over the n entries of the last axis of lo, hi, S, f64 (..., R, n) in the order idx
+    (_visiting), acc <- fl(acc + x_rs other_sc), the kernel's x_rs anywhere in [lo, hi] and other exact: enclosed on
+    the data (_rn_chain_on_data(enclosure=True): centre +- radius, the summands x other within the interval's
+    half-width plus 2^-51 (|lo| + |hi|) |other| for the float64 midpoint and product), against the float64 S @ other
+    (S within f64 of the exact factor: its error <= f64 @ |other| + gamma_{n+1}(2^-53) |S| @ |other|). inf where not
+    `ordered` (..., R) or not finite."""
+    n = other.shape[-2]
+    mid, half = 0.5 * (lo + hi), 0.5 * (hi - lo) + 2.0**-51 * (np.abs(lo) + np.abs(hi))
+    R = S @ other
+    R_err = f64 @ np.abs(other) + float(gamma(n + 1, 2.0**-53)) * (np.abs(S) @ np.abs(other))
+    mid, half, oo = _take_visiting(mid, idx, -1), _take_visiting(half, idx, -1), _take_visiting(other, idx, -2)
+    oT = np.swapaxes(oo, -1, -2)
     out = np.full(R.shape, np.inf)
-    for r, p in _product_chunks(mid, kT):
-        w = half[:, :, r, None, :] * np.abs(kT[:, :, None, :, :])
+    for r, p in _product_chunks(mid, oT):
+        w = half[:, :, r, None, :] * np.abs(oT[:, :, None, :, :])
         c, rad = _rn_chain_on_data(p, w, u, enclosure=True)
         with np.errstate(invalid="ignore", over="ignore"):
             out[:, :, r] = (np.abs(c - R[:, :, r]) + rad + R_err[:, :, r]) * (1.0 + 2.0**-50)
@@ -724,7 +750,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     # row's products at once, so the row blocks' dS, P and their error bounds are kept until after the loop
     rn_rows = kind == "probabilistic" and not M.tensor_core
     tc_rows = M.tensor_core and M.recursive  # tensor-core steps over the query rows from the partial sums
-    row_blocks, dS_blocks = [], []
+    row_blocks, dS_blocks, iv_blocks = [], [], []
 
     dq_blocks, dQ_blocks, dq_terms = [], [], []
     sub = {"dK": {}, "dV": {}}  # instrumentation only: det sub-parts summed over the row blocks
@@ -1014,6 +1040,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dq_err, dQ_exact = res0[0], res0[1].exact
         row_terms = dq_terms_of(res0) if detail is not None else None
         p_known_at = False  # instrumentation: the entries whose bound takes the recomputed P known
+        kp_iv, kp_ok = None, None  # the kernel's dS and P~ over the stored LSE's candidates (dK, dV enclosed)
         enc_at, enc_max = False, 0.0  # (and those where the enclosure of the kernel's dQ chain is the bound)
         if M.bwd_p_known and known_lg and iv_h is not None and e_dp is not None:
             # the recomputed P known (Precision.bwd_p_known, bounds.md sec. 8): for each fp32 value z the stored LSE
@@ -1033,6 +1060,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                     acc_k = None
                     if chain_ok:  # the kernel's dS for this candidate within [lo, hi]: the chain on the data reads it
                         lo_S, hi_S = _dS_candidate_interval(Pt, ops, tolS, dS, f64, vis)
+                        # dK, dV: the kernel's dS and P~ lie in the union over the candidates (one holds)
+                        kp_iv = ((lo_S, hi_S, Pt, Pt) if kp_iv is None else
+                                 (np.minimum(kp_iv[0], lo_S), np.maximum(kp_iv[1], hi_S), np.minimum(kp_iv[2], Pt),
+                                  np.maximum(kp_iv[3], Pt)))
                         a_sq, _, _, a_det = _dq_accumulation(
                             M, kind, 0.5 * (lo_S + hi_S), kf, 0.5 * (hi_S - lo_S) + 2.0**-52 * (np.abs(lo_S) + np.abs(hi_S)),
                             vis, precision.dq_key_tile, head_full, precision.tile_order, precision.accumulate,
@@ -1052,9 +1083,18 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                     enc_max = np.where(kp_ok[..., None], enc_max, np.inf)
                     enc_at = enc_max < dq_err
                     dq_err = np.minimum(dq_err, enc_max)
+        if rn_rows:
+            # dK, dV enclosed (bounds.md sec. 8, "dK and dV enclosed"): the kernel's dS_ij and P~_ij per entry, within
+            # the candidates' union where the row has them, else within their bounds about the float64 dS and A
+            w_S, w_P = (tolS + f64) * (1.0 + 2.0**-50), (tolP + A * rel_A) * (1.0 + 2.0**-50)
+            S_lo, S_hi, P_lo, P_hi = dS - w_S, dS + w_S, A - w_P, A + w_P
+            if kp_iv is not None:
+                claim = kp_ok[..., None]
+                S_lo, S_hi, P_lo, P_hi = (np.where(claim, x, y) for x, y in zip(kp_iv, (S_lo, S_hi, P_lo, P_hi)))
+            iv_blocks.append((np.where(vis, S_lo, 0.0), np.where(vis, S_hi, 0.0), np.where(vis, P_lo, 0.0),
+                              np.where(vis, P_hi, 0.0), kp_iv is not None))
         if detail is not None:  # (every row block has this term: 0 where the enclosure is not the bound)
-            row_terms = [Term(t.name, t.kind, np.where(enc_at, 0.0, t.value)) for t in row_terms] + [
-                Term("dQ's chain enclosed on the data", "other", np.where(enc_at, enc_max, 0.0) * np.ones_like(dq_err))]
+            row_terms = _enclosed_terms(row_terms, "dQ", enc_at, enc_max, dq_err)
         if on_data:
             # dS's operand rounding on the data (bounds.md sec. 6, "roundings on the data"). The dS the kernel rounds
             # holds the stored LSE's error and Delta's, delta_i in [-eD_i, eD_i], ONE number per row: for delta_i in
@@ -1139,6 +1179,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         tc_dv = _rows_tensor_core(M, F.A, dof, F.vis, precision.block_q, group, n_q, precision.tile_order)
         del dS_all
         partial_dk = tc_dk
+    enc_dk = enc_dv = None
     if rn_rows:
         dS_all, tolS_all, tolP_all, f64_S, f64_A = (np.concatenate(x, axis=2) for x in zip(*row_blocks))
         del row_blocks
@@ -1146,7 +1187,18 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                                                         precision.tile_order, precision.accumulate, f64_S)
         acc_dv, _, det_dv = _rows_accumulation(M, F.A, dof, tolP_all, F.vis, precision.block_q, group,
                                                precision.tile_order, precision.accumulate, f64_A)
-        del dS_all, tolS_all, tolP_all, f64_S, f64_A
+        del tolS_all, tolP_all
+        # dK and dV enclosed (bounds.md sec. 8, "dK and dV enclosed"): where some row's recomputed P~ is known
+        # (the stored LSE's candidates) and the chains are the kernel's (fp32 ieee FMA chains, the rows' order stated)
+        if (any(b[4] for b in iv_blocks) and M.fma_logits and M.recursive
+                and _rn_binade(M, precision.accumulate) is not None and precision.accumulate == "float32"):
+            S_lo, S_hi, P_lo, P_hi = (np.concatenate(x, axis=2) for x in list(zip(*iv_blocks))[:4])
+            enc_dk = sc * _rows_chain_enclosure(S_lo, S_hi, dS_all, f64_S, F.qf, F.vis, precision.block_q, group,
+                                                precision.tile_order, M.u_dacc)
+            enc_dv = _rows_chain_enclosure(P_lo, P_hi, F.A, f64_A, dof, F.vis, precision.block_q, group,
+                                           precision.tile_order, M.u_dacc)
+            del S_lo, S_hi, P_lo, P_hi
+        del dS_all, f64_S, f64_A, iv_blocks
     # systematic parts (sec. 6): a partial sum s of the accumulation is C_s dV + F_s, C_s in [0, 1],
     # |F_s| <= sum_i A_ij |dO_ic| + |dV_jc|; the part along dV (and P's rounding along dV) worst case
     abs_dV = np.abs(dv_sums.exact)
@@ -1163,6 +1215,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dv_det = dv_det + np.abs(conv_sums.dV) + float(gamma(conv.n_ops, UNIT_ROUNDOFF["float64"])) * conv_sums.dV_abs
     dV_exact = _kv(dv_sums.exact)
     dv_err = _combine(_kv(dv_sums.wc), _kv(dv_sums.wc - dv_sums.lin), _kv(dv_var), _kv(dv_det), lam, kind)
+    dv_enc_at = False if enc_dv is None else enc_dv < dv_err
+    if enc_dv is not None:
+        dv_err = np.minimum(dv_err, enc_dv)
     if detail is not None:
         dv_parts = _GradError(dv_sums.wc, dv_sums.lin, dv_sums.wc - dv_sums.lin, (
             ("P", dv_sums.var_P), ("operands", dv_sums.var_ops),
@@ -1170,7 +1225,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
             ("P", dv_sums.det), ("tensor core", M.u_dacc * tc_dv), ("accumulation on the data", det_dv * np.ones_like(abs_dV)),
             ("accumulation along R", dv_along), ("dO conversion along R", r_in * abs_dV),
             ("tf32 truncation", (d_p + d_in) * 0.5 * (AabsdO + abs_dV) if M.trunc else 0.0 * abs_dV)), dv_sums.exact)
-        detail.append(("dV", _terms(dv_parts, lam, kind, _kv)
+        detail.append(("dV", _enclosed_terms(_terms(dv_parts, lam, kind, _kv), "dV", dv_enc_at, enc_dv, dv_err)
                        + [Term("store", "other", _store(dv_err, np.abs(dV_exact), 0.0, M) - dv_err)]
                        + [Term(name, "sub", lam * np.sqrt(_kv(x)) if " var: " in name else _kv(x))
                           for name, x in sub["dV"].items()]))
@@ -1180,8 +1235,11 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                dk_sums.exact, acc_sq=acc_dk, acc_det=det_dk, tc_steps=tc_dk, partial=partial_dk, conv_known=None if conv is None else (conv_sums.dK, conv_sums.dK_abs, conv.n_ops))
     dK_exact = ge.exact
     dk_err = _combine(_kv(ge.wc), _kv(ge.rem), _kv(ge.var), _kv(ge.det), lam, kind)
+    dk_enc_at = False if enc_dk is None else enc_dk < dk_err
+    if enc_dk is not None:
+        dk_err = np.minimum(dk_err, enc_dk)
     if detail is not None:
-        detail.append(("dK", _terms(ge, lam, kind, _kv)
+        detail.append(("dK", _enclosed_terms(_terms(ge, lam, kind, _kv), "dK", dk_enc_at, enc_dk, dk_err)
                        + [Term("store and scale", "other", _store(dk_err, np.abs(_kv(dK_exact)), g2, M) - dk_err)]
                        + [Term(name, "sub", sc * (lam * np.sqrt(_kv(x)) if " var: " in name else _kv(x)))
                           for name, x in sub["dK"].items()]))
@@ -1192,6 +1250,14 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     dQ_exact = np.concatenate(dQ_blocks, axis=2)
     bound = BackwardBound(dq=dq_err, dk=dk_err, dv=dv_err, kind=kind, precision=given)
     return bound, (dQ_exact, _kv(dK_exact), dV_exact)
+
+
+def _enclosed_terms(terms, grad: str, at, enc, err) -> list:
+    """Instrumentation: the terms of a gradient's bound where the enclosure of its kernel accumulator (`enc`, the
+    bound at `at`) is not the bound, and that enclosure as one term where it is (0 elsewhere)."""
+    return [Term(t.name, t.kind, np.where(at, 0.0, t.value)) for t in terms] + [
+        Term(f"{grad}'s chain enclosed on the data", "other",
+             np.where(at, 0.0 if enc is None else enc, 0.0) * np.ones_like(err))]
 
 
 class _Largest:
