@@ -417,7 +417,22 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                                  and rec is not None and rec["rowsum_depth"] is not None),
                       # and the backward's recomputed P~, where this Triton's record shows both backward kernels'
                       # arguments rounded once for these tiles (Precision.bwd_p_known)
-                      bwd_p_known=fma_chain and _ex2_measured() and _bwd_exp_fma(rec, tiles))
+                      bwd_p_known=fma_chain and _ex2_measured() and _bwd_exp_fma(rec, tiles),
+                      # the Delta dot's tree, read off this Triton's PTX of the preprocess kernel for this delta_from
+                      **_delta_claim(rec, a.delta_from))
+
+
+def _delta_claim(rec: dict | None, delta_from: str) -> dict:
+    """Precision.delta_depth and delta_tree from the compiled-code record's config (`_compiled_record`; "delta",
+    bench/compile_forward.py delta_tree: the preprocess kernel for delta_from's HAS_RES). Nothing without a record,
+    for a record written before the Delta dot was read (no key: Triton 3.6.0's until the GPU machine adds it,
+    --record-delta), or where the PTX did not show a tree over every column (depth None)."""
+    entry = (rec or {}).get("delta", {}).get(delta_from)
+    if entry is None or entry["depth"] is None:
+        return {}
+    order = entry["order"]
+    return {"delta_depth": entry["depth"],
+            "delta_tree": tuple(order) if order is not None and len(order).bit_length() == entry["depth"] else None}
 
 
 def _ex2_measured() -> bool:

@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 # Two threads, each half the row: O and dO of (1, 1, 1, 4) fp32 (params 0..3: O, ORes, DO, Delta), thread t
@@ -111,3 +112,195 @@ def test_the_committed_record_is_what_this_triton_compiles(dtype, d, delta_from)
     assert got["error"] is None and got["depth"] is not None, got
     for key in ("depth", "order", "fused", "rounded"):
         assert got[key] == want[key], (key, got[key], want[key])
+
+
+# ------------------------------------------------------------------ the claim and its bound (bounds.md sec. 8)
+
+def test_the_claims_are_validated():
+    from flashcheck.proofs.bounds import Precision
+
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError, match="delta_depth"):
+            Precision("float32", "ieee", delta_depth=bad)
+    for bad in ((0, 1, 2), (0, 0, 1, 2), (1, 2, 3, 4), [0, 1], (0,), (0, True)):
+        with pytest.raises(ValueError, match="delta_tree"):
+            Precision("float32", "ieee", delta_depth=3, delta_tree=bad)
+    with pytest.raises(ValueError, match="needs delta_depth=3"):
+        Precision("float32", "ieee", delta_depth=2, delta_tree=(0, 1, 2, 3))
+    with pytest.raises(ValueError, match="needs delta_depth=3"):
+        Precision("float32", "ieee", delta_tree=(0, 1, 2, 3))
+    assert Precision("float32", "ieee", delta_depth=3, delta_tree=(2, 3, 0, 1)).delta_tree == (2, 3, 0, 1)
+
+
+def test_ours_claims_the_recorded_tree_only_for_compiled_code():
+    import torch
+
+    from flashcheck.adapters import _precision, ours_precision
+    from tests.compiled_record import committed_record
+
+    assert ours_precision(torch.float32, "ieee", head_dim=64, interpret=True).delta_depth is None
+    assert _precision(input="float32", dot="ieee").delta_depth is None  # a third-party kernel states nothing
+    rec = committed_record()
+    for dtype, d, delta_from in ((torch.float32, 64, "fp32"), (torch.bfloat16, 128, "fp32"),
+                                 (torch.float16, 32, "output")):
+        name = str(dtype)[6:]
+        (want,) = {_claim(c["delta"][delta_from]) for c in rec["configs"] if (c["dtype"], c["block_d"]) == (name, d)}
+        pr = ours_precision(dtype, "ieee" if name == "float32" else None, head_dim=d, interpret=False,
+                            delta_from=delta_from)
+        assert (pr.delta_depth, pr.delta_tree) == want, (dtype, d, delta_from)
+
+
+def _claim(entry):
+    return entry["depth"], None if entry["order"] is None else tuple(entry["order"])
+
+
+U = 2.0**-24
+
+
+def _f32(x):
+    return np.asarray(x, dtype=np.float32).astype(np.float64)
+
+
+def _family(name: str, n: int, dv: int, rng):
+    """(dO, O) rows, fp32 values: random; cancellation (half the products the negatives of the other half, 2^-20
+    apart: the sum ~1e-6 of its absolute sum); equal residues (every dO_c an odd multiple of 2^-23 in [1, 2), every O_c
+    of 2^-23 mod 2^-16: the products share their low bits, so the pair sums land on ties of their grid and the roundings
+    above repeat); one large product then products each just under half its ulp (every one lost in a left-to-right
+    sum)."""
+    if name == "random":
+        return _f32(rng.standard_normal((n, dv))), _f32(rng.standard_normal((n, dv)))
+    if name == "cancellation":
+        do, o = _f32(rng.standard_normal((n, dv))), _f32(rng.standard_normal((n, dv)))
+        h = dv // 2
+        do[:, h:] = do[:, :h]
+        o[:, h:] = _f32(-o[:, :h] * (1 + rng.standard_normal((n, h)) * 2.0**-20))
+        return do, o
+    if name == "equal_residues":
+        return (_f32(1 + (2 * rng.integers(0, 2**11, (n, dv)) + 1) * 2.0**-23),
+                _f32(1 + rng.integers(0, 2**8, (n, dv)) * 2.0**-16 + 2.0**-23))
+    do, o = np.ones((n, dv)), _f32(U * (1 - 2.0**-10 * rng.random((n, dv))))
+    o[:, 0] = 1.0
+    return do, o
+
+
+def _exact(do, o):
+    from fractions import Fraction
+
+    return np.array([float(sum(Fraction(a) * Fraction(b) for a, b in zip(x, y))) for x, y in zip(do, o)])
+
+
+def _sequential(do, o):
+    """A planted deeper tree: the products rounded, then added left to right in fp32 (depth dv)."""
+    s = np.zeros(do.shape[0], dtype=np.float32)
+    for c in range(do.shape[1]):
+        s = s + do[:, c].astype(np.float32) * o[:, c].astype(np.float32)
+    return s.astype(np.float64)
+
+
+def _recorded_tree(dv):
+    """The recorded tree of our fp32 preprocess kernel at this head dim where the installed Triton has a record, else the
+    pairwise tree in column order (the bound holds for whichever tree the data are summed in)."""
+    from bench.bounds_attack import delta_claim
+
+    return delta_claim("float32", "ieee", dv).get("delta_tree") or tuple(range(dv))
+
+
+FAMILIES = ("random", "cancellation", "equal_residues", "one_large")
+
+
+@pytest.mark.parametrize("dv", [16, 64, 256])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_tree_bound_holds_on_the_exact_tree(family, dv):
+    """The kernel's Delta (the emulation's delta_dot: the recorded tree in exact fp32 arithmetic) against the exact sum
+    of its products: within _delta_tree_bound with the tree, and with the depth alone."""
+    import torch
+
+    from flashcheck.proofs.bounds.backward import _delta_tree_bound
+    from flashcheck.proofs.emulation import delta_dot
+
+    do, o = _family(family, 200, dv, np.random.default_rng(dv))
+    tree = _recorded_tree(dv)
+    got = delta_dot(torch.from_numpy(do).float(), torch.from_numpy(o).float(), tree).double().numpy()
+    err = np.abs(got - _exact(do, o))
+    depth = len(tree).bit_length()
+    for name, b in (("tree", _delta_tree_bound(do, o, np.zeros_like(o), U, depth, tree, "float32")),
+                    ("depth", _delta_tree_bound(do, o, np.zeros_like(o), U, depth))):
+        r = err / b
+        assert np.all(r <= 1.0), f"{family} dv {dv}: error over the {name} bound, max {r.max():.3g} at row {r.argmax()}"
+
+
+@pytest.mark.parametrize("dv", [16, 64, 256])
+def test_a_deeper_tree_under_the_claim_is_caught(dv):
+    """The same products summed left to right (depth dv, what the claim rules out) exceed the bound of the stated tree
+    and of its depth: one large product then products under half its ulp, each lost."""
+    from flashcheck.proofs.bounds.backward import _delta_tree_bound
+
+    do, o = _family("one_large", 50, dv, np.random.default_rng(dv))
+    err = np.abs(_sequential(do, o) - _exact(do, o))
+    tree = _recorded_tree(dv)
+    depth = len(tree).bit_length()
+    for b in (_delta_tree_bound(do, o, np.zeros_like(o), U, depth, tree, "float32"),
+              _delta_tree_bound(do, o, np.zeros_like(o), U, depth)):
+        assert np.min(err / b) > 2.0, f"dv {dv}: a left-to-right sum within {np.min(err / b):.3g} of the bound"
+
+
+def test_the_bound_reads_the_products_uncertainty():
+    """O_hat known only within o_err: the bound grows with it (a rounding's binade is that of the largest value the
+    node can hold), and an o_err of inf makes it vacuous, never 0 (0 * inf)."""
+    from flashcheck.proofs.bounds.backward import _delta_tree_bound
+
+    do, o = _family("random", 20, 64, np.random.default_rng(0))
+    tree = _recorded_tree(64)
+    b0 = _delta_tree_bound(do, o, np.zeros_like(o), U, 7, tree, "float32")
+    b1 = _delta_tree_bound(do, o, np.abs(o) * 2.0**-10, U, 7, tree, "float32")
+    assert np.all(b1 >= b0) and np.any(b1 > b0)
+    do[0, 3] = 0.0
+    assert np.isinf(_delta_tree_bound(do, o, np.full_like(o, np.inf), U, 7, tree, "float32")[0])
+
+
+@pytest.mark.parametrize("family", ["random", "v_large_mean", "rising_logits", "near_constant_v"])
+def test_gradient_bounds_with_the_tree_hold_and_dq_narrows(family):
+    """Every claim of the fp32 ieee emulation (tests/test_bwd_p_known.py PR) and the Delta dot's tree: the emulated
+    kernel's Delta summed in it, dQ, dK, dV within their bounds; on random rows dQ's bound is sharper than with the
+    dot's roundings modelled (its enclosure reads Delta^'s interval, _dS_operands)."""
+    from flashcheck.proofs.bounds import Precision, backward_bound
+    from tests.test_bwd_p_known import PR, assert_gradient_bounds_hold
+
+    claim = {"delta_depth": 6, "delta_tree": _recorded_tree(32)}
+    q, k, v, do, bb = assert_gradient_bounds_hold(family, claim)
+    if family == "random":
+        before = backward_bound(q, k, v, do, precision=Precision("float32", "ieee", **PR)).dq
+        assert np.median(bb.dq / before) < 0.7, f"dQ bound ratio with/without {np.median(bb.dq / before):.3f}"
+        assert np.all(bb.dq <= before * (1 + 2.0**-40))
+
+
+@pytest.mark.parametrize("family,order", [("residues", "tree"), ("one_large", "tree"), ("one_large", "descending")])
+def test_dq_reads_delta_whole_against_an_adversarial_tree(family, order):
+    """bench/adversaries/delta_tree_dq.py: the exact dQ is 0 and the kernel's dQ is Delta's rounding against dP's
+    (known) times sum_j P_ij k_j, every row's Delta pushed by a search within the tree. The bound holds with the
+    emulation's Delta in the tree (0.85 of it at N_k 512, residues); a Delta summed from the last column instead (deeper
+    than the claim, losing every small product that dP's ascending chain keeps) exceeds it ~4x: the claim is what
+    the bound reads."""
+    import os
+    import sys
+    from unittest import mock
+
+    from bench.bounds_attack import run_source
+    from flashcheck.proofs import emulation
+    from flashcheck.proofs.bounds import backward_bound
+    from flashcheck.reference.attention import attention
+    from flashcheck.reference.backward import attention_backward
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench", "adversaries"))
+    from delta_tree_dq import build, descending
+
+    q, k, v, do, tree = build(512, nq=8, tries=500, family=family)
+    with mock.patch.object(emulation, "delta_dot", descending if order == "descending" else emulation.delta_dot):
+        (_, _, dq, _, _), pr = run_source("emulation", "cpu", "float32", "ieee", q, k, v, do)
+    assert pr.delta_tree == tree
+    O, L = attention(q, k, v)
+    r = np.abs(dq - attention_backward(q, k, v, O, L, do)[0]) / backward_bound(q, k, v, do, precision=pr).dq
+    if order == "tree":
+        assert np.all(r <= 1.0), f"{family}: dQ over its bound, max error/bound {r.max():.4g}"
+    else:
+        assert r.max() > 2.0, f"a Delta deeper than the claim within {r.max():.4g} of dQ's bound"

@@ -177,7 +177,23 @@ class Precision:
       "fma_min"). Given the stored LSE, every P~ is then a known number: where the forward's interval of the stored
       LSE (lg2_known) holds a few fp32 values, dQ's bound evaluates P~'s error with its sign for each of them and
       keeps the largest (bounds.md sec. 8, "the recomputed P known"). Set by ours_precision where the record of the
-      installed Triton shows that form; by the emulation that computes it (fa2_backward(ex2="h100"))."""
+      installed Triton shows that form; by the emulation that computes it (fa2_backward(ex2="h100")).
+    delta_depth: a stated property of the compiled backward (default None: the Delta dot's roundings in any order,
+      modelled random over groups of equal products, bounds.md sec. 8): every product dO_ic O^_ic of the fp32 dot
+      Delta_i = tl.sum(dO_i * O^_i) passes through at most this many roundings to the stored Delta_i (a product rounded
+      alone counts 1, an fma 1 above its addend, its own product exact inside it, each add 1). Delta's dot roundings
+      then get a deterministic bound, gamma_D sum_c |dO_c O^_c| (bounds.md sec. 8, "The Delta dot's tree"), which holds
+      whatever the products' residues (the random model does not: equal residues round alike). Set for our kernel on
+      the GPU only where bench/compile_forward.py --record read it off the PTX of the preprocess kernel of this Triton
+      version (proofs/measurements/forward_compiled_triton<version>.json, "delta"; flashcheck.adapters.ours_precision);
+      never in the interpreter (its tl.sum is NumPy's) or for other kernels.
+    delta_tree: a stated property (only with delta_depth = log2(len) + 1; default None): the Delta dot is the complete
+      binary tree of fp32 adds over the pairs fl32(p_a + fl32(p_b)) (one fma.rn.f32, p_a exact inside it, p_b rounded
+      by mul.f32), its leaves the columns in this order [a_0, b_0, a_1, b_1, ...] (a permutation of range(2^k); columns
+      past the head dim are exact zeros). Each node's rounding is then charged half an ulp of the binade of a bound on
+      its own partial sum, evaluated on the data (bounds.md sec. 8), in place of gamma_D of the whole sum where smaller.
+      The tree our preprocess kernel compiles to for every dtype and head dim on Triton 3.9 (bench/compile_forward.py
+      delta_tree); read from the same record; the CPU emulation follows it (proofs/emulation.py delta_dot)."""
 
     input: str
     dot: str
@@ -200,6 +216,8 @@ class Precision:
     ex2_known: bool = False
     lg2_known: bool = False
     bwd_p_known: bool = False
+    delta_depth: int | None = None
+    delta_tree: tuple[int, ...] | None = None
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -253,6 +271,19 @@ class Precision:
         if self.bwd_p_known and not self.ex2_known:
             raise ValueError("Precision.bwd_p_known states the backward's P~ from known arguments and ex2's table: it "
                              "needs ex2_known=True")
+        d = self.delta_depth
+        if d is not None and (not isinstance(d, int) or isinstance(d, bool) or d < 1):
+            raise ValueError(f"Precision.delta_depth must be None or a positive int, got {d!r}")
+        t = self.delta_tree
+        if t is not None:
+            n = len(t) if isinstance(t, tuple) else 0
+            if (n < 2 or n & (n - 1) or any(not isinstance(c, int) or isinstance(c, bool) for c in t)
+                    or sorted(t) != list(range(n))):
+                raise ValueError("Precision.delta_tree must be None or a tuple holding each of 0 .. 2^k - 1 once (the "
+                                 f"leaf order of a complete binary tree, k >= 1), got {t!r}")
+            if d != n.bit_length():  # log2(n) adds above each pair, and the pair's rounded product
+                raise ValueError(f"Precision.delta_tree of {n} leaves states a Delta dot of depth {n.bit_length()}: it "
+                                 f"needs delta_depth={n.bit_length()}, got {d!r}")
         if not isinstance(self.hardware, HardwareConstants):
             raise ValueError(f"Precision.hardware must be a HardwareConstants, got {self.hardware!r}")
 
@@ -330,6 +361,8 @@ class _Model:
     ex2_known: bool = False  # the forward's ex2 values are the measured table's (Precision.ex2_known)
     lg2_known: bool = False  # the forward's lg2 too, and the LSE's formula (Precision.lg2_known)
     bwd_p_known: bool = False  # the backward's P~ is a known function of the stored LSE (Precision.bwd_p_known)
+    delta_depth: int | None = None  # the Delta dot's tree depth (Precision.delta_depth); None: any order, modelled
+    delta_tree: tuple | None = None  # and its leaf order (Precision.delta_tree); None: the depth alone
 
 
 def _model(precision: Precision) -> _Model:
@@ -382,6 +415,8 @@ def _model(precision: Precision) -> _Model:
         ex2_known=pr.ex2_known,
         lg2_known=pr.lg2_known,
         bwd_p_known=pr.bwd_p_known,
+        delta_depth=pr.delta_depth,
+        delta_tree=pr.delta_tree,
     )
 
 
