@@ -736,8 +736,9 @@ def _record_job(job):
 
 _DTYPES_DOTS = (("float16", "tf32"), ("bfloat16", "tf32"), ("float32", "ieee"), ("float32", "tf32"))
 _HEAD_DIMS = (16, 32, 64, 128, 256)
-_METHOD_DELTA = ("Delta (bench/compile_forward.py --record / --record-delta): the backward's preprocess kernel compiled "
-                 "as backward_launches launches it on the GPU (BLOCK_M 64, BLOCK_DV = the head dim, default warps, "
+_METHOD_DELTA = ("Delta (bench/compile_forward.py --record / --record-delta): the backward's preprocess kernel "
+                 "compiled as backward_launches launches it on the GPU (BLOCK_M 64, BLOCK_DV = the head dim, default "
+                 "warps, "
                  "HAS_RES per delta_from), its PTX run by a straight-line interpreter on symbolic floats (program "
                  "(0, 0), every thread in lockstep, integers concrete: shuffles and shared memory move expressions "
                  "between lanes and warps); each stored Delta_i read back to its products dO[i,c] O[i,c] by their load "

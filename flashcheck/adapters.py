@@ -418,8 +418,16 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       # and the backward's recomputed P~, where this Triton's record shows both backward kernels'
                       # arguments rounded once for these tiles (Precision.bwd_p_known)
                       bwd_p_known=fma_chain and _ex2_measured() and _bwd_exp_fma(rec, tiles),
-                      # the Delta dot's tree, read off this Triton's PTX of the preprocess kernel for this delta_from
-                      **_delta_claim(rec, a.delta_from))
+                      # the Delta dot's tree, read off this Triton's PTX of the preprocess kernel for this delta_from;
+                      # its pairs are contracted fmas: compiled with FP fusion off, each pair rounds both products
+                      **(_delta_claim(rec, a.delta_from) if _fp_fusion_default() else {}))
+
+
+def _fp_fusion_default() -> bool:
+    """Whether Triton compiles with FP fusion as the compiled-code record was made (on: TRITON_DEFAULT_FP_FUSION unset
+    or not 0, the Triton 3.9 default, and TRITON_FORCE_DISABLE_FP_FUSION unset or 0)."""
+    return (os.environ.get("TRITON_FORCE_DISABLE_FP_FUSION", "0") in ("", "0")
+            and os.environ.get("TRITON_DEFAULT_FP_FUSION", "1") != "0")
 
 
 def _delta_claim(rec: dict | None, delta_from: str) -> dict:

@@ -391,7 +391,7 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     compiled form of both backward kernels, P~ = ex2(min(fl32(qk c - lse2), 0)) with the argument rounded once
     (fma.rn.f32) and ex2 the H100's ex2.approx.ftz.f32 bit for bit, flashcheck.proofs.ex2_model;
     Precision.bwd_p_known).
-    delta_tree: Delta's fp32 dot as the preprocess kernel's tree (delta_dot; Precision.delta_tree); None: torch's sum."""
+    delta_tree: Delta's fp32 dot in the preprocess kernel's tree (delta_dot; Precision.delta_tree); None: torch's sum."""
     _check_fma(ieee_fma_chain, dtype, dot)
     if ex2 not in ("torch", "h100"):
         raise ValueError(f"ex2 must be 'torch' or 'h100', got {ex2!r}")

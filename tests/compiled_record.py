@@ -1,6 +1,6 @@
-"""The committed compiled-code record of the installed Triton (proofs/measurements/forward_compiled_triton<version>.json,
-bench/compile_forward.py --record) and a fresh compile to hold it against: the tests that a kernel change which reshapes
-what the record states is re-recorded (test_rowsum_depth, test_bwd_exp_argument, test_delta_tree)."""
+"""The committed compiled-code record of the installed Triton (proofs/measurements/forward_compiled_triton<version>
+.json, bench/compile_forward.py --record) and a fresh compile to hold it against: the tests that a kernel change which
+reshapes what the record states is re-recorded (test_rowsum_depth, test_bwd_exp_argument, test_delta_tree)."""
 from __future__ import annotations
 
 import json

@@ -2204,11 +2204,11 @@ def _delta_tree_bound(dof, o, o_err, u: float, depth: int, tree=None, fmt: str |
       result is exact), at most one such rounding per product: + dv 2^-150 (1 + gamma_depth).
     - tree (fmt "float32"; the complete binary tree over the pairs fl(x_a + fl(x_b)) in that leaf order, columns past
       dv exact zeros): node k rounds T_k = (sum of its leaves' x) + (the errors below it), |T_k| <= up_k = |Y_k| +
-      W_k + E_k (Y_k the float64 sum of its leaves' p, with 2^-48 of their absolute sum for its evaluation, W_k their
-      tol, E_k the charges below), so |e_k| <= _half_ulp(up_k) (half an ulp of the binade; below 2^-126 that binade's
-      2^-126 covers a subnormal result's rounding or an add's exactness); the rounded product b of a pair
-      |e_b| <= _half_ulp(|p_b| + tol_b). The result: the sum of every node's charge (E at the root), computed bottom-up
-      on the data; the smaller of the two bounds holds."""
+      W_k + E_k (Y_k the float64 sum of its leaves' p, W_k their tol, E_k the charges below; 2^-46 of their absolute
+      sum and 2^-46 relative for these float64 sums), so |e_k| <= _half_ulp(up_k) (half an ulp of the binade; below
+      2^-126 that binade's 2^-126 covers a subnormal result's rounding or an add's exactness); the rounded product b
+      of a pair |e_b| <= _half_ulp(|p_b| + tol_b). The result: the sum of every node's charge (E at the root),
+      computed bottom-up on the data; the smaller of the two bounds holds."""
     p = dof * o
     with np.errstate(invalid="ignore"):
         tol = np.abs(dof) * o_err + 2.0**-52 * np.abs(p)
@@ -2227,7 +2227,7 @@ def _delta_tree_bound(dof, o, o_err, u: float, depth: int, tree=None, fmt: str |
         Y, W, A = x[..., 0::2] + x[..., 1::2], w[..., 0::2] + w[..., 1::2], np.abs(x[..., 0::2]) + np.abs(x[..., 1::2])
         E = c_b
         while True:  # this level's nodes: the pairs (the fma), then each add above them
-            up = (np.abs(Y) + W + E) * (1.0 + 2.0**-50) + 2.0**-48 * A
+            up = (np.abs(Y) + W + E) * (1.0 + 2.0**-46) + 2.0**-46 * A  # float64 sums of <= 2^9 terms: < 2^-49 each
             E = E + _half_ulp(np.where(np.isnan(up), np.inf, up), fmt)
             if Y.shape[-1] == 1:
                 break
