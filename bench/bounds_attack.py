@@ -84,9 +84,9 @@ def inputs(family: str, dtype: str, nq: int, nk: int, h: int, d: int, seed: int)
 
 
 def delta_claim(dtype: str, dot: str, head_dim: int) -> dict:
-    """Precision.delta_depth and delta_tree as the installed Triton's compiled-code record states them for our
-    preprocess kernel at this head dim (flashcheck.adapters, "delta" for delta_from "fp32"), {} without a record: what
-    the emulation then computes (fa2_backward(delta_tree=...))."""
+    """Precision.delta_depth and delta_trees as the installed Triton's compiled-code record states them for our
+    preprocess kernel at this head dim (flashcheck.adapters, "delta" for delta_from "fp32"), {} without a record: the
+    emulation then computes the first (the dense, aligned call's: fa2_backward(delta_tree=...))."""
     from flashcheck.adapters import _compiled_record, _delta_claim
 
     return _delta_claim(_compiled_record(dtype, dot, head_dim, "default", None), "fp32")
@@ -117,7 +117,7 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
         # FLASHCHECK_BWD_EX2=torch (torch.exp2 of two roundings, P's error charged)
         bwd_p = ex2_known and os.environ.get("FLASHCHECK_BWD_EX2", "h100") == "h100"
         # Delta's fp32 dot in the preprocess kernel's tree read off this Triton's PTX for this head dim (Precision.
-        # delta_depth, delta_tree) unless FLASHCHECK_DELTA=torch (torch's sum, the dot's roundings modelled)
+        # delta_depth, delta_trees: our tensors are dense and aligned, the first tree) unless FLASHCHECK_DELTA=torch (torch's sum, the dot's roundings modelled)
         delta = delta_claim(dtype, dot, q.shape[-1]) if os.environ.get("FLASHCHECK_DELTA", "tree") == "tree" else {}
         pr = Precision(dtype, dot, exp="libm", l_accumulate="float64", delta_from="fp32", ieee_fma_chain=fma,
                        exp_argument=exp_argument, rowsum_depth=6, ex2_known=ex2_known, lg2_known=lg2_known,
@@ -128,7 +128,7 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
                                   ex2="h100" if ex2_known else "torch", lg2="h100" if lg2_known else "torch")
         g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, delta_o=o32, ieee_fma_chain=fma,
                          block_k_dq=pr.dq_key_tile, block_q=pr.block_q, ex2="h100" if bwd_p else "torch",
-                         delta_tree=pr.delta_tree)
+                         delta_tree=pr.delta_trees[0] if pr.delta_trees else None)
         return (o, lse, *g), pr
     import torch
 

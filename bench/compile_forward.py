@@ -487,12 +487,18 @@ class _PtxRun:
                     w[("reg", d)] = _Half((k, e))
         elif base == "st" and mods[0] in ("global", "shared"):
             a = addr(args[0])
+            step = 2 if mods[-1] == "b16" else 4
             for j, s in enumerate(_regs(args[1])):
                 if mods[0] == "shared":
-                    w[("smem", a + 4 * j)] = val(s)
+                    w[("smem", a + step * j)] = val(s)
                 else:
                     k, e = self._locate(a + 4 * j)
                     w[("gmem", k, e)] = val(s)
+        elif base == "mov" and args[1].startswith("{"):  # pack two 16-bit registers into one b32
+            lo, hi = (_Half(None) if isinstance(x, int) and x == 0 else x for x in map(val, _regs(args[1])))
+            if not (isinstance(lo, _Half) and isinstance(hi, _Half)):
+                raise ValueError(f"packing {lo!r}, {hi!r}")
+            w[("reg", args[0])] = _Halves(lo.ref, hi.ref)
         elif base == "mov" and args[0].startswith("{"):  # unpack a b32 register into its two halves
             x, (lo, hi) = val(args[1]), _regs(args[0])
             if isinstance(x, _Halves):
@@ -505,7 +511,18 @@ class _PtxRun:
             w[("reg", args[0])] = val(args[1])
         elif base == "cvt" and mods[0] == "f32" and mods[-1] in ("f16", "bf16"):
             h = val(args[1])
+            if isinstance(h, int) and h == 0:  # a masked 16-bit load's 0 (mov.b16 0, then a predicated load)
+                h = _Half(None)
             w[("reg", args[0])] = _Float(0) if h.ref is None else self.node(("in", *h.ref))
+        elif base == "ldmatrix":  # a warp loads 8x8 matrices of b16 pairs: lane i gets row i // 4's word i % 4 of
+            # matrix j, the rows' addresses from lanes 8 j .. 8 j + 7 (PTX ISA, ldmatrix; .trans not interpreted)
+            if "trans" in mods or mods[-1] != "b16":
+                raise ValueError(f"opcode {op} not interpreted")
+            lane, warp = t & 31, t & ~31
+            for j, d in enumerate(_regs(args[0])):
+                src = regs[warp | (8 * j + lane // 4)]
+                m = re.fullmatch(r"\[\s*(%\w+)\s*(?:\+\s*(-?\d+))?\s*\]", args[1])
+                w[("reg", d)] = smem[src[m.group(1)] + int(m.group(2) or 0) + 4 * (lane % 4)]
         elif base == "shfl":
             if mods[1] != "bfly":
                 raise ValueError(f"shuffle {op}")
@@ -545,29 +562,40 @@ class _PtxRun:
         return w
 
 
-def compile_preprocess(dtype: str, dv: int, has_res: bool):
+def compile_preprocess(dtype: str, dv: int, has_res: bool, o_row: int | None = None, o_aligned: bool = True,
+                       do_row: int | None = None, do_aligned: bool = True):
     """The backward's preprocess (Delta) kernel compiled as backward_launches launches it on the GPU for (1, 1, 4096,
     dv) tensors of `dtype` (BLOCK_M 64, BLOCK_DV the padded dv, Triton's default warps; HAS_RES: Delta from O + O_res,
-    delta_from="fp32" with 16-bit inputs). Returns (launch, compiled)."""
+    delta_from="fp32" with 16-bit inputs), specialized as Triton's JIT would (_signature): O's (and O_res's) rows
+    `o_row` apart (default dv, dense), 16-byte aligned or not, dO's likewise. Returns (launch, compiled)."""
     from flashcheck.kernels.triton_bwd import attn_bwd_preprocess_kernel
 
-    x = Layout.dense(dtype, (1, 1, 4096, dv))
-    pre, _, _ = backward_launches(x, x, x, x, x, (x, x, x), has_res, None, None, band=False, off_lo=0, off_hi=0,
+    def layout(row, aligned):
+        rs = row or dv
+        return Layout(dtype, (1, 1, 4096, dv), (4096 * rs, 4096 * rs, rs, 1), aligned)
+
+    x, g = layout(o_row, o_aligned), layout(do_row, do_aligned)
+    pre, _, _ = backward_launches(x, x, x, x, g, (x, x, x), has_res, None, None, band=False, off_lo=0, off_hi=0,
                                   block_q=0, block_k=0, dot="ieee" if dtype == "float32" else "tf32", tiles=[],
                                   interpret=False)
     return pre, _compile(pre, attn_bwd_preprocess_kernel)[0]
 
 
-def _delta_node(nodes: list, names: dict, dv: int, row: int, i: int):
+_ZERO = ("0",)  # a product of a masked (0) load: exactly 0, no leaf, no rounding
+
+
+def _delta_node(nodes: list, names: dict, strides: dict, row: int, i: int):
     """The Delta dot's tree under node i, canonical: ("m", c) the product of column c rounded (mul.f32, or an fma with
     addend 0), ("f", c, sub) an fma whose fused product is column c's, exact inside it, added to sub with one rounding,
-    ("+", a, b) an add.f32 (the child with the smaller first column first: the add commutes); an add of an exact 0 is
-    its other operand. A product is dO[row, c] times O[row, c] (or O + O_res of that element, the fp32 O of
-    delta_from="fp32"); anything else raises ValueError."""
+    ("+", a, b) an add.f32 (the child with the smaller first column first: the add commutes). A product is dO[row, c]
+    times O[row, c] (or O + O_res of that element, the fp32 O of delta_from="fp32"), an element at index e of a buffer
+    with row stride strides[name] being (e // stride, e % stride); a product with a masked load's 0 is exactly 0
+    (_ZERO: dropped, an fma of it is its addend, an add of it the other operand, all exact); anything else raises
+    ValueError."""
     def operand(j):
         n = nodes[j]
         if n[0] == "in":
-            return (names[n[1]], *divmod(n[2], dv))
+            return (names[n[1]], *divmod(n[2], strides[names[n[1]]]))
         if n[0] == "add":
             a, b = operand(n[1]), operand(n[2])
             if {a[0], b[0]} == {"O", "ORes"} and a[1:] == b[1:]:
@@ -580,18 +608,41 @@ def _delta_node(nodes: list, names: dict, dv: int, row: int, i: int):
             raise ValueError(f"product of {x} and {y} in row {row}")
         return x[2]
 
+    def sub(j):
+        return _delta_node(nodes, names, strides, row, j)
+
     n = nodes[i]
+    if n[0] == "zero":
+        return _ZERO
     if n[0] == "mul":
-        return ("m", column(n[1], n[2]))
+        return _ZERO if 0 in n[1:] else ("m", column(n[1], n[2]))
     if n[0] == "fma":
-        c = column(n[1], n[2])
-        return ("m", c) if n[3] == 0 else ("f", c, _delta_node(nodes, names, dv, row, n[3]))
-    if n[0] == "add" and 0 in n[1:]:
-        return _delta_node(nodes, names, dv, row, n[2] if n[1] == 0 else n[1])
+        if 0 in n[1:3]:
+            return sub(n[3])
+        c, t = column(n[1], n[2]), sub(n[3])
+        return ("m", c) if t == _ZERO else ("f", c, t)
     if n[0] == "add":
-        a, b = (_delta_node(nodes, names, dv, row, j) for j in n[1:])
+        a, b = sub(n[1]), sub(n[2])
+        if _ZERO in (a, b):
+            return b if a == _ZERO else a
         return ("+", *sorted((a, b), key=lambda x: min(_delta_leaves(x))))
     raise ValueError(f"fp32 {n[0]} in the Delta dot")
+
+
+def _tree_of_order(order, dv: int):
+    """The canonical tree (_delta_node's form) of the complete pairwise tree over `order` with the columns >= dv exact
+    zeros: what _delta_node reads off a kernel that computes that tree with those columns masked."""
+    level = []
+    for a, b in zip(order[0::2], order[1::2]):
+        level.append(_ZERO if a >= dv and b >= dv else ("m", b) if a >= dv else ("m", a) if b >= dv
+                     else ("f", a, ("m", b)))
+    while len(level) > 1:
+        nxt = []
+        for x, y in zip(level[0::2], level[1::2]):
+            nxt.append(y if x == _ZERO else x if y == _ZERO
+                       else ("+", *sorted((x, y), key=lambda t: min(_delta_leaves(t)))))
+        level = nxt
+    return level[0]
 
 
 def _delta_leaves(t) -> list:
@@ -621,20 +672,22 @@ def _pairwise_order(t) -> list | None:
     return a + b if a is not None and b is not None and len(a) == len(b) else None
 
 
-def delta_tree(ptx: str, launch) -> dict:
+def delta_tree(ptx: str, launch, against=None) -> dict:
     """The Delta dot of the preprocess kernel's PTX (compile_preprocess), run on symbolic floats (_PtxRun, program
     (0, 0)): every stored Delta_i (i < BLOCK_M) read back to its products (_delta_node). Returns {"depth": the most
     roundings any leaf passes through to the stored value (_delta_depth), None unless every row's tree holds each of
-    the BLOCK_DV columns of its own row exactly once; "order": the leaf order where every row's tree is the complete
+    the HEAD_DV columns of its own row exactly once; "order": the leaf order where every row's tree is the complete
     binary tree of _pairwise_order (the same for every row), else None; "fused": how many products enter an fma exact,
-    "rounded": how many are rounded alone (mul.f32), in row 0; "error": why depth is None, else None}."""
+    "rounded": how many are rounded alone (mul.f32), in row 0; "matches" (with `against`, a recorded order): whether
+    every row's tree is that order's complete pairwise tree with the columns >= HEAD_DV masked (_tree_of_order);
+    "error": why depth is None, else None}."""
     from flashcheck.kernels.triton_bwd import attn_bwd_preprocess_kernel as kernel
 
     cx = dict(launch.constexprs)
-    sig, _, _ = _signature(launch, kernel)
+    sig, cx_sig, _ = _signature(launch, kernel)
     args = [n for n in kernel.arg_names if sig[n] != "constexpr"]
     pointers = kernel.arg_names[:len(launch.pointers)]
-    value = dict(zip([n for n in kernel.arg_names if n not in cx and n not in pointers], launch.ints))
+    value = {**dict(zip([n for n in kernel.arg_names if n not in cx and n not in pointers], launch.ints)), **cx_sig}
     params, buffers, names = {}, {}, {}
     for i, n in enumerate(args):  # the PTX's parameters: the arguments that are not constexpr, in order
         if sig[n].startswith("*"):
@@ -645,25 +698,28 @@ def delta_tree(ptx: str, launch) -> dict:
             params[i] = value[n]
     for i in range(len(args), len(args) + 4):  # Triton's own trailing pointers (scratch): never read here
         params[i] = (i + 1) << 36
+    strides = {"O": value["stride_om"], "ORes": value["stride_om"], "DO": value["stride_dm"], "Delta": 1}
     out = {"depth": None, "order": None, "fused": None, "rounded": None, "error": None}
     try:
         run = _PtxRun(params, buffers)
         stores = run.run(ptx, int(re.search(r"\.reqntid\s+(\d+)", ptx).group(1)))
-        dv = cx["BLOCK_DV"]
+        dv = cx["HEAD_DV"]
         trees = {}
         for k, e, v in stores:
             if names.get(k) != "Delta" or not isinstance(v, _Float):
                 raise ValueError(f"a store of {v!r} to {names.get(k)}")
-            trees.setdefault(e, set()).add(_delta_node(run.nodes, names, cx["HEAD_DV"], e, v.i))
+            trees.setdefault(e, set()).add(_delta_node(run.nodes, names, strides, e, v.i))
         if sorted(trees) != list(range(cx["BLOCK_M"])) or any(len(s) != 1 for s in trees.values()):
             raise ValueError(f"rows stored {sorted(trees)[:8]}..., not each of the {cx['BLOCK_M']} once")
         for t, in trees.values():
-            if sorted(_delta_leaves(t)) != list(range(dv)):
+            if t == _ZERO or sorted(_delta_leaves(t)) != list(range(dv)):
                 raise ValueError(f"a tree's leaves are not the {dv} columns once each")
         shapes = {t for (t,) in trees.values()}
         (t0,) = trees[0]
         out.update(depth=max(map(_delta_depth, shapes)), fused=_delta_count(t0, "f"), rounded=_delta_count(t0, "m"),
                    order=_pairwise_order(t0) if len(shapes) == 1 else None)
+        if against is not None:
+            out["matches"] = shapes == {_tree_of_order(against, dv)}
     except (ValueError, KeyError, AttributeError) as err:
         out["error"] = f"{type(err).__name__}: {err}"
     return out
@@ -716,16 +772,62 @@ def _record_backward(job):
     return {"bwd_exp_argument": "fma_min" if fused else "unknown", "bwd_tiles": tiles, "bwd_variants": variants}
 
 
+def _delta_variants(d: int) -> dict:
+    """The preprocess calls whose Delta dot the record must cover, per padded head dim d: {name: (dv, O's row stride
+    or None, O aligned, dO's row stride or None, dO aligned)}. Triton specializes on alignment and divisibility by 16,
+    and vectorizes a load by what they (and the mask of a head dim below d) allow, which sets the layout and so the
+    tree. Our O (and O_res) is allocated dense and aligned (rows dv apart: O's loads vectorize fully where dv is a
+    multiple of 16, else not at all), dO is the caller's (its loads by its alignment, its row stride and the mask's
+    constancy: the largest power of 2 dividing dv). The tree is read for d dense; a head dim 16 below (masked columns,
+    strides divisible by 16); dO's rows d + 8 apart, unaligned; both so; a head dim 8 below (masked, strides not
+    divisible by 16), dO unaligned; and a head dim m = 2, 4, 8 below with dO's rows d apart, aligned (O not vectorized,
+    dO by m)."""
+    out = {"plain": (d, None, True, None, True), "do_unaligned": (d, None, True, d + 8, False),
+           "unaligned": (d, d + 8, False, d + 8, False), "ragged_unaligned": (d - 8, None, True, None, False),
+           **{f"do_vec{m}": (d - m, None, True, d, True) for m in (2, 4, 8)}}
+    if d > 16:
+        out["ragged"] = (d - 16, None, True, None, True)
+    return out
+
+
 def _record_delta(job):
-    """The Delta dot's tree (delta_tree) of the preprocess kernel for one (dtype, padded head dim), keyed by
+    """The Delta dot's trees (delta_tree) of the preprocess kernel for one (dtype, padded head dim), keyed by
     Precision.delta_from: "output" (Delta from the stored O: HAS_RES off) and "fp32" (the launcher's HAS_RES for it:
-    O + O_res with 16-bit inputs; fp32 inputs have no residual, HAS_RES off)."""
+    O + O_res with 16-bit inputs; fp32 inputs have no residual, HAS_RES off). Each entry: "depth", the deepest over the
+    variants (_delta_variants; None if any is unread); "orders", the distinct leaf orders of the full head dims' trees,
+    the plain call's first (None if any is not the complete pairwise tree, or a masked variant's tree is not one of
+    them with its columns masked); the plain call's "fused" and "rounded"; and per variant its depth, order index and
+    error."""
     dtype, d = job
     out = {}
     for has_res in (False, True) if dtype != "float32" else (False,):
-        launch, ck = compile_preprocess(dtype, d, has_res)
-        out[has_res] = {"has_res": has_res, "block_m": dict(launch.constexprs)["BLOCK_M"],
-                        **delta_tree(ck.asm["ptx"], launch)}
+        results, orders = {}, []
+        for name, (dv, o_row, o_al, do_row, do_al) in _delta_variants(d).items():
+            launch, ck = compile_preprocess(dtype, dv, has_res, o_row, o_al, do_row, do_al)
+            results[name] = (dv, launch, ck)
+        variants, ok = {}, True
+        for name, (dv, launch, ck) in results.items():  # the full head dims first: their orders
+            if dv == d:
+                r = delta_tree(ck.asm["ptx"], launch)
+                if r["order"] is not None and r["order"] not in orders:
+                    orders.append(r["order"])
+                ok = ok and r["order"] is not None
+                variants[name] = {"head_dv": dv, "depth": r["depth"], "error": r["error"],
+                                  "order": None if r["order"] is None else orders.index(r["order"])}
+                if name == "plain":
+                    plain = r
+        for name, (dv, launch, ck) in results.items():  # masked head dims: one of those orders, masked
+            if dv != d:
+                rs = [delta_tree(ck.asm["ptx"], launch, against=o) for o in orders] or [
+                    delta_tree(ck.asm["ptx"], launch)]
+                hit = [i for i, r in enumerate(rs) if r.get("matches")]
+                ok = ok and bool(hit)
+                variants[name] = {"head_dv": dv, "depth": rs[0]["depth"], "error": rs[0]["error"],
+                                  "order": hit[0] if hit else None}
+        depths = [v["depth"] for v in variants.values()]
+        out[has_res] = {"has_res": has_res, "block_m": dict(results["plain"][1].constexprs)["BLOCK_M"],
+                        "depth": None if None in depths else max(depths), "orders": orders if ok else None,
+                        "fused": plain["fused"], "rounded": plain["rounded"], "variants": variants}
     return {"output": out[False], "fp32": out[dtype != "float32"]}
 
 
@@ -744,8 +846,10 @@ _METHOD_DELTA = ("Delta (bench/compile_forward.py --record / --record-delta): th
                  "between lanes and warps); each stored Delta_i read back to its products dO[i,c] O[i,c] by their load "
                  "addresses (delta_tree). delta[delta_from].depth = the most roundings any product passes through "
                  "(mul.f32 1, an fma 1 above its addend with its own product exact, add.f32 1), None unless each row's "
-                 "tree holds its BLOCK_DV columns once each; order = the leaf order of the complete binary tree of "
-                 "adds over pairs fma(p_a, fl(p_b)) where every row has that tree, else None")
+                 "tree holds its head dim's columns once each, the deepest over the variants (_delta_variants: dense, "
+                 "masked head dims, dO or both unaligned with rows not 16 apart, dO vectorized by 2, 4, 8); orders = the distinct leaf orders of "
+                 "the complete binary tree of adds over pairs fma(p_a, fl(p_b)) among the variants (one of them is "
+                 "the call's), None unless every variant's tree is one of them (masked columns as exact zeros)")
 
 
 def _delta_jobs() -> list:
@@ -813,7 +917,8 @@ def record_delta(path: str, workers: int) -> None:
     with open(path, "w") as f:
         json.dump(rep, f, indent=1)
     for (dtype, d), r in delta.items():
-        print(dtype, d, {k: (v["depth"], v["fused"], v["rounded"], v["order"] is not None, v["error"])
+        print(dtype, d, {k: (v["depth"], v["fused"], v["rounded"], None if v["orders"] is None else len(v["orders"]),
+                             {n: (x["depth"], x["order"], x["error"]) for n, x in v["variants"].items()})
                          for k, v in r.items()})
 
 

@@ -431,16 +431,17 @@ def _fp_fusion_default() -> bool:
 
 
 def _delta_claim(rec: dict | None, delta_from: str) -> dict:
-    """Precision.delta_depth and delta_tree from the compiled-code record's config (`_compiled_record`; "delta",
+    """Precision.delta_depth and delta_trees from the compiled-code record's config (`_compiled_record`; "delta",
     bench/compile_forward.py delta_tree: the preprocess kernel for delta_from's HAS_RES). Nothing without a record,
     for a record written before the Delta dot was read (no key: Triton 3.6.0's until the GPU machine adds it,
     --record-delta), or where the PTX did not show a tree over every column (depth None)."""
     entry = (rec or {}).get("delta", {}).get(delta_from)
     if entry is None or entry["depth"] is None:
         return {}
-    order = entry["order"]
+    orders = entry["orders"]
     return {"delta_depth": entry["depth"],
-            "delta_tree": tuple(order) if order is not None and len(order).bit_length() == entry["depth"] else None}
+            "delta_trees": None if orders is None or len(orders[0]).bit_length() != entry["depth"]
+            else tuple(tuple(o) for o in orders)}
 
 
 def _ex2_measured() -> bool:

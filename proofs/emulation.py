@@ -352,7 +352,7 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
 
 def delta_dot(do: torch.Tensor, o: torch.Tensor, tree: tuple | None = None) -> torch.Tensor:
     """Delta = rowsum(dO o O) of fp32 tensors (..., dv) in fp32 as the preprocess kernel computes it. tree
-    (Precision.delta_tree, the leaf order read off its PTX by bench/compile_forward.py delta_tree; len >= dv, the
+    (one of Precision.delta_trees, a leaf order read off its PTX by bench/compile_forward.py delta_tree; len >= dv, the
     columns past dv exact zeros): each pair fl32(x_a + fl32(x_b)) in one fma, x_a exact inside it (x = dO o formed in
     float64: a product of two fp32 values is exact there; fma_chain.fma_step rounds once), then fl32 adds level by level
     (NumPy's float32 adds: one rounding each, gradual underflow as add.f32 without .ftz). None: torch's fp32 sum of the
@@ -391,7 +391,8 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     compiled form of both backward kernels, P~ = ex2(min(fl32(qk c - lse2), 0)) with the argument rounded once
     (fma.rn.f32) and ex2 the H100's ex2.approx.ftz.f32 bit for bit, flashcheck.proofs.ex2_model;
     Precision.bwd_p_known).
-    delta_tree: Delta's fp32 dot in the preprocess kernel's tree (delta_dot; Precision.delta_tree); None: torch's sum."""
+    delta_tree: Delta's fp32 dot in this leaf order of the preprocess kernel's tree (delta_dot; one of Precision.
+    delta_trees); None: torch's sum."""
     _check_fma(ieee_fma_chain, dtype, dot)
     if ex2 not in ("torch", "h100"):
         raise ValueError(f"ex2 must be 'torch' or 'h100', got {ex2!r}")

@@ -1,4 +1,4 @@
-"""The backward's Delta dot's evaluation tree (issue 8, Precision.delta_depth / delta_tree):
+"""The backward's Delta dot's evaluation tree (issue 8, Precision.delta_depth / delta_trees):
 
 - bench/compile_forward.py reads it off the preprocess kernel's PTX by running it on symbolic floats (delta_tree):
   checked on hand-written PTX (a tree, a planted deeper chain, a planted product of another row) and, where the
@@ -99,28 +99,27 @@ def _delta_record() -> dict:
 
 _COMPILE = """
 import json, sys
-from bench.compile_forward import compile_preprocess, delta_tree
-launch, ck = compile_preprocess(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1")
-print(json.dumps(delta_tree(ck.asm["ptx"], launch)))
+from bench.compile_forward import _record_delta
+print(json.dumps(_record_delta((sys.argv[1], int(sys.argv[2])))))
 """
 
 
-@pytest.mark.parametrize("dtype,d,delta_from", [("float32", 64, "fp32"), ("bfloat16", 128, "fp32"),
-                                                 ("float16", 32, "output")])
-def test_the_committed_record_is_what_this_triton_compiles(dtype, d, delta_from):
-    """A kernel change that reshapes the Delta dot must be re-recorded (bench/compile_forward.py --record-delta)."""
+@pytest.mark.parametrize("dtype,d", [("float32", 64), ("bfloat16", 128)])
+def test_the_committed_record_is_what_this_triton_compiles(dtype, d):
+    """A kernel change that reshapes the Delta dot must be re-recorded (bench/compile_forward.py --record-delta): the
+    trees of every layout variant (_delta_variants), for both delta_from."""
     from tests.compiled_record import compiled
 
     rec = _delta_record()
     cfgs = [c for c in rec["configs"] if (c["dtype"], c["block_d"]) == (dtype, d)]
-    want = cfgs[0]["delta"][delta_from]
     assert all(c["delta"] == cfgs[0]["delta"] for c in cfgs)  # one preprocess kernel per (dtype, head dim)
-    has_res = delta_from == "fp32" and dtype != "float32"
-    assert want["has_res"] == has_res
-    got = compiled(_COMPILE, dtype, d, int(has_res))
-    assert got["error"] is None and got["depth"] is not None, got
-    for key in ("depth", "order", "fused", "rounded"):
-        assert got[key] == want[key], (key, got[key], want[key])
+    got = compiled(_COMPILE, dtype, d)
+    for delta_from in ("output", "fp32"):
+        want, new = cfgs[0]["delta"][delta_from], got[delta_from]
+        assert new["depth"] is not None and new["orders"] is not None, new
+        assert new["has_res"] == (delta_from == "fp32" and dtype != "float32")
+        for key in ("has_res", "depth", "orders", "fused", "rounded", "variants"):
+            assert new[key] == want[key], (delta_from, key, new[key], want[key])
 
 
 # ------------------------------------------------------------------ the claim and its bound (bounds.md sec. 8)
@@ -131,14 +130,16 @@ def test_the_claims_are_validated():
     for bad in (0, True, 2.0):
         with pytest.raises(ValueError, match="delta_depth"):
             Precision("float32", "ieee", delta_depth=bad)
-    for bad in ((0, 1, 2), (0, 0, 1, 2), (1, 2, 3, 4), [0, 1], (0,), (0, True)):
-        with pytest.raises(ValueError, match="delta_tree"):
-            Precision("float32", "ieee", delta_depth=3, delta_tree=bad)
-    with pytest.raises(ValueError, match="needs delta_depth=3"):
-        Precision("float32", "ieee", delta_depth=2, delta_tree=(0, 1, 2, 3))
-    with pytest.raises(ValueError, match="needs delta_depth=3"):
-        Precision("float32", "ieee", delta_tree=(0, 1, 2, 3))
-    assert Precision("float32", "ieee", delta_depth=3, delta_tree=(2, 3, 0, 1)).delta_tree == (2, 3, 0, 1)
+    for bad in (((0, 1, 2),), ((0, 0, 1, 2),), ((1, 2, 3, 4),), ([0, 1],), ((0,),), ((0, True),), (0, 1, 2, 3), (),
+                ((0, 1, 2, 3), (0, 1)), ((0, 1, 2, 3), (0, 1, 2, 2))):
+        with pytest.raises(ValueError, match="delta_trees"):
+            Precision("float32", "ieee", delta_depth=3, delta_trees=bad)
+    with pytest.raises(ValueError, match="need delta_depth=3"):
+        Precision("float32", "ieee", delta_depth=2, delta_trees=((0, 1, 2, 3),))
+    with pytest.raises(ValueError, match="need delta_depth=3"):
+        Precision("float32", "ieee", delta_trees=((0, 1, 2, 3),))
+    ok = ((2, 3, 0, 1), (0, 2, 1, 3))
+    assert Precision("float32", "ieee", delta_depth=3, delta_trees=ok).delta_trees == ok
 
 
 def test_ours_claims_the_recorded_tree_only_for_compiled_code():
@@ -155,7 +156,7 @@ def test_ours_claims_the_recorded_tree_only_for_compiled_code():
         (want,) = {_claim(c["delta"][delta_from]) for c in rec["configs"] if (c["dtype"], c["block_d"]) == (name, d)}
         pr = ours_precision(dtype, "ieee" if name == "float32" else None, head_dim=d, interpret=False,
                             delta_from=delta_from)
-        assert (pr.delta_depth, pr.delta_tree) == want, (dtype, d, delta_from)
+        assert (pr.delta_depth, pr.delta_trees) == want, (dtype, d, delta_from)
 
 
 def test_no_claim_where_triton_compiles_without_fp_fusion(monkeypatch):
@@ -174,7 +175,7 @@ def test_no_claim_where_triton_compiles_without_fp_fusion(monkeypatch):
 
 
 def _claim(entry):
-    return entry["depth"], None if entry["order"] is None else tuple(entry["order"])
+    return entry["depth"], None if entry["orders"] is None else tuple(tuple(o) for o in entry["orders"])
 
 
 U = 2.0**-24
@@ -220,12 +221,13 @@ def _sequential(do, o):
     return s.astype(np.float64)
 
 
-def _recorded_tree(dv):
-    """The recorded tree of our fp32 preprocess kernel at this head dim where the installed Triton has a record, else
-    the pairwise tree in column order (the bound holds for whichever tree the data are summed in)."""
+def _recorded_trees(dv):
+    """The recorded trees of our fp32 preprocess kernel at this head dim (one per layout class, the dense call's first)
+    where the installed Triton has a record, else the pairwise tree in column order (the bound holds for whichever of
+    its trees the data are summed in)."""
     from bench.bounds_attack import delta_claim
 
-    return delta_claim("float32", "ieee", dv).get("delta_tree") or tuple(range(dv))
+    return delta_claim("float32", "ieee", dv).get("delta_trees") or (tuple(range(dv)),)
 
 
 FAMILIES = ("random", "cancellation", "equal_residues", "one_large")
@@ -234,22 +236,25 @@ FAMILIES = ("random", "cancellation", "equal_residues", "one_large")
 @pytest.mark.parametrize("dv", [16, 64, 256])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_tree_bound_holds_on_the_exact_tree(family, dv):
-    """The kernel's Delta (the emulation's delta_dot: the recorded tree in exact fp32 arithmetic) against the exact sum
-    of its products: within _delta_tree_bound with the tree, and with the depth alone."""
+    """The kernel's Delta (the emulation's delta_dot: a recorded tree in exact fp32 arithmetic, each of them) against
+    the exact sum of its products: within _delta_tree_bound with the trees, and with the depth alone."""
     import torch
 
     from flashcheck.proofs.bounds.backward import _delta_tree_bound
     from flashcheck.proofs.emulation import delta_dot
 
     do, o = _family(family, 200, dv, np.random.default_rng(dv))
-    tree = _recorded_tree(dv)
-    got = delta_dot(torch.from_numpy(do).float(), torch.from_numpy(o).float(), tree).double().numpy()
-    err = np.abs(got - _exact(do, o))
-    depth = len(tree).bit_length()
-    for name, b in (("tree", _delta_tree_bound(do, o, np.zeros_like(o), U, depth, tree, "float32")),
-                    ("depth", _delta_tree_bound(do, o, np.zeros_like(o), U, depth))):
-        r = err / b
-        assert np.all(r <= 1.0), f"{family} dv {dv}: error over the {name} bound, max {r.max():.3g} at row {r.argmax()}"
+    trees = _recorded_trees(dv)
+    depth = len(trees[0]).bit_length()
+    exact = _exact(do, o)
+    for tree in trees:
+        got = delta_dot(torch.from_numpy(do).float(), torch.from_numpy(o).float(), tree).double().numpy()
+        err = np.abs(got - exact)
+        for name, b in (("tree", _delta_tree_bound(do, o, np.zeros_like(o), U, depth, trees, "float32")),
+                        ("depth", _delta_tree_bound(do, o, np.zeros_like(o), U, depth))):
+            r = err / b
+            assert np.all(r <= 1.0), (f"{family} dv {dv} order {trees.index(tree)}: error over the {name} bound, max "
+                                      f"{r.max():.3g} at row {r.argmax()}")
 
 
 @pytest.mark.parametrize("dv", [16, 64, 256])
@@ -260,9 +265,9 @@ def test_a_deeper_tree_under_the_claim_is_caught(dv):
 
     do, o = _family("one_large", 50, dv, np.random.default_rng(dv))
     err = np.abs(_sequential(do, o) - _exact(do, o))
-    tree = _recorded_tree(dv)
-    depth = len(tree).bit_length()
-    for b in (_delta_tree_bound(do, o, np.zeros_like(o), U, depth, tree, "float32"),
+    trees = _recorded_trees(dv)
+    depth = len(trees[0]).bit_length()
+    for b in (_delta_tree_bound(do, o, np.zeros_like(o), U, depth, trees, "float32"),
               _delta_tree_bound(do, o, np.zeros_like(o), U, depth)):
         assert np.min(err / b) > 2.0, f"dv {dv}: a left-to-right sum within {np.min(err / b):.3g} of the bound"
 
@@ -273,12 +278,12 @@ def test_the_bound_reads_the_products_uncertainty():
     from flashcheck.proofs.bounds.backward import _delta_tree_bound
 
     do, o = _family("random", 20, 64, np.random.default_rng(0))
-    tree = _recorded_tree(64)
-    b0 = _delta_tree_bound(do, o, np.zeros_like(o), U, 7, tree, "float32")
-    b1 = _delta_tree_bound(do, o, np.abs(o) * 2.0**-10, U, 7, tree, "float32")
+    trees = _recorded_trees(64)
+    b0 = _delta_tree_bound(do, o, np.zeros_like(o), U, 7, trees, "float32")
+    b1 = _delta_tree_bound(do, o, np.abs(o) * 2.0**-10, U, 7, trees, "float32")
     assert np.all(b1 >= b0) and np.any(b1 > b0)
     do[0, 3] = 0.0
-    assert np.isinf(_delta_tree_bound(do, o, np.full_like(o, np.inf), U, 7, tree, "float32")[0])
+    assert np.isinf(_delta_tree_bound(do, o, np.full_like(o, np.inf), U, 7, trees, "float32")[0])
 
 
 @pytest.mark.parametrize("family", ["random", "v_large_mean", "rising_logits", "near_constant_v"])
@@ -289,7 +294,7 @@ def test_gradient_bounds_with_the_tree_hold_and_dq_narrows(family):
     from flashcheck.proofs.bounds import Precision, backward_bound
     from tests.test_bwd_p_known import PR, assert_gradient_bounds_hold
 
-    claim = {"delta_depth": 6, "delta_tree": _recorded_tree(32)}
+    claim = {"delta_depth": 6, "delta_trees": _recorded_trees(32)}
     q, k, v, do, bb = assert_gradient_bounds_hold(family, claim)
     if family == "random":
         before = backward_bound(q, k, v, do, precision=Precision("float32", "ieee", **PR)).dq
@@ -320,7 +325,7 @@ def test_dq_reads_delta_whole_against_an_adversarial_tree(family, order):
     q, k, v, do, tree = build(512, nq=8, tries=500, family=family)
     with mock.patch.object(emulation, "delta_dot", descending if order == "descending" else emulation.delta_dot):
         (_, _, dq, _, _), pr = run_source("emulation", "cpu", "float32", "ieee", q, k, v, do)
-    assert pr.delta_tree == tree
+    assert pr.delta_trees[0] == tree
     O, L = attention(q, k, v)
     r = np.abs(dq - attention_backward(q, k, v, O, L, do)[0]) / backward_bound(q, k, v, do, precision=pr).dq
     if order == "tree":

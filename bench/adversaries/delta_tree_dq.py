@@ -1,5 +1,6 @@
 """An input built against Delta's bound where dQ reads it whole: every row's Delta dot rounds as far as a search can
-push it within the preprocess kernel's tree (Precision.delta_tree), and nothing else of dQ is large.
+push it within the preprocess kernel's tree (the first of Precision.delta_trees, the dense call's), and nothing else
+of dQ is large.
 
 q = 0 (uniform rows: P = 1/N_k exactly), every V row the same v0 (so O = v0 exactly and dP_ij = dO_i . v0 = Delta_i:
 the exact g = dP - Delta is 0, and so is the exact dQ), K near 1 (sum_j P_ij k_j ~ 1, no cancellation). The kernel's
@@ -42,7 +43,8 @@ def build(nk: int, nq: int = 16, d: int = 64, tries: int = 3000, seed: int = 0, 
     from flashcheck.proofs.bounds.backward import _delta_tree_bound
     from flashcheck.proofs.emulation import delta_dot
 
-    tree = tree or delta_claim("float32", "ieee", d).get("delta_tree") or tuple(range(d))
+    trees = delta_claim("float32", "ieee", d).get("delta_trees") or (tuple(range(d)),)
+    tree = tree or trees[0]
     rng = np.random.default_rng(seed)
     if family == "one_large":
         v0 = np.asarray(2.0**-24 * (1 - 2.0**-10 * rng.random(d)), dtype=np.float32).astype(np.float64)
@@ -57,7 +59,7 @@ def build(nk: int, nq: int = 16, d: int = 64, tries: int = 3000, seed: int = 0, 
             o = np.broadcast_to(v0, cand.shape).copy()
             got = delta_dot(torch.from_numpy(cand).float(), torch.from_numpy(o).float(), tree).double().numpy()
             err = np.abs(got - _exact_rows(cand, v0))
-            b = _delta_tree_bound(cand, o, np.zeros(cand.shape), 2.0**-24, len(tree).bit_length(), tree, "float32")
+            b = _delta_tree_bound(cand, o, np.zeros(cand.shape), 2.0**-24, len(tree).bit_length(), trees, "float32")
             rows.append(cand[np.argmax(err / b)])
         do = np.array(rows)
     q = np.zeros((1, 1, nq, d))
@@ -94,7 +96,7 @@ def main():
         q, k, v, do, tree = build(nk, tries=a.tries, family=a.family)
         with mock.patch.object(emulation, "delta_dot", descending if a.order == "descending" else emulation.delta_dot):
             (_, _, dq, _, _), precision = run_source("emulation", "cpu", "float32", "ieee", q, k, v, do)
-        assert precision.delta_tree == tree, "the emulation's claim is not the tree the input was built for"
+        assert precision.delta_trees[0] == tree, "the emulation's tree is not the one the input was built for"
         O, L = attention(q, k, v)
         exact = attention_backward(q, k, v, O, L, do)[0]
         for kind in ("probabilistic", "worst_case"):
