@@ -1,8 +1,15 @@
-"""The backward's Delta dot's evaluation tree (issue 8, Precision.delta_depth / delta_trees):
+"""The backward's Delta dot's evaluation tree (issue 8, Precision.delta_depth / delta_trees; bounds.md sec. 8, "The
+Delta dot's tree"):
 
 - bench/compile_forward.py reads it off the preprocess kernel's PTX by running it on symbolic floats (delta_tree):
-  checked on hand-written PTX (a tree, a planted deeper chain, a planted product of another row) and, where the
-  installed Triton has a committed record, against a fresh compile of our preprocess kernel.
+  checked on hand-written PTX (a tree, a planted deeper chain, a double-counted column, an unknown op) and, where the
+  installed Triton has a committed record, against a fresh read of every layout variant;
+- the claim is validated, made by ours_precision only from the record (never in the interpreter, never without FP
+  fusion, never for third-party kernels);
+- its bound (backward._delta_tree_bound) holds against the exact fp32 tree on random, cancelling, equal-residue and
+  one-large products, and a sum deeper than the claim is caught; through the backward: the gradients hold with the
+  claim and dQ narrows, and bench/adversaries/delta_tree_dq.py's dQ (Delta's rounding read whole) holds, a planted
+  descending Delta does not.
 """
 from __future__ import annotations
 
@@ -270,6 +277,18 @@ def test_a_deeper_tree_under_the_claim_is_caught(dv):
     for b in (_delta_tree_bound(do, o, np.zeros_like(o), U, depth, trees, "float32"),
               _delta_tree_bound(do, o, np.zeros_like(o), U, depth)):
         assert np.min(err / b) > 2.0, f"dv {dv}: a left-to-right sum within {np.min(err / b):.3g} of the bound"
+
+
+def test_a_tree_narrower_than_the_head_dim_is_not_used():
+    """Trees read for a smaller head dim say nothing of this call's dot (its depth is not theirs): the model stays."""
+    from flashcheck.proofs.bounds import Precision
+    from flashcheck.proofs.bounds.backward import _delta_claim
+    from flashcheck.proofs.bounds.precision import _model
+
+    M = _model(Precision("float32", "ieee", delta_depth=5, delta_trees=(tuple(range(16)),)))
+    assert _delta_claim(M, 16) == (5, (tuple(range(16)),))
+    assert _delta_claim(M, 17) == (None, None)
+    assert _delta_claim(_model(Precision("float32", "ieee", delta_depth=5)), 64) == (5, None)
 
 
 def test_the_bound_reads_the_products_uncertainty():
