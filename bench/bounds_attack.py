@@ -83,6 +83,15 @@ def inputs(family: str, dtype: str, nq: int, nk: int, h: int, d: int, seed: int)
     return [round_to(a, dtype) for a in xs]  # reference and bounds see exactly what the kernel saw
 
 
+def delta_claim(dtype: str, dot: str, head_dim: int) -> dict:
+    """Precision.delta_depth and delta_trees as the installed Triton's compiled-code record states them for our
+    preprocess kernel at this head dim (flashcheck.adapters, "delta" for delta_from "fp32"), {} without a record: the
+    emulation then computes the first (the dense, aligned call's: fa2_backward(delta_tree=...))."""
+    from flashcheck.adapters import _compiled_record, _delta_claim
+
+    return _delta_claim(_compiled_record(dtype, dot, head_dim, "default", None), "fp32")
+
+
 def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=None):
     """(o, lse, dq, dk, dv) as float64 arrays, and the Precision the bounds use for this source.
     mma="h100": the emulation's forward tensor-core dots through the H100's measured truncating steps."""
@@ -107,15 +116,19 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
         # and the backward's P~ in our kernel's compiled form through the table (Precision.bwd_p_known) unless
         # FLASHCHECK_BWD_EX2=torch (torch.exp2 of two roundings, P's error charged)
         bwd_p = ex2_known and os.environ.get("FLASHCHECK_BWD_EX2", "h100") == "h100"
+        # Delta's fp32 dot in the preprocess kernel's tree read off this Triton's PTX for this head dim (Precision.
+        # delta_depth, delta_trees: our tensors are dense and aligned, the first tree) unless FLASHCHECK_DELTA=torch (torch's sum, the dot's roundings modelled)
+        delta = delta_claim(dtype, dot, q.shape[-1]) if os.environ.get("FLASHCHECK_DELTA", "tree") == "tree" else {}
         pr = Precision(dtype, dot, exp="libm", l_accumulate="float64", delta_from="fp32", ieee_fma_chain=fma,
                        exp_argument=exp_argument, rowsum_depth=6, ex2_known=ex2_known, lg2_known=lg2_known,
-                       bwd_p_known=bwd_p)
+                       bwd_p_known=bwd_p, **delta)
         # the emulation's tiles are those the precision states: the forward's keys, the dQ loop's keys, dK/dV's queries
         o, lse, o32 = fa2_forward(q, k, v, dtype=dtype, dot=dot, mma=mma, l_accumulate="float64",
                                   return_fp32_o=True, ieee_fma_chain=fma, rowsum="tree", block_k=pr.block_k,
                                   ex2="h100" if ex2_known else "torch", lg2="h100" if lg2_known else "torch")
         g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, delta_o=o32, ieee_fma_chain=fma,
-                         block_k_dq=pr.dq_key_tile, block_q=pr.block_q, ex2="h100" if bwd_p else "torch")
+                         block_k_dq=pr.dq_key_tile, block_q=pr.block_q, ex2="h100" if bwd_p else "torch",
+                         delta_tree=pr.delta_trees[0] if pr.delta_trees else None)
         return (o, lse, *g), pr
     import torch
 

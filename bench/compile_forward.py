@@ -5,6 +5,10 @@ the layout of the tile's rowsum (tt.reduce in the TTGIR) with its adds and shuff
 
     PYTHONPATH=. python3 bench/compile_forward.py --dtype bfloat16 --d 64 [--dump DIR]
 
+With --delta: the backward's preprocess kernel instead, its Delta dot's evaluation tree (delta_tree: the PTX run on
+symbolic floats); --record-delta PATH adds that tree to every config of an existing record (in place), --record writes
+it with the rest.
+
 With --backward: the backward's dK/dV and dQ kernels instead, the writer chain of each exp2 argument and its form
 (backward_exp_argument: "fma_min" for P~ = ex2(min(fl32(c2 qk - fl32(LSE log2 e)), 0)), else "unknown"); --record
 writes both, the backward's as bwd_exp_argument in every config.
@@ -75,12 +79,14 @@ def compile_forward(dtype: str, d: int, nq: int, nk: int, dot: str, p_split: boo
 
 def _compile(launch, kernel):
     """(the compiled kernel for sm_90, the index of sm_scale among its PTX parameters: the arguments that are not
-    constexpr, in order)."""
+    constexpr, in order; None for a kernel without sm_scale). A launch's num_warps / num_stages None is Triton's
+    default (not passed, as the launcher does)."""
     sig, cx, attrs = _signature(launch, kernel)
     src = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=cx, attrs=attrs)
-    opts = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
+    opts = {k: v for k, v in (("num_warps", launch.num_warps), ("num_stages", launch.num_stages)) if v is not None}
     names = kernel.arg_names
-    scale = sum(1 for n in names[:names.index("sm_scale")] if sig[n] != "constexpr")
+    scale = (sum(1 for n in names[:names.index("sm_scale")] if sig[n] != "constexpr") if "sm_scale" in names
+             else None)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts), scale
 
 
@@ -339,6 +345,386 @@ def fused_exp_argument(rowsum: dict, forms: dict) -> bool:
     return set(forms) <= {"fma.rn.f32", "sub.f32"} and n_fma > 0 and n_fma == n_sub - rowsum["alpha_sinks"]
 
 
+# ----------------------------------------------------------------------------- the backward's Delta dot
+#
+# The preprocess kernel's Delta = tl.sum(dO * O, axis=1) in fp32 (kernels/triton_bwd.py). Its evaluation tree is
+# read by running the PTX: a straight-line interpreter for the kernel's opcodes, every thread of one program in
+# lockstep, integers concrete (thread and program ids, the launch's ints, distinct base addresses per pointer), floats
+# symbolic (each value an expression over the loaded elements), so shuffles read the other lane's expression and shared
+# memory round trips move them between warps. Each stored Delta_i is then an expression whose leaves are named by
+# (tensor, row, column) from their load addresses: what it computes, not a pattern of opcodes.
+
+_PTX_LINE = re.compile(r"^\s*(@!?%\w+)?\s*([a-z][\w.]*)\s*([^;]*);")
+
+
+class _Halves:
+    """A b32 register that holds two 16-bit elements loaded from memory: (buffer, element) each, or None (the 0 a
+    masked load leaves)."""
+
+    __slots__ = ("lo", "hi")
+
+    def __init__(self, lo, hi):
+        self.lo, self.hi = lo, hi
+
+
+class _Half:
+    __slots__ = ("ref",)
+
+    def __init__(self, ref):
+        self.ref = ref
+
+
+class _Float:
+    """An fp32 value as an expression: an id into _PtxRun.nodes (0: +0.0)."""
+
+    __slots__ = ("i",)
+
+    def __init__(self, i: int):
+        self.i = i
+
+
+class _PtxRun:
+    """One program of a straight-line kernel (no branches) run on symbolic floats: `run` returns the global stores
+    [(buffer index, element index, value)]; nodes[i] is ("zero",), ("in", buffer, element) (a loaded fp32 value or a
+    converted 16-bit one), or (opcode, operand ids...) for every fp32 operation (add / mul / fma and whatever else
+    writes an .f32 register)."""
+
+    def __init__(self, params: dict, buffers: dict):
+        self.params, self.buffers = params, buffers  # buffers: {param index: (itemsize, base address)}
+        self.nodes, self._ids = [("zero",)], {("zero",): 0}
+
+    def node(self, key) -> _Float:
+        i = self._ids.get(key)
+        if i is None:
+            i = self._ids[key] = len(self.nodes)
+            self.nodes.append(key)
+        return _Float(i)
+
+    def _locate(self, addr: int):
+        for k, (size, base) in self.buffers.items():
+            if base <= addr < base + (1 << 34):
+                if (addr - base) % size:
+                    raise ValueError(f"misaligned access at buffer {k}")
+                return k, (addr - base) // size
+        raise ValueError(f"address {addr:#x} outside every buffer")
+
+    def run(self, ptx: str, n_threads: int) -> list:
+        body = ptx[ptx.index(".entry"):]
+        prog = []
+        for raw in body[body.index("{"):].splitlines():
+            s = raw.strip()
+            if not s or s[0] in "./${}" or s.startswith(")"):
+                continue
+            m = _PTX_LINE.match(raw)
+            if not m:
+                raise ValueError(f"unparsed PTX line {raw!r}")
+            if m.group(2) == "ret":
+                break
+            prog.append((m.group(1), m.group(2), _operands(m.group(3))))
+        regs = [{} for _ in range(n_threads)]
+        smem, stores = {}, []
+        for guard, op, args in prog:
+            if op.startswith(("bra", "call", "brx", "exit")):
+                raise ValueError(f"control flow ({op}): not a straight-line kernel")
+            if op.startswith("bar"):
+                continue  # lockstep: every write before a barrier is applied before the next instruction runs
+            writes = []
+            for t in range(n_threads):
+                if guard is not None and regs[t][guard.lstrip("@!")] == guard.startswith("@!"):
+                    writes.append(None)
+                    continue
+                writes.append(self._step(op, args, t, regs, smem))
+            for t, w in enumerate(writes):
+                for k, v in (w or {}).items():
+                    if k[0] == "smem":
+                        smem[k[1]] = v
+                    elif k[0] == "gmem":
+                        stores.append((k[1], k[2], v))
+                    else:
+                        regs[t][k[1]] = v
+        return stores
+
+    def _step(self, op: str, args: list, t: int, regs: list, smem: dict) -> dict:
+        R = regs[t]
+
+        def val(a: str):
+            if a.startswith("%"):
+                if a == "%tid.x":
+                    return t
+                if a in ("%ctaid.x", "%ctaid.y", "%ctaid.z", "%tid.y", "%tid.z"):
+                    return 0  # program (0, 0): rows 0..BLOCK_M-1 of the first head
+                return R[a]
+            if a == "global_smem":
+                return 0
+            if a.startswith("0f"):
+                if int(a[2:], 16) == 0:
+                    return _Float(0)
+                raise ValueError(f"fp32 constant {a}")
+            return int(a, 0)
+
+        def addr(a: str) -> int:
+            m = re.fullmatch(r"\[\s*(%\w+|\w+)\s*(?:\+\s*(-?\d+))?\s*\]", a)
+            return val(m.group(1)) + int(m.group(2) or 0)
+
+        base, *mods = op.split(".")
+        w = {}
+        if base == "ld" and mods[0] == "param":
+            w[("reg", args[0])] = self.params[int(re.search(r"_param_(\d+)\]", args[1]).group(1))]
+        elif base == "ld" and mods[0] in ("global", "shared"):
+            a = addr(args[1])
+            step = 2 if mods[-1] == "b16" else 4
+            for j, d in enumerate(_regs(args[0])):
+                if mods[0] == "shared":
+                    w[("reg", d)] = smem[a + step * j]
+                    continue
+                k, e = self._locate(a + step * j)
+                size = self.buffers[k][0]
+                if size == 4:
+                    w[("reg", d)] = self.node(("in", k, e))
+                elif step == 4:  # two 16-bit elements in one b32 register
+                    w[("reg", d)] = _Halves((k, e), (k, e + 1))
+                else:
+                    w[("reg", d)] = _Half((k, e))
+        elif base == "st" and mods[0] in ("global", "shared"):
+            a = addr(args[0])
+            step = 2 if mods[-1] == "b16" else 4
+            for j, s in enumerate(_regs(args[1])):
+                if mods[0] == "shared":
+                    w[("smem", a + step * j)] = val(s)
+                else:
+                    k, e = self._locate(a + 4 * j)
+                    w[("gmem", k, e)] = val(s)
+        elif base == "mov" and args[1].startswith("{"):  # pack two 16-bit registers into one b32
+            lo, hi = (_Half(None) if isinstance(x, int) and x == 0 else x for x in map(val, _regs(args[1])))
+            if not (isinstance(lo, _Half) and isinstance(hi, _Half)):
+                raise ValueError(f"packing {lo!r}, {hi!r}")
+            w[("reg", args[0])] = _Halves(lo.ref, hi.ref)
+        elif base == "mov" and args[0].startswith("{"):  # unpack a b32 register into its two halves
+            x, (lo, hi) = val(args[1]), _regs(args[0])
+            if isinstance(x, _Halves):
+                w[("reg", lo)], w[("reg", hi)] = _Half(x.lo), _Half(x.hi)
+            elif x == 0:
+                w[("reg", lo)], w[("reg", hi)] = _Half(None), _Half(None)
+            else:
+                raise ValueError(f"unpacking {x!r}")
+        elif base == "mov":
+            w[("reg", args[0])] = val(args[1])
+        elif base == "cvt" and mods[0] == "f32" and mods[-1] in ("f16", "bf16"):
+            h = val(args[1])
+            if isinstance(h, int) and h == 0:  # a masked 16-bit load's 0 (mov.b16 0, then a predicated load)
+                h = _Half(None)
+            w[("reg", args[0])] = _Float(0) if h.ref is None else self.node(("in", *h.ref))
+        elif base == "ldmatrix":  # a warp loads 8x8 matrices of b16 pairs: lane i gets row i // 4's word i % 4 of
+            # matrix j, the rows' addresses from lanes 8 j .. 8 j + 7 (PTX ISA, ldmatrix; .trans not interpreted)
+            if "trans" in mods or mods[-1] != "b16":
+                raise ValueError(f"opcode {op} not interpreted")
+            lane, warp = t & 31, t & ~31
+            for j, d in enumerate(_regs(args[0])):
+                src = regs[warp | (8 * j + lane // 4)]
+                m = re.fullmatch(r"\[\s*(%\w+)\s*(?:\+\s*(-?\d+))?\s*\]", args[1])
+                w[("reg", d)] = smem[src[m.group(1)] + int(m.group(2) or 0) + 4 * (lane % 4)]
+        elif base == "shfl":
+            if mods[1] != "bfly":
+                raise ValueError(f"shuffle {op}")
+            src = (t & ~31) | ((t & 31) ^ val(args[2]))
+            w[("reg", args[0].split("|")[0])] = regs[src][args[1]]
+        elif mods and mods[-1] == "f32":  # every fp32 arithmetic: a node (analysed by _delta_tree)
+            xs = [val(a) for a in args[1:]]
+            xs = [_Float(0) if isinstance(x, int) and x == 0 else x for x in xs]  # a masked fp32 load's 0
+            if not all(isinstance(x, _Float) for x in xs):
+                raise ValueError(f"{op} of {xs!r}")
+            w[("reg", args[0])] = self.node((base, *(x.i for x in xs)))
+        elif base == "setp":
+            x, y = val(args[1]), val(args[2])
+            w[("reg", args[0])] = {"lt": x < y, "le": x <= y, "gt": x > y, "ge": x >= y, "eq": x == y,
+                                   "ne": x != y}[mods[0]]
+        elif base in ("and", "or", "not") and mods[-1] == "pred":
+            x = [val(a) for a in args[1:]]
+            w[("reg", args[0])] = {"and": lambda: x[0] and x[1], "or": lambda: x[0] or x[1],
+                                   "not": lambda: not x[0]}[base]()
+        elif base == "selp":
+            w[("reg", args[0])] = val(args[1]) if val(args[3]) else val(args[2])
+        else:
+            x = [val(a) for a in args[1:]]
+            if not all(isinstance(v, int) for v in x):
+                raise ValueError(f"{op} of {x!r}")
+            ops = {"add": lambda: x[0] + x[1], "sub": lambda: x[0] - x[1], "and": lambda: x[0] & x[1],
+                   "or": lambda: x[0] | x[1], "xor": lambda: x[0] ^ x[1], "shl": lambda: x[0] << x[1],
+                   "shr": lambda: x[0] >> x[1], "bfe": lambda: (x[0] >> x[1]) & ((1 << x[2]) - 1),
+                   "mul": lambda: x[0] * x[1], "mad": lambda: x[0] * x[1] + x[2], "cvt": lambda: x[0],
+                   "min": lambda: min(x), "max": lambda: max(x)}
+            if base not in ops or (base in ("mul", "mad") and mods[0] not in ("lo", "wide")):
+                raise ValueError(f"opcode {op} not interpreted")
+            r = ops[base]()
+            if not 0 <= r < 1 << 63:
+                raise ValueError(f"{op} left the nonnegative range the interpreter assumes")
+            w[("reg", args[0])] = r
+        return w
+
+
+def compile_preprocess(dtype: str, dv: int, has_res: bool, o_row: int | None = None, o_aligned: bool = True,
+                       do_row: int | None = None, do_aligned: bool = True):
+    """The backward's preprocess (Delta) kernel compiled as backward_launches launches it on the GPU for (1, 1, 4096,
+    dv) tensors of `dtype` (BLOCK_M 64, BLOCK_DV the padded dv, Triton's default warps; HAS_RES: Delta from O + O_res,
+    delta_from="fp32" with 16-bit inputs), specialized as Triton's JIT would (_signature): O's (and O_res's) rows
+    `o_row` apart (default dv, dense), 16-byte aligned or not, dO's likewise. Returns (launch, compiled)."""
+    from flashcheck.kernels.triton_bwd import attn_bwd_preprocess_kernel
+
+    def layout(row, aligned):
+        rs = row or dv
+        return Layout(dtype, (1, 1, 4096, dv), (4096 * rs, 4096 * rs, rs, 1), aligned)
+
+    x, g = layout(o_row, o_aligned), layout(do_row, do_aligned)
+    pre, _, _ = backward_launches(x, x, x, x, g, (x, x, x), has_res, None, None, band=False, off_lo=0, off_hi=0,
+                                  block_q=0, block_k=0, dot="ieee" if dtype == "float32" else "tf32", tiles=[],
+                                  interpret=False)
+    return pre, _compile(pre, attn_bwd_preprocess_kernel)[0]
+
+
+_ZERO = ("0",)  # a product of a masked (0) load: exactly 0, no leaf, no rounding
+
+
+def _delta_node(nodes: list, names: dict, strides: dict, row: int, i: int):
+    """The Delta dot's tree under node i, canonical: ("m", c) the product of column c rounded (mul.f32, or an fma with
+    addend 0), ("f", c, sub) an fma whose fused product is column c's, exact inside it, added to sub with one rounding,
+    ("+", a, b) an add.f32 (the child with the smaller first column first: the add commutes). A product is dO[row, c]
+    times O[row, c] (or O + O_res of that element, the fp32 O of delta_from="fp32"), an element at index e of a buffer
+    with row stride strides[name] being (e // stride, e % stride); a product with a masked load's 0 is exactly 0
+    (_ZERO: dropped, an fma of it is its addend, an add of it the other operand, all exact); anything else raises
+    ValueError."""
+    def operand(j):
+        n = nodes[j]
+        if n[0] == "in":
+            return (names[n[1]], *divmod(n[2], strides[names[n[1]]]))
+        if n[0] == "add":
+            a, b = operand(n[1]), operand(n[2])
+            if {a[0], b[0]} == {"O", "ORes"} and a[1:] == b[1:]:
+                return ("O", *a[1:])
+        raise ValueError(f"operand {n}")
+
+    def column(a, b):
+        x, y = operand(a), operand(b)
+        if {x[0], y[0]} != {"O", "DO"} or x[1:] != y[1:] or x[1] != row:
+            raise ValueError(f"product of {x} and {y} in row {row}")
+        return x[2]
+
+    def sub(j):
+        return _delta_node(nodes, names, strides, row, j)
+
+    n = nodes[i]
+    if n[0] == "zero":
+        return _ZERO
+    if n[0] == "mul":
+        return _ZERO if 0 in n[1:] else ("m", column(n[1], n[2]))
+    if n[0] == "fma":
+        if 0 in n[1:3]:
+            return sub(n[3])
+        c, t = column(n[1], n[2]), sub(n[3])
+        return ("m", c) if t == _ZERO else ("f", c, t)
+    if n[0] == "add":
+        a, b = sub(n[1]), sub(n[2])
+        if _ZERO in (a, b):
+            return b if a == _ZERO else a
+        return ("+", *sorted((a, b), key=lambda x: min(_delta_leaves(x))))
+    raise ValueError(f"fp32 {n[0]} in the Delta dot")
+
+
+def _tree_of_order(order, dv: int):
+    """The canonical tree (_delta_node's form) of the complete pairwise tree over `order` with the columns >= dv exact
+    zeros: what _delta_node reads off a kernel that computes that tree with those columns masked."""
+    level = []
+    for a, b in zip(order[0::2], order[1::2]):
+        level.append(_ZERO if a >= dv and b >= dv else ("m", b) if a >= dv else ("m", a) if b >= dv
+                     else ("f", a, ("m", b)))
+    while len(level) > 1:
+        nxt = []
+        for x, y in zip(level[0::2], level[1::2]):
+            nxt.append(y if x == _ZERO else x if y == _ZERO
+                       else ("+", *sorted((x, y), key=lambda t: min(_delta_leaves(t)))))
+        level = nxt
+    return level[0]
+
+
+def _delta_leaves(t) -> list:
+    return [t[1]] if t[0] == "m" else [t[1], *_delta_leaves(t[2])] if t[0] == "f" else [
+        *_delta_leaves(t[1]), *_delta_leaves(t[2])]
+
+
+def _delta_count(t, kind: str) -> int:
+    """How many nodes of `kind` ("f": fused products, "m": products rounded alone) the tree has."""
+    return (t[0] == kind) + sum(_delta_count(c, kind) for c in t[1:] if isinstance(c, tuple))
+
+
+def _delta_depth(t) -> int:
+    """Roundings on the deepest leaf-to-root path: a rounded product 1, an fma 1 above its addend (its own product
+    enters exact), an add 1 above its deeper child."""
+    return 1 if t[0] == "m" else 1 + _delta_depth(t[2]) if t[0] == "f" else 1 + max(map(_delta_depth, t[1:]))
+
+
+def _pairwise_order(t) -> list | None:
+    """The leaf order of a complete binary tree of adds over pair nodes fma(p_a, fl(p_b)) (("f", a, ("m", b)), all at
+    one depth), listed [a, b, ...] left to right; None for any other shape."""
+    if t[0] == "f":
+        return [t[1], t[2][1]] if t[2][0] == "m" else None
+    if t[0] != "+":
+        return None
+    a, b = _pairwise_order(t[1]), _pairwise_order(t[2])
+    return a + b if a is not None and b is not None and len(a) == len(b) else None
+
+
+def delta_tree(ptx: str, launch, against=None) -> dict:
+    """The Delta dot of the preprocess kernel's PTX (compile_preprocess), run on symbolic floats (_PtxRun, program
+    (0, 0)): every stored Delta_i (i < BLOCK_M) read back to its products (_delta_node). Returns {"depth": the most
+    roundings any leaf passes through to the stored value (_delta_depth), None unless every row's tree holds each of
+    the HEAD_DV columns of its own row exactly once; "order": the leaf order where every row's tree is the complete
+    binary tree of _pairwise_order (the same for every row), else None; "fused": how many products enter an fma exact,
+    "rounded": how many are rounded alone (mul.f32), in row 0; "matches" (with `against`, a recorded order): whether
+    every row's tree is that order's complete pairwise tree with the columns >= HEAD_DV masked (_tree_of_order);
+    "error": why depth is None, else None}."""
+    from flashcheck.kernels.triton_bwd import attn_bwd_preprocess_kernel as kernel
+
+    cx = dict(launch.constexprs)
+    sig, cx_sig, _ = _signature(launch, kernel)
+    args = [n for n in kernel.arg_names if sig[n] != "constexpr"]
+    pointers = kernel.arg_names[:len(launch.pointers)]
+    value = {**dict(zip([n for n in kernel.arg_names if n not in cx and n not in pointers], launch.ints)), **cx_sig}
+    params, buffers, names = {}, {}, {}
+    for i, n in enumerate(args):  # the PTX's parameters: the arguments that are not constexpr, in order
+        if sig[n].startswith("*"):
+            params[i] = (i + 1) << 36
+            buffers[i] = (4 if sig[n] == "*fp32" else 2, params[i])
+            names[i] = n
+        else:
+            params[i] = value[n]
+    for i in range(len(args), len(args) + 4):  # Triton's own trailing pointers (scratch): never read here
+        params[i] = (i + 1) << 36
+    strides = {"O": value["stride_om"], "ORes": value["stride_om"], "DO": value["stride_dm"], "Delta": 1}
+    out = {"depth": None, "order": None, "fused": None, "rounded": None, "error": None}
+    try:
+        run = _PtxRun(params, buffers)
+        stores = run.run(ptx, int(re.search(r"\.reqntid\s+(\d+)", ptx).group(1)))
+        dv = cx["HEAD_DV"]
+        trees = {}
+        for k, e, v in stores:
+            if names.get(k) != "Delta" or not isinstance(v, _Float):
+                raise ValueError(f"a store of {v!r} to {names.get(k)}")
+            trees.setdefault(e, set()).add(_delta_node(run.nodes, names, strides, e, v.i))
+        if sorted(trees) != list(range(cx["BLOCK_M"])) or any(len(s) != 1 for s in trees.values()):
+            raise ValueError(f"rows stored {sorted(trees)[:8]}..., not each of the {cx['BLOCK_M']} once")
+        for t, in trees.values():
+            if t == _ZERO or sorted(_delta_leaves(t)) != list(range(dv)):
+                raise ValueError(f"a tree's leaves are not the {dv} columns once each")
+        shapes = {t for (t,) in trees.values()}
+        (t0,) = trees[0]
+        out.update(depth=max(map(_delta_depth, shapes)), fused=_delta_count(t0, "f"), rounded=_delta_count(t0, "m"),
+                   order=_pairwise_order(t0) if len(shapes) == 1 else None)
+        if against is not None:
+            out["matches"] = shapes == {_tree_of_order(against, dv)}
+    except (ValueError, KeyError, AttributeError) as err:
+        out["error"] = f"{type(err).__name__}: {err}"
+    return out
+
+
 def _record_one(job):
     dtype, dot, d, p_split = job
     depths, fused, variants = [], True, {}
@@ -386,9 +772,88 @@ def _record_backward(job):
     return {"bwd_exp_argument": "fma_min" if fused else "unknown", "bwd_tiles": tiles, "bwd_variants": variants}
 
 
+def _delta_variants(d: int) -> dict:
+    """The preprocess calls whose Delta dot the record must cover, per padded head dim d: {name: (dv, O's row stride
+    or None, O aligned, dO's row stride or None, dO aligned)}. Triton specializes on alignment and divisibility by 16,
+    and vectorizes a load by what they (and the mask of a head dim below d) allow, which sets the layout and so the
+    tree. Our O (and O_res) is allocated dense and aligned (rows dv apart: O's loads vectorize fully where dv is a
+    multiple of 16, else not at all), dO is the caller's (its loads by its alignment, its row stride and the mask's
+    constancy: the largest power of 2 dividing dv). The tree is read for d dense; a head dim 16 below (masked columns,
+    strides divisible by 16); dO's rows d + 8 apart, unaligned; both so; a head dim 8 below (masked, strides not
+    divisible by 16), dO unaligned; and a head dim m = 2, 4, 8 below with dO's rows d apart, aligned (O not vectorized,
+    dO by m)."""
+    out = {"plain": (d, None, True, None, True), "do_unaligned": (d, None, True, d + 8, False),
+           "unaligned": (d, d + 8, False, d + 8, False), "ragged_unaligned": (d - 8, None, True, None, False),
+           **{f"do_vec{m}": (d - m, None, True, d, True) for m in (2, 4, 8)}}
+    if d > 16:
+        out["ragged"] = (d - 16, None, True, None, True)
+    return out
+
+
+def _record_delta(job):
+    """The Delta dot's trees (delta_tree) of the preprocess kernel for one (dtype, padded head dim), keyed by
+    Precision.delta_from: "output" (Delta from the stored O: HAS_RES off) and "fp32" (the launcher's HAS_RES for it:
+    O + O_res with 16-bit inputs; fp32 inputs have no residual, HAS_RES off). Each entry: "depth", the deepest over the
+    variants (_delta_variants; None if any is unread); "orders", the distinct leaf orders of the full head dims' trees,
+    the plain call's first (None if any is not the complete pairwise tree, or a masked variant's tree is not one of
+    them with its columns masked); the plain call's "fused" and "rounded"; and per variant its depth, order index and
+    error."""
+    dtype, d = job
+    out = {}
+    for has_res in (False, True) if dtype != "float32" else (False,):
+        results, orders = {}, []
+        for name, (dv, o_row, o_al, do_row, do_al) in _delta_variants(d).items():
+            launch, ck = compile_preprocess(dtype, dv, has_res, o_row, o_al, do_row, do_al)
+            results[name] = (dv, launch, ck)
+        variants, ok = {}, True
+        for name, (dv, launch, ck) in results.items():  # the full head dims first: their orders
+            if dv == d:
+                r = delta_tree(ck.asm["ptx"], launch)
+                if r["order"] is not None and r["order"] not in orders:
+                    orders.append(r["order"])
+                ok = ok and r["order"] is not None
+                variants[name] = {"head_dv": dv, "depth": r["depth"], "error": r["error"],
+                                  "order": None if r["order"] is None else orders.index(r["order"])}
+                if name == "plain":
+                    plain = r
+        for name, (dv, launch, ck) in results.items():  # masked head dims: one of those orders, masked
+            if dv != d:
+                rs = [delta_tree(ck.asm["ptx"], launch, against=o) for o in orders] or [
+                    delta_tree(ck.asm["ptx"], launch)]
+                hit = [i for i, r in enumerate(rs) if r.get("matches")]
+                ok = ok and bool(hit)
+                variants[name] = {"head_dv": dv, "depth": rs[0]["depth"], "error": rs[0]["error"],
+                                  "order": hit[0] if hit else None}
+        depths = [v["depth"] for v in variants.values()]
+        out[has_res] = {"has_res": has_res, "block_m": dict(results["plain"][1].constexprs)["BLOCK_M"],
+                        "depth": None if None in depths else max(depths), "orders": orders if ok else None,
+                        "fused": plain["fused"], "rounded": plain["rounded"], "variants": variants}
+    return {"output": out[False], "fp32": out[dtype != "float32"]}
+
+
 def _record_job(job):
     kind, args = job
-    return _record_one(args) if kind == "fwd" else _record_backward(args)
+    return {"fwd": _record_one, "bwd": _record_backward, "delta": _record_delta}[kind](args)
+
+
+_DTYPES_DOTS = (("float16", "tf32"), ("bfloat16", "tf32"), ("float32", "ieee"), ("float32", "tf32"))
+_HEAD_DIMS = (16, 32, 64, 128, 256)
+_METHOD_DELTA = ("Delta (bench/compile_forward.py --record / --record-delta): the backward's preprocess kernel "
+                 "compiled as backward_launches launches it on the GPU (BLOCK_M 64, BLOCK_DV = the head dim, default "
+                 "warps, "
+                 "HAS_RES per delta_from), its PTX run by a straight-line interpreter on symbolic floats (program "
+                 "(0, 0), every thread in lockstep, integers concrete: shuffles and shared memory move expressions "
+                 "between lanes and warps); each stored Delta_i read back to its products dO[i,c] O[i,c] by their load "
+                 "addresses (delta_tree). delta[delta_from].depth = the most roundings any product passes through "
+                 "(mul.f32 1, an fma 1 above its addend with its own product exact, add.f32 1), None unless each row's "
+                 "tree holds its head dim's columns once each, the deepest over the variants (_delta_variants: dense, "
+                 "masked head dims, dO or both unaligned with rows not 16 apart, dO vectorized by 2, 4, 8); orders = the distinct leaf orders of "
+                 "the complete binary tree of adds over pairs fma(p_a, fl(p_b)) among the variants (one of them is "
+                 "the call's), None unless every variant's tree is one of them (masked columns as exact zeros)")
+
+
+def _delta_jobs() -> list:
+    return [(dtype, d) for dtype in ("float16", "bfloat16", "float32") for d in _HEAD_DIMS]
 
 
 def record(path: str, workers: int) -> None:
@@ -399,17 +864,20 @@ def record(path: str, workers: int) -> None:
     import json
     from concurrent.futures import ProcessPoolExecutor
 
-    jobs, bwd_jobs = [], []
-    for dtype, dot in (("float16", "tf32"), ("bfloat16", "tf32"), ("float32", "ieee"), ("float32", "tf32")):
-        for d in (16, 32, 64, 128, 256):
+    jobs, bwd_jobs, delta_jobs = [], [], _delta_jobs()
+    for dtype, dot in _DTYPES_DOTS:
+        for d in _HEAD_DIMS:
             bwd_jobs.append((dtype, dot, d))
             for p_split in ((False, True) if dtype != "float32" else (False,)):
                 jobs.append((dtype, dot, d, p_split))
     with ProcessPoolExecutor(workers) as ex:
-        out = list(ex.map(_record_job, [("fwd", j) for j in jobs] + [("bwd", j) for j in bwd_jobs]))
-    configs, bwd = out[:len(jobs)], dict(zip(bwd_jobs, out[len(jobs):]))
+        out = list(ex.map(_record_job, [("fwd", j) for j in jobs] + [("bwd", j) for j in bwd_jobs]
+                          + [("delta", j) for j in delta_jobs]))
+    configs, bwd = out[:len(jobs)], dict(zip(bwd_jobs, out[len(jobs):len(jobs) + len(bwd_jobs)]))
+    delta = dict(zip(delta_jobs, out[len(jobs) + len(bwd_jobs):]))
     for job, c in zip(jobs, configs):
         c.update(bwd[job[:3]])
+        c["delta"] = delta[(job[0], job[2])]
     rep = {"triton": triton.__version__, "torch": torch.__version__, "target": "cuda sm_90",
            "method": "bench/compile_forward.py --record: PTX data flow of every ex2.approx result through add.f32 / "
                      "butterfly shuffles into the fp64 l (rowsum_depths); rowsum_depth = the deepest leaf, None where "
@@ -420,12 +888,38 @@ def record(path: str, workers: int) -> None:
                      "4099 unaligned) is min.f32(fma.rn.f32(mul.f32(sm_scale, log2e), <fma.rn.f32 dot chain>, "
                      "neg.f32(mul.f32(LSE, log2e) [through the dQ kernel's selp -inf guard])), 0) "
                      "(backward_exp_argument: P~ = ex2(min(fl32(c2 qk - fl32(LSE log2e)), 0))), else unknown",
-           "configs": configs}
+           "method_delta": _METHOD_DELTA, "configs": configs}
     with open(path, "w") as f:
         json.dump(rep, f, indent=1)
     for c in configs:
         print(c["dtype"], c["dot"], c["block_d"], c["block_m"], c["block_n"], c["num_warps"], c["p_split"],
-              "depth", c["rowsum_depth"], "exp_argument", c["exp_argument"], "bwd_exp_argument", c["bwd_exp_argument"])
+              "depth", c["rowsum_depth"], "exp_argument", c["exp_argument"], "bwd_exp_argument", c["bwd_exp_argument"],
+              "delta_depth", {k: v["depth"] for k, v in c["delta"].items()})
+
+
+def record_delta(path: str, workers: int) -> None:
+    """Add the Delta dot's tree (_record_delta: "delta" per config) to an existing record of this Triton version
+    (`record`'s file, rewritten in place; every other field kept): the short run that brings a record made before the
+    Delta dot was read up to date."""
+    import json
+    from concurrent.futures import ProcessPoolExecutor
+
+    with open(path) as f:
+        rep = json.load(f)
+    if rep["triton"] != triton.__version__:
+        raise SystemExit(f"{path} records Triton {rep['triton']}; this is Triton {triton.__version__}")
+    jobs = _delta_jobs()
+    with ProcessPoolExecutor(workers) as ex:
+        delta = dict(zip(jobs, ex.map(_record_job, [("delta", j) for j in jobs])))
+    for c in rep["configs"]:
+        c["delta"] = delta[(c["dtype"], c["block_d"])]
+    rep["method_delta"] = _METHOD_DELTA
+    with open(path, "w") as f:
+        json.dump(rep, f, indent=1)
+    for (dtype, d), r in delta.items():
+        print(dtype, d, {k: (v["depth"], v["fused"], v["rounded"], None if v["orders"] is None else len(v["orders"]),
+                             {n: (x["depth"], x["order"], x["error"]) for n, x in v["variants"].items()})
+                         for k, v in r.items()})
 
 
 def main():
@@ -437,9 +931,25 @@ def main():
     ap.add_argument("--record", default=None, help="write the record of every config to this JSON path")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--backward", action="store_true", help="the backward kernels' exponent arguments instead")
+    ap.add_argument("--record-delta", default=None,
+                    help="add the Delta dot's tree (every config's 'delta') to this existing record, in place")
+    ap.add_argument("--delta", action="store_true", help="the preprocess kernel's Delta dot tree instead")
     a = ap.parse_args()
     if a.record:
         return record(a.record, a.workers)
+    if a.record_delta:
+        return record_delta(a.record_delta, a.workers)
+    if a.delta:
+        for has_res in (False, True) if a.dtype != "float32" else (False,):
+            launch, ck = compile_preprocess(a.dtype, a.d, has_res)
+            print(f"triton {triton.__version__} preprocess dtype {a.dtype} dv {a.d} constexprs "
+                  f"{dict(launch.constexprs)} warps {launch.num_warps}:", delta_tree(ck.asm["ptx"], launch))
+            if a.dump:
+                os.makedirs(a.dump, exist_ok=True)
+                with open(os.path.join(a.dump, f"preprocess_{a.dtype}_d{a.d}_res{int(has_res)}_triton"
+                                                f"{triton.__version__}.ptx"), "w") as f:
+                    f.write(ck.asm["ptx"])
+        return
     dot = a.dot or ("ieee" if a.dtype == "float32" else "tf32")  # fp16/bf16 operands: the launcher's spelling
     if a.backward:
         for name, (launch, ck, scale) in compile_backward(a.dtype, a.d, 4096, 4096, dot).items():

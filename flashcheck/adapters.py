@@ -398,8 +398,7 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
     # bench/probe_fma_dot.py); never in the interpreter. The chain is Triton's llvm.fmuladd contracted into
     # fma.rn.f32, which needs FP fusion on: only where this Triton's record shows the contraction (the exponent
     # arguments fused, exp_argument "fma"; Triton 3.10 turns fusion off by default) and nothing forces it off
-    fusion = (rec is not None and rec["exp_argument"] == "fma"
-              and os.environ.get("TRITON_FORCE_DISABLE_FP_FUSION", "0") in ("", "0"))
+    fusion = rec is not None and rec["exp_argument"] == "fma" and _fp_fusion_default()
     fma_chain = (a.exp != "libm" and hw.ieee_dot == "fma_chain" and (a.input, a.dot) == ("float32", "ieee")
                  and _block_d(head_dim) in hw.ieee_dot_k and fusion)
     return _precision(input=a.input, dot=a.dot, accumulate="float32", output=a.output, exp=a.exp,
@@ -417,7 +416,31 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                                  and rec is not None and rec["rowsum_depth"] is not None),
                       # and the backward's recomputed P~, where this Triton's record shows both backward kernels'
                       # arguments rounded once for these tiles (Precision.bwd_p_known)
-                      bwd_p_known=fma_chain and _ex2_measured() and _bwd_exp_fma(rec, tiles))
+                      bwd_p_known=fma_chain and _ex2_measured() and _bwd_exp_fma(rec, tiles),
+                      # the Delta dot's tree, read off this Triton's PTX of the preprocess kernel for this delta_from;
+                      # its pairs are contracted fmas: compiled with FP fusion off, each pair rounds both products
+                      **(_delta_claim(rec, a.delta_from) if _fp_fusion_default() else {}))
+
+
+def _fp_fusion_default() -> bool:
+    """Whether Triton compiles with FP fusion as the compiled-code record was made (on: TRITON_DEFAULT_FP_FUSION unset
+    or not 0, the Triton 3.9 default, and TRITON_FORCE_DISABLE_FP_FUSION unset or 0)."""
+    return (os.environ.get("TRITON_FORCE_DISABLE_FP_FUSION", "0") in ("", "0")
+            and os.environ.get("TRITON_DEFAULT_FP_FUSION", "1") != "0")
+
+
+def _delta_claim(rec: dict | None, delta_from: str) -> dict:
+    """Precision.delta_depth and delta_trees from the compiled-code record's config (`_compiled_record`; "delta",
+    bench/compile_forward.py delta_tree: the preprocess kernel for delta_from's HAS_RES). Nothing without a record,
+    for a record written before the Delta dot was read (no key: Triton 3.6.0's until the GPU machine adds it,
+    --record-delta), or where the PTX did not show a tree over every column (depth None)."""
+    entry = (rec or {}).get("delta", {}).get(delta_from)
+    if entry is None or entry["depth"] is None:
+        return {}
+    orders = entry["orders"]
+    return {"delta_depth": entry["depth"],
+            "delta_trees": None if orders is None or len(orders[0]).bit_length() != entry["depth"]
+            else tuple(tuple(o) for o in orders)}
 
 
 def _ex2_measured() -> bool:

@@ -350,10 +350,34 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
     return o.double().numpy(), lse.double().numpy()
 
 
+def delta_dot(do: torch.Tensor, o: torch.Tensor, tree: tuple | None = None) -> torch.Tensor:
+    """Delta = rowsum(dO o O) of fp32 tensors (..., dv) in fp32 as the preprocess kernel computes it. tree
+    (one of Precision.delta_trees, a leaf order read off its PTX by bench/compile_forward.py delta_tree; len >= dv, the
+    columns past dv exact zeros): each pair fl32(x_a + fl32(x_b)) in one fma, x_a exact inside it (x = dO o formed in
+    float64: a product of two fp32 values is exact there; fma_chain.fma_step rounds once), then fl32 adds level by level
+    (NumPy's float32 adds: one rounding each, gradual underflow as add.f32 without .ftz). None: torch's fp32 sum of the
+    rounded products, in its own order."""
+    if tree is None:
+        return (do * o).sum(-1)
+    from flashcheck.proofs.fma_chain import fma_step
+
+    if do.dtype != torch.float32 or o.dtype != torch.float32:
+        raise ValueError("delta_dot: the tree is the kernel's fp32 dot; do and o must be float32")
+    dv = do.shape[-1]
+    if len(tree) < dv:
+        raise ValueError(f"delta_dot: a tree of {len(tree)} leaves for {dv} columns")
+    x = do.double().numpy() * o.double().numpy()
+    x = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, len(tree) - dv)])[..., np.asarray(tree)]
+    s = fma_step(x[..., 1::2].astype(np.float32).astype(np.float64), x[..., 0::2]).astype(np.float32)
+    while s.shape[-1] > 1:
+        s = s[..., 0::2] + s[..., 1::2]
+    return torch.from_numpy(np.ascontiguousarray(s[..., 0]))
+
+
 def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
                  scale=None, causal=False, window=None, mask=None, accumulation: str = "recursive",
                  k_step: int | None = None, delta_o=None, ieee_fma_chain: bool = False, block_k_dq: int = 64,
-                 block_q: int = 64, ex2: str = "torch"):
+                 block_q: int = 64, ex2: str = "torch", delta_tree: tuple | None = None):
     """(dQ, dK, dV) as the FA2 backward kernel computes them from its own (O, LSE): Delta from the
     stored O (or from `delta_o`, the fp32 O of fa2_forward(..., return_fp32_o=True), for
     delta_from="fp32"), P recomputed from the stored LSE in base 2, P and dS rounded to the operand dtype
@@ -366,7 +390,9 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     ex2: the recomputed P~: "torch" (torch.exp2 of fl(s2) - lse2, two roundings) or "h100" (with ieee_fma_chain: the
     compiled form of both backward kernels, P~ = ex2(min(fl32(qk c - lse2), 0)) with the argument rounded once
     (fma.rn.f32) and ex2 the H100's ex2.approx.ftz.f32 bit for bit, flashcheck.proofs.ex2_model;
-    Precision.bwd_p_known)."""
+    Precision.bwd_p_known).
+    delta_tree: Delta's fp32 dot in this leaf order of the preprocess kernel's tree (delta_dot; one of Precision.
+    delta_trees); None: torch's sum."""
     _check_fma(ieee_fma_chain, dtype, dot)
     if ex2 not in ("torch", "h100"):
         raise ValueError(f"ex2 must be 'torch' or 'h100', got {ex2!r}")
@@ -385,8 +411,8 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     # Delta from the stored O, or (delta_from="fp32") from the fp32 O before the store
     ot = torch.as_tensor(o).to(_TORCH[out or dtype]) if delta_o is None else torch.as_tensor(delta_o).to(acc_t)
     lset = torch.as_tensor(lse).to(acc_t)
-    # Δ = rowsum(dO ∘ O) from the stored O
-    delta = (dot_.to(acc_t) * ot.to(acc_t)).sum(-1)
+    # Δ = rowsum(dO ∘ O) from the stored O (or the fp32 one), in the kernel's tree where stated
+    delta = delta_dot(dot_.to(acc_t), ot.to(acc_t), delta_tree)
     lse2 = torch.where(torch.isinf(lset), torch.zeros_like(lset), lset * torch.tensor(LOG2E, dtype=acc_t))
     if ieee_fma_chain:
         s_fma, qk_scale = _fma_logits(qt, kt, sc)

@@ -165,27 +165,16 @@ print(json.dumps({name: backward_exp_argument(ck.asm["ptx"], scale) for name, (_
 
 def test_the_committed_record_is_what_this_triton_compiles():
     """A kernel change that reshapes the backward's exponent arguments must be re-recorded (bench/compile_forward.py
-    --record); compiled in a process of its own without TRITON_INTERPRET, as test_rowsum_depth does."""
-    import os
-    import subprocess
-    import sys
+    --record)."""
+    from tests.compiled_record import committed_record, compiled
 
     import triton
 
-    from flashcheck.proofs.hardware import MEASUREMENTS
-
-    path = MEASUREMENTS / f"forward_compiled_triton{triton.__version__}.json"
-    if not path.exists():
-        pytest.skip(f"no compiled-code record for Triton {triton.__version__}")
-    rec = json.loads(path.read_text())
+    rec = committed_record()
     (cfg,) = [c for c in rec["configs"] if (c["dtype"], c["dot"], c["block_d"], c["p_split"]) == ("float32", "ieee",
                                                                                                  64, False)]
     if "bwd_exp_argument" not in cfg:
         pytest.skip(f"the Triton {triton.__version__} record has no backward entry")
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    out = subprocess.run([sys.executable, "-c", _COMPILE, "float32", "ieee", "64"], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = compiled(_COMPILE, "float32", "ieee", 64)
     want = {k: v["exp_argument"] for k, v in cfg["bwd_variants"]["plain"].items()}
     assert got == want, (got, want)

@@ -75,20 +75,22 @@ def test_unfused_form_is_not_the_candidate():
     assert np.sum(ok[..., None] & (got != want)) > 0
 
 
-def assert_gradient_bounds_hold(family):
+def assert_gradient_bounds_hold(family, delta: dict | None = None):
     """dQ, dK, dV of the emulation whose backward computes P~ in the kernel's form (fa2_backward(ex2="h100")) within
-    their bounds under PR; returns (q, k, v, do, the BackwardBound)."""
+    their bounds under PR; returns (q, k, v, do, the BackwardBound). delta: Precision.delta_depth and delta_trees
+    claimed too, the emulation's Delta in the first tree (tests/test_delta_tree.py)."""
     from flashcheck.proofs.bounds import Precision, backward_bound
     from flashcheck.proofs.emulation import fa2_backward
     from flashcheck.reference.attention import attention
     from flashcheck.reference.backward import attention_backward
 
     q, k, v, do, o, lse, o32 = _case(family)
+    delta = delta or {}
     got = fa2_backward(q, k, v, o, lse, do, dtype="float32", dot="ieee", delta_o=o32, ieee_fma_chain=True,
-                       block_k_dq=64, ex2="h100")
+                       block_k_dq=64, ex2="h100", delta_tree=delta.get("delta_trees", (None,))[0])
     O, L = attention(q, k, v)
     exact = attention_backward(q, k, v, O, L, do)
-    bb = backward_bound(q, k, v, do, precision=Precision("float32", "ieee", **PR))
+    bb = backward_bound(q, k, v, do, precision=Precision("float32", "ieee", **PR, **delta))
     for name, g, e, b in zip(("dQ", "dK", "dV"), got, exact, (bb.dq, bb.dk, bb.dv)):
         err = np.abs(g - e)
         assert np.all(err <= b), f"{family}: {name} over its bound, max error/bound {np.max(err / b):.3g}"

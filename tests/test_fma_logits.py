@@ -147,10 +147,11 @@ def test_claim_only_on_the_gpu_where_measured(monkeypatch):
     assert not ours_precision("float16", None, head_dim=64, interpret=False).ieee_fma_chain
     # the chain is llvm.fmuladd contracted into fma.rn.f32: no claim where fusion is forced off, nor without this
     # Triton's compiled-code record showing the contraction (Triton 3.10 turns fusion off by default)
-    monkeypatch.setenv("TRITON_FORCE_DISABLE_FP_FUSION", "1")
-    p = ours_precision("float32", "ieee", head_dim=64, interpret=False)
-    assert not p.ieee_fma_chain and p.exp_argument == "unknown"
-    monkeypatch.delenv("TRITON_FORCE_DISABLE_FP_FUSION")
+    for name, value in (("TRITON_FORCE_DISABLE_FP_FUSION", "1"), ("TRITON_DEFAULT_FP_FUSION", "0")):
+        monkeypatch.setenv(name, value)
+        p = ours_precision("float32", "ieee", head_dim=64, interpret=False)
+        assert not p.ieee_fma_chain and p.exp_argument == "unknown", name
+        monkeypatch.delenv(name)
     import flashcheck.adapters as adapters
 
     monkeypatch.setattr(adapters, "_compiled_record", lambda *a, **k: None)

@@ -92,26 +92,12 @@ print(json.dumps({"rowsum": r, "fused": fused_exp_argument(r, forms)}))
 
 @pytest.mark.parametrize("dtype,dot,d", [("bfloat16", "tf32", 64), ("float32", "ieee", 64)])
 def test_the_committed_record_is_what_this_triton_compiles(dtype, dot, d):
-    """A kernel change that reshapes the rowsum's tree must be re-recorded (bench/compile_forward.py --record).
-    The compile runs in a process of its own without TRITON_INTERPRET (the interpreter's kernels do not compile)."""
-    import os
-    import subprocess
-    import sys
+    """A kernel change that reshapes the rowsum's tree must be re-recorded (bench/compile_forward.py --record)."""
+    from tests.compiled_record import committed_record, compiled
 
-    import triton
-
-    from flashcheck.proofs.hardware import MEASUREMENTS
-
-    path = MEASUREMENTS / f"forward_compiled_triton{triton.__version__}.json"
-    if not path.exists():
-        pytest.skip(f"no compiled-code record for Triton {triton.__version__}")
-    rec = json.loads(path.read_text())
+    rec = committed_record()
     (cfg,) = [c for c in rec["configs"] if (c["dtype"], c["dot"], c["block_d"], c["p_split"]) == (dtype, dot, d, False)]
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    out = subprocess.run([sys.executable, "-c", _COMPILE, dtype, dot, str(d)], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = compiled(_COMPILE, dtype, dot, d)
     r = got["rowsum"]
     assert max(r["depths"]) <= cfg["rowsum_depth"] and cfg["block_n"] in r["widths"], (r, cfg["rowsum_depth"])
     # full tiles fused, the ragged tile's P~ and the alphas subtracted

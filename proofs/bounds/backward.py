@@ -62,7 +62,7 @@ def _delta_from_accumulator(F: _Forward, M: _Model, dof, vf, ak, fmt):
     # O_hat_c = acc_c / l32 (1 + eps_c) within o_err of acc_c / l_lo (the float64 quotient: 2^-52 more)
     o_hat = acc / l_lo1[..., None]
     o_err = np.abs(acc) * ((1.0 / l_lo1 - 1.0 / l_hi1)[..., None] + (M.eps_div + 2.0**-52) / l_lo1[..., None])
-    dot_var, dot_det = _delta_dot(dof, o_hat, o_err, M.u_w, dv, fmt if fmt == "float32" else None)
+    dot_var, dot_det = _delta_dot(dof, o_hat, o_err, M.u_w, dv, fmt if fmt == "float32" else None, M)
     det = np.abs(centre) + half + ev + div + dot_det
     eps = F.parts.lam * np.sqrt(dot_var) + det
     return (np.where(ok, eps, np.inf), np.where(ok, np.sqrt(dot_var), 0.0), np.where(ok, det, np.inf),
@@ -98,7 +98,11 @@ def _delta_error_model(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc
     sum_fin = (abs_do * (P.floors * P.inv_den + P.final)).sum(-1)
     wc = (((P.Ab_wc * absg).sum(-1) + (P.Ab1_wc * (P.nu_wc * absdov)).sum(-1)
            + P.Ab1_wc.sum(-1) * P.mu_wc * aD) * inv + sum_fin)
-    rounding = float(gamma(F.problem.dv, u)) * (abs_do * (np.abs(o) + F.bound.o)).sum(-1)
+    depth, trees = _delta_claim(M, F.problem.dv)
+    if depth is None:
+        rounding = float(gamma(F.problem.dv, u)) * (abs_do * (np.abs(o) + F.bound.o)).sum(-1)
+    else:  # the dot's tree stated (Precision.delta_depth): its bound, a worst case as well
+        rounding = _delta_tree_bound(dof, o, F.bound.o, u, depth, trees, fmt if fmt == "float32" else None)
     if kind == "worst_case":
         return wc + rounding, np.zeros_like(wc), wc + rounding, np.zeros_like(wc)
     oabs_do = abs_do * np.abs(o)
@@ -173,7 +177,7 @@ def _delta_error_model(F: _Forward, M: _Model, dof, dP, g, absdov, vf, kind, acc
         return (np.minimum(prob, wc) + rounding, np.where(capped, 0.0, np.sqrt(var)),
                 np.where(capped, wc, det + np.maximum(rem, 0.0)) + rounding, signed)
     # the final sum's roundings join the random part (the cap above covers the rest only)
-    dot_var, dot_det = _delta_dot(dof, o, F.bound.o, u, F.problem.dv, fmt if fmt == "float32" else None)
+    dot_var, dot_det = _delta_dot(dof, o, F.bound.o, u, F.problem.dv, fmt if fmt == "float32" else None, M)
     var_all = np.where(capped, 0.0, var) + dot_var
     det_all = np.where(capped, wc, det + np.maximum(rem, 0.0)) + dot_det
     return (np.minimum(lam * np.sqrt(var_all) + det_all, wc + rounding), np.sqrt(var_all), det_all, signed)
@@ -2244,8 +2248,68 @@ def _lse_random(Fr: _Forward, M: _Model, kf, sc, d: int, has_bias: bool, precisi
     return _LseRandom(var + l_var, det - np.where(l_ok, rn_wc, 0.0), l_var, l_det, l_ok)
 
 
-def _delta_dot(dof, o, o_err, u: float, dv: int, fmt: str | None = None):
+def _delta_claim(M: _Model, dv: int):
+    """(depth, trees) of the Delta dot as stated (Precision.delta_depth, delta_trees), or (None, None): no tree known,
+    or stated trees narrower than this call's dv (read for another head dim: the depth with them is not this call's)."""
+    trees = M.delta_trees
+    if M.delta_depth is None or (trees is not None and len(trees[0]) < dv):
+        return None, None
+    return M.delta_depth, trees
+
+
+def _delta_tree_bound(dof, o, o_err, u: float, depth: int, trees=None, fmt: str | None = None):
+    """A deterministic bound (rows) on the roundings of Delta_i = tl.sum(dO_i * O_hat_i) whose products each pass
+    through at most `depth` roundings (Precision.delta_depth; bounds.md sec. 8, "The Delta dot's tree"), O_hat_c
+    within o_err_c of o_c. Not a model: it holds whatever the products' residues.
+
+    Every rounding adds its error to the result once (each node computes fl(T) = T + e), so Delta_hat - sum_c x_c =
+    sum_nodes e, x_c = dO_c O_hat_c exact (the products the kernel rounds, or that enter an fma exact).
+    - depth alone: Delta_hat = sum_c x_c prod_{<= depth} (1 + delta) + the underflow terms: |.| <= gamma_depth
+      sum_c |x_c| <= gamma_depth S, S = sum_c (|p_c| + tol_c), p = dO o (float64), tol = |dO| o_err + 2^-52 |p| (p's
+      own rounding); a product rounded into the subnormal range errs by <= 2^-150 absolute (an add with a subnormal
+      result is exact), at most one such rounding per product: + dv 2^-150 (1 + gamma_depth).
+    - trees (fmt "float32"; the complete binary tree over the pairs fl(x_a + fl(x_b)) in one of these leaf orders,
+      columns past dv exact zeros; _delta_order_bound for each, the largest kept): node k rounds T_k = (sum of its leaves' x) + (the errors below it), |T_k| <= up_k = |Y_k| +
+      W_k + E_k (Y_k the float64 sum of its leaves' p, W_k their tol, E_k the charges below; 2^-46 of their absolute
+      sum and 2^-46 relative for these float64 sums), so |e_k| <= _half_ulp(up_k) (half an ulp of the binade; below
+      2^-126 that binade's 2^-126 covers a subnormal result's rounding or an add's exactness); the rounded product b
+      of a pair |e_b| <= _half_ulp(|p_b| + tol_b). The result: the sum of every node's charge (E at the root),
+      computed bottom-up on the data; the smaller of the two bounds holds."""
+    p = dof * o
+    with np.errstate(invalid="ignore"):
+        tol = np.abs(dof) * o_err + 2.0**-52 * np.abs(p)
+    tol = np.where(np.isnan(tol), np.inf, tol)  # 0 * inf: an unbounded O^ (vacuous, never a 0)
+    dv = p.shape[-1]
+    ev = 1.0 + 2.0**-40  # float64 sums of <= 2^9 nonnegative terms
+    g = float(gamma(depth, u))
+    out = (g * (np.abs(p) + tol).sum(-1) + dv * 2.0**-150 * (1.0 + g)) * ev
+    if trees is None or fmt != "float32":
+        return out
+    return np.fmin(out, np.max([_delta_order_bound(p, tol, tree, fmt) for tree in trees], axis=0) * ev)
+
+
+def _delta_order_bound(p, tol, tree, fmt: str):
+    """_delta_tree_bound's per-node charges for one leaf order (its docstring), before the final factor."""
+    dv = p.shape[-1]
+    pad = [(0, 0)] * (p.ndim - 1) + [(0, len(tree) - dv)]
+    idx = np.asarray(tree)
+    x, w = np.pad(p, pad)[..., idx], np.pad(tol, pad)[..., idx]
+    with np.errstate(invalid="ignore", over="ignore"):
+        c_b = _half_ulp(np.abs(x[..., 1::2]) + w[..., 1::2], fmt)  # the product rounded alone (mul.f32)
+        Y, W, A = x[..., 0::2] + x[..., 1::2], w[..., 0::2] + w[..., 1::2], np.abs(x[..., 0::2]) + np.abs(x[..., 1::2])
+        E = c_b
+        while True:  # this level's nodes: the pairs (the fma), then each add above them
+            up = (np.abs(Y) + W + E) * (1.0 + 2.0**-46) + 2.0**-46 * A  # float64 sums of <= 2^9 terms: < 2^-49 each
+            E = E + _half_ulp(np.where(np.isnan(up), np.inf, up), fmt)
+            if Y.shape[-1] == 1:
+                return E[..., 0]
+            Y, W, A, E = (v[..., 0::2] + v[..., 1::2] for v in (Y, W, A, E))
+
+
+def _delta_dot(dof, o, o_err, u: float, dv: int, fmt: str | None = None, M: _Model | None = None):
     """Delta_i = tl.sum(dO_i * O_hat_i) in fp32: (variance proxy, det) of its roundings (bounds.md sec. 8).
+    M with the Delta dot's tree stated (_delta_claim: Precision.delta_depth, delta_trees): (0, _delta_tree_bound), no
+    random part. Otherwise the model below.
     Products p_c = dO_c O_c (as computed within |dO_c| o_err_c), each rounded (<= u |p_c|) and dv - 1
     additions in any order (each <= u S, S = sum_c |dO_c| (|O_c| + o_err_c)): one coefficient
     u (|p_c| + o_err part + S) per product, grouped by products that can be equal as computed
@@ -2255,6 +2319,9 @@ def _delta_dot(dof, o, o_err, u: float, dv: int, fmt: str | None = None):
     is <= |p_c| + o_err part (<= u times that: replaces it), and an addition's, whose operands are rounded products
     and partial sums of a tree of depth <= dv - 1, so its value is <= S (1 + u)^dv <= S (1 + gamma_dv); that step
     is charged the smaller of u S (first order; its second order stays in det) and the half ulp (the whole error)."""
+    depth, trees = _delta_claim(M, dv) if M is not None else (None, None)
+    if depth is not None:
+        return np.zeros(dof.shape[:-1]), _delta_tree_bound(dof, o, o_err, u, depth, trees, fmt)
     p = dof * o
     tol = np.abs(dof) * o_err
     S = (np.abs(p) + tol).sum(-1)

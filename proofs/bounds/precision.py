@@ -177,7 +177,25 @@ class Precision:
       "fma_min"). Given the stored LSE, every P~ is then a known number: where the forward's interval of the stored
       LSE (lg2_known) holds a few fp32 values, dQ's bound evaluates P~'s error with its sign for each of them and
       keeps the largest (bounds.md sec. 8, "the recomputed P known"). Set by ours_precision where the record of the
-      installed Triton shows that form; by the emulation that computes it (fa2_backward(ex2="h100"))."""
+      installed Triton shows that form; by the emulation that computes it (fa2_backward(ex2="h100")).
+    delta_depth: a stated property of the compiled backward (default None: the Delta dot's roundings in any order,
+      modelled random over groups of equal products, bounds.md sec. 8): every product dO_ic O^_ic of the fp32 dot
+      Delta_i = tl.sum(dO_i * O^_i) passes through at most this many roundings to the stored Delta_i (a product rounded
+      alone counts 1, an fma 1 above its addend, its own product exact inside it, each add 1). Delta's dot roundings
+      then get a deterministic bound, gamma_D sum_c |dO_c O^_c| (bounds.md sec. 8, "The Delta dot's tree"), which holds
+      whatever the products' residues (the random model does not: equal residues round alike). Set for our kernel on
+      the GPU only where bench/compile_forward.py --record read it off the PTX of the preprocess kernel of this Triton
+      version (proofs/measurements/forward_compiled_triton<version>.json, "delta"; flashcheck.adapters.ours_precision);
+      never in the interpreter (its tl.sum is NumPy's) or for other kernels.
+    delta_trees: a stated property (only with delta_depth = log2(len) + 1; default None): the Delta dot is the complete
+      binary tree of fp32 adds over the pairs fl32(p_a + fl32(p_b)) (one fma.rn.f32, p_a exact inside it, p_b rounded
+      by mul.f32) with its leaves the columns in ONE of these orders [a_0, b_0, a_1, b_1, ...] (each a permutation of
+      range(2^k); columns past the head dim are exact zeros): which one depends on how Triton vectorizes the call's
+      loads (alignment and strides), which a Precision does not see. Each node's rounding is then charged half an ulp of
+      the binade of a bound on its own partial sum, evaluated on the data for each order, the largest kept (bounds.md
+      sec. 8), in place of gamma_D of the whole sum where smaller. The trees our preprocess kernel compiles to for every
+      dtype and head dim on Triton 3.9 (bench/compile_forward.py delta_tree, over the layouts a call can have); read
+      from the same record; the CPU emulation follows one (proofs/emulation.py delta_dot)."""
 
     input: str
     dot: str
@@ -200,6 +218,8 @@ class Precision:
     ex2_known: bool = False
     lg2_known: bool = False
     bwd_p_known: bool = False
+    delta_depth: int | None = None
+    delta_trees: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -253,6 +273,22 @@ class Precision:
         if self.bwd_p_known and not self.ex2_known:
             raise ValueError("Precision.bwd_p_known states the backward's P~ from known arguments and ex2's table: it "
                              "needs ex2_known=True")
+        d = self.delta_depth
+        if d is not None and (not isinstance(d, int) or isinstance(d, bool) or d < 1):
+            raise ValueError(f"Precision.delta_depth must be None or a positive int, got {d!r}")
+        ts = self.delta_trees
+        if ts is not None:
+            n = len(ts[0]) if isinstance(ts, tuple) and ts and isinstance(ts[0], tuple) else 0
+            for t in ts if n else ():
+                if (not isinstance(t, tuple) or len(t) != n or any(not isinstance(c, int) or isinstance(c, bool)
+                                                                   for c in t) or sorted(t) != list(range(n))):
+                    n = 0
+            if n < 2 or n & (n - 1):
+                raise ValueError("Precision.delta_trees must be None or a non-empty tuple of tuples, each holding each of "
+                                 f"0 .. 2^k - 1 once (leaf orders of a complete binary tree, k >= 1), got {ts!r}")
+            if d != n.bit_length():  # log2(n) adds above each pair, and the pair's rounded product
+                raise ValueError(f"Precision.delta_trees of {n} leaves state a Delta dot of depth {n.bit_length()}: they "
+                                 f"need delta_depth={n.bit_length()}, got {d!r}")
         if not isinstance(self.hardware, HardwareConstants):
             raise ValueError(f"Precision.hardware must be a HardwareConstants, got {self.hardware!r}")
 
@@ -330,6 +366,8 @@ class _Model:
     ex2_known: bool = False  # the forward's ex2 values are the measured table's (Precision.ex2_known)
     lg2_known: bool = False  # the forward's lg2 too, and the LSE's formula (Precision.lg2_known)
     bwd_p_known: bool = False  # the backward's P~ is a known function of the stored LSE (Precision.bwd_p_known)
+    delta_depth: int | None = None  # the Delta dot's tree depth (Precision.delta_depth); None: any order, modelled
+    delta_trees: tuple | None = None  # and its leaf orders, one of them the call's (Precision.delta_trees)
 
 
 def _model(precision: Precision) -> _Model:
@@ -382,6 +420,8 @@ def _model(precision: Precision) -> _Model:
         ex2_known=pr.ex2_known,
         lg2_known=pr.lg2_known,
         bwd_p_known=pr.bwd_p_known,
+        delta_depth=pr.delta_depth,
+        delta_trees=pr.delta_trees,
     )
 
 
