@@ -83,9 +83,11 @@ def inputs(family: str, dtype: str, nq: int, nk: int, h: int, d: int, seed: int)
     return [round_to(a, dtype) for a in xs]  # reference and bounds see exactly what the kernel saw
 
 
-def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=None):
+def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=None, causal=False, mask=None,
+               window=None):
     """(o, lse, dq, dk, dv) as float64 arrays, and the Precision the bounds use for this source.
-    mma="h100": the emulation's forward tensor-core dots through the H100's measured truncating steps."""
+    mma="h100": the emulation's forward tensor-core dots through the H100's measured truncating steps.
+    causal, window, mask (a bool array broadcastable to (B, Hq, Nq, Nk), True = attend): as the kernel's attention()."""
     if source == "emulation":
         from flashcheck.proofs.bounds import Precision
         from flashcheck.proofs.emulation import fa2_backward, fa2_forward
@@ -111,11 +113,12 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
                        exp_argument=exp_argument, rowsum_depth=6, ex2_known=ex2_known, lg2_known=lg2_known,
                        bwd_p_known=bwd_p)
         # the emulation's tiles are those the precision states: the forward's keys, the dQ loop's keys, dK/dV's queries
+        masks = {"causal": causal, "window": window, "mask": mask}
         o, lse, o32 = fa2_forward(q, k, v, dtype=dtype, dot=dot, mma=mma, l_accumulate="float64",
                                   return_fp32_o=True, ieee_fma_chain=fma, rowsum="tree", block_k=pr.block_k,
-                                  ex2="h100" if ex2_known else "torch", lg2="h100" if lg2_known else "torch")
+                                  ex2="h100" if ex2_known else "torch", lg2="h100" if lg2_known else "torch", **masks)
         g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, delta_o=o32, ieee_fma_chain=fma,
-                         block_k_dq=pr.dq_key_tile, block_q=pr.block_q, ex2="h100" if bwd_p else "torch")
+                         block_k_dq=pr.dq_key_tile, block_q=pr.block_q, ex2="h100" if bwd_p else "torch", **masks)
         return (o, lse, *g), pr
     import torch
 
@@ -125,7 +128,9 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
     tdt = getattr(torch, dtype)
     dp = dot if dtype == "float32" else None
     t = [torch.as_tensor(a).to(device=device, dtype=tdt).requires_grad_(i < 3) for i, a in enumerate((q, k, v, do))]
-    o, lse = attention(t[0], t[1], t[2], return_lse=True, dot_precision=dp)
+    tm = None if mask is None else torch.as_tensor(np.asarray(mask, dtype=bool), device=device)
+    o, lse = attention(t[0], t[1], t[2], return_lse=True, dot_precision=dp, causal=causal, window=window,
+                        mask=tm)
     o.backward(t[3])
     out = [x.detach().double().cpu().numpy() for x in (o, lse, t[0].grad, t[1].grad, t[2].grad)]
     return out, ours_precision(tdt, dp, head_dim=q.shape[-1], interpret=device == "cpu")
