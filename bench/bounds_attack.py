@@ -109,16 +109,19 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
         # and the backward's P~ in our kernel's compiled form through the table (Precision.bwd_p_known) unless
         # FLASHCHECK_BWD_EX2=torch (torch.exp2 of two roundings, P's error charged)
         bwd_p = ex2_known and os.environ.get("FLASHCHECK_BWD_EX2", "h100") == "h100"
+        # the backward kernels' outer blocks (64 rows, 64 keys: each walks its own tiles, partial ones first), stated:
+        # the chains of heads with masked entries follow them (Precision.block_q_dq, block_k_dkdv)
         pr = Precision(dtype, dot, exp="libm", l_accumulate="float64", delta_from="fp32", ieee_fma_chain=fma,
                        exp_argument=exp_argument, rowsum_depth=6, ex2_known=ex2_known, lg2_known=lg2_known,
-                       bwd_p_known=bwd_p)
+                       bwd_p_known=bwd_p, block_q_dq=64, block_k_dkdv=64)
         # the emulation's tiles are those the precision states: the forward's keys, the dQ loop's keys, dK/dV's queries
         masks = {"causal": causal, "window": window, "mask": mask}
         o, lse, o32 = fa2_forward(q, k, v, dtype=dtype, dot=dot, mma=mma, l_accumulate="float64",
                                   return_fp32_o=True, ieee_fma_chain=fma, rowsum="tree", block_k=pr.block_k,
                                   ex2="h100" if ex2_known else "torch", lg2="h100" if lg2_known else "torch", **masks)
         g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, delta_o=o32, ieee_fma_chain=fma,
-                         block_k_dq=pr.dq_key_tile, block_q=pr.block_q, ex2="h100" if bwd_p else "torch", **masks)
+                         block_k_dq=pr.dq_key_tile, block_q=pr.block_q, ex2="h100" if bwd_p else "torch",
+                         block_q_dq=pr.block_q_dq, block_k_dkdv=pr.block_k_dkdv, **masks)
         return (o, lse, *g), pr
     import torch
 

@@ -474,6 +474,38 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
     return o.double().numpy(), lse.double().numpy()
 
 
+def over_keys(S: torch.Tensor, K: torch.Tensor, walks, block: int, accumulation: str = "recursive",
+              k_step: int = 1) -> torch.Tensor:
+    """S @ K (S (B, H, Nq, Nk), K (B, H, Nk, d)) as the dQ kernel accumulates it: each query block over its key tiles
+    in its order (walks: _outer_visits over the keys), from a zero accumulator (tl.dot(ds, k, dq))."""
+    out = torch.zeros(S.shape[:-1] + (K.shape[-1],), dtype=S.dtype)
+    for b, h, rows, (visits,) in walks:
+        hb, hh = _heads_of(b, h)
+        keys = _visit_indices(visits, S.shape[-1], block)
+        out[hb, hh, rows] = _dot_acc(S[hb, hh][..., rows, :][..., keys], K[hb, hh][..., keys, :],
+                                     torch.zeros_like(out[hb, hh, rows]), accumulation, k_step)
+    return out
+
+
+def over_rows(S: torch.Tensor, other: torch.Tensor, walks, group: int, block: int, accumulation: str = "recursive",
+              k_step: int = 1) -> torch.Tensor:
+    """S^T @ other summed over the GQA group's query heads (S (B, Hq, Nq, Nk), other (B, Hq, Nq, n) -> (B, Hkv, Nk,
+    n)) as the dK/dV kernel accumulates it: each key block through the group's heads in turn, each head's query tiles
+    in the block's order (walks: _outer_visits over the query rows, which "q"), one accumulator (kernel: g outer,
+    tiles inner)."""
+    B, Hq, Nq, Nk = S.shape
+    Hkv, n = Hq // group, other.shape[-1]
+    aT = S.transpose(-1, -2).reshape(B, Hkv, group, Nk, Nq).permute(0, 1, 3, 2, 4).reshape(B, Hkv, Nk, group * Nq)
+    bb = other.reshape(B, Hkv, group * Nq, n)
+    out = torch.zeros((B, Hkv, Nk, n), dtype=S.dtype)
+    for b, h, keys, per_head in walks:
+        hb, hh = _heads_of(b, h)
+        idx = torch.cat([g * Nq + _visit_indices(vs, Nq, block) for g, vs in enumerate(per_head)])
+        out[hb, hh, keys] = _dot_acc(aT[hb, hh][..., keys, :][..., idx], bb[hb, hh][..., idx, :],
+                                     torch.zeros_like(out[hb, hh, keys]), accumulation, k_step)
+    return out
+
+
 def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
                  scale=None, causal=False, window=None, mask=None, accumulation: str = "recursive",
                  k_step: int | None = None, delta_o=None, ieee_fma_chain: bool = False, block_k_dq: int = 64,
@@ -542,28 +574,10 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     # heads of its GQA group in turn, each head's query tiles in that block's order (partial first, kernels/tiles.py)
     key_walks = _outer_visits(Nk, block_k_dkdv, Nq, block_q, pb.band.transposed(), pb.block_mask, "q", (B, Hkv),
                               group)
-
-    def over_rows(a, b, n):  # sum over the group's query rows, one accumulator (kernel: g outer, tiles inner)
-        aT = a.transpose(-1, -2).reshape(B, Hkv, group, Nk, Nq).permute(0, 1, 3, 2, 4).reshape(B, Hkv, Nk, group * Nq)
-        bb = b.reshape(B, Hkv, group * Nq, n)
-        out_ = torch.zeros((B, Hkv, Nk, n), dtype=acc_t)
-        for b_, h_, keys_, per_head in key_walks:
-            hb, hh = _heads_of(b_, h_)
-            idx = torch.cat([g * Nq + _visit_indices(vs, Nq, block_q) for g, vs in enumerate(per_head)])
-            out_[hb, hh, keys_] = _dot_acc(aT[hb, hh][..., keys_, :][..., idx], bb[hb, hh][..., idx, :],
-                                           torch.zeros_like(out_[hb, hh, keys_]), accumulation, ks)
-        return out_
-
-    dv = over_rows(pr, dop, dvd)
+    dv = over_rows(pr, dop, key_walks, group, block_q, accumulation, ks)
     # dQ: each query block of block_q_dq (the dQ kernel's program) over its own key tiles in its order
-    dq = torch.zeros((B, Hq, Nq, d), dtype=acc_t)
-    for b_, h_, rows_, (visits,) in _outer_visits(Nq, block_q_dq, Nk, block_k_dq, pb.band, pb.block_mask, "kv",
-                                                  (B, Hq)):
-        hb, hh = _heads_of(b_, h_)
-        keys_ = _visit_indices(visits, Nk, block_k_dq)
-        dq[hb, hh, rows_] = _dot_acc(dsr[hb, hh][..., rows_, :][..., keys_], kt[hb, hh][..., keys_, :],
-                                     torch.zeros_like(dq[hb, hh, rows_]), accumulation, ks)
-    dq = dq * torch.tensor(sc, dtype=acc_t)
-    dk = over_rows(dsr, qt, d) * torch.tensor(sc, dtype=acc_t)
+    walks = _outer_visits(Nq, block_q_dq, Nk, block_k_dq, pb.band, pb.block_mask, "kv", (B, Hq))
+    dq = over_keys(dsr, kt, walks, block_k_dq, accumulation, ks) * torch.tensor(sc, dtype=acc_t)
+    dk = over_rows(dsr, qt, key_walks, group, block_q, accumulation, ks) * torch.tensor(sc, dtype=acc_t)
     odt = _TORCH[out or dtype]
     return tuple(x.to(odt).double().numpy() for x in (dq, dk, dv))
