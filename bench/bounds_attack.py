@@ -84,10 +84,12 @@ def inputs(family: str, dtype: str, nq: int, nk: int, h: int, d: int, seed: int)
 
 
 def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=None, causal=False, mask=None,
-               window=None):
+               window=None, block_mask=None):
     """(o, lse, dq, dk, dv) as float64 arrays, and the Precision the bounds use for this source.
     mma="h100": the emulation's forward tensor-core dots through the H100's measured truncating steps.
-    causal, window, mask (a bool array broadcastable to (B, Hq, Nq, Nk), True = attend): as the kernel's attention()."""
+    causal, window, mask (a bool array broadcastable to (B, Hq, Nq, Nk), True = attend): as the kernel's attention();
+    block_mask (a flashcheck.kernels BlockSparseMask, in place of them): its lists and tiles (the bounds then read its
+    masking as causal=block_mask.causal, window=block_mask.window, mask=block_mask.dense)."""
     if source == "emulation":
         from flashcheck.proofs.bounds import Precision
         from flashcheck.proofs.emulation import fa2_backward, fa2_forward
@@ -110,15 +112,19 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
         # FLASHCHECK_BWD_EX2=torch (torch.exp2 of two roundings, P's error charged)
         bwd_p = ex2_known and os.environ.get("FLASHCHECK_BWD_EX2", "h100") == "h100"
         # the backward kernels' outer blocks (64 rows, 64 keys: each walks its own tiles, partial ones first), stated:
-        # the chains of heads with masked entries follow them (Precision.block_q_dq, block_k_dkdv)
+        # the chains of heads with masked entries follow them (Precision.block_q_dq, block_k_dkdv); a block mask's
+        # tiles are every kernel's, its lists decide the partial tiles (tile_lists "lists")
+        bq, bk = (64, 64) if block_mask is None else (block_mask.block_q, block_mask.block_k)
+        tiles = {} if block_mask is None else dict(block_k=bk, block_q=bq, block_k_dq=bk, tile_lists="lists")
         pr = Precision(dtype, dot, exp="libm", l_accumulate="float64", delta_from="fp32", ieee_fma_chain=fma,
                        exp_argument=exp_argument, rowsum_depth=6, ex2_known=ex2_known, lg2_known=lg2_known,
-                       bwd_p_known=bwd_p, block_q_dq=64, block_k_dkdv=64)
+                       bwd_p_known=bwd_p, block_q_dq=bq, block_k_dkdv=bk, **tiles)
         # the emulation's tiles are those the precision states: the forward's keys, the dQ loop's keys, dK/dV's queries
-        masks = {"causal": causal, "window": window, "mask": mask}
+        masks = {"causal": causal, "window": window, "mask": mask, "block_mask": block_mask}
         o, lse, o32 = fa2_forward(q, k, v, dtype=dtype, dot=dot, mma=mma, l_accumulate="float64",
                                   return_fp32_o=True, ieee_fma_chain=fma, rowsum="tree", block_k=pr.block_k,
-                                  ex2="h100" if ex2_known else "torch", lg2="h100" if lg2_known else "torch", **masks)
+                                  ex2="h100" if ex2_known else "torch", lg2="h100" if lg2_known else "torch",
+                                  block_q=bq, **masks)
         g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, delta_o=o32, ieee_fma_chain=fma,
                          block_k_dq=pr.dq_key_tile, block_q=pr.block_q, ex2="h100" if bwd_p else "torch",
                          block_q_dq=pr.block_q_dq, block_k_dkdv=pr.block_k_dkdv, **masks)
@@ -131,12 +137,13 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
     tdt = getattr(torch, dtype)
     dp = dot if dtype == "float32" else None
     t = [torch.as_tensor(a).to(device=device, dtype=tdt).requires_grad_(i < 3) for i, a in enumerate((q, k, v, do))]
-    tm = None if mask is None else torch.as_tensor(np.asarray(mask, dtype=bool), device=device)
+    tm = block_mask if block_mask is not None else (
+        None if mask is None else torch.as_tensor(np.asarray(mask, dtype=bool), device=device))
     o, lse = attention(t[0], t[1], t[2], return_lse=True, dot_precision=dp, causal=causal, window=window,
                         mask=tm)
     o.backward(t[3])
     out = [x.detach().double().cpu().numpy() for x in (o, lse, t[0].grad, t[1].grad, t[2].grad)]
-    return out, ours_precision(tdt, dp, head_dim=q.shape[-1], interpret=device == "cpu")
+    return out, ours_precision(tdt, dp, head_dim=q.shape[-1], interpret=device == "cpu", block_mask=block_mask)
 
 
 def judge(source, dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, seconds, forward_only=False) -> Case:
