@@ -56,6 +56,11 @@ class Case:
     seed: int
     seconds: float
     ratios: tuple
+    causal: str = "none"  # the masking (CAUSALS): "none", "top_left", "bottom_right"
+
+
+# --causal: the kernel's causal argument for each spelling
+CAUSALS = {"none": False, "top_left": True, "bottom_right": "bottom_right"}
 
 
 def ratio(quantity: str, kind: str, err, bound) -> Ratio:
@@ -146,41 +151,44 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
     return out, ours_precision(tdt, dp, head_dim=q.shape[-1], interpret=device == "cpu", block_mask=block_mask)
 
 
-def judge(source, dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, seconds, forward_only=False) -> Case:
+def judge(source, dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, seconds, forward_only=False,
+          causal: str = "none") -> Case:
     """The float64 references, both bounds and the ratios for one case (no GPU: runs in a worker);
-    forward_only: O and LSE alone (the backward bound costs ~10x the forward's at long N_k)."""
+    forward_only: O and LSE alone (the backward bound costs ~10x the forward's at long N_k); causal: CAUSALS."""
     from flashcheck.proofs.bounds import backward_bound, forward_bound
     from flashcheck.reference.attention import attention
     from flashcheck.reference.backward import attention_backward
 
     t0 = time.time()
     q, k, v, do = xs
-    O, L = attention(q, k, v)
-    exact = (O, L) if forward_only else (O, L, *attention_backward(q, k, v, O, L, do))
+    c = CAUSALS[causal]
+    O, L = attention(q, k, v, causal=c)
+    exact = (O, L) if forward_only else (O, L, *attention_backward(q, k, v, O, L, do, causal=c))
     errs = [np.abs(g - e) for g, e in zip(got, exact)]
     out = []
     for kind in KINDS:
-        fb = forward_bound(q, k, v, precision=precision, kind=kind)
+        fb = forward_bound(q, k, v, precision=precision, kind=kind, causal=c)
         bounds = (fb.o, fb.lse)
         if not forward_only:
-            bb = backward_bound(q, k, v, do, precision=precision, kind=kind)
+            bb = backward_bound(q, k, v, do, precision=precision, kind=kind, causal=c)
             bounds += (bb.dq, bb.dk, bb.dv)
         for name, err, b in zip(QUANTITIES, errs, bounds):
             out.append(ratio(name, kind, err, b))
-    return Case(source, dtype, dot, family, nk, nq, h, d, seed, seconds + time.time() - t0, tuple(out))
+    return Case(source, dtype, dot, family, nk, nq, h, d, seed, seconds + time.time() - t0, tuple(out), causal)
 
 
-def produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma=None):
+def produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma=None, causal: str = "none"):
     """Arguments of `judge` for one case: the inputs and what the source computed from them."""
     t0 = time.time()
     xs = inputs(family, dtype, nq, nk, h, d, seed)
-    got, precision = run_source(source, device, dtype, dot, *xs, mma=mma)
+    got, precision = run_source(source, device, dtype, dot, *xs, mma=mma, causal=CAUSALS[causal])
     return (source if mma is None else f"{source}-{mma}", dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, time.time() - t0)
 
 
 def attack(source: str, device: str, dtype: str, dot: str, family: str, nk: int, nq: int, h: int, d: int,
-           seed: int, mma=None, forward_only=False) -> Case:
-    return judge(*produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma), forward_only=forward_only)
+           seed: int, mma=None, forward_only=False, causal: str = "none") -> Case:
+    return judge(*produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma, causal),
+                 forward_only=forward_only, causal=causal)
 
 
 def check_exp2(device: str) -> dict:
@@ -335,6 +343,9 @@ def main(argv=None):
     ap.add_argument("--explain", action="store_true",
                     help="only print the terms of the probabilistic O/LSE bounds on random inputs (first N_k, seed)")
     ap.add_argument("--forward-only", action="store_true", help="judge O and LSE alone")
+    ap.add_argument("--causal", choices=tuple(CAUSALS), default="none",
+                    help="every case under this causal mask (bottom_right: with N_q < N_k each row sees nearly every "
+                         "key; top_left sees the first N_q)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--table", default=None, help="write the markdown table here as well")
     a = ap.parse_args(argv)
@@ -364,7 +375,8 @@ def main(argv=None):
         f.write(json.dumps(asdict(c)) + "\n")
         f.flush()
         worst = min(c.ratios, key=lambda r: r.min)
-        print(f"{c.source} {c.dtype}/{c.dot} {c.family:16s} nk={c.nk:6d} seed={c.seed} {c.seconds:6.1f}s "
+        print(f"{c.source} {c.dtype}/{c.dot} {c.family:16s} nk={c.nk:6d} seed={c.seed} causal={c.causal} "
+              f"{c.seconds:6.1f}s "
               f"min {worst.min:.3g} ({worst.quantity} {worst.kind}) over={sum(r.over for r in c.ratios)}",
               flush=True)
 
@@ -372,7 +384,8 @@ def main(argv=None):
         if a.workers <= 1:
             for nk, pr, fam, seed in jobs:
                 dt, dot = pr.split(":")
-                report(attack(a.source, a.device, dt, dot, fam, nk, a.nq, a.h, a.d, seed, a.mma, a.forward_only), f)
+                report(attack(a.source, a.device, dt, dot, fam, nk, a.nq, a.h, a.d, seed, a.mma, a.forward_only,
+                              a.causal), f)
         else:  # the source runs here (one GPU), the references and bounds in worker processes
             import multiprocessing as mp
             from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -382,7 +395,8 @@ def main(argv=None):
                 for nk, pr, fam, seed in jobs:
                     dt, dot = pr.split(":")
                     pending.add(pool.submit(judge, *produce(a.source, a.device, dt, dot, fam, nk, a.nq, a.h,
-                                                            a.d, seed, a.mma), forward_only=a.forward_only))
+                                                            a.d, seed, a.mma, a.causal), forward_only=a.forward_only,
+                                            causal=a.causal))
                     while len(pending) > 2 * a.workers:  # keep the inputs in flight bounded
                         done, pending = wait(pending, return_when=FIRST_COMPLETED)
                         for fut in done:

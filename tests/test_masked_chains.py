@@ -349,6 +349,7 @@ class Masked:
     dense: float | None = None
     empty_rows: tuple = ()  # query rows the dense mask hides entirely
     lists: bool = False  # the dense mask and band as a block-sparse mask (tiles 64 x 32)
+    dtype: str = "float32"  # float16: the tensor-core steps' bounds in the same orders
 
 
 END_TO_END = (
@@ -356,6 +357,7 @@ END_TO_END = (
     Masked(80, 200, window=(30, 50), group=2), Masked(70, 150, dense=0.6, empty_rows=(3, 40)),
     Masked(70, 150, causal=True, dense=0.8, empty_rows=(65,), lists=True), Masked(90, 130, causal=True, group=2,
                                                                                   lists=True),
+    Masked(80, 200, causal="bottom_right", group=2, dtype="float16"), Masked(70, 150, dense=0.6, dtype="float16"),
 )
 
 
@@ -372,8 +374,9 @@ def _end_to_end(m: Masked, seed: int = 0):
 
     rng = np.random.default_rng(seed)
     Hkv, d = 2, 32
-    q, do = (round_to(rng.standard_normal((1, Hkv * m.group, m.nq, d)), "float32") for _ in range(2))
-    k, v = (round_to(rng.standard_normal((1, Hkv, m.nk, d)), "float32") for _ in range(2))
+    q, do = (round_to(rng.standard_normal((1, Hkv * m.group, m.nq, d)), m.dtype) for _ in range(2))
+    k, v = (round_to(rng.standard_normal((1, Hkv, m.nk, d)), m.dtype) for _ in range(2))
+    dot = "ieee" if m.dtype == "float32" else "fp16"
     dense = None
     if m.dense is not None:
         dense = rng.random((1, Hkv * m.group, m.nq, m.nk)) < m.dense
@@ -382,9 +385,9 @@ def _end_to_end(m: Masked, seed: int = 0):
     if m.lists:
         bm = build_block_mask(m.nq, m.nk, block_q=64, block_k=32, causal=m.causal, window=m.window,
                               mask=None if dense is None else torch.as_tensor(dense))
-        got, pr = run_source("emulation", "cpu", "float32", "ieee", q, k, v, do, block_mask=bm)
+        got, pr = run_source("emulation", "cpu", m.dtype, dot, q, k, v, do, block_mask=bm)
     else:
-        got, pr = run_source("emulation", "cpu", "float32", "ieee", q, k, v, do, **masks)
+        got, pr = run_source("emulation", "cpu", m.dtype, dot, q, k, v, do, **masks)
     O, L = attention(q, k, v, **masks)
     exact = attention_backward(q, k, v, O, L, do, **masks)
     bounds = {kind: backward_bound(q, k, v, do, precision=pr, kind=kind, **masks)
