@@ -1570,7 +1570,9 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = Fa
         worst = np.zeros(shape, dtype=bool)
         if on_data and vr is not None and vr.stated:  # a stated kernel's rows of unknown order: the worst case
             worst = ~ordr[..., None] & ~o_r
-            det[:, :, r] = np.where(worst, coef.sum(axis=-1) * (1.0 + 2.0**-40), det[:, :, r])
+            # (the float64 sum of L nonnegative bounds: relative error <= gamma_L(2^-53))
+            total = coef.sum(axis=-1) * (1.0 + float(gamma(p.shape[-1], 2.0**-53)))
+            det[:, :, r] = np.where(worst, total, det[:, :, r])
         if not (o_r | worst).all():  # the model where the chain is not evaluated
             L = p.shape[-1]  # the visiting order's length (ragged tiles padded)
             sq = _grouped_square_sum(p.reshape(-1, L), coef.reshape(-1, L), tol.reshape(-1, L)).reshape(shape)
