@@ -56,6 +56,11 @@ class Case:
     seed: int
     seconds: float
     ratios: tuple
+    causal: str = "none"  # the masking (CAUSALS): "none", "top_left", "bottom_right"
+
+
+# --causal: the kernel's causal argument for each spelling
+CAUSALS = {"none": False, "top_left": True, "bottom_right": "bottom_right"}
 
 
 def ratio(quantity: str, kind: str, err, bound) -> Ratio:
@@ -92,9 +97,13 @@ def delta_claim(dtype: str, dot: str, head_dim: int) -> dict:
     return _delta_claim(_compiled_record(dtype, dot, head_dim, "default", None), "fp32")
 
 
-def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=None):
+def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=None, causal=False, mask=None,
+               window=None, block_mask=None):
     """(o, lse, dq, dk, dv) as float64 arrays, and the Precision the bounds use for this source.
-    mma="h100": the emulation's forward tensor-core dots through the H100's measured truncating steps."""
+    mma="h100": the emulation's forward tensor-core dots through the H100's measured truncating steps.
+    causal, window, mask (a bool array broadcastable to (B, Hq, Nq, Nk), True = attend): as the kernel's attention();
+    block_mask (a flashcheck.kernels BlockSparseMask, in place of them): its lists and tiles (the bounds then read its
+    masking as causal=block_mask.causal, window=block_mask.window, mask=block_mask.dense)."""
     if source == "emulation":
         from flashcheck.proofs.bounds import Precision
         from flashcheck.proofs.emulation import fa2_backward, fa2_forward
@@ -117,18 +126,27 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
         # FLASHCHECK_BWD_EX2=torch (torch.exp2 of two roundings, P's error charged)
         bwd_p = ex2_known and os.environ.get("FLASHCHECK_BWD_EX2", "h100") == "h100"
         # Delta's fp32 dot in the preprocess kernel's tree read off this Triton's PTX for this head dim (Precision.
-        # delta_depth, delta_trees: our tensors are dense and aligned, the first tree) unless FLASHCHECK_DELTA=torch (torch's sum, the dot's roundings modelled)
+        # delta_depth, delta_trees: our tensors are dense and aligned, the first tree) unless FLASHCHECK_DELTA=torch
+        # (torch's sum, the dot's roundings modelled)
         delta = delta_claim(dtype, dot, q.shape[-1]) if os.environ.get("FLASHCHECK_DELTA", "tree") == "tree" else {}
+        # the backward kernels' outer blocks (64 rows, 64 keys: each walks its own tiles, partial ones first), stated:
+        # the chains of heads with masked entries follow them (Precision.block_q_dq, block_k_dkdv); a block mask's
+        # tiles are every kernel's, its lists decide the partial tiles (tile_lists "lists")
+        bq, bk = (64, 64) if block_mask is None else (block_mask.block_q, block_mask.block_k)
+        tiles = {} if block_mask is None else dict(block_k=bk, block_q=bq, block_k_dq=bk, tile_lists="lists")
         pr = Precision(dtype, dot, exp="libm", l_accumulate="float64", delta_from="fp32", ieee_fma_chain=fma,
                        exp_argument=exp_argument, rowsum_depth=6, ex2_known=ex2_known, lg2_known=lg2_known,
-                       bwd_p_known=bwd_p, **delta)
+                       bwd_p_known=bwd_p, block_q_dq=bq, block_k_dkdv=bk, **tiles, **delta)
         # the emulation's tiles are those the precision states: the forward's keys, the dQ loop's keys, dK/dV's queries
+        masks = {"causal": causal, "window": window, "mask": mask, "block_mask": block_mask}
         o, lse, o32 = fa2_forward(q, k, v, dtype=dtype, dot=dot, mma=mma, l_accumulate="float64",
                                   return_fp32_o=True, ieee_fma_chain=fma, rowsum="tree", block_k=pr.block_k,
-                                  ex2="h100" if ex2_known else "torch", lg2="h100" if lg2_known else "torch")
+                                  ex2="h100" if ex2_known else "torch", lg2="h100" if lg2_known else "torch",
+                                  block_q=bq, **masks)
         g = fa2_backward(q, k, v, o, lse, do, dtype=dtype, dot=dot, delta_o=o32, ieee_fma_chain=fma,
                          block_k_dq=pr.dq_key_tile, block_q=pr.block_q, ex2="h100" if bwd_p else "torch",
-                         delta_tree=pr.delta_trees[0] if pr.delta_trees else None)
+                         block_q_dq=pr.block_q_dq, block_k_dkdv=pr.block_k_dkdv,
+                         delta_tree=pr.delta_trees[0] if pr.delta_trees else None, **masks)
         return (o, lse, *g), pr
     import torch
 
@@ -138,47 +156,53 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
     tdt = getattr(torch, dtype)
     dp = dot if dtype == "float32" else None
     t = [torch.as_tensor(a).to(device=device, dtype=tdt).requires_grad_(i < 3) for i, a in enumerate((q, k, v, do))]
-    o, lse = attention(t[0], t[1], t[2], return_lse=True, dot_precision=dp)
+    tm = block_mask if block_mask is not None else (
+        None if mask is None else torch.as_tensor(np.asarray(mask, dtype=bool), device=device))
+    o, lse = attention(t[0], t[1], t[2], return_lse=True, dot_precision=dp, causal=causal, window=window,
+                        mask=tm)
     o.backward(t[3])
     out = [x.detach().double().cpu().numpy() for x in (o, lse, t[0].grad, t[1].grad, t[2].grad)]
-    return out, ours_precision(tdt, dp, head_dim=q.shape[-1], interpret=device == "cpu")
+    return out, ours_precision(tdt, dp, head_dim=q.shape[-1], interpret=device == "cpu", block_mask=block_mask)
 
 
-def judge(source, dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, seconds, forward_only=False) -> Case:
+def judge(source, dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, seconds, forward_only=False,
+          causal: str = "none") -> Case:
     """The float64 references, both bounds and the ratios for one case (no GPU: runs in a worker);
-    forward_only: O and LSE alone (the backward bound costs ~10x the forward's at long N_k)."""
+    forward_only: O and LSE alone (the backward bound costs ~10x the forward's at long N_k); causal: CAUSALS."""
     from flashcheck.proofs.bounds import backward_bound, forward_bound
     from flashcheck.reference.attention import attention
     from flashcheck.reference.backward import attention_backward
 
     t0 = time.time()
     q, k, v, do = xs
-    O, L = attention(q, k, v)
-    exact = (O, L) if forward_only else (O, L, *attention_backward(q, k, v, O, L, do))
+    c = CAUSALS[causal]
+    O, L = attention(q, k, v, causal=c)
+    exact = (O, L) if forward_only else (O, L, *attention_backward(q, k, v, O, L, do, causal=c))
     errs = [np.abs(g - e) for g, e in zip(got, exact)]
     out = []
     for kind in KINDS:
-        fb = forward_bound(q, k, v, precision=precision, kind=kind)
+        fb = forward_bound(q, k, v, precision=precision, kind=kind, causal=c)
         bounds = (fb.o, fb.lse)
         if not forward_only:
-            bb = backward_bound(q, k, v, do, precision=precision, kind=kind)
+            bb = backward_bound(q, k, v, do, precision=precision, kind=kind, causal=c)
             bounds += (bb.dq, bb.dk, bb.dv)
         for name, err, b in zip(QUANTITIES, errs, bounds):
             out.append(ratio(name, kind, err, b))
-    return Case(source, dtype, dot, family, nk, nq, h, d, seed, seconds + time.time() - t0, tuple(out))
+    return Case(source, dtype, dot, family, nk, nq, h, d, seed, seconds + time.time() - t0, tuple(out), causal)
 
 
-def produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma=None):
+def produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma=None, causal: str = "none"):
     """Arguments of `judge` for one case: the inputs and what the source computed from them."""
     t0 = time.time()
     xs = inputs(family, dtype, nq, nk, h, d, seed)
-    got, precision = run_source(source, device, dtype, dot, *xs, mma=mma)
+    got, precision = run_source(source, device, dtype, dot, *xs, mma=mma, causal=CAUSALS[causal])
     return (source if mma is None else f"{source}-{mma}", dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, time.time() - t0)
 
 
 def attack(source: str, device: str, dtype: str, dot: str, family: str, nk: int, nq: int, h: int, d: int,
-           seed: int, mma=None, forward_only=False) -> Case:
-    return judge(*produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma), forward_only=forward_only)
+           seed: int, mma=None, forward_only=False, causal: str = "none") -> Case:
+    return judge(*produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma, causal),
+                 forward_only=forward_only, causal=causal)
 
 
 def check_exp2(device: str) -> dict:
@@ -217,9 +241,10 @@ def table(cases) -> str:
     median (probabilistic) on random inputs; the family/N_k where the minimum occurs."""
     lines = ["| source | dtype | dot | quantity | min wc (where) | min prob (where) | median prob, random | over |",
              "|---|---|---|---|---|---|---|---|"]
-    keys = sorted({(c.source, c.dtype, c.dot) for c in cases})
-    for src, dt, dot in keys:
-        cs = [c for c in cases if (c.source, c.dtype, c.dot) == (src, dt, dot)]
+    keys = sorted({(c.source, c.dtype, c.dot, c.causal) for c in cases})
+    for src, dt, dot, causal in keys:
+        cs = [c for c in cases if (c.source, c.dtype, c.dot, c.causal) == (src, dt, dot, causal)]
+        dot = dot if causal == "none" else f"{dot}, causal {causal}"
         for qn in QUANTITIES:
             cell = {}
             over = 0
@@ -247,9 +272,10 @@ def table_by_size(cases) -> str:
     lines = ["| N_k | N_q | precision | cases | entries | over wc | over prob | min wc/obs (where) "
              "| min prob/obs (where) | median prob/obs, random: O, LSE, dQ, dK, dV |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    keys = sorted({(c.nk, c.nq, c.dtype, c.dot, c.source) for c in cases})
-    for nk, nq, dt, dot, src in keys:
-        cs = [c for c in cases if (c.nk, c.nq, c.dtype, c.dot, c.source) == (nk, nq, dt, dot, src)]
+    keys = sorted({(c.nk, c.nq, c.dtype, c.dot, c.source, c.causal) for c in cases})
+    for nk, nq, dt, dot, src, causal in keys:
+        cs = [c for c in cases if (c.nk, c.nq, c.dtype, c.dot, c.source, c.causal) == (nk, nq, dt, dot, src, causal)]
+        dot = dot if causal == "none" else f"{dot}, causal {causal}"
         n = sum(r.compared for c in cs for r in c.ratios)
         over = {k: sum(r.over for c in cs for r in c.ratios if r.kind == k) for k in KINDS}
         mins = {}
@@ -333,6 +359,9 @@ def main(argv=None):
     ap.add_argument("--explain", action="store_true",
                     help="only print the terms of the probabilistic O/LSE bounds on random inputs (first N_k, seed)")
     ap.add_argument("--forward-only", action="store_true", help="judge O and LSE alone")
+    ap.add_argument("--causal", choices=tuple(CAUSALS), default="none",
+                    help="every case under this causal mask (bottom_right: with N_q < N_k each row sees nearly every "
+                         "key; top_left sees the first N_q)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--table", default=None, help="write the markdown table here as well")
     a = ap.parse_args(argv)
@@ -362,7 +391,8 @@ def main(argv=None):
         f.write(json.dumps(asdict(c)) + "\n")
         f.flush()
         worst = min(c.ratios, key=lambda r: r.min)
-        print(f"{c.source} {c.dtype}/{c.dot} {c.family:16s} nk={c.nk:6d} seed={c.seed} {c.seconds:6.1f}s "
+        print(f"{c.source} {c.dtype}/{c.dot} {c.family:16s} nk={c.nk:6d} seed={c.seed} causal={c.causal} "
+              f"{c.seconds:6.1f}s "
               f"min {worst.min:.3g} ({worst.quantity} {worst.kind}) over={sum(r.over for r in c.ratios)}",
               flush=True)
 
@@ -370,7 +400,8 @@ def main(argv=None):
         if a.workers <= 1:
             for nk, pr, fam, seed in jobs:
                 dt, dot = pr.split(":")
-                report(attack(a.source, a.device, dt, dot, fam, nk, a.nq, a.h, a.d, seed, a.mma, a.forward_only), f)
+                report(attack(a.source, a.device, dt, dot, fam, nk, a.nq, a.h, a.d, seed, a.mma, a.forward_only,
+                              a.causal), f)
         else:  # the source runs here (one GPU), the references and bounds in worker processes
             import multiprocessing as mp
             from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -380,7 +411,8 @@ def main(argv=None):
                 for nk, pr, fam, seed in jobs:
                     dt, dot = pr.split(":")
                     pending.add(pool.submit(judge, *produce(a.source, a.device, dt, dot, fam, nk, a.nq, a.h,
-                                                            a.d, seed, a.mma), forward_only=a.forward_only))
+                                                            a.d, seed, a.mma, a.causal), forward_only=a.forward_only,
+                                            causal=a.causal))
                     while len(pending) > 2 * a.workers:  # keep the inputs in flight bounded
                         done, pending = wait(pending, return_when=FIRST_COMPLETED)
                         for fut in done:

@@ -403,6 +403,9 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                  and _block_d(head_dim) in hw.ieee_dot_k and fusion)
     return _precision(input=a.input, dot=a.dot, accumulate="float32", output=a.output, exp=a.exp,
                       block_k=a.block_k, block_q=a.block_q, block_k_dq=a.block_k_dq,  # dQ's own key tiles
+                      # the backward kernels' outer blocks and how their partial tiles are chosen: the order of the
+                      # chains on heads with masked entries (Precision.block_q_dq, block_k_dkdv, tile_lists)
+                      block_q_dq=a.block_q_dq, block_k_dkdv=a.block_k_dkdv, tile_lists=a.tile_lists,
                       accumulation="recursive", p_split=a.p_split, delta_from=a.delta_from, l_accumulate=a.l_accumulate,
                       tile_order="partial_first",  # kernels/tiles.py visits a ragged last key tile first
                       hardware=hw, ieee_fma_chain=fma_chain,

@@ -7,7 +7,11 @@ end, the result stored in the output dtype. Products are added into the running 
 tl.dot(a, b, acc) does (accumulation="recursive", the default): one rounding per product on CUDA
 cores (an exact FMA: product and sum formed in float64, rounded once to fp32), one per `k_step`
 products on tensor cores (fp16/bf16/tf32: the k_step products summed exactly, one rounding), through
-ALL tiles, visited as our kernel does (a ragged last tile first, then ascending); "blocked" sums each tile's product on its own, then adds it. What it cannot reproduce: the GPU's ex2.approx / div.full
+ALL tiles, visited as our kernel does: per outer block (a program's query block, or the dK/dV kernel's key block) its
+partial tiles first (any entry of block x tile masked: the ragged tile, a band's edges, a block-sparse mask's partial
+list), then its full ones ascending, tiles with nothing visible skipped (_outer_visits, ported from kernels/tiles.py;
+an unmasked head: the ragged tile first, then ascending, for every block); "blocked" sums each tile's product on its
+own, then adds it. What it cannot reproduce: the GPU's ex2.approx / div.full
 approximation errors (torch uses correctly rounded-ish libm) and tensor-core truncation (torch's fp32
 matmul rounds to nearest); so it is compared against bounds computed with exp="libm" as well.
 
@@ -119,17 +123,106 @@ def _dot_acc(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, accumulation: 
 
 
 def _tile_starts(Nk: int, block_k: int) -> list:
-    """The key tiles in our kernel's order (kernels/tiles.py, Precision.tile_order "partial_first"): a
-    ragged last tile (masked elementwise) first, then the full tiles in ascending order."""
+    """The key tiles in our kernel's order for an unmasked row (kernels/tiles.py, Precision.tile_order
+    "partial_first"): a ragged last tile (masked elementwise) first, then the full tiles in ascending order."""
     full = (Nk // block_k) * block_k
     starts = list(range(0, full, block_k))
     return ([full] if full < Nk else []) + starts
 
 
-def _visit(n: int, block: int) -> torch.Tensor:
-    """The indices 0..n-1 in our kernel's tile order (_tile_starts: a ragged tile first)."""
-    return torch.cat([torch.arange(j0, min(n, j0 + block)) for j0 in _tile_starts(n, block)]) if n else \
-        torch.arange(0)
+@dataclass(frozen=True)
+class _Band:
+    """The kernel's band (kernels/attention.py `_band`): key j visible from query i iff i + off_lo <= j <= i + off_hi
+    where `on`; nothing but the sequence ends otherwise."""
+    on: bool
+    off_lo: int
+    off_hi: int
+
+    @staticmethod
+    def of(causal, window, nq: int, nk: int) -> "_Band":
+        """The offsets our kernel launches with for these options (ported, not imported: proofs/ reads no kernel)."""
+        off = nk - nq if causal == "bottom_right" else 0
+        left, right = (None, None) if window is None else window
+        if causal is not False:
+            right = 0 if right is None else min(right, 0)
+        if left is None and right is None:
+            return _Band(False, 0, 0)
+        big = nq + nk + 1
+        lo = off - (big if left is None else min(left, big))
+        return _Band(True, lo, off + (big if right is None else min(right, big)))
+
+    def transposed(self) -> "_Band":
+        """The dK/dV kernel's band (outer = keys): query i sees key j iff j - off_hi <= i <= j - off_lo."""
+        return _Band(self.on, -self.off_hi, -self.off_lo)
+
+
+def _band_range(a0: int, a1: int, n_in: int, band: _Band, block: int) -> tuple:
+    """(lo, f_lo, f_hi, hi) of kernels/tiles.py `_band_range` for the outer rows [a0, a1): tiles in [lo, hi) may hold
+    visible entries, those in [f_lo, f_hi) are visible in full."""
+    if band.on:
+        lo_e, hi_e = max(a0 + band.off_lo, 0), min(max(a1 - 1 + band.off_hi + 1, 0), n_in)
+        flo_e, fhi_e = max(a1 - 1 + band.off_lo, 0), min(max(a0 + band.off_hi + 1, 0), n_in)
+    else:
+        lo_e, hi_e, flo_e, fhi_e = 0, n_in, 0, n_in
+    lo = (lo_e // block) * block
+    hi = max(-(-hi_e // block) * block, lo)
+    f_lo = min(max(-(-flo_e // block) * block, lo), hi)
+    f_hi = min(max((fhi_e // block) * block, f_lo), hi)
+    return lo, f_lo, f_hi, hi
+
+
+def _inner_visits(a0: int, a1: int, n_in: int, block: int, band: _Band, lists=None) -> tuple:
+    """The inner tiles the outer block [a0, a1) visits, in our kernel's order (kernels/tiles.py inner_tiles,
+    partial_start, full_start): ((start, partial), ...), the partial ones (MASKED: elementwise visibility) first, then
+    the full ones; lists = (partial tile indices, full tile indices) of a block-sparse mask in their stored order,
+    else the band's [lo, f_lo) and [f_hi, hi), then [f_lo, f_hi), ascending."""
+    if lists is not None:
+        return tuple((int(t) * block, True) for t in lists[0]) + tuple((int(t) * block, False) for t in lists[1])
+    lo, f_lo, f_hi, hi = _band_range(a0, a1, n_in, band, block)
+    partial = [*range(lo, f_lo, block), *range(f_hi, hi, block)]
+    return tuple((s, True) for s in partial) + tuple((s, False) for s in range(f_lo, f_hi, block))
+
+
+def _sparse_lists(block_mask, which: str, b: int, h: int, m: int):
+    """(partial, full) tile indices of outer block m of head (b, h) in a block-sparse mask's stored order (kernels/
+    block_mask.py BlockSparseMask; which "kv": key tiles of a query block, "q": query tiles of a key block); batch and
+    head dims of size 1 broadcast."""
+    num, idx = getattr(block_mask, f"{which}_num_blocks"), getattr(block_mask, f"{which}_indices")
+    fnum, fidx = getattr(block_mask, f"full_{which}_num_blocks"), getattr(block_mask, f"full_{which}_indices")
+    bb, hh = min(b, num.shape[0] - 1), min(h, num.shape[1] - 1)
+    return ([int(x) for x in idx[bb, hh, m, :int(num[bb, hh, m])]],
+            [int(x) for x in fidx[bb, hh, m, :int(fnum[bb, hh, m])]])
+
+
+def _outer_visits(n_out: int, block_out: int, n_in: int, block_in: int, band: _Band, block_mask=None,
+                  which: str = "kv", heads: tuple = (1, 1), group: int = 1) -> list:
+    """How our kernel walks one accumulation: [(b, h, rows, visits)], rows a LongTensor of outer indices whose blocks
+    of block_out visit alike, visits one _inner_visits per query head of the GQA group (which "q", the dK/dV kernel:
+    h is the kv head, its group's heads in turn; "kv": h is the query head, group 1). With a block-sparse mask the
+    lists of head (b, h) (per head where they differ; which "q": the query heads h group + g), else the band (the same
+    for every head: b = h = None, all of them)."""
+    per_head = block_mask is not None and any(x > 1 for x in getattr(block_mask, f"{which}_num_blocks").shape[:2])
+    hs = [(b, h) for b in range(heads[0]) for h in range(heads[1])] if per_head else [(None, None)]
+    alike = {}
+    for m, a0 in enumerate(range(0, n_out, block_out)):
+        a1 = min(n_out, a0 + block_out)
+        for b, h in hs:
+            visits = tuple(_inner_visits(a0, a1, n_in, block_in, band, None if block_mask is None else
+                                         _sparse_lists(block_mask, which, b or 0, (h or 0) * group + g, m))
+                           for g in range(group))
+            alike.setdefault((b, h, visits), []).append(torch.arange(a0, a1))
+    return [(b, h, torch.cat(rows), visits) for (b, h, visits), rows in alike.items()]
+
+
+def _visit_indices(visits, n: int, block: int) -> torch.Tensor:
+    """The inner indices of `visits` (_inner_visits) in visiting order, cut at n (a ragged tile's missing entries)."""
+    parts = [torch.arange(j0, min(n, j0 + block)) for j0, _ in visits]
+    return torch.cat(parts) if parts else torch.arange(0, dtype=torch.long)
+
+
+def _heads_of(b, h) -> tuple:
+    """The index of head (b, h) of (B, H, ...) tensors, keeping both dims (None: all)."""
+    return (slice(None) if b is None else slice(b, b + 1), slice(None) if h is None else slice(h, h + 1))
 
 
 def _visibility(B, H, Nq, Nk, causal, window, mask):
@@ -160,6 +253,9 @@ class _Problem:
     vis: torch.Tensor
     kt: torch.Tensor
     vt: torch.Tensor
+    band: _Band
+    block_mask: object = None  # a kernels/block_mask.py BlockSparseMask: its tile lists, or None (the band's)
+    has_mask: bool = False  # a dense mask applied elementwise on every tile (the kernel's HAS_MASK without lists)
 
 
 def _fma_logits(qo: torch.Tensor, ko: torch.Tensor, sc: float):
@@ -168,16 +264,6 @@ def _fma_logits(qo: torch.Tensor, ko: torch.Tensor, sc: float):
 
     x = fma_chain_dot(qo.double().numpy(), np.swapaxes(ko.double().numpy(), -1, -2))
     return torch.as_tensor(x).to(torch.float32), torch.tensor(kernel_qk_scale2(sc), dtype=torch.float32)
-
-
-def _masked_tile(j0: int, j1: int, Nk: int, block_k: int, vis: torch.Tensor, mask) -> bool:
-    """Whether the kernel visits keys j0:j1 as a masked (partial) tile, where s2 goes through tl.where before the
-    subtraction (kernels/triton_fwd.py `_fwd_shift`): the ragged last tile, any tile under a dense mask, and here
-    any tile with an invisible entry (the kernel decides per query block: a band tile fully visible to one row
-    may still be masked for its block; those rows are not claimed by Precision.exp_argument)."""
-    if mask is not None or j0 >= (Nk // block_k) * block_k:
-        return True
-    return not bool(vis[..., j0:j1].all())
 
 
 def _fused_argument(qk: torch.Tensor, c: torch.Tensor, m_shift: torch.Tensor) -> torch.Tensor:
@@ -206,7 +292,12 @@ def _check_fma(ieee_fma_chain: bool, dtype: str, dot: str):
         raise ValueError(f"ieee_fma_chain needs dtype='float32', dot='ieee' (got {dtype!r}, {dot!r})")
 
 
-def _problem(q, k, v, dtype, dot, scale, causal, window, mask) -> _Problem:
+def _problem(q, k, v, dtype, dot, scale, causal, window, mask, block_mask=None) -> _Problem:
+    if block_mask is not None:  # its dense mask and band are the masking (kernels/attention.py _normalize_mask)
+        if mask is not None or causal is not False or window is not None:
+            raise ValueError("block_mask carries the masking: pass causal, window and mask through it")
+        causal, window = block_mask.causal, block_mask.window
+        mask = None if block_mask.dense is None else block_mask.dense.cpu().numpy()
     tdt = _TORCH[dtype]
     acc_t = torch.float64 if dot == "fp64" else torch.float32
     B, Hq, Nq, d = q.shape
@@ -217,7 +308,21 @@ def _problem(q, k, v, dtype, dot, scale, causal, window, mask) -> _Problem:
                     qk_scale=torch.tensor(sc * LOG2E, dtype=acc_t),
                     vis=_visibility(B, Hq, Nq, Nk, causal, window, mask),
                     kt=torch.as_tensor(_expand(k, group)).to(tdt),
-                    vt=torch.as_tensor(_expand(v, group)).to(tdt))
+                    vt=torch.as_tensor(_expand(v, group)).to(tdt),
+                    band=_Band.of(causal, window, Nq, Nk), block_mask=block_mask,
+                    has_mask=mask is not None and block_mask is None)
+
+
+def _check_blocks(pb: _Problem, **blocks):
+    """A block-sparse mask fixes every kernel's tiles (kernels/attention.py `_tiles`): the query blocks are its
+    block_q, the key blocks its block_k."""
+    bm = pb.block_mask
+    if bm is None:
+        return
+    for name, b in blocks.items():
+        want = bm.block_q if name.startswith("block_q") else bm.block_k
+        if b != want:
+            raise ValueError(f"{name}={b} contradicts the block mask's tiles ({bm.block_q} x {bm.block_k})")
 
 
 _ROWSUMS = ("torch", "tree", "sequential")
@@ -253,16 +358,22 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
                 scale=None, causal=False, window=None, mask=None, block_k: int = 64,
                 accumulation: str = "recursive", k_step: int | None = None, p_split: bool = False,
                 return_fp32_o: bool = False, mma=None, l_accumulate: str = "float32", ieee_fma_chain: bool = False,
-                trace: list | None = None, rowsum: str = "torch", ex2: str = "torch", lg2: str = "torch"):
+                trace: list | None = None, rowsum: str = "torch", ex2: str = "torch", lg2: str = "torch",
+                block_q: int = 64, block_mask=None):
     """(O, LSE) as the FA2 forward kernel computes them, see the module docstring (with
     return_fp32_o also O = acc / l before the store, what Delta uses with delta_from="fp32").
+    block_q: the forward's query block (one program's rows): each block visits its partial key tiles first, then its
+    full ones (kernels/tiles.py; under causal, window or a block-sparse mask the order differs from block to block).
+    block_mask: a kernels/block_mask.py BlockSparseMask (its lists give the tiles; its tiles must be block_q x
+    block_k; it carries the masking in place of causal, window and mask).
     mma: None (tensor-core steps summed exactly, rounded to nearest) or "h100" (both tensor-core dots,
     Q K^T and P V, through the H100's measured truncating step model, flashcheck.proofs.hardware.h100()).
     l_accumulate: the format of the running sum l across tiles ("float64": our kernel, each tile's fp32 rowsum
     added into an fp64 l, rounded once into fp32 at the end; Precision.l_accumulate).
     ieee_fma_chain: the logits as FMA chains (module docstring; Precision.ieee_fma_chain).
     trace: a list that receives, per tile in visiting order, (j0, j1, x, alpha's argument, m_new) as float64
-    arrays (what tests compare with the bound's known arguments, Precision.exp_argument).
+    arrays (what tests compare with the bound's known arguments, Precision.exp_argument); only where every query block
+    visits alike (unmasked heads).
     rowsum: the order of each tile's fp32 rowsum of P~ (_rowsum): "torch" (torch's own), "tree" (pairwise, depth
     ceil(log2 block_k): what Precision.rowsum_depth states), "sequential" (left to right, depth block_k - 1).
     ex2: the forward's exponentials P~ = exp2(x) and alpha = exp2(a): "torch" (torch.exp2 in the accumulate dtype) or
@@ -281,7 +392,8 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
     if rowsum not in _ROWSUMS:
         raise ValueError(f"rowsum must be one of {_ROWSUMS}, got {rowsum!r}")
     ks = _k_step(dot, k_step)
-    pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask)
+    pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask, block_mask)
+    _check_blocks(pb, block_q=block_q, block_k=block_k)
     tdt, acc_t, qk_scale, vis, kt, vt = pb.tdt, pb.acc_t, pb.qk_scale, pb.vis, pb.kt, pb.vt
     if mma is not None:
         if mma != "h100":
@@ -300,38 +412,50 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
     acc = torch.zeros((B, Hq, Nq, v.shape[-1]), dtype=acc_t)
     if ieee_fma_chain:  # one chain per logit: the same whatever the tiles
         s_fma, qk_scale = _fma_logits(qo, _operand(kt, dot, tdt).to(acc_t), pb.sc)
-    for j0 in _tile_starts(Nk, block_k):
-        j1 = min(Nk, j0 + block_k)
-        kb = _operand(kt[:, :, j0:j1], dot, tdt).to(acc_t)
-        vb = _operand(vt[:, :, j0:j1], dot, tdt).to(acc_t)
-        # S2 = Q Kᵀ · scale · log2(e), masked to -inf
-        if ieee_fma_chain:
-            s = s_fma[..., j0:j1] * qk_scale
-        elif mma is not None:  # the logit dot through the tensor core's steps, from a fresh accumulator
-            s = _mma_dot(qo, kb.transpose(-1, -2), torch.zeros(qo.shape[:-1] + (kb.shape[-2],), dtype=acc_t), mma)
-            s = s * qk_scale
-        else:
-            s = (qo @ kb.transpose(-1, -2)) * qk_scale
-        s = torch.where(vis[:, :, :, j0:j1], s, torch.tensor(-math.inf, dtype=acc_t))
-        m_new = torch.maximum(m, s.amax(dim=-1))
-        m_shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
-        if ieee_fma_chain and not _masked_tile(j0, j1, Nk, block_k, vis, mask):
-            # a full tile: x = fl32(qk c - m) in one rounding (fma.rn.f32, Precision.exp_argument "fma")
-            x = _fused_argument(s_fma[..., j0:j1], qk_scale, m_shift)
-        else:  # the masked tile (or no FMA claim): the rounded product s2, then the subtraction rounded
-            x = s - m_shift[..., None]
-        p = exp2(x)
-        a_arg = m - m_shift  # fl32(m_old - m_new), then exp2
-        alpha = exp2(a_arg)
-        if trace is not None:
-            trace.append((j0, j1, x.double().numpy(), a_arg.double().numpy(), m_new.double().numpy()))
-        l = l * alpha.to(l_t) + _rowsum(p, rowsum).to(l_t)
-        acc = acc * alpha[..., None]
-        p_hi = _operand(p, dot, tdt).to(acc_t)
-        acc = _dot_acc(p_hi, vb, acc, accumulation, ks, mma)
-        if p_split:  # P_lo = P - P_hi (exact in fp32), rounded to the operand format
-            acc = _dot_acc(_operand(p - p_hi, dot, tdt).to(acc_t), vb, acc, accumulation, ks, mma)
-        m = m_new
+    # each query block visits its own key tiles (partial first, kernels/tiles.py); blocks that visit alike run at once
+    walks = _outer_visits(Nq, block_q, Nk, block_k, pb.band, pb.block_mask, "kv", (B, Hq))
+    if trace is not None and len(walks) > 1:
+        raise ValueError("trace records one visiting order: the query blocks of these masks visit their tiles apart")
+    for b, h, rows, (visits,) in walks:
+        ix = (*_heads_of(b, h), rows)
+        m_r, l_r, acc_r = m[ix], l[ix], acc[ix]
+        for j0, partial in visits:
+            j1 = min(Nk, j0 + block_k)
+            kb = _operand(kt[ix[0], ix[1], j0:j1], dot, tdt).to(acc_t)
+            vb = _operand(vt[ix[0], ix[1], j0:j1], dot, tdt).to(acc_t)
+            q_r = qo[ix]
+            # S2 = Q Kᵀ · scale · log2(e), masked to -inf
+            if ieee_fma_chain:
+                s = s_fma[ix][..., j0:j1] * qk_scale
+            elif mma is not None:  # the logit dot through the tensor core's steps, from a fresh accumulator
+                s = _mma_dot(q_r, kb.transpose(-1, -2), torch.zeros(q_r.shape[:-1] + (kb.shape[-2],), dtype=acc_t),
+                             mma)
+                s = s * qk_scale
+            else:
+                s = (q_r @ kb.transpose(-1, -2)) * qk_scale
+            s = torch.where(vis[ix][..., j0:j1], s, torch.tensor(-math.inf, dtype=acc_t))
+            m_new = torch.maximum(m_r, s.amax(dim=-1))
+            m_shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+            # s2 goes through tl.where before the subtraction on the block's partial tiles and under a dense mask
+            # without tile lists (kernels/triton_fwd.py `_fwd_shift`: MASKED or HAS_MASK)
+            if ieee_fma_chain and not (partial or pb.has_mask):
+                # a full tile: x = fl32(qk c - m) in one rounding (fma.rn.f32, Precision.exp_argument "fma")
+                x = _fused_argument(s_fma[ix][..., j0:j1], qk_scale, m_shift)
+            else:  # the masked tile (or no FMA claim): the rounded product s2, then the subtraction rounded
+                x = s - m_shift[..., None]
+            p = exp2(x)
+            a_arg = m_r - m_shift  # fl32(m_old - m_new), then exp2
+            alpha = exp2(a_arg)
+            if trace is not None:
+                trace.append((j0, j1, x.double().numpy(), a_arg.double().numpy(), m_new.double().numpy()))
+            l_r = l_r * alpha.to(l_t) + _rowsum(p, rowsum).to(l_t)
+            acc_r = acc_r * alpha[..., None]
+            p_hi = _operand(p, dot, tdt).to(acc_t)
+            acc_r = _dot_acc(p_hi, vb, acc_r, accumulation, ks, mma)
+            if p_split:  # P_lo = P - P_hi (exact in fp32), rounded to the operand format
+                acc_r = _dot_acc(_operand(p - p_hi, dot, tdt).to(acc_t), vb, acc_r, accumulation, ks, mma)
+            m_r = m_new
+        m[ix], l[ix], acc[ix] = m_r, l_r, acc_r
     empty = l == 0
     l_safe = torch.where(empty, torch.ones_like(l), l).to(acc_t)
     o32 = acc / l_safe[..., None]
@@ -374,18 +498,55 @@ def delta_dot(do: torch.Tensor, o: torch.Tensor, tree: tuple | None = None) -> t
     return torch.from_numpy(np.ascontiguousarray(s[..., 0]))
 
 
+def over_keys(S: torch.Tensor, K: torch.Tensor, walks, block: int, accumulation: str = "recursive",
+              k_step: int = 1) -> torch.Tensor:
+    """S @ K (S (B, H, Nq, Nk), K (B, H, Nk, d)) as the dQ kernel accumulates it: each query block over its key tiles
+    in its order (walks: _outer_visits over the keys), from a zero accumulator (tl.dot(ds, k, dq))."""
+    out = torch.zeros(S.shape[:-1] + (K.shape[-1],), dtype=S.dtype)
+    for b, h, rows, (visits,) in walks:
+        hb, hh = _heads_of(b, h)
+        keys = _visit_indices(visits, S.shape[-1], block)
+        out[hb, hh, rows] = _dot_acc(S[hb, hh][..., rows, :][..., keys], K[hb, hh][..., keys, :],
+                                     torch.zeros_like(out[hb, hh, rows]), accumulation, k_step)
+    return out
+
+
+def over_rows(S: torch.Tensor, other: torch.Tensor, walks, group: int, block: int, accumulation: str = "recursive",
+              k_step: int = 1) -> torch.Tensor:
+    """S^T @ other summed over the GQA group's query heads (S (B, Hq, Nq, Nk), other (B, Hq, Nq, n) -> (B, Hkv, Nk,
+    n)) as the dK/dV kernel accumulates it: each key block through the group's heads in turn, each head's query tiles
+    in the block's order (walks: _outer_visits over the query rows, which "q"), one accumulator (kernel: g outer,
+    tiles inner)."""
+    B, Hq, Nq, Nk = S.shape
+    Hkv, n = Hq // group, other.shape[-1]
+    aT = S.transpose(-1, -2).reshape(B, Hkv, group, Nk, Nq).permute(0, 1, 3, 2, 4).reshape(B, Hkv, Nk, group * Nq)
+    bb = other.reshape(B, Hkv, group * Nq, n)
+    out = torch.zeros((B, Hkv, Nk, n), dtype=S.dtype)
+    for b, h, keys, per_head in walks:
+        hb, hh = _heads_of(b, h)
+        idx = torch.cat([g * Nq + _visit_indices(vs, Nq, block) for g, vs in enumerate(per_head)])
+        out[hb, hh, keys] = _dot_acc(aT[hb, hh][..., keys, :][..., idx], bb[hb, hh][..., idx, :],
+                                     torch.zeros_like(out[hb, hh, keys]), accumulation, k_step)
+    return out
+
+
 def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp16", out: str | None = None,
                  scale=None, causal=False, window=None, mask=None, accumulation: str = "recursive",
                  k_step: int | None = None, delta_o=None, ieee_fma_chain: bool = False, block_k_dq: int = 64,
-                 block_q: int = 64, ex2: str = "torch", delta_tree: tuple | None = None):
+                 block_q: int = 64, ex2: str = "torch", block_q_dq: int = 64, block_k_dkdv: int = 64,
+                 block_mask=None, delta_tree: tuple | None = None):
     """(dQ, dK, dV) as the FA2 backward kernel computes them from its own (O, LSE): Delta from the
     stored O (or from `delta_o`, the fp32 O of fa2_forward(..., return_fp32_o=True), for
     delta_from="fp32"), P recomputed from the stored LSE in base 2, P and dS rounded to the operand dtype
     before the products, fp32 accumulation, scale applied once at the end, stored in `out`. dQ runs over the
     key tiles of block_k_dq (the dQ kernel's own key tiles, Precision.block_k_dq; the forward's block_k enters only
     through fa2_forward's o, lse and delta_o), dK and dV over the query tiles of block_q (per query head of the
-    group), in our kernel's order: a ragged tile first, then the full ones ascending (_tile_starts,
-    Precision.tile_order "partial_first").
+    group), in our kernel's order (Precision.tile_order "partial_first"): per outer block, the dQ kernel's query blocks
+    of block_q_dq rows and the dK/dV kernel's key blocks of block_k_dkdv keys (Precision.block_q_dq, block_k_dkdv), its
+    partial tiles first (any entry of block x tile masked: the ragged tile, the band's edges, a block-sparse mask's
+    partial list), then its full ones ascending; tiles with nothing visible are not visited (_outer_visits, a port of
+    kernels/tiles.py). block_mask: as fa2_forward's (it fixes the tiles: block_q_dq = block_q = its block_q,
+    block_k_dq = block_k_dkdv = its block_k).
     ieee_fma_chain: the logits as FMA chains (module docstring; Precision.ieee_fma_chain).
     ex2: the recomputed P~: "torch" (torch.exp2 of fl(s2) - lse2, two roundings) or "h100" (with ieee_fma_chain: the
     compiled form of both backward kernels, P~ = ex2(min(fl32(qk c - lse2), 0)) with the argument rounded once
@@ -399,7 +560,8 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     if ex2 == "h100" and not ieee_fma_chain:
         raise ValueError("ex2='h100' in the backward models the fused argument of the FMA-chain logits: it needs "
                          "ieee_fma_chain=True")
-    pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask)
+    pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask, block_mask)
+    _check_blocks(pb, block_q=block_q, block_q_dq=block_q_dq, block_k_dq=block_k_dq, block_k_dkdv=block_k_dkdv)
     tdt, acc_t, qk_scale, vis, sc = pb.tdt, pb.acc_t, pb.qk_scale, pb.vis, pb.sc
     B, Hkv, Nk, d, group = pb.B, pb.Hkv, pb.Nk, pb.d, pb.group
     qt = _operand(torch.as_tensor(q).to(tdt), dot, tdt).to(acc_t)
@@ -434,18 +596,14 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     ds = p * (dp - delta[..., None])
     dsr = _operand(ds, dot, tdt).to(acc_t)
 
-    rows = _visit(Nq, block_q)
-    keys = _visit(Nk, block_k_dq)
-
-    def over_rows(a, b, n):  # sum over the group's query rows, one accumulator (kernel: g outer, tiles inner)
-        a, b = a[..., rows, :], b[..., rows, :]
-        aT = a.transpose(-1, -2).reshape(B, Hkv, group, Nk, Nq).permute(0, 1, 3, 2, 4).reshape(B, Hkv, Nk, group * Nq)
-        bb = b.reshape(B, Hkv, group * Nq, n)
-        return _dot_acc(aT, bb, torch.zeros((B, Hkv, Nk, n), dtype=acc_t), accumulation, ks)
-
-    dv = over_rows(pr, dop, dvd)
-    dq = _dot_acc(dsr[..., keys], kt[..., keys, :], torch.zeros((B, Hq, Nq, d), dtype=acc_t), accumulation,
-                  ks) * torch.tensor(sc, dtype=acc_t)
-    dk = over_rows(dsr, qt, d) * torch.tensor(sc, dtype=acc_t)
+    # dK, dV: each key block of block_k_dkdv (the dK/dV kernel's program) runs one accumulator through the query
+    # heads of its GQA group in turn, each head's query tiles in that block's order (partial first, kernels/tiles.py)
+    key_walks = _outer_visits(Nk, block_k_dkdv, Nq, block_q, pb.band.transposed(), pb.block_mask, "q", (B, Hkv),
+                              group)
+    dv = over_rows(pr, dop, key_walks, group, block_q, accumulation, ks)
+    # dQ: each query block of block_q_dq (the dQ kernel's program) over its own key tiles in its order
+    walks = _outer_visits(Nq, block_q_dq, Nk, block_k_dq, pb.band, pb.block_mask, "kv", (B, Hq))
+    dq = over_keys(dsr, kt, walks, block_k_dq, accumulation, ks) * torch.tensor(sc, dtype=acc_t)
+    dk = over_rows(dsr, qt, key_walks, group, block_q, accumulation, ks) * torch.tensor(sc, dtype=acc_t)
     odt = _TORCH[out or dtype]
     return tuple(x.to(odt).double().numpy() for x in (dq, dk, dv))

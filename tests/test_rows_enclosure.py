@@ -19,12 +19,13 @@ U = 2.0**-24
 def _kernel_rows_chain(S, other, group: int, block_q: int):
     """The dK/dV kernel's fp32 accumulators (B, Hkv, Nk, c) of sum_i S_ij other_ic, exactly: per key one chain
     acc <- RN32(acc + S_ij other_ic) through head g of the group, then g + 1, each head's rows in the order of the
-    emulation (proofs/emulation.py _visit: the ragged query tile first), the products exact in float64."""
-    from flashcheck.proofs.emulation import _visit
+    kernel on a head with nothing masked (kernels/tiles.py: the ragged query tile first, then the full ones
+    ascending), the products exact in float64."""
     from flashcheck.proofs.fma_chain import fma_step
 
     B, Hq, Nq, Nk = S.shape
-    rows = _visit(Nq, block_q).numpy()
+    full = Nq // block_q * block_q
+    rows = np.r_[np.arange(full, Nq), np.arange(full)] if 0 < full < Nq else np.arange(Nq)
     Sg = S[:, :, rows].reshape(B, Hq // group, group * Nq, Nk)
     og = other[:, :, rows].reshape(B, Hq // group, group * Nq, -1)
     acc = np.zeros((B, Hq // group, Nk, other.shape[-1]))

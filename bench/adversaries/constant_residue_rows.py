@@ -9,8 +9,15 @@ Inputs (fp32 values, N_k = 2 keys, K = 0 so every logit is 0 and P = 1/2; V's co
 with t_0 = 1.5 (the partial sum in [1, 2)), t_i = (2^-24 - 2^-31) + m_i 2^-23 (m_i random, distinct): every addition
 rounds down by the same ~2^-24. --cancel ends with -1.5.
 
+--masking puts a masked entry into the head while every coherent product stays visible (constant_residue_dq.Masked):
+"key" adds a third key (K = V = 0) that a dense mask hides from every row; "causal" (top left) puts a zero row 0
+(dO_0 = q_0 = 0: its products are 0) in front, which sees key 0 alone, the other rows see both keys (the first query
+tile is partial: the kernel's order stays ascending); "window" (left = N_q - 2) puts the zero row last, which does not
+see key 0: the last query tile is partial, and the dK/dV kernel visits it first. Before the chains were evaluated in
+the kernel's order on masked heads (bounds.md sec. 8), such heads kept the grouped model.
+
     PYTHONPATH=$PWD python bench/adversaries/constant_residue_rows.py [--n 4096 16384] [--which dk dv] [--cancel]
-        [--source kernel --device cuda]
+        [--masking none key causal window] [--source kernel --device cuda]
 """
 from __future__ import annotations
 
@@ -42,6 +49,32 @@ def build(n: int, which: str, d: int = 16, spread: int = 5000, cancel: bool = Fa
     return q, k, v, do
 
 
+MASKINGS = ("none", "key", "causal", "window")
+
+
+def build_masked(n: int, which: str, masking: str, cancel: bool = False):
+    """The inputs of `build` under `masking` (module docstring): a constant_residue_dq.Masked record."""
+    from constant_residue_dq import Masked
+
+    if masking == "none":
+        return Masked(*build(n, which, cancel=cancel))
+    if masking == "key":
+        q, k, v, do = build(n, which, cancel=cancel)
+        k, v = (np.concatenate([x, np.zeros((1, 1, 1, x.shape[-1]))], axis=2) for x in (k, v))
+        mask = np.ones((1, 1, n, 3), dtype=bool)
+        mask[..., 2] = False
+        return Masked(q, k, v, do, mask=mask)
+    q, k, v, do = build(n - 1, which, cancel=cancel)
+    zero = np.zeros((1, 1, 1, q.shape[-1]))
+    if masking == "causal":
+        q, do = (np.concatenate([zero, x], axis=2) for x in (q, do))
+        return Masked(q, k, v, do, causal=True)
+    if masking == "window":
+        q, do = (np.concatenate([x, zero], axis=2) for x in (q, do))
+        return Masked(q, k, v, do, window=(n - 2, None))
+    raise ValueError(f"masking must be one of {MASKINGS}, got {masking!r}")
+
+
 def main(argv=None):
     from bench.bounds_attack import run_source
     from flashcheck.proofs.bounds import backward_bound
@@ -52,21 +85,23 @@ def main(argv=None):
     ap.add_argument("--n", type=int, nargs="+", default=[4096])
     ap.add_argument("--which", nargs="+", choices=("dk", "dv"), default=["dk", "dv"])
     ap.add_argument("--cancel", action="store_true")
+    ap.add_argument("--masking", nargs="+", choices=MASKINGS, default=["none"])
     ap.add_argument("--source", choices=("emulation", "kernel"), default="emulation")
     ap.add_argument("--device", default="cpu")
     a = ap.parse_args(argv)
-    for n in a.n:
-        for which in a.which:
-            q, k, v, do = build(n, which, cancel=a.cancel)
-            (_, _, _, dk, dv), precision = run_source(a.source, a.device, "float32", "ieee", q, k, v, do)
-            O, L = attention(q, k, v)
-            exact = attention_backward(q, k, v, O, L, do)
-            got, want = (dk, exact[1]) if which == "dk" else (dv, exact[2])
-            err = np.abs(got - want)
-            for kind in ("probabilistic", "worst_case"):
-                bb = backward_bound(q, k, v, do, precision=precision, kind=kind)
-                b = bb.dk if which == "dk" else bb.dv
-                print(f"{a.source} {which} N_q={n} cancel={a.cancel} {kind:13s}: max error/bound {np.max(err / b):.3g}")
+    for n, masking, which in ((n, m, w) for n in a.n for m in a.masking for w in a.which):
+        x = build_masked(n, which, masking, a.cancel)
+        q, k, v, do, mk = x.q, x.k, x.v, x.do, x.masks()
+        (_, _, _, dk, dv), precision = run_source(a.source, a.device, "float32", "ieee", q, k, v, do, **mk)
+        O, L = attention(q, k, v, **mk)
+        exact = attention_backward(q, k, v, O, L, do, **mk)
+        got, want = (dk, exact[1]) if which == "dk" else (dv, exact[2])
+        err = np.abs(got - want)
+        for kind in ("probabilistic", "worst_case"):
+            bb = backward_bound(q, k, v, do, precision=precision, kind=kind, **mk)
+            b = bb.dk if which == "dk" else bb.dv
+            print(f"{a.source} {which} N_q={n} masking={masking} cancel={a.cancel} {kind:13s}: "
+                  f"max error/bound {np.max(err / b):.3g}", flush=True)
     return 0
 
 

@@ -14,6 +14,7 @@ from .common import (_FP32_NORMAL_MIN, _SIGNIFICAND_BITS, _exp_err, _fix_bad, _h
 from .logits import _fp32_exact, _logit_errors
 from . import forward as _forward_module
 from .forward import (_Forward, _forward)
+from .visits import Visits, dq_visits, rows_visits, shared_visits
 
 
 def _combine(wc, rem, var, det, lam, kind):
@@ -342,54 +343,60 @@ def _float64_dS_error(A, g, rel_A, vis, absdov, abs_do, o, Av):
     return np.where(vis, np.where(rel_A < 2.0**-30, out, np.inf), 0.0)
 
 
-def _dq_chain_enclosure(lo_S, hi_S, kf, vis, dS, f64, block_k: int, tile_order: str, head_full, u: float):
+def _dq_chain_enclosure(lo_S, hi_S, kf, vis, dS, f64, block_k: int, tile_order: str, head_full, u: float,
+                        visits: Visits | None = None):
     """A bound (..., rows, d) on |acc - dS @ K| for the dQ kernel's fp32 accumulator acc (before the scale) when its
-    dS_ij lie in [lo_S, hi_S] (_dS_candidate_interval): the chain over the keys in the kernel's order (_visiting,
-    rows where nothing of the head is masked; inf elsewhere) enclosed on the data (_chain_enclosure)."""
-    idx = _visiting(kf.shape[-2], block_k, tile_order)
-    ordered = (idx is not False) & vis.all(axis=-1) & _heads_unmasked(head_full)
-    return _chain_enclosure(lo_S, hi_S, dS, f64, kf, idx, ordered, u)
+    dS_ij lie in [lo_S, hi_S] (_dS_candidate_interval): the chain over the keys in the kernel's order (`visits`, or
+    _visiting on rows where nothing of the head is masked, as _dq_accumulation; inf where the order is not known)
+    enclosed on the data (_chain_enclosure)."""
+    Nk = kf.shape[-2]
+    if visits is None:
+        idx = _visiting(Nk, block_k, tile_order)
+        visits = shared_visits(Nk, block_k, tile_order,
+                               (idx is not False) & vis.all(axis=-1) & _heads_unmasked(head_full))
+    return _chain_enclosure(lo_S, hi_S, dS, f64, kf, visits, u)
 
 
-def _rows_chain_enclosure(lo, hi, S, f64, other, vis, block_q: int, group: int, tile_order: str, u: float):
+def _rows_chain_enclosure(lo, hi, S, f64, other, vis, block_q: int, group: int, tile_order: str, u: float,
+                          visits: Visits | None = None):
     """A bound (B, Hkv, Nk, c) on |acc - S^T @ other| (summed over the GQA group's query heads) for the dK/dV kernel's
     fp32 accumulator acc (dK before the scale: S = dS, other = Q; dV: S = A, other = dO) when the kernel's S_ij (its
-    dS, or its P~) lie in [lo, hi] (B, Hq, Nq, Nk): one chain per key through the group's query heads and their
-    query tiles in the kernel's order (_visiting, as _rows_accumulation: kv heads where nothing of the group is
-    masked; inf elsewhere), enclosed on the data (_chain_enclosure; bounds.md sec. 8, "dK and dV enclosed")."""
+    dS, or its P~) lie in [lo, hi] (B, Hq, Nq, Nk; a masked entry 0 in both, as the kernel's): one chain per key
+    through the group's query heads and their query tiles in the kernel's order (`visits`, rows_visits: every key
+    block's own; or _visiting on kv heads where nothing of the group is masked, as _rows_accumulation; inf where the
+    order is not known), enclosed on the data (_chain_enclosure; bounds.md sec. 8, "dK and dV enclosed")."""
     B, Hq, Nq, Nk = S.shape
     Hkv = Hq // group
 
     def rows(x):  # (B, Hq, Nq, Nk) -> (B, Hkv, Nk, group * Nq): head g's rows at g * Nq ...
         return np.swapaxes(x.reshape(B, Hkv, group * Nq, Nk), -1, -2)
-    idx = _visiting(Nq, block_q, tile_order, group)
-    ordered = (idx is not False) & vis.reshape(B, Hkv, group * Nq, Nk).all(axis=(-2, -1))
-    return _chain_enclosure(rows(lo), rows(hi), rows(S), rows(f64), other.reshape(B, Hkv, group * Nq, -1), idx,
-                            np.broadcast_to(ordered[..., None], (B, Hkv, Nk)), u)
+    if visits is None:
+        idx = _visiting(Nq, block_q, tile_order, group)
+        known = (idx is not False) & vis.reshape(B, Hkv, group * Nq, Nk).all(axis=(-2, -1))
+        visits = shared_visits(Nq, block_q, tile_order, np.broadcast_to(known[..., None], (B, Hkv, Nk)), group)
+    return _chain_enclosure(rows(lo), rows(hi), rows(S), rows(f64), other.reshape(B, Hkv, group * Nq, -1), visits, u)
 
 
-def _chain_enclosure(lo, hi, S, f64, other, idx, ordered, u: float):
+def _chain_enclosure(lo, hi, S, f64, other, visits: Visits, u: float):
     """A bound (..., R, c) on |acc_rc - (S @ other)_rc| for fp32 accumulators acc_rc, each one ascending FMA chain
-    (Precision.ieee_fma_chain) over the n entries of the last axis of lo, hi, S, f64 (..., R, n) in the order idx
-    (_visiting), acc <- fl(acc + x_rs other_sc), the kernel's x_rs anywhere in [lo, hi] and other exact: enclosed on
-    the data (_rn_chain_on_data(enclosure=True): centre +- radius, the summands x other within the interval's
-    half-width plus 2^-51 (|lo| + |hi|) |other| for the float64 midpoint and product), against the float64 S @ other
-    (S within f64 of the exact factor: its error <= f64 @ |other| + gamma_{n+1}(2^-53) |S| @ |other|). inf where not
-    `ordered` (..., R) or not finite."""
+    (Precision.ieee_fma_chain) over the n entries of the last axis of lo, hi, S, f64 (..., R, n) in each row's order
+    (visits, proofs/bounds/visits.py), acc <- fl(acc + x_rs other_sc), the kernel's x_rs anywhere in [lo, hi] and
+    other exact: enclosed on the data (_rn_chain_on_data(enclosure=True): centre +- radius, the summands x other
+    within the interval's half-width plus 2^-51 (|lo| + |hi|) |other| for the float64 midpoint and product), against
+    the float64 S @ other (S within f64 of the exact factor: its error <= f64 @ |other| + gamma_{n+1}(2^-53) |S| @
+    |other|). inf on rows whose order is not known (visits.known) or where not finite."""
     n = other.shape[-2]
     mid, half = 0.5 * (lo + hi), 0.5 * (hi - lo) + 2.0**-51 * (np.abs(lo) + np.abs(hi))
     R = S @ other
     R_err = f64 @ np.abs(other) + float(gamma(n + 1, 2.0**-53)) * (np.abs(S) @ np.abs(other))
-    mid, half, oo = _take_visiting(mid, idx, -1), _take_visiting(half, idx, -1), _take_visiting(other, idx, -2)
-    oT = np.swapaxes(oo, -1, -2)
     out = np.full(R.shape, np.inf)
-    for r, p in _product_chunks(mid, oT):
-        w = half[:, :, r, None, :] * np.abs(oT[:, :, None, :, :])
+    for r, p, _, oT_r, vr in _ordered_products(mid, np.swapaxes(other, -1, -2), visits):
+        w = vr.take(half[:, :, r])[:, :, :, None, :] * np.abs(oT_r)
         c, rad = _rn_chain_on_data(p, w, u, enclosure=True)
         with np.errstate(invalid="ignore", over="ignore"):
             out[:, :, r] = (np.abs(c - R[:, :, r]) + rad + R_err[:, :, r]) * (1.0 + 2.0**-50)
     out = np.where(np.isnan(out), np.inf, out)
-    return np.where(np.broadcast_to(np.asarray(ordered)[..., None], out.shape), out, np.inf)
+    return np.where(np.broadcast_to(np.asarray(visits.known)[..., None], out.shape), out, np.inf)
 
 
 def _fp32_at_least(x):
@@ -765,9 +772,12 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     # keep the (rows, Nk) temporaries small; dV and dK add up the blocks' products
     # The kernels visit a query block's partial key tiles (any masked entry in the block x tile) first, then
     # its full tiles in ascending order: a row that sees every key can still meet its tiles out of order (a
-    # causal block's diagonal tile). Tiles come in ascending order for every row only where nothing of the
-    # head is masked; elsewhere the accumulation models take the order-free coefficients.
+    # causal block's diagonal tile). The forward's tiles (Delta's P.V) come in ascending order for every row only
+    # where nothing of the head is masked; the backward's own chains follow each outer block's order where the
+    # precision states the blocks (proofs/bounds/visits.py; Precision.block_q_dq, block_k_dkdv, tile_lists)
     head_full = F.vis.all(axis=(-2, -1), keepdims=True)
+    band_cls = _band_visibility(pr.Nq, pr.Nk, causal, window)
+    dq_order = dq_visits(band_cls, F.vis, precision, M.recursive)
     for r in _rows_chunks(Nq, Nk, 1, budget=_forward_module.ROW_BLOCK_ENTRIES):
         Fr = _forward_rows_view(F, r)
         vis, A, qf, o, empty = Fr.vis, Fr.A, Fr.qf, Fr.o, Fr.empty
@@ -963,7 +973,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         f64 = _float64_dS_error(A, g, rel_A, vis, absdov, abs_do, o, A @ np.abs(vf))
         acc_sq, partial, tc_steps, acc_det = _dq_accumulation(
             M, kind, dS, kf, tolS, vis, precision.dq_key_tile, head_full, precision.tile_order,  # the dQ kernel's tiles
-            precision.accumulate, f64)
+            precision.accumulate, f64, dq_order.rows(r))
         if rn_rows:
             row_blocks.append((dS, tolS, tolP, f64, A * rel_A))
         if tc_rows:
@@ -1071,11 +1081,11 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                         a_sq, _, _, a_det = _dq_accumulation(
                             M, kind, 0.5 * (lo_S + hi_S), kf, 0.5 * (hi_S - lo_S) + 2.0**-52 * (np.abs(lo_S) + np.abs(hi_S)),
                             vis, precision.dq_key_tile, head_full, precision.tile_order, precision.accumulate,
-                            np.zeros_like(A))
+                            np.zeros_like(A), dq_order.rows(r))
                         acc_k = (a_sq, a_det)
                         # the kernel's dQ accumulator enclosed (every step of the chain on the data), against the exact dQ
                         enc = sc * _dq_chain_enclosure(lo_S, hi_S, kf, vis, dS, f64, precision.dq_key_tile,
-                                                       precision.tile_order, head_full, M.u_dacc)
+                                                       precision.tile_order, head_full, M.u_dacc, dq_order.rows(r))
                         enc_max = enc if enc_max is None else np.maximum(enc_max, enc)
                     worst_k.add(dq_bound(own=_DqOwn.of(M, vis, A, g, absg, Pt, f64, dP_err, keys.by_k_v, kap_k,
                                                        rho_wc, e_dp, conv.n_ops), acc=acc_k))
@@ -1176,11 +1186,13 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     det_dv = 0.0
     partial_dk = tc_dk = None
     tc_dv = n_q * AabsdO if M.tensor_core else 0.0 * AabsdO
+    rows_order = rows_visits(band_cls, F.vis, precision, M.recursive, group) if tc_rows or rn_rows else None
     if tc_rows:
         dS_all = np.concatenate(dS_blocks, axis=2)
         del dS_blocks
-        tc_dk = _rows_tensor_core(M, dS_all, F.qf, F.vis, precision.block_q, group, n_q, precision.tile_order)
-        tc_dv = _rows_tensor_core(M, F.A, dof, F.vis, precision.block_q, group, n_q, precision.tile_order)
+        tc_dk = _rows_tensor_core(M, dS_all, F.qf, F.vis, precision.block_q, group, n_q, precision.tile_order,
+                                  rows_order)
+        tc_dv = _rows_tensor_core(M, F.A, dof, F.vis, precision.block_q, group, n_q, precision.tile_order, rows_order)
         del dS_all
         partial_dk = tc_dk
     enc_dk = enc_dv = None
@@ -1188,19 +1200,20 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         dS_all, tolS_all, tolP_all, f64_S, f64_A = (np.concatenate(x, axis=2) for x in zip(*row_blocks))
         del row_blocks
         acc_dk, partial_dk, det_dk = _rows_accumulation(M, dS_all, F.qf, tolS_all, F.vis, precision.block_q, group,
-                                                        precision.tile_order, precision.accumulate, f64_S)
+                                                        precision.tile_order, precision.accumulate, f64_S, rows_order)
         acc_dv, _, det_dv = _rows_accumulation(M, F.A, dof, tolP_all, F.vis, precision.block_q, group,
-                                               precision.tile_order, precision.accumulate, f64_A)
+                                               precision.tile_order, precision.accumulate, f64_A, rows_order)
         del tolS_all, tolP_all
         # dK and dV enclosed (bounds.md sec. 8, "dK and dV enclosed"): where some row's recomputed P~ is known
-        # (the stored LSE's candidates) and the chains are the kernel's (fp32 ieee FMA chains, the rows' order stated)
+        # (the stored LSE's candidates) and the chains are the kernel's (fp32 ieee FMA chains, the rows' order stated:
+        # rows_order, every key block's own where Precision.block_k_dkdv states them)
         if (any(b[4] for b in iv_blocks) and M.fma_logits and M.recursive
                 and _rn_binade(M, precision.accumulate) is not None and precision.accumulate == "float32"):
             S_lo, S_hi, P_lo, P_hi = (np.concatenate(x, axis=2) for x in list(zip(*iv_blocks))[:4])
             enc_dk = sc * _rows_chain_enclosure(S_lo, S_hi, dS_all, f64_S, F.qf, F.vis, precision.block_q, group,
-                                                precision.tile_order, M.u_dacc)
+                                                precision.tile_order, M.u_dacc, rows_order)
             enc_dv = _rows_chain_enclosure(P_lo, P_hi, F.A, f64_A, dof, F.vis, precision.block_q, group,
-                                           precision.tile_order, M.u_dacc)
+                                           precision.tile_order, M.u_dacc, rows_order)
             del S_lo, S_hi, P_lo, P_hi
         del dS_all, f64_S, f64_A, iv_blocks
     # systematic parts (sec. 6): a partial sum s of the accumulation is C_s dV + F_s, C_s in [0, 1],
@@ -1562,7 +1575,7 @@ def _rn_binade(M: _Model, fmt: str):
 
 
 def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = False, fmt: str | None = None,
-                        s64=None):
+                        s64=None, visits: Visits | None = None):
     # u: the step error relative to |accumulator| + |products| (M.u_dacc: u_w for an FMA; the interpreter's
     # measured-form step error covers a rounded product too, as does the (1 + u) on the second bound)
     """Variance proxy of the round-to-nearest accumulation of S @ other (S: (B, H, rows, n), other:
@@ -1597,33 +1610,67 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = Fa
     times |other_sc|), their bound returned as det and their proxy 0. Coherent residues (equal residues of distinct
     products, bench/adversaries/constant_residue_rows.py) exceeded the grouped model 7.5x. Returns, per
     (B, H, rows, d): sum_G (sum_{s in G} c_s)^2 with c_s those step bounds, the sum over the steps of the
-    partial sum bounds X_s (C1 of _grad's remainder), and det (0 where the model stays)."""
-    B, H, R, n = S.shape
+    partial sum bounds X_s (C1 of _grad's remainder), and det (0 where the model stays).
+
+    visits (proofs/bounds/visits.py): each row's visiting order, in place of `ordered` (then visits.known): S, tolS,
+    s64 and other are given in their own order and taken into each row's (the kernel walks every outer block's tiles
+    its own way: heads with masked entries, bounds.md sec. 8). Rows of a kernel that states its order
+    (visits.stated) whose order is not known here, where the chain on the data would be evaluated, are charged the
+    order-free worst case sum_s c_s in det (|sum_s e_s| <= sum_s |e_s|), not the grouped model: coherent residues
+    exceed that model whatever the order (constant_residue_rows.py --masking: 3.8x)."""
+    B, H, R = S.shape[:3]
     out = np.zeros((B, H, R, other.shape[-1]))
     partial = np.zeros_like(out)
     det = np.zeros_like(out)
     on_data = chain and fmt == "float32" and s64 is not None
     oT = np.swapaxes(other, -1, -2)  # (B, H, d, n)
-    for r, p in _product_chunks(S, oT):
-        ordr = np.broadcast_to(np.asarray(ordered)[..., r], S.shape[:2] + (r.stop - r.start,))
+    for r, p, S_r, oT_r, vr in _ordered_products(S, oT, visits):
+        known = ordered if vr is None else vr.known
+        ordr = np.broadcast_to(np.asarray(known)[..., r] if vr is None else known, S.shape[:2] + (r.stop - r.start,))
+        take = (lambda x: x[:, :, r]) if vr is None else (lambda x: vr.take(x[:, :, r]))
         with np.errstate(invalid="ignore"):  # inf * 0 (a vacuous dS bound times k = 0): any value
-            tol = tolS[:, :, r, None, :] * np.abs(oT[:, :, None, :, :])
+            tol = take(tolS)[:, :, :, None, :] * np.abs(oT_r)
         tol = np.where(np.isnan(tol), np.inf, tol)
-        coef, partial[:, :, r] = _rn_step_bounds(S[:, :, r, None, :] == 0.0, p, tol, u, block, ordr[..., None, None],
+        coef, partial[:, :, r] = _rn_step_bounds(S_r[:, :, :, None, :] == 0.0, p, tol, u, block, ordr[..., None, None],
                                                  chain, fmt)
         shape = p.shape[:-1]
         o_r = np.zeros(shape, dtype=bool)
         if on_data and ordr.any():
             with np.errstate(invalid="ignore"):
-                w = tol + s64[:, :, r, None, :] * np.abs(oT[:, :, None, :, :]) + 2.0**-52 * np.abs(p)
+                w = tol + take(s64)[:, :, :, None, :] * np.abs(oT_r) + 2.0**-52 * np.abs(p)
             w = np.where(np.isnan(w), np.inf, w)
             chain_det = _rn_chain_on_data(p, w, u)
             o_r = ordr[..., None] & np.isfinite(chain_det)
             det[:, :, r] = np.where(o_r, chain_det, 0.0)
-        if not o_r.all():  # the model where the chain is not evaluated
-            sq = _grouped_square_sum(p.reshape(-1, n), coef.reshape(-1, n), tol.reshape(-1, n)).reshape(shape)
-            out[:, :, r] = np.where(o_r, 0.0, sq)
+        worst = np.zeros(shape, dtype=bool)
+        if on_data and vr is not None and vr.stated:  # a stated kernel's rows of unknown order: the worst case
+            worst = ~ordr[..., None] & ~o_r
+            # (the float64 sum of L nonnegative bounds: relative error <= gamma_L(2^-53))
+            total = coef.sum(axis=-1) * (1.0 + float(gamma(p.shape[-1], 2.0**-53)))
+            det[:, :, r] = np.where(worst, total, det[:, :, r])
+        if not (o_r | worst).all():  # the model where the chain is not evaluated
+            L = p.shape[-1]  # the visiting order's length (ragged tiles padded)
+            sq = _grouped_square_sum(p.reshape(-1, L), coef.reshape(-1, L), tol.reshape(-1, L)).reshape(shape)
+            out[:, :, r] = np.where(o_r | worst, 0.0, sq)
     return out, partial, det
+
+
+def _ordered_products(S, oT, visits: Visits | None):
+    """(r, p, S_r, oT_r, visits_r) over blocks of the rows of S (B, H, R, n) (_product_chunks): the products
+    p = S_ir oT_cr (B, H, rows, d, L) in each row's visiting order (visits, proofs/bounds/visits.py; None: the axis as
+    it is), S_r the rows' S (B, H, rows, L) and oT_r the column operand (B, H, rows|1, d, L) in that order."""
+    if visits is None:
+        for r, p in _product_chunks(S, oT):
+            yield r, p, S[:, :, r], oT[:, :, None], None
+        return
+    L = visits.take_columns(oT[..., :1, :]).shape[-1]
+    R = S.shape[-2]
+    step = max(1, (1 << 21) // max(1, L * oT.shape[-2]))
+    for r0 in range(0, R, step):
+        r = slice(r0, min(R, r0 + step))
+        vr = visits.rows(r)
+        S_r, oT_r = vr.take(S[:, :, r]), vr.take_columns(oT)
+        yield r, S_r[:, :, :, None, :] * oT_r, S_r, oT_r, vr
 
 
 def _rn_step_bounds(zero, p, tol, u, block: int, ordered, chain: bool = False, fmt: str | None = None):
@@ -1836,88 +1883,100 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
     return var, det, partial
 
 
+def _band_visibility(Nq: int, Nk: int, causal, window):
+    """(1, 1, Nq, Nk): the band's visibility alone (causal, window: no dense mask), which decides our kernel's partial
+    tiles under Precision.tile_lists "band" (proofs/bounds/visits.py)."""
+    from flashcheck.reference.masks import visibility
+
+    return visibility(1, 1, Nq, Nk, causal=causal, window=window)
+
+
 def _heads_unmasked(head_full):
     """Per row (..., 1): whether the row's head has nothing masked (None: the caller vouches for it)."""
     return True if head_full is None else head_full[..., 0]
 
 
 def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head_full=None,
-                     tile_order: str = "any", fmt: str | None = None, s64=None):
+                     tile_order: str = "any", fmt: str | None = None, s64=None, visits: Visits | None = None):
     """(acc_sq, partial, tc_steps, acc_det) of _grad for the accumulation dQ = dS @ K through key tiles of block_k: round to
     nearest grouped by products that can be equal as computed (probabilistic, no tensor core; tolS bounds
     the error of dS as computed), tensor-core steps from the partial sums (recursive tensor cores); None
-    where the model has neither. The tiles come in the kernel's stated order (Precision.tile_order, _visiting: our
-    kernel's ragged tile first) where nothing of the head is masked (`head_full`, (..., 1, 1): a partial tile of a
-    row's query block is visited first even when that row sees every key); "any" (a kernel that does not state it:
-    flash-attn's dQ is atomically added over key blocks in no fixed order): the order-free bounds. s64 (the float64
-    dS's own error per entry): the fp32 FMA chain's roundings on the data where the order is known (acc_det,
-    _rn_accumulation_sq)."""
+    where the model has neither. The tiles come in the kernel's order: `visits` (proofs/bounds/visits.py dq_visits,
+    these rows': every query block's own order where Precision.block_q_dq states the blocks, masked heads included;
+    bounds.md sec. 8), or else the stated order for every row (Precision.tile_order, _visiting: our kernel's ragged
+    tile first) where nothing of the head is masked (`head_full`, (..., 1, 1): a partial tile of a row's query block
+    is visited first even when that row sees every key); "any" (a kernel that does not state it: flash-attn's dQ is
+    atomically added over key blocks in no fixed order): the order-free bounds. s64 (the float64 dS's own error per
+    entry): the fp32 FMA chain's roundings on the data where the order is known (acc_det, _rn_accumulation_sq)."""
     Nk = kf.shape[-2]
-    idx = _visiting(Nk, block_k, tile_order)
-    ordered = (M.recursive and idx is not False) & vis.all(axis=-1) & _heads_unmasked(head_full)
-    dS, kf, tolS = _take_visiting(dS, idx, -1), _take_visiting(kf, idx, -2), _take_visiting(tolS, idx, -1)
-    s64 = None if s64 is None else _take_visiting(s64, idx, -1)
+    if visits is None:
+        idx = _visiting(Nk, block_k, tile_order)
+        visits = shared_visits(Nk, block_k, tile_order,
+                               (M.recursive and idx is not False) & vis.all(axis=-1) & _heads_unmasked(head_full))
     acc_sq = partial = tc_steps = acc_det = None
     if kind == "probabilistic" and not M.tensor_core:
-        acc_sq, partial, acc_det = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, block_k, ordered, M.fma_logits,
-                                                       _rn_binade(M, fmt), s64)
+        acc_sq, partial, acc_det = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, block_k, None, M.fma_logits,
+                                                       _rn_binade(M, fmt), s64, visits)
     if M.tensor_core and M.recursive:
-        tc_steps = np.concatenate([_tensor_core_steps(p, block_k, M.k_step, ordered[:, :, rr, None])
-                                   for rr, p in _product_chunks(dS, np.swapaxes(kf, -1, -2))], axis=2)
+        tc_steps = np.concatenate([_tensor_core_steps(p, block_k, M.k_step, vr.known[..., None])
+                                   for _, p, _, _, vr in _ordered_products(dS, np.swapaxes(kf, -1, -2), visits)],
+                                  axis=2)
         partial = tc_steps  # each step's |accumulator| + sum |products| bound: C1 of the step model
     return acc_sq, partial, tc_steps, acc_det
 
 
 def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int, tile_order: str = "any",
-                       fmt: str | None = None, s64=None):
+                       fmt: str | None = None, s64=None, visits: Visits | None = None):
     """acc_sq of _grad for the accumulation over the query rows of S^T @ other (dK: dS^T Q; dV: P^T dO) in
     the dK/dV pass, the round-to-nearest model of dQ's over the keys (_rn_accumulation_sq) on the other axis.
     S, tolS, vis: (B, Hq, Nq, Nk); other: (B, Hq, Nq, c). One accumulator per key runs through the query
     heads of its GQA group in turn (head g, then its query tiles of block_q), so the group's rows are one
-    contraction of group * Nq products in that order. The query tiles in the kernel's stated order
-    (Precision.tile_order, as its key tiles: our kernel's ragged query tile first, then the full ones, _visiting)
-    only when no entry of the group is masked: a masked entry anywhere in a tile makes it partial, and partial
-    tiles come first (kernels/triton_bwd.py); otherwise, or "any", the order-free coefficient u sum |p|. s64: the
-    float64 S's own error per entry (the chain on the data, _rn_accumulation_sq). Returns (B, Hq, Nk, c) three
-    times: the kv head's proxy, its partial-sum total C1 and its det (the chain on the data), spread evenly over its
-    query heads (the callers sum them, _kv)."""
+    contraction of group * Nq products in that order. The query tiles in the kernel's order: `visits`
+    (proofs/bounds/visits.py rows_visits: every key block's own, partial tiles first, where Precision.block_k_dkdv
+    states the blocks; bounds.md sec. 8), or else the stated order (Precision.tile_order, as its key tiles: our
+    kernel's ragged query tile first, then the full ones, _visiting) only when no entry of the group is masked: a
+    masked entry anywhere in a tile makes it partial, and partial tiles come first (kernels/triton_bwd.py); otherwise,
+    or "any", the order-free coefficient u sum |p|. s64: the float64 S's own error per entry (the chain on the data,
+    _rn_accumulation_sq). Returns (B, Hq, Nk, c) three times: the kv head's proxy, its partial-sum total C1 and its
+    det (the chain on the data), spread evenly over its query heads (the callers sum them, _kv)."""
     B, Hq, Nq, Nk = S.shape
     Hkv = Hq // group
 
     def heads(x):  # (B, Hq, Nq, ...) -> (B, Hkv, group * Nq, ...): head g's rows at g * Nq ...
         return x.reshape(B, Hkv, group * Nq, *x.shape[3:])
-    idx = _visiting(Nq, block_q, tile_order, group)
-    ordered = (M.recursive and idx is not False) & heads(vis).all(axis=(-2, -1))
-    ordered = np.broadcast_to(ordered[..., None], (B, Hkv, Nk))
-    s64 = None if s64 is None else _take_visiting(np.swapaxes(heads(s64), -1, -2), idx, -1)
-    acc, partial, det = _rn_accumulation_sq(_take_visiting(np.swapaxes(heads(S), -1, -2), idx, -1),
-                                            _take_visiting(heads(other), idx, -2),
-                                            _take_visiting(np.swapaxes(heads(tolS), -1, -2), idx, -1), M.u_dacc,
-                                            block_q, ordered, M.fma_logits, _rn_binade(M, fmt), s64)
+    if visits is None:
+        idx = _visiting(Nq, block_q, tile_order, group)
+        known = (M.recursive and idx is not False) & heads(vis).all(axis=(-2, -1))
+        visits = shared_visits(Nq, block_q, tile_order, np.broadcast_to(known[..., None], (B, Hkv, Nk)), group)
+    s64 = None if s64 is None else np.swapaxes(heads(s64), -1, -2)
+    acc, partial, det = _rn_accumulation_sq(np.swapaxes(heads(S), -1, -2), heads(other),
+                                            np.swapaxes(heads(tolS), -1, -2), M.u_dacc, block_q, None, M.fma_logits,
+                                            _rn_binade(M, fmt), s64, visits)
     return tuple(np.repeat(x / group, group, axis=1) for x in (acc, partial, det))
 
 
-def _rows_tensor_core(M: _Model, S, other, vis, block_q: int, group: int, n_steps: int, tile_order: str = "any"):
+def _rows_tensor_core(M: _Model, S, other, vis, block_q: int, group: int, n_steps: int, tile_order: str = "any",
+                      visits: Visits | None = None):
     """tc_steps of _grad for the tensor-core accumulation over the query rows of S^T @ other (dK: dS^T Q, dV:
     P^T dO) in the dK/dV pass: sum over the MMA steps of (|accumulator| + the step's sum |p|) bounded from the
-    partial sums of the query tiles in the stated order (_tensor_core_steps, as dQ's over the keys) where the rows
-    come in order (nothing of the kv head's group masked, a known Precision.tile_order: _rows_accumulation's
-    condition), else n_steps sum |p| (n_steps: the accumulator's MMA steps through the group). (B, Hq, Nk, c): the kv
-    head's value spread evenly over its query heads (the callers sum them, _kv)."""
+    partial sums of the query tiles in the kernel's order (_tensor_core_steps, as dQ's over the keys) where the rows'
+    order is known (`visits` or nothing of the kv head's group masked under a known Precision.tile_order:
+    _rows_accumulation's condition), else n_steps sum |p| (n_steps: the accumulator's MMA steps through the group).
+    (B, Hq, Nk, c): the kv head's value spread evenly over its query heads (the callers sum them, _kv)."""
     B, Hq, Nq, Nk = S.shape
     Hkv = Hq // group
 
     def heads(x):  # (B, Hq, Nq, ...) -> (B, Hkv, group * Nq, ...)
         return x.reshape(B, Hkv, group * Nq, *x.shape[3:])
-    idx = _visiting(Nq, block_q, tile_order, group)
-    ordered = (M.recursive and idx is not False) & heads(vis).all(axis=(-2, -1))
+    if visits is None:
+        idx = _visiting(Nq, block_q, tile_order, group)
+        known = (M.recursive and idx is not False) & heads(vis).all(axis=(-2, -1))
+        visits = shared_visits(Nq, block_q, tile_order, np.broadcast_to(known[..., None], (B, Hkv, Nk)), group)
     St, oT = np.swapaxes(heads(S), -1, -2), np.swapaxes(heads(other), -1, -2)  # (B, Hkv, Nk, gNq), (B, Hkv, c, gNq)
     unordered = n_steps * (np.abs(St) @ np.abs(np.swapaxes(oT, -1, -2)))
-    St, oT = _take_visiting(St, idx, -1), _take_visiting(oT, idx, -1)
-    steps = np.concatenate([_tensor_core_steps(p, block_q, M.k_step, True) for _, p in _product_chunks(St, oT)],
-                           axis=2)
-    out = np.where(np.broadcast_to(np.asarray(ordered)[..., None, None], unordered.shape),
-                   np.minimum(steps, unordered), unordered)
+    steps = np.concatenate([_tensor_core_steps(p, block_q, M.k_step, True)
+                            for _, p, _, _, _ in _ordered_products(St, oT, visits)], axis=2)
+    out = np.where(np.broadcast_to(visits.known[..., None], unordered.shape), np.minimum(steps, unordered), unordered)
     return np.repeat(out / group, group, axis=1)
 
 

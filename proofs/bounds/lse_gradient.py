@@ -8,8 +8,9 @@ from .common import (_exp_err, _fix_bad, _no_nan, _rows_chunks, _weighted_exp_er
 from .logits import (_logit_errors)
 from . import forward as _forward_module
 from .forward import (_forward)
-from .backward import (_combine, _dq_accumulation, _float64_rel_A, _forward_rows_view, _grad, _lse2_rounding,
-                       _store)
+from .backward import (_band_visibility, _combine, _dq_accumulation, _float64_rel_A, _forward_rows_view, _grad,
+                       _lse2_rounding, _store)
+from .visits import dq_visits
 
 
 def lse_gradient_bound(q, k, *, scale=None, causal=False, window=None, mask=None, bias=None, dlse=None,
@@ -48,6 +49,8 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
     abs_k, kk = np.abs(kf), kf * kf
     out, exact = [], []
     head_full = F.vis.all(axis=(-2, -1), keepdims=True)  # ascending key tiles: nothing of the head masked
+    # the dQ kernel's key order per query block, masked heads included (proofs/bounds/visits.py, bounds.md sec. 8)
+    dq_order = dq_visits(_band_visibility(pr.Nq, pr.Nk, causal, window), F.vis, precision, M.recursive)
     for r in _rows_chunks(pr.Nq, pr.Nk, 1, budget=_forward_module.ROW_BLOCK_ENTRIES):
         Fr = _forward_rows_view(F, r)
         vis, A, empty = Fr.vis, Fr.A, Fr.empty
@@ -82,7 +85,7 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
         s64 = A * absg * _float64_rel_A(Fr.s, vis, sc * (np.abs(Fr.qf) @ np.swapaxes(abs_k, -1, -2)), pr.d)
         acc_sq, partial, tc_steps, acc_det = _dq_accumulation(M, kind, dS, kf, tolS, vis, precision.dq_key_tile,
                                                               head_full, precision.tile_order, precision.accumulate,
-                                                              np.where(vis, s64, 0.0))
+                                                              np.where(vis, s64, 0.0), dq_order.rows(r))
         ge = _grad(M, sc, n_k, (A * absg) @ abs_k, wcS @ abs_k, linS @ abs_k,
                    varS @ kk, (dS * dS) @ kk, detS @ abs_k, dS @ kf, acc_sq=acc_sq, tc_steps=tc_steps,
                    partial=partial, acc_det=acc_det)

@@ -84,6 +84,9 @@ DELTA_SOURCES = ("output", "fp32")
 # What is stated about the exponent argument x_j = S2_j - m of the online softmax (Precision.exp_argument):
 # "unknown" (its roundings charged worst case) or "fma" (the compiled forms of our kernel, known on the data).
 EXP_ARGUMENTS = ("unknown", "fma")
+# Which inner tiles an outer block of a "partial_first" kernel visits first (Precision.tile_lists): those the band and
+# the sequence end cut ("band"), or a block-sparse mask's partial lists ("lists").
+TILE_LISTS = ("band", "lists")
 
 
 @dataclass(frozen=True)
@@ -110,8 +113,9 @@ class Precision:
     gqa_reduction: how dK, dV of a GQA group are formed: "in_accumulator" (one accumulator runs through
       every query head of the group, our kernel) or "rounded_heads" (per query head, each stored in the
       output dtype, then summed in fp32 and rounded once: torch SDPA's fused backends; bounds.md sec. 7c).
-    tile_order: the order of the key tiles (TILE_ORDERS). Rows with masked keys are always analysed
-      order-free (the band's partial tiles come first in our kernel, per query block). A known order also
+    tile_order: the order of the key tiles (TILE_ORDERS). The forward's rows with masked keys are analysed
+      order-free (the band's partial tiles come first in our kernel, per query block); the backward's fp32 chains
+      follow each outer block's order where block_q_dq and block_k_dkdv state the blocks (below). A known order also
       states the online softmax of FA2: each tile's P~ = exp2(S2 - m) with m the running max after that tile
       (no lazy rescaling), which the probabilistic bound uses to evaluate P's rounding into the operand format on
       the data (bounds.md sec. 6, "Roundings on the data"); a kernel that rescales lazily must declare "any".
@@ -195,7 +199,22 @@ class Precision:
       the binade of a bound on its own partial sum, evaluated on the data for each order, the largest kept (bounds.md
       sec. 8), in place of gamma_D of the whole sum where smaller. The trees our preprocess kernel compiles to for every
       dtype and head dim on Triton 3.9 (bench/compile_forward.py delta_tree, over the layouts a call can have); read
-      from the same record; the CPU emulation follows one (proofs/emulation.py delta_dot)."""
+      from the same record; the CPU emulation follows one (proofs/emulation.py delta_dot).
+    block_q_dq, block_k_dkdv: stated properties of a "partial_first" kernel's backward (default None: not stated):
+      the outer blocks of its two backward kernels, the dQ kernel's query rows per program (over key tiles of
+      dq_key_tile) and the dK/dV kernel's keys per program (over query tiles of block_q, the GQA group's heads in
+      turn). Each outer block visits its partial inner tiles (some entry of block x tile masked, as tile_lists says)
+      first, in ascending order, then its full ones ascending, and skips those with nothing visible (kernels/tiles.py
+      inner_tiles); a masked entry inside a visited tile contributes an exact 0 (P~ = 0, so dS = 0 and P~ dO = 0; an
+      FMA adding 0 leaves the accumulator as it is). With both stated, the backward's fp32 chains are evaluated on the
+      data in that order on heads with masked entries too (proofs/bounds/visits.py; bounds.md sec. 8, "The
+      accumulation chains on the data"); without, such heads are charged the order-free worst case. Set by
+      flashcheck.adapters.ours_precision from the launch's tiles (KernelConfig.dq.block_m, dkdv.block_n; a block-sparse
+      mask's block_q, block_k); by the emulation that walks them (fa2_backward(block_q_dq=, block_k_dkdv=)).
+    tile_lists: which tiles an outer block treats as partial (TILE_LISTS): "band" (our kernel with causal, a window
+      or a dense mask: the tiles the band or the sequence end cuts; a dense mask is applied elementwise on every tile
+      and changes no order) or "lists" (a block-sparse mask's lists: every tile with an invisible entry of the padded
+      block x tile, so a ragged outer block's tiles are all partial). "lists" needs the outer blocks stated."""
 
     input: str
     dot: str
@@ -220,6 +239,9 @@ class Precision:
     bwd_p_known: bool = False
     delta_depth: int | None = None
     delta_trees: tuple[tuple[int, ...], ...] | None = None
+    block_q_dq: int | None = None
+    block_k_dkdv: int | None = None
+    tile_lists: str = "band"
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -233,6 +255,7 @@ class Precision:
             ("tile_order", self.tile_order, TILE_ORDERS),
             ("l_accumulate", self.l_accumulate, ACCUMULATORS),
             ("exp_argument", self.exp_argument, EXP_ARGUMENTS),
+            ("tile_lists", self.tile_lists, TILE_LISTS),
         ):
             if value not in allowed:
                 raise ValueError(f"Precision.{name} must be one of {allowed}, got {value!r}")
@@ -242,9 +265,13 @@ class Precision:
             b = getattr(self, name)
             if not isinstance(b, int) or isinstance(b, bool) or b < 1:
                 raise ValueError(f"Precision.{name} must be a positive int, got {b!r}")
-        b = self.block_k_dq
-        if b is not None and (not isinstance(b, int) or isinstance(b, bool) or b < 1):
-            raise ValueError(f"Precision.block_k_dq must be None or a positive int, got {b!r}")
+        for name in ("block_k_dq", "block_q_dq", "block_k_dkdv"):
+            b = getattr(self, name)
+            if b is not None and (not isinstance(b, int) or isinstance(b, bool) or b < 1):
+                raise ValueError(f"Precision.{name} must be None or a positive int, got {b!r}")
+        if self.tile_lists == "lists" and (self.block_q_dq is None or self.block_k_dkdv is None):
+            raise ValueError("Precision.tile_lists='lists' makes a ragged outer block's tiles all partial: it needs "
+                             "block_q_dq and block_k_dkdv")
         if not isinstance(self.p_split, bool):
             raise ValueError(f"Precision.p_split must be a bool, got {self.p_split!r}")
         if not isinstance(self.ieee_fma_chain, bool):
@@ -297,7 +324,9 @@ class Precision:
         whole row: the bounds read a block only through min(N, block), ceil(N / block) = 1 and, with one
         tile, an order that is the same ascending or not; but per-tile arrays are padded to the block
         (2^20 columns for "one tile of any width" took ~1.5 s per call). The bounds compute with this and
-        report the precision they were given. block_k_dq stays None where it was (it then follows block_k)."""
+        report the precision they were given. block_k_dq stays None where it was (it then follows block_k). The outer
+        blocks block_q_dq, block_k_dkdv stay as given: under tile_lists "lists" a block wider than the problem is
+        padded, which makes its tiles partial."""
         block_k, block_q = min(self.block_k, max(Nk, 1)), min(self.block_q, max(Nq, 1))
         block_k_dq = None if self.block_k_dq is None else min(self.block_k_dq, max(Nk, 1))
         if (block_k, block_q, block_k_dq) == (self.block_k, self.block_q, self.block_k_dq):
