@@ -123,7 +123,9 @@ def test_the_committed_record_is_what_this_triton_compiles(dtype, d):
     got = compiled(_COMPILE, dtype, d)
     for delta_from in ("output", "fp32"):
         want, new = cfgs[0]["delta"][delta_from], got[delta_from]
-        assert new["depth"] is not None and new["orders"] is not None, new
+        # Triton 3.9 compiles a complete pair tree (orders stated); 3.6.0 a deeper one the reader states by its depth
+        # alone (orders None): either way the record must be what this Triton compiles
+        assert new["depth"] is not None, new
         assert new["has_res"] == (delta_from == "fp32" and dtype != "float32")
         for key in ("has_res", "depth", "orders", "fused", "rounded", "variants"):
             assert new[key] == want[key], (delta_from, key, new[key], want[key])
@@ -338,6 +340,11 @@ def test_dq_reads_delta_whole_against_an_adversarial_tree(family, order):
     from flashcheck.reference.attention import attention
     from flashcheck.reference.backward import attention_backward
 
+    from bench.bounds_attack import delta_claim
+
+    if not delta_claim("float32", "ieee", 64).get("delta_trees"):
+        pytest.skip("the installed Triton's record states the Delta dot's depth alone (Triton 3.6.0): no tree to push "
+                    "Delta within")
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench", "adversaries"))
     from delta_tree_dq import build, descending
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from tests.test_kernel_support import needs_kernel
+from tests.test_kernel_support import DEVICE, needs_kernel
 
 N, D, TILE = 64, 16, 16  # the interpreter's tiles are 16 x 16 (kernel_config(interpret=True))
 BIG = 2.0**40
@@ -86,20 +86,25 @@ def _masks(how: str, window):
     dense = torch.as_tensor(_window_mask(window))
     if how == "dense":
         return {"mask": dense}, {"mask": dense.numpy()}
-    bm = build_block_mask(N, N, block_q=TILE, block_k=TILE, mask=dense)
-    return {"mask": bm}, {"block_mask": bm}
+    bm = build_block_mask(N, N, block_q=TILE, block_k=TILE, mask=dense)  # the emulation reads its lists on the CPU
+    return {"mask": build_block_mask(N, N, block_q=TILE, block_k=TILE, mask=dense.to(DEVICE))}, {"block_mask": bm}
 
 
 def _kernel_grads(p: Probe, masks: dict):
-    """(O, LSE, (dQ, dK, dV)) of our Triton kernel (interpreter, fp32 ieee), float64."""
+    """(O, LSE, (dQ, dK, dV)) of our Triton kernel (fp32 ieee), float64: in the interpreter, or on the GPU with the
+    interpreter's 16 x 16 tiles (`tiles`: the GPU's own loops over the same tile grid as the emulation's)."""
     import torch
 
     from flashcheck.kernels import attention
+    from flashcheck.kernels.attention import kernel_config
 
-    t = [torch.tensor(x, dtype=torch.float32).requires_grad_() for x in (p.q, p.k, p.v)]
-    o, lse = attention(*t, return_lse=True, **masks)
-    o.backward(torch.tensor(p.do, dtype=torch.float32))
-    return o.detach().double().numpy(), lse.detach().double().numpy(), [x.grad.double().numpy() for x in t]
+    tiles = kernel_config(D, torch.float32, interpret=True) if DEVICE == "cuda" else None
+    t = [torch.tensor(x, dtype=torch.float32, device=DEVICE).requires_grad_() for x in (p.q, p.k, p.v)]
+    masks = {k: (m.to(DEVICE) if isinstance(m, torch.Tensor) else m) for k, m in masks.items()}  # a dense mask
+    o, lse = attention(*t, return_lse=True, tiles=tiles, **masks)
+    o.backward(torch.tensor(p.do, dtype=torch.float32, device=DEVICE))
+    return (o.detach().double().cpu().numpy(), lse.detach().double().cpu().numpy(),
+            [x.grad.double().cpu().numpy() for x in t])
 
 
 def _emulated_grads(p: Probe, o, lse, masks: dict):
