@@ -113,8 +113,8 @@ class Precision:
     gqa_reduction: how dK, dV of a GQA group are formed: "in_accumulator" (one accumulator runs through
       every query head of the group, our kernel) or "rounded_heads" (per query head, each stored in the
       output dtype, then summed in fp32 and rounded once: torch SDPA's fused backends; bounds.md sec. 7c).
-    tile_order: the order of the key tiles (TILE_ORDERS). The forward's rows with masked keys are analysed
-      order-free (the band's partial tiles come first in our kernel, per query block); the backward's fp32 chains
+    tile_order: the order of the key tiles (TILE_ORDERS). The forward's rows with masked keys follow their query
+      block's order where block_q_fwd states the blocks (below), else are analysed order-free; the backward's fp32 chains
       follow each outer block's order where block_q_dq and block_k_dkdv state the blocks (below). A known order also
       states the online softmax of FA2: each tile's P~ = exp2(S2 - m) with m the running max after that tile
       (no lazy rescaling), which the probabilistic bound uses to evaluate P's rounding into the operand format on
