@@ -136,7 +136,9 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
         tiles = {} if block_mask is None else dict(block_k=bk, block_q=bq, block_k_dq=bk, tile_lists="lists")
         pr = Precision(dtype, dot, exp="libm", l_accumulate="float64", delta_from="fp32", ieee_fma_chain=fma,
                        exp_argument=exp_argument, rowsum_depth=6, ex2_known=ex2_known, lg2_known=lg2_known,
-                       bwd_p_known=bwd_p, block_q_dq=bq, block_k_dkdv=bk, **tiles, **delta)
+                       bwd_p_known=bwd_p, block_q_dq=bq, block_k_dkdv=bk, block_q_fwd=bq, **tiles, **delta)
+        # the forward's query blocks too (bq rows, fa2_forward(block_q=) below): its chains on heads with masked entries
+        # follow each block's order (Precision.block_q_fwd)
         # the emulation's tiles are those the precision states: the forward's keys, the dQ loop's keys, dK/dV's queries
         masks = {"causal": causal, "window": window, "mask": mask, "block_mask": block_mask}
         o, lse, o32 = fa2_forward(q, k, v, dtype=dtype, dot=dot, mma=mma, l_accumulate="float64",

@@ -406,6 +406,8 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       # the backward kernels' outer blocks and how their partial tiles are chosen: the order of the
                       # chains on heads with masked entries (Precision.block_q_dq, block_k_dkdv, tile_lists)
                       block_q_dq=a.block_q_dq, block_k_dkdv=a.block_k_dkdv, tile_lists=a.tile_lists,
+                      # the forward's query blocks (BLOCK_M): its chains on masked heads in each block's order
+                      block_q_fwd=a.block_q_fwd,
                       accumulation="recursive", p_split=a.p_split, delta_from=a.delta_from, l_accumulate=a.l_accumulate,
                       tile_order="partial_first",  # kernels/tiles.py visits a ragged last key tile first
                       hardware=hw, ieee_fma_chain=fma_chain,

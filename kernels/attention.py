@@ -145,6 +145,8 @@ class Arithmetic:
     block_q_dq, block_k_dkdv: the outer blocks of the backward kernels (the dQ kernel's query rows per program, the
     dK/dV kernel's keys per program): each block visits its partial inner tiles first, then its full ones
     (kernels/tiles.py inner_tiles), so under a band or block-sparse lists the order differs from block to block;
+    block_q_fwd: the forward's query rows per program (BLOCK_M of kernels/triton_fwd.py): each query block visits its
+    own key tiles, partial ones first (as block_q_dq for the dQ kernel);
     tile_lists: whether the partial tiles are the band's (dense masks are applied elementwise on every tile) or a
     block-sparse mask's lists ("band", "lists");
     p_split: the forward computes P·V as P_hi·V + P_lo·V (P_hi = round(P), P_lo = round(P − P_hi)
@@ -163,6 +165,7 @@ class Arithmetic:
     block_q_dq: int
     block_k_dkdv: int
     tile_lists: str = "band"
+    block_q_fwd: int | None = None
     p_split: bool = False
     delta_from: str = "fp32"
     l_accumulate: str = "float64"
@@ -190,12 +193,15 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
     cfg = tiles or kernel_config(head_dim or 64, dtype, interpret=interpret, precision=precision)
     block_k, block_q, block_k_dq = cfg.fwd.block_n, cfg.dkdv.block_m, cfg.dq.block_n
     block_q_dq, block_k_dkdv = cfg.dq.block_m, cfg.dkdv.block_n
+    block_q_fwd = cfg.fwd.block_m
     if block_mask is not None:  # its tile grid is every kernel's (_tiles: dq's block_n is its block_k too)
         block_k, block_q, block_k_dq = block_mask.block_k, block_mask.block_q, block_mask.block_k
         block_q_dq, block_k_dkdv = block_mask.block_q, block_mask.block_k
+        block_q_fwd = block_mask.block_q
     return Arithmetic(input=name, dot=dot, output=name, exp="libm" if interpret else "ex2.approx",
                       block_k=block_k, block_q=block_q, block_k_dq=block_k_dq, block_q_dq=block_q_dq,
-                      block_k_dkdv=block_k_dkdv, tile_lists="band" if block_mask is None else "lists",
+                      block_k_dkdv=block_k_dkdv, block_q_fwd=block_q_fwd,
+                      tile_lists="band" if block_mask is None else "lists",
                       p_split=p_split, delta_from=delta_from)
 
 

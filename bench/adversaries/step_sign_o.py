@@ -15,6 +15,7 @@ Prints, per N_k, min and median bound/observed over the O entries and how many a
 from __future__ import annotations
 
 import argparse
+import os
 
 import numpy as np
 
@@ -40,8 +41,11 @@ def run(source: str, device: str, dtype: str, dot: str, q, k, v, mask=None, exp_
 
         fma = exp_argument == "fma"
         o, _ = fa2_forward(q, k, v, dtype=dtype, dot=dot, mask=mask, l_accumulate="float64", ieee_fma_chain=fma)
+        # the forward's query blocks stated (fa2_forward's block_q, 64): a masked head's chains in each block's order
+        # (Precision.block_q_fwd; FLASHCHECK_FWD_BLOCKS=0: not stated, the order-free charge)
+        blocks = 64 if os.environ.get("FLASHCHECK_FWD_BLOCKS", "1") != "0" else None
         return o, Precision(dtype, dot, exp="libm", l_accumulate="float64", ieee_fma_chain=fma,
-                            exp_argument=exp_argument)
+                            exp_argument=exp_argument, block_q_fwd=blocks)
     import torch
 
     from flashcheck.adapters import ours_precision
@@ -66,7 +70,7 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--precision", default="float32:ieee", help="dtype:dot, as bounds_attack's --precisions")
     ap.add_argument("--masked-key", action="store_true",
-                    help="mask key 1: every row takes the bound's order-free branch (bounds.md sec. 6)")
+                    help="mask key 1: a masked head (bounds.md sec. 6c: the chain in the query block's order)")
     ap.add_argument("--exp-argument", choices=("unknown", "fma"), default="unknown",
                     help="fma: the emulation's FMA-chain logits and compiled exponent arguments, claimed (fp32 ieee)")
     a = ap.parse_args(argv)

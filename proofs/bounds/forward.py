@@ -121,9 +121,19 @@ def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, e
     # mask every tile may go through tl.where (kernels/triton_fwd.py `_fwd_shift`, decided per query block)
     ragged_from = (None if causal or window is not None or mask is not None
                    else (p.Nk // given.block_k) * given.block_k)
-    R = _cat_rows([_forward_rows(p, M, precision, kind, lam, qf[..., r, :], kf, vf, s[..., r, :],
-                                 vis[..., r, :], sc, bias is not None, explain, groups, ragged_from)
-                   for r in _rows_chunks(p.Nq, p.Nk, 1, budget=ROW_BLOCK_ENTRIES)])
+    blocks = _query_block_orders(p, given, causal, window, mask, vis)
+    if blocks is None:
+        R = _cat_rows([_forward_rows(p, M, precision, kind, lam, qf[..., r, :], kf, vf, s[..., r, :],
+                                     vis[..., r, :], sc, bias is not None, explain, groups, ragged_from)
+                       for r in _rows_chunks(p.Nq, p.Nk, 1, budget=ROW_BLOCK_ENTRIES)])
+    else:  # a head with masked entries, the forward's query blocks stated: each block in its own order (sec. 6c)
+        chunks = []
+        for a0, a1, order in blocks:
+            for r in _rows_chunks(a1 - a0, p.Nk, 1, budget=ROW_BLOCK_ENTRIES):
+                r = slice(a0 + r.start, a0 + r.stop)
+                chunks.append(_forward_rows(p, M, precision, kind, lam, qf[..., r, :], kf, vf, s[..., r, :],
+                                            vis[..., r, :], sc, bias is not None, explain, groups, None, order))
+        R = _cat_rows(chunks)
     fb = ForwardBound(o=R.err, lse=R.lse_err, kind=kind, precision=given)
     terms = (ForwardTerms(bound=fb, o=R.o_terms, lse=R.lse_terms, o_capped=R.o_capped, lse_capped=R.lse_capped)
              if explain else None)
@@ -133,6 +143,48 @@ def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, e
 
 # (rows x Nk) entries per block of query rows in the forward analysis
 ROW_BLOCK_ENTRIES = 1 << 17
+
+
+def _query_block_orders(p, given: Precision, causal, window, mask, vis):
+    """[(a0, a1, order)] per query block [a0, a1) of the forward kernel (Precision.block_q_fwd rows): its visiting order
+    (_TileOrder, masked: bounds.md sec. 6c), or None where no order is stated for it (the block visits no tile, or
+    its heads visit theirs apart: a block-sparse mask's lists that differ per head). None as a whole: every row
+    analysed as before (an unmasked problem: one order for every row, _tile_order; no block_q_fwd stated, or a tile
+    order other than our kernel's).
+
+    Which tiles a block visits, and which first, is proofs/bounds/visits.py's (tile_ranks, as the backward's outer
+    blocks): under tile_lists "band" from the band's visibility alone (causal, window and the sequence end; a dense
+    mask is applied elementwise on every tile), under "lists" from the whole visibility (a block-sparse mask's lists),
+    with the kernel's own tile widths (given: before Precision.fitted, so a tile wider than N_k is ragged, partial).
+    The unfused keys (their argument in two roundings, Precision.exp_argument): the partial tiles', every tile's
+    under a dense mask without lists (kernels/triton_fwd.py `_fwd_shift`: MASKED or HAS_MASK)."""
+    from flashcheck.reference.masks import visibility
+
+    from .visits import EMPTY, PARTIAL, tile_ranks
+
+    bq, bk = given.block_q_fwd, given.block_k
+    if given.tile_order != "partial_first" or bq is None or vis.all() or p.Nk == 0 or p.Nq == 0:
+        return None
+    lists = given.tile_lists == "lists"
+    cls = vis if lists else visibility(1, 1, p.Nq, p.Nk, causal=causal, window=window)
+    ranks = tile_ranks(np.asarray(cls, dtype=bool), bq, bk, lists)  # (B|1, H|1, M, T)
+    dense = mask is not None and not lists
+    Nk, T = p.Nk, ranks.shape[-1]
+    out = []
+    for m in range(ranks.shape[-2]):
+        a0, a1 = m * bq, min(p.Nq, (m + 1) * bq)
+        heads = ranks[..., m, :].reshape(-1, T)
+        r = heads[0]
+        tiles = [int(t) for t in np.argsort(r, kind="stable") if r[t] != EMPTY]
+        if not tiles or not (heads == r).all():
+            out.append((a0, a1, None))
+            continue
+        ends = [min(Nk, (t + 1) * bk) for t in tiles]
+        perm = np.concatenate([np.arange(t * bk, e) for t, e in zip(tiles, ends)])
+        sizes = tuple(e - t * bk for t, e in zip(tiles, ends))
+        unfused = np.repeat([dense or r[t] == PARTIAL for t in tiles], sizes)
+        out.append((a0, a1, _TileOrder(perm, sizes, masked=True, n=Nk, unfused=unfused)))
+    return out
 
 
 def _cat_rows(chunks):
@@ -151,11 +203,21 @@ def _cat_rows(chunks):
 
 @dataclass(frozen=True)
 class _TileOrder:
-    """The key tiles of an unmasked row in the order the kernel visits them: `perm` lists the key indices
-    in that order (None: ascending), `sizes` the tile widths along it."""
+    """The key tiles of a row in the order the kernel visits them: `perm` lists the key indices in that order (None:
+    ascending), `sizes` the tile widths along it.
+
+    masked: the order of one query block of a head with masked entries (Precision.block_q_fwd, _query_block_orders;
+    bounds.md sec. 6c): perm lists the keys of the tiles the block visits only (its partial tiles ascending, then its
+    full ones), n the length of the whole key axis (undo puts 0 at the keys of the tiles never visited), and a masked
+    entry of a visited tile is an exact zero of every chain (logit -inf: P~ = 0, outside the running max). unfused
+    (visiting order): the keys whose exponent argument goes through tl.where, fl32(s2 - m) in two roundings (the
+    block's partial tiles; every tile under a dense mask without lists: kernels/triton_fwd.py `_fwd_shift`)."""
 
     perm: np.ndarray | None
     sizes: tuple
+    masked: bool = False
+    n: int | None = None
+    unfused: np.ndarray | None = None
 
     @property
     def starts(self) -> np.ndarray:
@@ -167,6 +229,10 @@ class _TileOrder:
     def undo(self, x):
         if self.perm is None:
             return x
+        if self.n is not None:  # only the visited keys: the others 0 (False)
+            out = np.zeros(x.shape[:-1] + (self.n,), dtype=x.dtype)
+            out[..., self.perm] = x
+            return out
         out = np.empty_like(x)
         out[..., self.perm] = x
         return out
@@ -192,14 +258,15 @@ def _tile_changes(s, wc, vis, order: _TileOrder, exact_at_zero: bool):
     """Per tile, in visiting order: whether its alpha = exp2(m_old - m_new) can differ from 1 (tile t can
     move the computed running max only if max_{j in t} (s_j + e_j) > max_{j in earlier tiles} (s_j - e_j);
     the first visible tile rescales an empty accumulator: no error. Without exp2(0) == 1 exactly, every
-    later visible tile counts)."""
+    later visible tile counts; in a masked query block's order every tile of it is visited, so each one after the
+    first visible key counts, whether or not the row sees anything in it: bounds.md sec. 6c)."""
     st = order.starts
     hi = np.maximum.reduceat(order.apply(np.where(vis, s + wc, -np.inf)), st, axis=-1)
     lo = np.maximum.reduceat(order.apply(np.where(vis, s - wc, -np.inf)), st, axis=-1)
     prev = np.maximum.accumulate(lo, axis=-1)
     prev = np.concatenate([np.full_like(prev[..., :1], -np.inf), prev[..., :-1]], axis=-1)
     seen = np.isfinite(prev)
-    return seen & ((hi > prev) if exact_at_zero else np.isfinite(hi))
+    return seen & ((hi > prev) if exact_at_zero else (np.isfinite(hi) | order.masked))
 
 
 def _rescale_changes(s, wc, vis, block_k: int, exact_at_zero: bool, order: _TileOrder | None = None):
@@ -211,7 +278,7 @@ def _rescale_changes(s, wc, vis, block_k: int, exact_at_zero: bool, order: _Tile
     largest possible logit exceeds the smallest possible max of j's tile (it could come after j's tile
     and move the max then)."""
     Nk = s.shape[-1]
-    if order is not None and vis.all():
+    if order is not None and (order.masked or vis.all()):
         change = _tile_changes(s, wc, vis, order, exact_at_zero)
         later = np.cumsum(change[..., ::-1], axis=-1)[..., ::-1] - change  # changes in tiles after t
         return order.undo(np.repeat(later, order.sizes, axis=-1)).astype(np.float64)
@@ -248,7 +315,7 @@ def _l_sum_error(A, vis, wc, s, order: _TileOrder | None, M: _Model, mu_lin: flo
     (0 * alpha + rowsum, the fp32 rowsum exact in a wider l). A wider l is rounded once into the working
     format at the end: u L_T. Otherwise mu_lin (every key through block_k - 1 roundings at u, or D, 2T at u_l
     and the final conversion)."""
-    if order is None or not vis.all() or A.shape[-1] == 0:
+    if order is None or not (order.masked or vis.all()) or A.shape[-1] == 0:
         return np.full(A.shape[:-1], mu_lin)
     st = order.starts
     R = np.add.reduceat(order.apply(A), st, axis=-1)
@@ -292,24 +359,26 @@ def _logit_sides(lg, M: _Model):
     return neg + arg + lg.conv_floor - lg.conv, pos + arg + lg.conv_floor + lg.conv
 
 
-def _tile_p_interval(s, sides, order: _TileOrder, M: _Model):
+def _tile_p_interval(s, sides, order: _TileOrder, M: _Model, vis=None):
     """An interval [lo, hi] (float64, keys in their own order) that holds every key's computed P~_j =
     exp2(S2_j - m_t) as the kernel rounds it into the operand format: m_t the computed running max after key j's
     tile t (the online softmax of a known tile order, an unmasked row), in natural units within
     [max_{k seen} (s_k - below_k), max_{k seen} (s_k + above_k)], (below, above) = _logit_sides (which also hold
     the subtraction's rounding); the subtraction rounded once more (u |x|, charged again: sound, tiny), exp2 with
-    relative error eps_exp, the float64 exp with 2^-50."""
+    relative error eps_exp, the float64 exp with 2^-50. vis (a masked query block's order, bounds.md sec. 6c): the
+    masked keys are outside the running max and their P~ is 0 exactly ([0, 0])."""
     below, above = sides
-    st = order.starts
+    lo_t, hi_t = _tile_frames(s, sides, order, vis)
     so, bo, ao = order.apply(s), order.apply(below), order.apply(above)
-    hi_t = np.maximum.accumulate(np.maximum.reduceat(so + ao, st, axis=-1), axis=-1)
-    lo_t = np.maximum.accumulate(np.maximum.reduceat(so - bo, st, axis=-1), axis=-1)
     x_hi = so + ao - np.repeat(lo_t, order.sizes, axis=-1)
     x_lo = so - bo - np.repeat(hi_t, order.sizes, axis=-1)
     x_hi = x_hi + M.u_w * np.abs(x_hi)
     x_lo = x_lo - M.u_w * np.abs(x_lo)
     hi = np.exp(x_hi) * (1.0 + M.eps_exp) * (1.0 + 2.0**-50)
     lo = np.exp(x_lo) * (1.0 - M.eps_exp) * (1.0 - 2.0**-50)
+    if vis is not None:
+        seen = order.apply(vis)
+        lo, hi = np.where(seen, lo, 0.0), np.where(seen, hi, 0.0)
     return order.undo(lo), order.undo(hi)
 
 
@@ -535,16 +604,21 @@ def _accumulation_remainder(Ao, vo, ends, tile_ends, blocked, M: _Model, Av, A_a
             + grow * u * u * (st.wx + st.w * (B + slack)))
 
 
-def _tile_frames(s, sides, order: _TileOrder):
+def _tile_frames(s, sides, order: _TileOrder, vis=None):
     """(lo_t, hi_t): an interval on the computed running max m_t after each tile t (visiting order, natural units)
     of an unmasked row: m_t = max over the keys seen of the computed logits, each within [s_k - below_k,
     s_k + above_k] (_logit_sides), so lo_t = max_{k seen} (s_k - below_k), hi_t = max_{k seen} (s_k + above_k)
-    (the same interval _tile_p_interval uses)."""
+    (the same interval _tile_p_interval uses). vis (a masked query block's order): the keys seen are the visible
+    ones (a masked logit is -inf in the kernel's max); -inf before the row's first visible key (an empty acc)."""
     below, above = sides
     st = order.starts
     so, bo, ao = order.apply(s), order.apply(below), order.apply(above)
-    hi_t = np.maximum.accumulate(np.maximum.reduceat(so + ao, st, axis=-1), axis=-1)
-    lo_t = np.maximum.accumulate(np.maximum.reduceat(so - bo, st, axis=-1), axis=-1)
+    up, down = so + ao, so - bo
+    if vis is not None:
+        seen = order.apply(vis)
+        up, down = np.where(seen, up, -np.inf), np.where(seen, down, -np.inf)
+    hi_t = np.maximum.accumulate(np.maximum.reduceat(up, st, axis=-1), axis=-1)
+    lo_t = np.maximum.accumulate(np.maximum.reduceat(down, st, axis=-1), axis=-1)
     return lo_t, hi_t
 
 
@@ -564,7 +638,7 @@ def _rn_residue(xc, xw, half_g):
     return known, -2.0 * half_g * frac, 2.0 * half_g * rw * (1.0 + 2.0**-50)
 
 
-def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: float, grow):
+def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: float, grow, zero=None):
     """A bound on |sum_s delta_s X_s|, the first-order error of a recursive fp32 FMA chain (one rounding to nearest
     per key, acc <- RN(acc + P~_j v_jc), the product exact; each tile t >= 1 first rescales acc <- RN(acc alpha_t)),
     evaluated on the data (bounds.md sec. 6, "The FMA chain's roundings on the data"; bench/NOTES.md, "Round to
@@ -604,7 +678,8 @@ def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: fl
     they round. Each |X| carries the slack; the sums their float64 evaluation (2^-28 relative).
 
     Ao, p_lo, p_hi, b_o: (..., Nq, Nk) in visiting order; vo (..., Nk, dv); F_lo, F_hi, change: (..., Nq, T);
-    grow: (..., Nq). Returns that bound (..., Nq, dv) and sum_s |X_s| over the keys and every tile end
+    grow: (..., Nq). zero (..., Nq, Nk) visiting order, or None: the keys whose P~_j is 0 exactly (masked: sec. 6c),
+    whose step acc + 0 v_jc = acc rounds nothing (charged 0, not a residue). Returns that bound (..., Nq, dv) and sum_s |X_s| over the keys and every tile end
     (_partial_abs_sums of this chain, from the same cumsum). Vectorized over (row, column) chunks of ~2^17 entries, keys along
     the contiguous axis; the residue is evaluated on the few entries whose x interval is narrower than g."""
     Nq, Nk = Ao.shape[-2:]
@@ -615,6 +690,7 @@ def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: fl
     A_, pl, ph_, bb = (flat(x, (Nq, Nk)) for x in (Ao, p_lo, p_hi, b_o))
     Fl, Fh, chg = (flat(x, (Nq, T)) for x in (F_lo, F_hi, change))
     gr = flat(grow, (Nq,))
+    zz = None if zero is None else flat(zero, (Nq, Nk))
     vT = np.ascontiguousarray(np.swapaxes(flat(vo, (Nk, dv)), -1, -2))  # (H, dv, Nk)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     tile = np.repeat(np.arange(T), sizes)
@@ -636,6 +712,7 @@ def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: fl
             ab = a * bb[h, i]
             pm = 0.5 * (pl[h, i] + ph_[h, i])
             pw = 0.5 * (ph_[h, i] - pl[h, i]) * (1.0 + 2.0**-50) + 2.0**-48 * pm  # holds the float64 roundings
+            nz = None if zz is None else ~zz[h, i]  # the keys whose step can round (P~_j != 0)
             ch = chg[h, i, 1:]
             rs = starts[1:][ch]  # tiles whose rescale can round: at their first key, the previous partial sum
             for c0 in range(0, dv, cb):
@@ -645,7 +722,7 @@ def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: fl
                 X = np.cumsum(a * v, axis=-1)
                 aX = np.abs(X)
                 inc = ab * av
-                inc += u * aX
+                inc += u * aX if nz is None else u * aX * nz
                 resc = aX[:, rs - 1]  # the rescale rounds the partial sum at the previous tile's end
                 inc[:, rs] += u * resc
                 E = np.cumsum(inc, axis=-1)
@@ -662,9 +739,11 @@ def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: fl
                 q = half_g * iFl / gap  # |e_j| / |t_j| <= q
                 np.minimum(q, u, out=q)
                 charge = np.where(binade, q, u) * aX
+                if nz is not None:  # acc + 0 v = acc: no rounding
+                    charge *= nz
                 total = charge.sum(-1) + u * resc.sum(-1)
                 # the residue, where x's interval is narrower than a grid step and the previous acc on the grid
-                ci, kj = np.nonzero(binade & (pw * av < half_g))
+                ci, kj = np.nonzero(binade & (pw * av < half_g) & (True if nz is None else nz))
                 # the previous acc on the grid: >= 2^e = 2^24 g / 2 (the first key: acc = 0, on every grid)
                 prev = aX[ci, np.maximum(kj - 1, 0)] - E[ci, kj]
                 grid = (kj == 0) | (Flo_k[kj] * prev >= half_g[ci, kj] * 2.0**24)
@@ -687,7 +766,8 @@ def _fma_chain_on_data(Ao, vo, p_lo, p_hi, b_o, F_lo, F_hi, change, sizes, u: fl
                 worst[h, i, cs] = aX.sum(-1) + aX[:, tile_ends].sum(-1)
     return out.reshape(*lead, Nq, dv), worst.reshape(*lead, Nq, dv)
 
-def _fma_on_data(s, lg, M: _Model, order: _TileOrder, A, vf, b_wc, m, l, T: int, ka: "_KnownArguments | None" = None):
+def _fma_on_data(s, lg, M: _Model, order: _TileOrder, A, vf, b_wc, m, l, T: int, ka: "_KnownArguments | None" = None,
+                 vis=None):
     """_fma_chain_on_data for unmasked rows of a known tile order (fp32 FMA chain): the frames' intervals
     F_t = l exp(m - m_t), P~'s interval, the rescales that can change acc, and the growth factor; inf (no claim)
     for rows where a P~ may be subnormal or flushed (p_lo < 2^-120); with sum_s |X_s| (_partial_abs_sums, from
@@ -695,14 +775,19 @@ def _fma_on_data(s, lg, M: _Model, order: _TileOrder, A, vf, b_wc, m, l, T: int,
     ka (Precision.exp_argument "fma", bounds.md sec. 6b), in its rows `ok`: the running max m_t is known, so the
     frame F_t = l exp(m - ln 2 m2_t) is a number (its float64 evaluation in the margin), P~_j = ex2(x_j) is within
     2^x_j (1 +- eps_exp), beta_j = exp(e_frame_j) (1 + eps) - 1 relative to F_t A_j, and the rescales that can
-    change acc are those with a_t != 0."""
+    change acc are those with a_t != 0.
+    A masked query block's order (order.masked, bounds.md sec. 6c): a masked key's P~_j is 0 exactly, so its FMA
+    acc <- RN(acc + 0 v_jc) = acc rounds nothing (`zero`, charged 0); before the row's first visible key acc = 0 and
+    the frames are not needed (set to 1: every step there is exact, no rescale can change acc); the rescale
+    arguments telescope from the first tile with a visible key."""
     u = M.u_w
+    masked = vis is not None and order.masked
     sides = _logit_sides(lg, M)
-    lo_t, hi_t = _tile_frames(s, sides, order)
+    lo_t, hi_t = _tile_frames(s, sides, order, vis if masked else None)
     F_lo = l[..., None] * np.exp(m[..., None] - hi_t) * (1.0 - 2.0**-48)  # float64 exp and product: a few ulps
     F_hi = l[..., None] * np.exp(m[..., None] - lo_t) * (1.0 + 2.0**-48)
-    p_lo, p_hi = (order.apply(x) for x in _tile_p_interval(s, sides, order, M))
-    change = _tile_changes(s, lg.wc, np.ones(s.shape, dtype=bool), order, M.alpha_exact_at_zero)
+    p_lo, p_hi = (order.apply(x) for x in _tile_p_interval(s, sides, order, M, vis if masked else None))
+    change = _tile_changes(s, lg.wc, vis if masked else np.ones(s.shape, dtype=bool), order, M.alpha_exact_at_zero)
     b_o = order.apply(b_wc)
     if ka is not None:
         ok = ka.ok[..., None]
@@ -722,14 +807,22 @@ def _fma_on_data(s, lg, M: _Model, order: _TileOrder, A, vf, b_wc, m, l, T: int,
         change = np.where(ok, ka.change, change)
     # the rescales' relative errors: exp2 (eps_exp) of an argument m_{t-1} - m_t rounded (u |.|, log2 units);
     # the arguments telescope to m_T - m_1 <= hi_T - lo_1 (natural units)
-    g_alpha = (1.0 + M.eps_exp) ** T * np.exp(u * (hi_t[..., -1] - lo_t[..., 0])) * (1.0 + 2.0**-40)
+    lo_first = lo_t[..., 0]
+    zero = None
+    if masked:  # the frames from the first tile with a visible key on (sec. 6c)
+        before = ~np.isfinite(lo_t)
+        F_lo, F_hi = np.where(before, 1.0, F_lo), np.where(before, 1.0, F_hi)
+        lo_first = np.min(np.where(before, np.inf, lo_t), axis=-1)
+        zero = ~order.apply(vis)
+    g_alpha = (1.0 + M.eps_exp) ** T * np.exp(u * (hi_t[..., -1] - lo_first)) * (1.0 + 2.0**-40)
     grow = g_alpha * (1.0 + 2.0 * (A.shape[-1] + T) * u)
     av = np.abs(vf)
     if A.shape[-1] >= 2**23 or np.any((av > 0) & (av < 2.0**-126)):  # (N u <= 1 and the 2^-28 below need < 2^23)
         return None
     out, worst = _fma_chain_on_data(order.apply(A), _keys_in_order(vf, order), p_lo, p_hi, b_o,
-                                    F_lo, F_hi, change, order.sizes, u, grow)
-    return np.where((p_lo.min(-1) < 2.0**-120)[..., None], np.inf, out), worst
+                                    F_lo, F_hi, change, order.sizes, u, grow, zero)
+    small = (p_lo if zero is None else np.where(zero, 1.0, p_lo)).min(-1) < 2.0**-120
+    return np.where(small[..., None], np.inf, out), worst
 
 
 @dataclass(frozen=True)
@@ -838,7 +931,8 @@ def _alpha_arguments(m2):
     return np.concatenate([np.zeros_like(m2[..., :1]), fma_step(m2[..., :-1], -m2[..., 1:])], axis=-1)
 
 
-def _known_arguments(qf, kf, s, sc, order: _TileOrder, ragged_from: int, M: _Model, chain=None) -> _KnownArguments:
+def _known_arguments(qf, kf, s, sc, order: _TileOrder, ragged_from: int | None, M: _Model, chain=None,
+                     vis=None) -> _KnownArguments:
     """Every exponent argument of the rows, exactly (Precision.exp_argument "fma", bounds.md sec. 6b): qk_j the
     ascending fp32 FMA chain, c = qk_scale2; s2_j = fl32(qk_j c) (qk_j c exact in float64, rounded once); m2_t the
     running max of s2 over the tiles in visiting order; x_j = fl32(qk_j c - m2_t) (one rounding) on full tiles,
@@ -851,9 +945,16 @@ def _known_arguments(qf, kf, s, sc, order: _TileOrder, ragged_from: int, M: _Mod
     floor (float64 evaluation): E2 = (x + S) + m2_T with S a suffix sum of <= T terms errs by <= gamma_{T+2}(2^-53)
     (|x| + sum |a| + |m2_T|); ln 2 (math.log, <= 2^-53 relative) times it and the product's rounding: 2^-51 ln 2 |E2|;
     s = scale q.k in float64 (any order): gamma_{d+2}(2^-53) scale sum |q||k|; the last subtraction 2^-52 |e|:
-    the sum, taken twice."""
-    from flashcheck.proofs.fma_chain import F32_MIN_NORMAL, fma_chain_dot, fma_step, kernel_qk_scale2
+    the sum, taken twice.
 
+    vis (a masked query block's order, order.unfused its two-rounding keys; bounds.md sec. 6c): a masked key's s2 is
+    -inf in the kernel (tl.where), outside the running max, its x -inf and ex2(x) = 0; its e, e_frame, floor are 0
+    (it carries no weight). Before the row's first visible key m2 is -inf and the kernel's alpha = ex2(-inf) = 0
+    rescales an empty acc and l (0 either way): a_t is taken as 0 there (alpha 1, no change), as for a first tile."""
+    from flashcheck.proofs.fma_chain import fma_chain_dot, fma_step, kernel_qk_scale2
+
+    if vis is not None:
+        return _known_arguments_masked(qf, kf, s, sc, order, M, chain, vis)
     kT = np.swapaxes(kf, -1, -2)
     qk, normal = fma_chain_dot(qf, kT, return_normal=True) if chain is None else chain
     pr = qk * kernel_qk_scale2(sc)  # exact
@@ -862,12 +963,45 @@ def _known_arguments(qf, kf, s, sc, order: _TileOrder, ragged_from: int, M: _Mod
     st = order.starts
     so, po = order.apply(s2), order.apply(pr)
     m2 = np.maximum.accumulate(np.maximum.reduceat(so, st, axis=-1), axis=-1)
-    mk = np.repeat(m2, order.sizes, axis=-1)
     unfused = order.apply(np.arange(s.shape[-1]) >= ragged_from)
+    mk = np.repeat(m2, order.sizes, axis=-1)
     x = np.where(unfused, fma_step(-mk, so), fma_step(-mk, po))
     a = _alpha_arguments(m2)
+    first = np.arange(m2.shape[-1]) == 0
+    return _arguments_errors(qf, kT, s, sc, order, M, normal & np.isfinite(pr), so, x, m2, a, first, None)
+
+
+def _known_arguments_masked(qf, kf, s, sc, order: _TileOrder, M: _Model, chain, vis) -> _KnownArguments:
+    """_known_arguments on a masked query block's rows (its docstring, vis)."""
+    from flashcheck.proofs.fma_chain import fma_chain_dot, fma_step, kernel_qk_scale2
+
+    kT = np.swapaxes(kf, -1, -2)
+    qk, normal = fma_chain_dot(qf, kT, return_normal=True) if chain is None else chain
+    pr = qk * kernel_qk_scale2(sc)  # exact
+    with np.errstate(over="ignore", invalid="ignore"):
+        s2 = pr.astype(np.float32).astype(np.float64)
+    seen = order.apply(vis)
+    so, po = np.where(seen, order.apply(s2), -np.inf), np.where(seen, order.apply(pr), 0.0)
+    m2 = np.maximum.accumulate(np.maximum.reduceat(so, order.starts, axis=-1), axis=-1)
+    mk = np.repeat(m2, order.sizes, axis=-1)
+    mk0 = np.where(np.isfinite(mk), mk, 0.0)  # a visible key's tile has a finite max; the others are masked below
+    x = np.where(order.unfused, fma_step(-mk0, np.where(seen, so, 0.0)), fma_step(-mk0, po))
+    x = np.where(seen, x, -np.inf)
+    prev = np.concatenate([np.full_like(m2[..., :1], -np.inf), m2[..., :-1]], axis=-1)
+    first = ~np.isfinite(prev)  # nothing seen before tile t: alpha rescales an empty acc (exactly 0 either way)
+    a = np.where(first, 0.0, _alpha_arguments(np.where(np.isfinite(m2), m2, 0.0)))
+    fine = (normal & np.isfinite(pr)) | ~vis
+    return _arguments_errors(qf, kT, s, sc, order, M, fine, so, x, m2, a, first, seen)
+
+
+def _arguments_errors(qf, kT, s, sc, order: _TileOrder, M: _Model, fine, so, x, m2, a, first, seen) -> _KnownArguments:
+    """The exponent errors e, e_frame, their float64 floor and the rescales of _known_arguments from the kernel's
+    fp32 values (so = s2, x, m2, a in visiting order; fine: the keys whose FMA chain stayed normal and finite; first:
+    the tiles whose alpha rescales an empty accumulator; seen: the visible keys of a masked block, None: every key)."""
+    from flashcheck.proofs.fma_chain import F32_MIN_NORMAL
+
     T = m2.shape[-1]
-    first = np.arange(T) == 0
+    mk = np.repeat(m2, order.sizes, axis=-1)
     change = ~first & ((a != 0.0) if M.alpha_exact_at_zero else True)
     later = np.cumsum(change[..., ::-1], axis=-1)[..., ::-1] - change  # changes in tiles after t
     S = np.cumsum(a[..., ::-1], axis=-1)[..., ::-1] - a  # sum of a over the tiles after t
@@ -891,11 +1025,16 @@ def _known_arguments(qf, kf, s, sc, order: _TileOrder, ragged_from: int, M: _Mod
         from flashcheck.proofs import ex2_model
 
         px, pa = ex2_model.ex2(x), ex2_model.ex2(a)  # a_0 = 0 and every a_t = 0 give exactly 1
-        ex2_ok = (px >= F32_MIN_NORMAL).all(-1) & (pa >= F32_MIN_NORMAL).all(-1)  # nothing flushed to zero
+        if seen is not None:  # a masked key: ex2(-inf) = 0 exactly (tl.where), no flush
+            px = np.where(seen, px, 0.0)
+        big = px >= F32_MIN_NORMAL
+        ex2_ok = (big if seen is None else big | ~seen).all(-1) & (pa >= F32_MIN_NORMAL).all(-1)  # nothing flushed
         with np.errstate(divide="ignore", invalid="ignore"):
             # rho = ln(ex2(y) / 2^y), the relative error as an exponent; float64: math.log, the product by ln 2 and
             # the difference each within 2^-52 of |ln ex2(y)| + ln 2 |y| (<= 2^-51 (ln 2 |y| + 1e-6)), taken twice
             rho, rho_a = np.log(px) - ln2 * x, np.log(pa) - ln2 * a
+            if seen is not None:
+                rho = np.where(seen, rho, 0.0)
             rho_a = np.where(change, rho_a, 0.0)  # alpha_t = 1 exactly where a_t = 0 (not a change)
         R = np.cumsum(rho_a[..., ::-1], axis=-1)[..., ::-1] - rho_a  # the later tiles' rescales, as S
         e = np.where(ex2_ok[..., None], e + rho + rep(R), e)
@@ -904,21 +1043,29 @@ def _known_arguments(qf, kf, s, sc, order: _TileOrder, ragged_from: int, M: _Mod
         floor = np.where(ex2_ok[..., None], floor + f_rho + float(gamma(T + 2, 2.0**-53)) * (np.abs(rho) + rep(np.abs(R))),
                          floor)
         later_c = np.where(ex2_ok[..., None], 0.0, later_c)  # no rescale's error left unknown
+    if seen is not None:  # a masked key carries no weight: nothing to charge
+        e, e_frame, floor = (np.where(seen, y, 0.0) for y in (e, e_frame, floor))
+        later_c = np.where(seen, later_c, 0.0)
     fin = np.isfinite(e) & np.isfinite(e_frame) & np.isfinite(floor)
-    ok = (normal & np.isfinite(pr)).all(-1) & (fin & ~tiny(so) & ~tiny(x)).all(-1) & ~tiny(a).any(-1)
+    ok = fine.all(-1) & (fin & ~tiny(so) & ~tiny(x)).all(-1) & ~tiny(a).any(-1) & np.isfinite(m2[..., -1])
     if ex2_ok is not None:
         ex2_ok = ex2_ok & ok
     return _KnownArguments(ok=ok, e=order.undo(e), e_frame=order.undo(e_frame), floor=order.undo(floor),
                            c=order.undo(later_c), x=x, m2=m2, a=a, change=change, px=px, ex2_ok=ex2_ok)
 
 
+_OWN = "own"  # _forward_rows: the rows' order from the precision (_tile_order), as for an unmasked problem
+
+
 def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, has_bias, explain=False,
-                  groups=None, ragged_from: int | None = None) -> _ForwardRows:
+                  groups=None, ragged_from: int | None = None, order=_OWN) -> _ForwardRows:
     """The forward analysis of a block of query rows (s, vis, qf restricted to those rows). With
     `explain` (probabilistic kind only) it also returns the named terms of the bounds (ForwardTerms).
     ragged_from: the first key of the kernel's masked (ragged) tile, from the block_k it was given (before
     Precision.fitted): Precision.exp_argument "fma" computes that tile's arguments in two roundings; None (a band,
-    a window or a dense mask: which tiles are masked is the kernel's per query block): nothing claimed."""
+    a window or a dense mask: which tiles are masked is the kernel's per query block): nothing claimed.
+    order: the rows' visiting order where the caller states it (one query block of a masked head, _query_block_orders:
+    a masked _TileOrder, or None for order-free); by default the precision's unmasked order (_tile_order)."""
     m, A, l, lse, empty = _softmax_parts(s, vis)
     o = A @ vf
     d, Nk = p.d, p.Nk
@@ -933,7 +1080,11 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     # the c_j later tiles that moved the max. Their arguments telescope: sum |m_old - m_new| over
     # them <= m_hat - s_hat_j, each subtraction rounded (u); each exp2 has relative error eps_exp.
     # Equal factors in numerator and denominator do NOT cancel between keys: a weight perturbation.
-    order = _tile_order(Nk, precision.block_k, precision.tile_order)
+    block_path = order is not _OWN
+    if not block_path:
+        order = _tile_order(Nk, precision.block_k, precision.tile_order)
+    # the order is known for these rows: an unmasked row's, or a masked query block's own (sec. 6c)
+    known = order is not None and (order.masked or vis.all())
     c = np.where(vis, _rescale_changes(s, lg.wc, vis, precision.block_k, M.alpha_exact_at_zero, order), 0.0)
     with np.errstate(invalid="ignore"):
         a_arg = np.where(vis, u * (m[..., None] - s + lg.wc + excess[..., None]), 0.0)
@@ -952,12 +1103,12 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
     # what the backward reads (Delta, sec. 8) stays the charge without the known arguments: _ForwardParts below
     b_wc0, Ab_wc0, Ab1_wc0, b_lin0, det0, e_key0, c0 = b_wc, Ab_wc, Ab1_wc, b_lin, lg.det + alpha_det, e_key, c
     ka = det_logit_known = None
-    if (kind == "probabilistic" and M.exp_fma and order is not None and vis.all() and not has_bias
-            and lg.conv is not None and Nk and ragged_from is not None):
+    if (kind == "probabilistic" and M.exp_fma and known and not has_bias and lg.conv is not None and Nk
+            and (ragged_from is not None or order.unfused is not None)):
         # the exponent arguments known (Precision.exp_argument "fma", bounds.md sec. 6b): key j's total exponent
         # error e_j with its sign (the logits', the product's, the shift's and the rescale arguments' roundings);
         # c_j the rescales that certainly change; only ex2's relative errors and the float64 floor stay unsigned
-        ka = _known_arguments(qf, kf, s, sc, order, ragged_from, M, lg.qk[4][3:5])
+        ka = _known_arguments(qf, kf, s, sc, order, ragged_from, M, lg.qk[4][3:5], vis if order.masked else None)
         ok = ka.ok[..., None] & vis
         e_known = np.abs(ka.e) + ka.floor
         c = np.where(ok, ka.c, c)
@@ -1056,7 +1207,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         # the accumulation is modelled as random any more.
         acc_c = np.full(oabs.shape, float(n_rn))  # sum_s C_s <= n
         acc_abs = n_rn * dev_A  # sum_s |F_s|; where the steps are known, sum_s |X_s| on the data (below)
-        if n_rn and order is not None and vis.all():  # unmasked: the tiles in visiting order
+        if n_rn and known:  # the tiles in visiting order (unmasked, or a masked query block's own: sec. 6c)
             ends, tile_ends = _step_ends(order.sizes, M.k_step)
             Ao, vo = order.apply(A), _keys_in_order(vf, order)
             # The chain's first order charged on the data, u sum_s |X_s|, in place of the order-free worst case
@@ -1069,7 +1220,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
             # an fp32 FMA chain: the same first order with each step's rounding evaluated on the data where its
             # grid and residue are certain (_fma_chain_on_data), beside sum_s |X_s| from the same pass; both
             # bounds hold, so their minimum does
-            on_data = _fma_on_data(s, lg, M, order, A, vf, b_wc0, m, l, T, ka) if fma else None
+            on_data = _fma_on_data(s, lg, M, order, A, vf, b_wc0, m, l, T, ka, vis) if fma else None
             if on_data is None:
                 acc_abs = _partial_abs_sums(Ao, vo, ends, tile_ends, M.pv_products, blocked=not M.recursive)
             else:
@@ -1094,9 +1245,9 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         p_trunc = (M.u_pv if dp else 0.0) * 0.5 * (A_absv + oabs)  # P truncated (tf32): one-sided, in `tr` below
         fmt = _DOT_OPERAND[precision.dot]
         if rp or (dp and M.conv_exact):  # rounded to nearest (fp16, bf16) or truncated as the H100 does (tf32)
-            if order is not None and vis.all() and not precision.p_split and fmt in _SIGNIFICAND_BITS:
+            if known and not precision.p_split and fmt in _SIGNIFICAND_BITS:
                 # the same first order evaluated on the data: each key's rounding known with its sign
-                lo, hi = _tile_p_interval(s, _logit_sides(lg, M), order, M)
+                lo, hi = _tile_p_interval(s, _logit_sides(lg, M), order, M, vis if order.masked else None)
                 p_rho = _rounding_on_data(lo, hi, fmt, M.u_pv, truncate=not rp)[:2]
                 on_data = _p_rounding_on_data(A, p_rho, vf)
                 if rp:
@@ -1109,7 +1260,7 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
                 p_rho = (np.full_like(A, -0.5 * M.u_pv), np.full_like(A, 0.5 * M.u_pv))
         det = dev_det + (ri + acc_c * u + mu_det[..., None]) * oabs + p_round + u * acc_abs
         tc = (n_pv * M.u_dacc if M.tensor_core else 0.0) * A_absv
-        if M.mma is not None and M.recursive and order is not None and vis.all() and not precision.p_split:
+        if M.mma is not None and M.recursive and known and not precision.p_split:
             # the P.V chain's tensor-core steps evaluated on the data (as for the logit dot, logits.py):
             # products A_j v_jc in visiting order, k_step per step within each tile; the computed terms and
             # partial sums differ from these by <= E (second order, added)
@@ -1223,6 +1374,9 @@ def _forward_rows(p, M: _Model, precision, kind, lam, qf, kf, vf, s, vis, sc, ha
         acc_ok &= iv_ok & np.isfinite(iv.l_lo) & np.isfinite(iv.l_hi) & (iv.l_lo >= 2.0**-126)
         acc_known = (np.where(acc_ok[..., None], acc, 0.0), np.where(acc_ok, iv.l_lo, np.nan),
                      np.where(acc_ok, iv.l_hi, np.nan), acc_ok)
+    if block_path and acc_known is None and kind == "probabilistic" and M.lg2_known:
+        # a masked head's blocks join along the rows (_cat_rows): one without the known accumulator claims no row
+        acc_known = (np.zeros(o.shape), nan_rows, nan_rows, np.zeros(lse.shape, dtype=bool))
     lse_err = np.where(empty, 0.0, lse_err)
     lse_rn = (np.where(empty, 0.0, r_y), np.where(empty, 0.0, r_z))
 

@@ -113,8 +113,8 @@ class Precision:
     gqa_reduction: how dK, dV of a GQA group are formed: "in_accumulator" (one accumulator runs through
       every query head of the group, our kernel) or "rounded_heads" (per query head, each stored in the
       output dtype, then summed in fp32 and rounded once: torch SDPA's fused backends; bounds.md sec. 7c).
-    tile_order: the order of the key tiles (TILE_ORDERS). The forward's rows with masked keys are analysed
-      order-free (the band's partial tiles come first in our kernel, per query block); the backward's fp32 chains
+    tile_order: the order of the key tiles (TILE_ORDERS). The forward's rows with masked keys follow their query
+      block's order where block_q_fwd states the blocks (below), else are analysed order-free; the backward's fp32 chains
       follow each outer block's order where block_q_dq and block_k_dkdv state the blocks (below). A known order also
       states the online softmax of FA2: each tile's P~ = exp2(S2 - m) with m the running max after that tile
       (no lazy rescaling), which the probabilistic bound uses to evaluate P's rounding into the operand format on
@@ -214,7 +214,18 @@ class Precision:
     tile_lists: which tiles an outer block treats as partial (TILE_LISTS): "band" (our kernel with causal, a window
       or a dense mask: the tiles the band or the sequence end cuts; a dense mask is applied elementwise on every tile
       and changes no order) or "lists" (a block-sparse mask's lists: every tile with an invisible entry of the padded
-      block x tile, so a ragged outer block's tiles are all partial). "lists" needs the outer blocks stated."""
+      block x tile, so a ragged outer block's tiles are all partial). "lists" needs the outer blocks stated.
+    block_q_fwd: a stated property of a "partial_first" kernel's forward (default None: not stated): its query rows per
+      program (BLOCK_M of kernels/triton_fwd.py, KernelConfig.fwd.block_m; a block-sparse mask's block_q). Each query
+      block visits its partial key tiles first (some entry of block x tile masked, as tile_lists says: under "band" the
+      band's and the sequence end's cuts, a dense mask applied elementwise on every tile; under "lists" a block-sparse
+      mask's), ascending, then its full ones ascending, and skips the empty ones; a masked entry of a visited tile
+      adds an exact 0 (logit -inf: P~ = 0, outside the running max). With it stated, the forward's order-dependent
+      terms (the rescale counts, l's sum, the P.V chain on the data, P's rounding, the known exponent arguments and
+      the stored LSE's interval) are evaluated on heads with masked entries in each query block's own order (bounds.md
+      sec. 6c); without, such heads are charged order-free. Not Precision.block_q, which is the dK/dV kernel's query
+      tile (KernelConfig.dkdv.block_m): the two differ at some head dims. Set by flashcheck.adapters.ours_precision;
+      by the emulation that walks them (fa2_forward(block_q=))."""
 
     input: str
     dot: str
@@ -242,6 +253,7 @@ class Precision:
     block_q_dq: int | None = None
     block_k_dkdv: int | None = None
     tile_lists: str = "band"
+    block_q_fwd: int | None = None
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -265,7 +277,7 @@ class Precision:
             b = getattr(self, name)
             if not isinstance(b, int) or isinstance(b, bool) or b < 1:
                 raise ValueError(f"Precision.{name} must be a positive int, got {b!r}")
-        for name in ("block_k_dq", "block_q_dq", "block_k_dkdv"):
+        for name in ("block_k_dq", "block_q_dq", "block_k_dkdv", "block_q_fwd"):
             b = getattr(self, name)
             if b is not None and (not isinstance(b, int) or isinstance(b, bool) or b < 1):
                 raise ValueError(f"Precision.{name} must be None or a positive int, got {b!r}")

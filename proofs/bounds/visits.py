@@ -86,6 +86,20 @@ def kernel_orders(cls, block_out: int, block_in: int, lists: bool) -> np.ndarray
     (..., N_out, N_in) (True: visible as the kernel's tile split sees it): per outer block of block_out rows, its
     partial tiles ascending, then its full ones, then the empty ones. lists: the block is padded to block_out rows,
     the padding invisible (a block-sparse mask's tiles); else the block ends at N_out (the kernel clips it)."""
+    n_in = cls.shape[-1]
+    rank = tile_ranks(cls, block_out, block_in, lists)
+    order = np.argsort(rank, axis=-1, kind="stable")  # (..., M, T), ascending within each kind
+    return _tile_columns(n_in, block_in)[order].reshape(rank.shape[:-2] + (rank.shape[-2], -1))
+
+
+PARTIAL, FULL, EMPTY = 0, 1, 2  # tile_ranks: the kinds of an outer block's inner tiles, in visiting order
+
+
+def tile_ranks(cls, block_out: int, block_in: int, lists: bool) -> np.ndarray:
+    """(..., M, T): the kind of each inner tile for each outer block of block_out rows (PARTIAL: some entry of block x
+    tile invisible and some visible, or the tile ragged; FULL: every entry visible; EMPTY: nothing visible, never
+    visited) from the classification mask cls (..., N_out, N_in), as kernel_orders reads it; the kernel visits the
+    PARTIAL tiles ascending, then the FULL ones ascending (stable argsort of the ranks)."""
     n_out, n_in = cls.shape[-2:]
     M, T = max(1, -(-n_out // block_out)), max(1, -(-n_in // block_in))
     lead = cls.shape[:-2]
@@ -97,9 +111,7 @@ def kernel_orders(cls, block_out: int, block_in: int, lists: bool) -> np.ndarray
         return x.reshape(lead + (M, block_out, T, block_in))
     any_vis = tiles(False).any(axis=(-3, -1))
     all_vis = tiles(not lists).all(axis=(-3, -1))  # out-of-range inner entries are invisible: a ragged tile is partial
-    rank = np.where(all_vis, 1, np.where(any_vis, 0, 2))  # partial, full, empty
-    order = np.argsort(rank, axis=-1, kind="stable")  # (..., M, T), ascending within each kind
-    return _tile_columns(n_in, block_in)[order].reshape(lead + (M, T * block_in))
+    return np.where(all_vis, FULL, np.where(any_vis, PARTIAL, EMPTY))
 
 
 def _stated_rows(n: int, block: int, tile_order: str, repeats: int = 1):
