@@ -349,11 +349,8 @@ def _dq_chain_enclosure(lo_S, hi_S, kf, vis, dS, f64, block_k: int, tile_order: 
     dS_ij lie in [lo_S, hi_S] (_dS_candidate_interval): the chain over the keys in the kernel's order (`visits`, or
     _visiting on rows where nothing of the head is masked, as _dq_accumulation; inf where the order is not known)
     enclosed on the data (_chain_enclosure)."""
-    Nk = kf.shape[-2]
     if visits is None:
-        idx = _visiting(Nk, block_k, tile_order)
-        visits = shared_visits(Nk, block_k, tile_order,
-                               (idx is not False) & vis.all(axis=-1) & _heads_unmasked(head_full))
+        visits = _keys_shared_visits(kf.shape[-2], block_k, tile_order, vis, head_full)
     return _chain_enclosure(lo_S, hi_S, dS, f64, kf, visits, u)
 
 
@@ -371,9 +368,7 @@ def _rows_chain_enclosure(lo, hi, S, f64, other, vis, block_q: int, group: int, 
     def rows(x):  # (B, Hq, Nq, Nk) -> (B, Hkv, Nk, group * Nq): head g's rows at g * Nq ...
         return np.swapaxes(x.reshape(B, Hkv, group * Nq, Nk), -1, -2)
     if visits is None:
-        idx = _visiting(Nq, block_q, tile_order, group)
-        known = (idx is not False) & vis.reshape(B, Hkv, group * Nq, Nk).all(axis=(-2, -1))
-        visits = shared_visits(Nq, block_q, tile_order, np.broadcast_to(known[..., None], (B, Hkv, Nk)), group)
+        visits = _rows_shared_visits(block_q, tile_order, vis, group)
     return _chain_enclosure(rows(lo), rows(hi), rows(S), rows(f64), other.reshape(B, Hkv, group * Nq, -1), visits, u)
 
 
@@ -1896,6 +1891,26 @@ def _heads_unmasked(head_full):
     return True if head_full is None else head_full[..., 0]
 
 
+def _keys_shared_visits(Nk: int, block_k: int, tile_order: str, vis, head_full, recursive: bool = True) -> Visits:
+    """The dQ chains' order where the caller states no per-block one: the stated order of every row (_visiting),
+    known on rows that see every key of a head with nothing masked (`head_full`, _heads_unmasked), for a recursive
+    accumulation."""
+    idx = _visiting(Nk, block_k, tile_order)
+    return shared_visits(Nk, block_k, tile_order,
+                         (recursive and idx is not False) & vis.all(axis=-1) & _heads_unmasked(head_full))
+
+
+def _rows_shared_visits(block_q: int, tile_order: str, vis, group: int, recursive: bool = True) -> Visits:
+    """The dK/dV chains' order (one per key through the GQA group's heads, head g's rows at g * Nq) where the caller
+    states no per-block one: the stated order (_visiting), known on kv heads where nothing of the group is masked
+    (vis (B, Hq, Nq, Nk)), for a recursive accumulation."""
+    B, Hq, Nq, Nk = vis.shape
+    Hkv = Hq // group
+    idx = _visiting(Nq, block_q, tile_order, group)
+    known = (recursive and idx is not False) & vis.reshape(B, Hkv, group * Nq, Nk).all(axis=(-2, -1))
+    return shared_visits(Nq, block_q, tile_order, np.broadcast_to(known[..., None], (B, Hkv, Nk)), group)
+
+
 def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head_full=None,
                      tile_order: str = "any", fmt: str | None = None, s64=None, visits: Visits | None = None):
     """(acc_sq, partial, tc_steps, acc_det) of _grad for the accumulation dQ = dS @ K through key tiles of block_k: round to
@@ -1908,11 +1923,8 @@ def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head
     is visited first even when that row sees every key); "any" (a kernel that does not state it: flash-attn's dQ is
     atomically added over key blocks in no fixed order): the order-free bounds. s64 (the float64 dS's own error per
     entry): the fp32 FMA chain's roundings on the data where the order is known (acc_det, _rn_accumulation_sq)."""
-    Nk = kf.shape[-2]
     if visits is None:
-        idx = _visiting(Nk, block_k, tile_order)
-        visits = shared_visits(Nk, block_k, tile_order,
-                               (M.recursive and idx is not False) & vis.all(axis=-1) & _heads_unmasked(head_full))
+        visits = _keys_shared_visits(kf.shape[-2], block_k, tile_order, vis, head_full, M.recursive)
     acc_sq = partial = tc_steps = acc_det = None
     if kind == "probabilistic" and not M.tensor_core:
         acc_sq, partial, acc_det = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, block_k, None, M.fma_logits,
@@ -1945,9 +1957,7 @@ def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int,
     def heads(x):  # (B, Hq, Nq, ...) -> (B, Hkv, group * Nq, ...): head g's rows at g * Nq ...
         return x.reshape(B, Hkv, group * Nq, *x.shape[3:])
     if visits is None:
-        idx = _visiting(Nq, block_q, tile_order, group)
-        known = (M.recursive and idx is not False) & heads(vis).all(axis=(-2, -1))
-        visits = shared_visits(Nq, block_q, tile_order, np.broadcast_to(known[..., None], (B, Hkv, Nk)), group)
+        visits = _rows_shared_visits(block_q, tile_order, vis, group, M.recursive)
     s64 = None if s64 is None else np.swapaxes(heads(s64), -1, -2)
     acc, partial, det = _rn_accumulation_sq(np.swapaxes(heads(S), -1, -2), heads(other),
                                             np.swapaxes(heads(tolS), -1, -2), M.u_dacc, block_q, None, M.fma_logits,
@@ -1969,9 +1979,7 @@ def _rows_tensor_core(M: _Model, S, other, vis, block_q: int, group: int, n_step
     def heads(x):  # (B, Hq, Nq, ...) -> (B, Hkv, group * Nq, ...)
         return x.reshape(B, Hkv, group * Nq, *x.shape[3:])
     if visits is None:
-        idx = _visiting(Nq, block_q, tile_order, group)
-        known = (M.recursive and idx is not False) & heads(vis).all(axis=(-2, -1))
-        visits = shared_visits(Nq, block_q, tile_order, np.broadcast_to(known[..., None], (B, Hkv, Nk)), group)
+        visits = _rows_shared_visits(block_q, tile_order, vis, group, M.recursive)
     St, oT = np.swapaxes(heads(S), -1, -2), np.swapaxes(heads(other), -1, -2)  # (B, Hkv, Nk, gNq), (B, Hkv, c, gNq)
     unordered = n_steps * (np.abs(St) @ np.abs(np.swapaxes(oT, -1, -2)))
     steps = np.concatenate([_tensor_core_steps(p, block_q, M.k_step, True)
