@@ -81,7 +81,7 @@ def test_a_chain_bound_that_drops_the_known_residues_signs_is_caught(monkeypatch
 
     def planted(xc, xw, half_g):
         known, ce, he = real(xc, xw, half_g)
-        return known, ce * np.where(np.arange(ce.size) % 2, -1.0, 1.0), he
+        return known, ce * np.where(np.arange(ce.size) % 2, -1.0, 1.0).reshape(ce.shape), he
 
     monkeypatch.setattr(fwd, "_rn_residue", planted)
     x = _summands("residue", np.random.default_rng(3))

@@ -14,11 +14,13 @@ and its worst error / bound recorded for `flashcheck validate`'s table.
 from __future__ import annotations
 
 import functools
+import hashlib
+import random
 from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
-from hypothesis import example, given, note, reject
+from hypothesis import example, given, note, reject, seed
 
 from flashcheck.adapters import Refusal
 from flashcheck.pytest_plugin import hypothesis_settings, options, record, record_accepted, record_discard, record_refusal
@@ -347,10 +349,31 @@ def other_alignment_hint(subject: Subject, case: Case, inputs: Inputs, got_o: np
 
 # ---- decorators ------------------------------------------------------------------------------------
 
-def property_cases(*, examples=None, shape_filter=None, **case_kw):
+_draw_seeds: dict = {}
+
+
+def _draw_seed(group: str) -> int:
+    """One hypothesis seed per draw group: fixed where the loaded profile is derandomized (the ci profile: the
+    same draws every run, as derandomize promises), else random once per process (each run explores anew)."""
+    from hypothesis import settings
+
+    if group not in _draw_seeds:
+        if settings.default.derandomize:
+            _draw_seeds[group] = int.from_bytes(hashlib.sha256(f"flashcheck {group}".encode()).digest()[:8], "big")
+        else:
+            _draw_seeds[group] = random.SystemRandom().getrandbits(64)
+    return _draw_seeds[group]
+
+
+def property_cases(*, examples=None, shape_filter=None, draws: str | None = None, **case_kw):
     """@given(case=cases(**case_kw)) with the canonical examples first and the shared example database:
     shapes from SUITE_SHAPES (the reduced set under `--budget reduced`: small shapes, head dims <= 64,
-    few examples). `shape_filter` reads (B, Hq, Hkv, Nq, Nk)."""
+    few examples). `shape_filter` reads (B, Hq, Hkv, Nq, Nk).
+
+    draws: the properties of one group draw the same cases (one hypothesis seed, _draw_seed), so that the dQ, dK
+    and dV properties judge one backward per case (backward_result's memo). Derandomized hypothesis seeds each test
+    from its own function digest: without the group the three drew different cases and every one paid for its own
+    kernel call and backward bound (the bound's host time is most of a property run on the fp32 kernels)."""
     if options().reduced:
         base = [b for b in SMALL_SHAPES if shape_filter is None or shape_filter(b)]
         strategy = cases(base=tuple(base), max_d=64, **case_kw)
@@ -364,6 +387,8 @@ def property_cases(*, examples=None, shape_filter=None, **case_kw):
         fn = given(case=strategy)(fn)
         for ex in reversed(examples):
             fn = example(case=ex)(fn)
+        if draws is not None:
+            fn = seed(_draw_seed(draws))(fn)
         return hypothesis_settings()(fn)
 
     return wrap
@@ -383,7 +408,7 @@ _backward_memo: dict = {}
 
 def backward_result(subject: Subject, case: Case, inputs: Inputs):
     """(kernel dq, dk, dv), (reference dq, dk, dv), bound — memoized so the dQ, dK and dV properties
-    share one kernel call when they draw the same case (they do under the derandomized ci profile)."""
+    share one kernel call when they draw the same case (they do: property_cases(draws="backward"))."""
     key = (subject.kernel.name, subject.device, subject.dtype, case)
     if key not in _backward_memo:
         r = run(subject, case, inputs, grad=True)

@@ -6,7 +6,7 @@ from flashcheck.properties.judge import backward_result, check_within, masked_ro
 pytestmark = pytest.mark.requires("backward")
 
 
-@property_cases()
+@property_cases(draws="backward")  # the same cases as dQ, dK, dV: one backward each
 def test_dq_within_bound(kernel_under_test, dtype, case):
     subject, case, inputs = prepare(kernel_under_test, dtype, case)
     got, want, bound = backward_result(subject, case, inputs)
