@@ -75,6 +75,8 @@ class Config:
 
 GPU_GRID = (Config(64, 16384), Config(128, 4096), Config(128, 16384), Config(128, 16384, True),
             Config(128, 4096, group=8))
+# issue 10's table: every (d, mask, N) cell it judges, ours against cuDNN (`--grid table`)
+TABLE_GRID = tuple(Config(d, N, causal) for d in (64, 128) for causal in (False, True) for N in (1024, 4096, 16384))
 DRY_GRID = (Config(16, 64, tokens=128, hidden=32), Config(32, 128, True, tokens=256, hidden=64),
             Config(16, 64, tokens=128, hidden=64, group=2))
 MEMORY_NS = (16384, 65536, 131072)
@@ -327,6 +329,9 @@ def main(argv=None) -> int:
                         "bf16 is the dtype of the figures to beat)")
     p.add_argument("--backends", default=None, help=f"comma-separated (default {','.join(GPU_BACKENDS)})")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory table")
+    p.add_argument("--grid", choices=("figures", "table"), default="figures",
+                   help="figures: the figures-to-beat cells and GQA (default); table: issue 10's 12 cells "
+                        "(d 64/128, full/causal, N 1k/4k/16k)")
     args = p.parse_args(argv)
     dtypes = [x.strip() for x in args.dtype.split(",") if x.strip()]
     for name in dtypes:
@@ -341,7 +346,7 @@ def main(argv=None) -> int:
             print("bench/run.py: no CUDA GPU here; the benchmark runs on a GPU only "
                   "(use --dry-run to exercise the code path on the CPU).", file=sys.stderr)
             return 2
-        device, grid, backends = "cuda", GPU_GRID, list(GPU_BACKENDS)
+        device, grid, backends = "cuda", (TABLE_GRID if args.grid == "table" else GPU_GRID), list(GPU_BACKENDS)
     if args.backends:
         backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     timer = _timer(device)
