@@ -771,6 +771,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     # where nothing of the head is masked; the backward's own chains follow each outer block's order where the
     # precision states the blocks (proofs/bounds/visits.py; Precision.block_q_dq, block_k_dkdv, tile_lists)
     head_full = F.vis.all(axis=(-2, -1), keepdims=True)
+    # the forward's query blocks in their own orders on heads with masked entries (bounds.md sec. 6c): the order of
+    # the P.V chain whose O Delta reads (its tensor-core steps, tc_D below)
+    fwd_blocks = (_forward_module._query_block_orders(F.problem, given, causal, window, mask, F.vis)
+                  if M.tensor_core and M.recursive and M.pv_products == 1 else None)
     band_cls = _band_visibility(pr.Nq, pr.Nk, causal, window)
     dq_order = dq_visits(band_cls, F.vis, precision, M.recursive)
     for r in _rows_chunks(Nq, Nk, 1, budget=_forward_module.ROW_BLOCK_ENTRIES):
@@ -883,6 +887,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                                                               ordered[:, :, rr, None])).sum(-1)
                  for rr, p in _product_chunks(_take_visiting(A, idx, -1),
                                               _take_visiting(np.swapaxes(vf, -1, -2), idx, -1))], axis=2)
+            if fwd_blocks is not None:  # masked heads: each query block's own order, where smaller
+                tc_D = np.minimum(tc_D, M.u_dacc * _block_tc_steps(A, vf, abs_do, fwd_blocks, r, given.block_k,
+                                                                   M.k_step))
         lg_conv = (lg.det_conv, lg.conv, lg.conv_floor) if conv is not None and lg.conv is not None else None
         lr_D = lr if kind == "probabilistic" else None
         model_D = _delta_error_model(Fr, M, do_r, dP, g, absdov, vf, kind, acc_D, tc_D, lr_D, lg_conv,
@@ -2050,6 +2057,35 @@ def _take_visiting(x, idx, axis: int):
     axis = axis % x.ndim
     zero = np.zeros(x.shape[:axis] + (1,) + x.shape[axis + 1:], dtype=x.dtype)
     return np.take(np.concatenate([x, zero], axis=axis), np.where(idx < 0, x.shape[axis], idx), axis=axis)
+
+
+def _block_tc_steps(A, vf, abs_do, blocks, r: slice, block_k: int, k_step: int):
+    """sum_c |dO_c| (the tensor-core steps of the P.V chain A_j v_jc, _tensor_core_steps) for the rows r of A (B, H,
+    rows, Nk), each row in its forward query block's visiting order (blocks: forward._query_block_orders, the
+    tiles the block visits, partial ones first, each one MMA of block_k keys: a ragged or masked tile's missing
+    products are exact zeros, its k steps still counted); inf on rows of a block with no stated order."""
+    out = np.full(A.shape[:-1], np.inf)
+    for a0, a1, order in blocks:
+        lo, hi = max(a0, r.start), min(a1, r.stop)
+        if lo >= hi or order is None:
+            continue
+        Ao = order.apply(A[:, :, lo - r.start:hi - r.start])  # (B, H, rows, L): the visited keys in order
+        vT = np.swapaxes(_forward_module._keys_in_order(vf, order), -1, -2)  # (B, H, dv, L)
+        starts = order.starts
+        per_tile = -(-block_k // k_step)  # MMA steps of one tile
+        L, T = Ao.shape[-1], len(order.sizes)
+        step = max(1, (1 << 16) // max(1, L * vT.shape[-2]))
+        for i0 in range(0, hi - lo, step):
+            i1 = min(hi - lo, i0 + step)
+            p = Ao[:, :, i0:i1, None, :] * vT[:, :, None]  # (B, H, rows, dv, L)
+            ap = np.abs(p)
+            tile_sum = np.add.reduceat(p, starts, axis=-1)
+            before = np.cumsum(tile_sum, axis=-1) - tile_sum  # the exact sum of the tiles visited before
+            c = np.abs(before) + np.add.reduceat(ap, starts, axis=-1)
+            steps = np.minimum(per_tile * c.sum(-1), per_tile * T * ap.sum(-1))
+            out[:, :, lo - r.start + i0:lo - r.start + i1] = (abs_do[:, :, lo - r.start + i0:lo - r.start + i1]
+                                                                * steps).sum(-1)
+    return out
 
 
 def _tensor_core_steps(p, block: int, k_step: int, ordered):
