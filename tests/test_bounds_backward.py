@@ -173,11 +173,13 @@ def test_probabilistic_dk_dv_bounds_hold_when_every_row_product_is_equal():
         assert (err <= b).all(), f"{name}: error {err[worst]:.3g} over the bound {b[worst]:.3g} at {worst}"
 
 
-def test_rows_accumulation_groups_equal_products_across_the_gqa_group():
-    """dK/dV's accumulation over the query rows: one accumulator through both query heads of the kv head,
-    tiles of block_q in order. Equal products on every row of both heads are one class: the proxy is
-    (sum of the steps' bounds)^2 over the 2 N_q steps, split evenly over the heads; distinct products add
-    in quadrature (far less); a masked entry makes the order unknown (u sum |p| at every step)."""
+def test_rows_accumulation_charges_the_steps_worst_case_across_the_gqa_group():
+    """dK/dV's accumulation over the query rows: one accumulator through both query heads of the kv head, tiles of
+    block_q in order. Where its chain is not evaluated on the data, the charge is the worst case sum_s c_s over the
+    2 N_q steps (split evenly over the heads), c_s from the tiles' partial sums; a kernel that states no order, or a
+    masked entry, gives u sum |p| at every step. Nothing is modelled as random: the grouped model (Azuma over equal
+    products) was exceeded by coherent residues of distinct products (bench/adversaries/constant_residue_rows.py:
+    3.6x in the "any" order of a third-party fp32 kernel)."""
     from flashcheck.proofs.bounds.backward import _rows_accumulation
     from flashcheck.proofs.bounds.precision import _model
 
@@ -186,24 +188,17 @@ def test_rows_accumulation_groups_equal_products_across_the_gqa_group():
     S, other = np.full((1, 2, nq, nk), 0.25), np.full((1, 2, nq, c), 1.0 / 3.0)
     vis, tol = np.ones(S.shape, dtype=bool), np.zeros(S.shape)
     p = np.full(2 * nq, 0.25 / 3.0)
-    acc, _, _ = _rows_accumulation(M, S, other, tol, vis, bq, group=2, tile_order="partial_first")
-    np.testing.assert_allclose(acc.sum(axis=1), (M.u_dacc * _accumulation_coefficients(p, bq, True).sum()) ** 2
+    acc, _, det = _rows_accumulation(M, S, other, tol, vis, bq, group=2, tile_order="partial_first")
+    assert not acc.any(), "no part of the accumulation is modelled as random"
+    np.testing.assert_allclose(det.sum(axis=1), M.u_dacc * _accumulation_coefficients(p, bq, True).sum()
                                * np.ones((1, nk, c)), rtol=1e-12)
-    np.testing.assert_array_equal(acc[:, 0], acc[:, 1])
+    np.testing.assert_array_equal(det[:, 0], det[:, 1])
     # a kernel that does not state its tile order: the order-free coefficients
-    any_order = _rows_accumulation(M, S, other, tol, vis, bq, group=2, tile_order="any")[0].sum(axis=1)
-    np.testing.assert_allclose(any_order, (M.u_dacc * 2 * nq * np.abs(p).sum()) ** 2 * np.ones((1, nk, c)),
-                               rtol=1e-12)
+    any_order = _rows_accumulation(M, S, other, tol, vis, bq, group=2, tile_order="any")[2].sum(axis=1)
+    np.testing.assert_allclose(any_order, M.u_dacc * 2 * nq * np.abs(p).sum() * np.ones((1, nk, c)), rtol=1e-12)
     vis[0, 1, 5, 0] = False  # order unknown for the whole kv head
-    unordered = _rows_accumulation(M, S, other, tol, vis, bq, group=2, tile_order="partial_first")[0].sum(axis=1)
-    np.testing.assert_allclose(unordered, (M.u_dacc * 2 * nq * np.abs(p).sum()) ** 2 * np.ones((1, nk, c)),
-                               rtol=1e-12)
-    rng = np.random.default_rng(7)
-    Sr, orr = rng.standard_normal(S.shape), rng.standard_normal(other.shape)
-    pr = np.concatenate([Sr[0, 0, :, 0] * orr[0, 0, :, 0], Sr[0, 1, :, 0] * orr[0, 1, :, 0]])
-    distinct = _rows_accumulation(M, Sr, orr, tol, np.ones(S.shape, dtype=bool), bq, group=2,
-                                  tile_order="partial_first")[0].sum(axis=1)
-    assert distinct[0, 0, 0] < 0.1 * (M.u_dacc * _accumulation_coefficients(pr, bq, True).sum()) ** 2
+    unordered = _rows_accumulation(M, S, other, tol, vis, bq, group=2, tile_order="partial_first")[2].sum(axis=1)
+    np.testing.assert_allclose(unordered, M.u_dacc * 2 * nq * np.abs(p).sum() * np.ones((1, nk, c)), rtol=1e-12)
 
 
 def test_dq_accumulation_takes_ascending_tiles_only_where_nothing_of_the_head_is_masked():
@@ -225,9 +220,9 @@ def test_dq_accumulation_takes_ascending_tiles_only_where_nothing_of_the_head_is
     vis[0, 0, 1:, -1] = False  # causal-like: rows 1.. miss the last key; row 0 sees every key
     dS = np.where(vis, dS, 0.0)
     head_full = vis.all(axis=(-2, -1), keepdims=True)
-    got, _, _, _ = _dq_accumulation(M, "probabilistic", dS, kf, tolS, vis, bk, head_full, "partial_first")
-    order_free, _, _ = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, bk, np.zeros((1, 1, nq), bool))
-    ascending, _, _ = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, bk, np.ones((1, 1, nq), bool))
+    _, _, _, got = _dq_accumulation(M, "probabilistic", dS, kf, tolS, vis, bk, head_full, "partial_first")
+    _, _, order_free = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, bk, np.zeros((1, 1, nq), bool))
+    _, _, ascending = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, bk, np.ones((1, 1, nq), bool))
     np.testing.assert_allclose(got[0, 0, 0], order_free[0, 0, 0], rtol=1e-12)
     assert not np.allclose(ascending[0, 0, 0], order_free[0, 0, 0], rtol=1e-3, atol=0)  # they differ: it can fail
 
@@ -245,13 +240,13 @@ def test_dq_accumulation_follows_the_stated_order_of_a_ragged_row():
     dS, kf = rng.standard_normal((1, 1, nq, nk)) / nk, rng.standard_normal((1, 1, nk, d))
     tolS, vis = 1e-7 * np.abs(dS), np.ones((1, 1, nq, nk), bool)
     head_full = vis.all(axis=(-2, -1), keepdims=True)
-    got, _, _, _ = _dq_accumulation(M, "probabilistic", dS, kf, tolS, vis, bk, head_full, "partial_first")
+    _, _, _, got = _dq_accumulation(M, "probabilistic", dS, kf, tolS, vis, bk, head_full, "partial_first")
     perm = np.r_[np.arange(96, 100), np.arange(96)]
     pad = lambda x, ax: np.concatenate([np.zeros(x.shape[:ax] + (28,) + x.shape[ax + 1:]), x], axis=ax)  # noqa: E731
-    want, _, _ = _rn_accumulation_sq(pad(dS[..., perm], 3), pad(kf[..., perm, :], 2), pad(tolS[..., perm], 3),
-                                  M.u_dacc, bk, np.ones((1, 1, nq), bool))
+    _, _, want = _rn_accumulation_sq(pad(dS[..., perm], 3), pad(kf[..., perm, :], 2), pad(tolS[..., perm], 3),
+                                     M.u_dacc, bk, np.ones((1, 1, nq), bool))
     np.testing.assert_allclose(got, want, rtol=1e-12)
-    free, _, _, _ = _dq_accumulation(M, "probabilistic", dS, kf, tolS, vis, bk, head_full, "any")
-    order_free, _, _ = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, bk, np.zeros((1, 1, nq), bool))
+    _, _, _, free = _dq_accumulation(M, "probabilistic", dS, kf, tolS, vis, bk, head_full, "any")
+    _, _, order_free = _rn_accumulation_sq(dS, kf, tolS, M.u_dacc, bk, np.zeros((1, 1, nq), bool))
     np.testing.assert_allclose(free, order_free, rtol=1e-12)
-    assert (got < 0.5 * free).all()  # the order is worth stating
+    assert (got < free).all() and np.median(got / free) < 0.5  # the order is worth stating

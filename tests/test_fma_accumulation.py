@@ -4,9 +4,10 @@ continuing from the accumulator (bench/probe_fma_acc.py), so the round-to-neares
 chain's own partial sums |sum_{t<=s} p_t| (plus the products' errors and the roundings so far) where that is
 smaller than the tile bound |earlier tiles| + sum |p| of the tile.
 
-The model is checked where it matters most: products of alternating sign whose running sum stays near 0. The
-ascending chain's error stays inside lambda sqrt(sum_G (sum c)^2); the same products summed positives first (a
-kernel that does not add them in the stated order) exceed it."""
+The bound is checked where it matters most: products of alternating sign whose running sum stays near 0. The
+ascending chain's error stays inside sum_s c_s (the accumulation's charge where its chain is not evaluated on the
+data: worst case, no grouped random model since 2026-11-27b); the same products summed positives first (a kernel
+that does not add them in the stated order) exceed it."""
 from __future__ import annotations
 
 import math
@@ -14,7 +15,6 @@ import math
 import numpy as np
 
 from flashcheck.proofs.bounds.backward import _rn_accumulation_sq
-from flashcheck.proofs.bounds.precision import LAMBDA
 from flashcheck.proofs.fma_chain import fma_chain_dot
 
 U = 2.0**-24
@@ -38,8 +38,9 @@ def _chain_error(S, other, order):
 
 
 def _bound(S, other, chain: bool, block: int):
-    acc_sq, _, _ = _rn_accumulation_sq(S, other, np.zeros_like(S), U, block, np.array([[[True]]]), chain)
-    return LAMBDA * math.sqrt(float(acc_sq.ravel()[0]))
+    acc_sq, _, det = _rn_accumulation_sq(S, other, np.zeros_like(S), U, block, np.array([[[True]]]), chain)
+    assert not acc_sq.any(), "no part of the accumulation is modelled as random"
+    return float(det.ravel()[0])
 
 
 def test_the_chain_bound_holds_for_the_ascending_chain_and_is_sharper():

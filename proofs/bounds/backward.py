@@ -1614,6 +1614,10 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = Fa
     (B, H, rows, d): sum_G (sum_{s in G} c_s)^2 with c_s those step bounds, the sum over the steps of the
     partial sum bounds X_s (C1 of _grad's remainder), and det (0 where the model stays).
 
+    Since 2026-11-27b no chain is charged the grouped model: where it is not evaluated on the data, det holds its worst
+    case sum_s c_s and the proxy is 0 (coherent residues of distinct products exceeded the model 3.6x in the "any" order
+    of a third-party fp32 kernel, bench/adversaries/constant_residue_rows.py; bounds.md sec. 8).
+
     visits (proofs/bounds/visits.py): each row's visiting order, in place of `ordered` (then visits.known): S, tolS,
     s64 and other are given in their own order and taken into each row's (the kernel walks every outer block's tiles
     its own way: heads with masked entries, bounds.md sec. 8). Rows of a kernel that states its order
@@ -1645,20 +1649,18 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = Fa
             chain_det = _rn_chain_on_data(p, w, u)
             o_r = ordr[..., None] & np.isfinite(chain_det)
             det[:, :, r] = np.where(o_r, chain_det, 0.0)
-        worst = np.zeros(shape, dtype=bool)
-        if on_data and vr is not None and vr.stated:  # a stated kernel's rows of unknown order: the worst case
-            worst = ~ordr[..., None] & ~o_r
-        if (o_r | worst).all() and not worst.any():
+        # every chain not evaluated on the data: the worst case sum_s c_s (|sum_s e_s| <= sum_s |e_s|), in the tile
+        # order where it is known (c_s from the partial sums), order-free elsewhere. Not the grouped model (Azuma over
+        # groups of equal products): coherent residues of distinct products exceed it in any order
+        # (bench/adversaries/constant_residue_rows.py: 7.5x in our kernel's order, 3.8x masked; a third-party fp32
+        # kernel's "any" order, which contains ours, 3.6x at N_q 4096, 2.8x at 16384; bounds.md sec. 8)
+        worst = ~o_r
+        if not worst.any():
             continue
         coef = _rn_step_refine(coef, partial[:, :, r], S_r[:, :, :, None, :] == 0.0, p, tol, u, fmt)
-        if worst.any():
-            # (the float64 sum of L nonnegative bounds: relative error <= gamma_L(2^-53))
-            total = coef.sum(axis=-1) * (1.0 + float(gamma(p.shape[-1], 2.0**-53)))
-            det[:, :, r] = np.where(worst, total, det[:, :, r])
-        if not (o_r | worst).all():  # the model where the chain is not evaluated
-            L = p.shape[-1]  # the visiting order's length (ragged tiles padded)
-            sq = _grouped_square_sum(p.reshape(-1, L), coef.reshape(-1, L), tol.reshape(-1, L)).reshape(shape)
-            out[:, :, r] = np.where(o_r | worst, 0.0, sq)
+        # (the float64 sum of L nonnegative bounds: relative error <= gamma_L(2^-53))
+        total = coef.sum(axis=-1) * (1.0 + float(gamma(p.shape[-1], 2.0**-53)))
+        det[:, :, r] = np.where(worst, total, det[:, :, r])
     return out, partial, det
 
 
