@@ -114,7 +114,12 @@ def test_identical_rows_are_one_random_variable(dtype, dot, spread):
 def test_rescales_of_o_in_delta_count_only_tiles_that_can_move_the_max():
     """Delta's acc * alpha roundings: with the max in the first tile no later alpha differs from 1 (nothing is
     charged); logits rising along the keys move it in every tile (charged, each on the share visited so far)."""
-    from flashcheck.proofs.bounds.backward import _delta_accumulation
+    from flashcheck.proofs.bounds.backward import _delta_rescales
+    from flashcheck.proofs.bounds.logits import _logit_errors
+
+    def rescales(F, do):  # the rescales' part of _delta_accumulation's det
+        lgf = _logit_errors(F.qf, F.kf, F.s, F.m, F.vis, F.scale, M, d, False, qk=F.parts.qk)
+        return _delta_rescales(F.A, F.vis, F.s, lgf.wc, np.abs(do), F.vf, precision.block_k, precision.tile_order, M)
 
     rng = np.random.default_rng(3)
     d, nk = 16, 256
@@ -128,13 +133,13 @@ def test_rescales_of_o_in_delta_count_only_tiles_that_can_move_the_max():
     first[0, 0, 0] = 40.0 * q[0, 0, 0] / np.linalg.norm(q[0, 0, 0])  # row 0's max in the first tile, by far
     for keys, charged in ((first, [False, True]), (k, [True, True])):
         F = _forward(q, keys, v, None, False, None, None, None, precision, "probabilistic")
-        _, det, _ = _delta_accumulation(F, M, do, F.kf, F.vf, F.scale, d, False, precision)
+        det = rescales(F, do)
         assert list(det[0, 0] > 0) == charged, det
     u = np.linspace(1, 0, d)[None, None, None] / np.sqrt(d)  # logits rising by 8 along the keys
     kr = 8 * np.sqrt(d) * np.arange(nk)[None, None, :, None] / nk * u[0] / np.sum(u[0] ** 2)
     F = _forward(np.broadcast_to(u, (1, 1, 1, d)).copy(), kr, v, None, False, None, None, None, precision,
                  "probabilistic")
-    _, det, _ = _delta_accumulation(F, M, do[:, :, :1], F.kf, F.vf, F.scale, d, False, precision)
+    det = rescales(F, do[:, :, :1])
     A = F.A[0, 0, 0]
     shares = np.array([(A[: 64 * t, None] * np.abs(v[0, 0, : 64 * t])).sum(0) for t in (1, 2, 3)])
     np.testing.assert_allclose(det[0, 0, 0], M.u_w * (np.abs(do[0, 0, 0]) * shares.sum(0)).sum(), rtol=1e-9)
