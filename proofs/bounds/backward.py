@@ -1841,11 +1841,11 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
     (one rounding per product, tiles of block_k) and its rescales acc * alpha put into
     Delta_i = sum_c dO_ic O_ic (rows of F), in place of the split along O (bounds.md sec. 8).
 
-    Accumulation: the steps of all dv columns are grouped by their products as the kernel computes them,
-    P_j v_jc with P_j = exp2(s_j - running max) (keys of different tiles with equal logits relative to
-    their running max give equal products), within the bound on P_j's error; coefficient of a step
-    u |dO_c| |partial sum| in the final normalization (_accumulation_coefficients of A_j v_jc), Azuma over
-    the groups (_grouped_square_sum). Rescales: one rounding u |acc| per tile that can move the running max
+    Accumulation: each step's error bound c_s = min(u |partial sum|, |product as computed|) in the final
+    normalization (_accumulation_coefficients of A_j v_jc: the tiles' partial sums where the order is known, else
+    sum |A v|), weighted by |dO_c| and summed worst case over the steps and columns into det; the variance proxy is
+    0. (Until 2026-11-27b: Azuma over groups of equal products, which coherent residues of distinct products exceeded
+    4.2x, bench/adversaries/delta_residue.py.) Rescales (_delta_rescales): one rounding u |acc| per tile that can move the running max
     (exp2(0) = 1 exactly otherwise), charged worst case (equal alphas round alike); with the tile order known
     (unmasked rows) |acc_c| <= the share of (A|V|)_c visited before that tile and only the tiles after which
     the max can still move count (forward._tile_changes), else u (A|V|)_c times the order-free count.
@@ -1860,16 +1860,10 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
     # sums are those of that order; "any" (flash-attn visits key blocks from the last one): order-free
     idx = _visiting(Nk0, bk, precision.tile_order)
     ordered = (M.recursive and idx is not False) & vis0.all(axis=-1) & _heads_unmasked(head_full)
-    A, vis, s, wc = (_take_visiting(x, idx, -1) for x in (A0, vis0, s0, lgf.wc))
+    A, vis, wc = (_take_visiting(x, idx, -1) for x in (A0, vis0, lgf.wc))
     vf_v = _take_visiting(vf, idx, -2)
     Nk = A.shape[-1]
-    T = max(1, -(-Nk // bk))
-    pad = T * bk - Nk
-    tile_max = np.pad(np.where(vis, s, -np.inf), [(0, 0)] * (s.ndim - 1) + [(0, pad)],
-                      constant_values=-np.inf).reshape(*s.shape[:-1], T, bk).max(-1)
-    run = np.repeat(np.maximum.accumulate(tile_max, axis=-1), bk, axis=-1)[..., :Nk]
     with np.errstate(invalid="ignore", over="ignore"):
-        pk = np.where(vis, np.exp(np.where(vis, s - run, 0.0)), 0.0)  # the kernel's P before the division
         e_run = np.max(np.where(vis, wc, 0.0), axis=-1, keepdims=True)  # error of the computed running max
         rel = np.where(vis, np.exp(wc + e_run) * (1 + M.eps_exp) * (1 + M.u_pv) - 1.0, 0.0)
     dvn = vf.shape[-1]
