@@ -10,7 +10,8 @@ The same residues in O's P.V chain reach dQ through Delta (uniform rows, V's col
 K = 1: the exact dQ is 0, the kernel's is -scale (Delta^ - Delta)). Delta's accumulation kept the grouped model,
 and dQ read the smaller of it and the known accumulator's bound: OUR kernel's emulation (every claim) was 1.86x over
 at N_k 1024, 4.21x at 4096, 2.78x at 16384. Delta's accumulation is now charged its worst case too
-(backward._delta_accumulation): 0.989 / 0.988 / 0.995 (the known accumulator's bound, tight).
+(backward._delta_accumulation; the input: bench/adversaries/delta_residue.py): 0.989 / 0.988 / 0.995 (the known
+accumulator's bound, tight).
 """
 from __future__ import annotations
 
@@ -57,29 +58,18 @@ def test_coherent_residues_in_ascending_order_stay_within_an_any_order_bound(n, 
                                       f"{i} ({err[i] / bound[i]:.3g}x)")
 
 
-def _delta_residues(n: int, cancel: bool):
-    """(q, k, v, do) of the Delta attack (module docstring): fp32 values."""
-    from constant_residue_dq import coherent_terms
-
-    d, nq = 16, 4
-    q, k, v = np.zeros((1, 1, nq, d)), np.ones((1, 1, n, d)), np.zeros((1, 1, n, d))
-    v[0, 0, :, 0] = coherent_terms(n, 5000, cancel)
-    v = v.astype(np.float32).astype(np.float64)
-    do = np.zeros((1, 1, nq, d))
-    do[..., 0] = 1.0
-    return q, k, v, do
-
-
 @pytest.mark.parametrize("n", [1024, 4096])
 @pytest.mark.parametrize("cancel", [False, True])
 @pytest.mark.parametrize("who", ["ours", "any"])
 def test_coherent_residues_through_delta_stay_within_the_dq_bound(n, cancel, who):
+    from delta_residue import build
+
     from bench.bounds_attack import run_source
     from flashcheck.proofs.bounds import backward_bound
     from flashcheck.reference.attention import attention
     from flashcheck.reference.backward import attention_backward
 
-    q, k, v, do = _delta_residues(n, cancel)
+    q, k, v, do = build(n, cancel)
     (_, _, dq, _, _), ours = run_source("emulation", "cpu", "float32", "ieee", q, k, v, do)
     O, L = attention(q, k, v)
     err = np.abs(dq - attention_backward(q, k, v, O, L, do)[0])
