@@ -336,7 +336,7 @@ def test_a_bound_without_the_unknown_rows_charge_is_caught(monkeypatch, which, m
 
     def unknown(*args, **kw):
         v = real[0](*args, **kw) if len(args) == 4 else real[1](*args, **kw)
-        return Visits(None, np.zeros(v.row_block.shape, dtype=np.int64), np.zeros_like(v.known), False, v.block)
+        return Visits(None, np.zeros(v.row_block.shape, dtype=np.int64), np.zeros_like(v.known), v.block)
     real = (backward.dq_visits, backward.rows_visits)
     monkeypatch.setattr(backward, "dq_visits", unknown)
     monkeypatch.setattr(backward, "rows_visits", unknown)

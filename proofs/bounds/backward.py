@@ -1620,10 +1620,8 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = Fa
 
     visits (proofs/bounds/visits.py): each row's visiting order, in place of `ordered` (then visits.known): S, tolS,
     s64 and other are given in their own order and taken into each row's (the kernel walks every outer block's tiles
-    its own way: heads with masked entries, bounds.md sec. 8). Rows of a kernel that states its order
-    (visits.stated) whose order is not known here, where the chain on the data would be evaluated, are charged the
-    order-free worst case sum_s c_s in det (|sum_s e_s| <= sum_s |e_s|), not the grouped model: coherent residues
-    exceed that model whatever the order (constant_residue_rows.py --masking: 3.8x)."""
+    its own way: heads with masked entries, bounds.md sec. 8); rows whose order is not known take the order-free
+    coefficients (u sum |p| at every step) in that worst case."""
     B, H, R = S.shape[:3]
     out = np.zeros((B, H, R, other.shape[-1]))
     partial = np.zeros_like(out)
@@ -1767,7 +1765,7 @@ def _rn_chain_on_data(xm, xw, u: float, enclosure: bool = False):
     grow = 1.0 + 2.0 * n * u
     ev = 1.0 + 2.0**-28
     tiny = 2.0**-126
-    step = max(1, (1 << 15) // n)  # rows per pass: ~2^15 steps, the temporaries in the CPU's cache (1.9x faster than 2^20)
+    step = max(1, (1 << 15) // n)  # rows per pass: ~2^15 steps, temporaries in cache (1.9x faster than 2^20)
     with np.errstate(invalid="ignore", over="ignore"):
         for r0 in range(0, len(xm2), step):
             x, w = xm2[r0:r0 + step], xw2[r0:r0 + step]
@@ -1845,7 +1843,8 @@ def _delta_accumulation(F: _Forward, M: _Model, dof, kf, vf, sc, d: int, has_bia
     normalization (_accumulation_coefficients of A_j v_jc: the tiles' partial sums where the order is known, else
     sum |A v|), weighted by |dO_c| and summed worst case over the steps and columns into det; the variance proxy is
     0. (Until 2026-11-27b: Azuma over groups of equal products, which coherent residues of distinct products exceeded
-    4.2x, bench/adversaries/delta_residue.py.) Rescales (_delta_rescales): one rounding u |acc| per tile that can move the running max
+    4.2x, bench/adversaries/delta_residue.py.) Rescales (_delta_rescales): one rounding u |acc| per tile that can move
+    the running max
     (exp2(0) = 1 exactly otherwise), charged worst case (equal alphas round alike); with the tile order known
     (unmasked rows) |acc_c| <= the share of (A|V|)_c visited before that tile and only the tiles after which
     the max can still move count (forward._tile_changes), else u (A|V|)_c times the order-free count.

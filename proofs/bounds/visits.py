@@ -30,18 +30,15 @@ class Visits:
       at the front with -1, which reads a zero, as backward._visiting), tiles with nothing visible last; None: every
       row takes the axis as it is.
     row_block: (R,) which of the M orders each row follows.
-    known: (B|1, H|1, R) bool, the rows whose order is stated (the others: order-free bounds).
-    stated: the kernel states an order at all (Precision.tile_order not "any"): its rows of unknown order are charged
-      the order-free worst case where the chain on the data would be evaluated, not the grouped random model."""
+    known: (B|1, H|1, R) bool, the rows whose order is stated (the others: order-free bounds, worst case)."""
     blocks: np.ndarray | None
     row_block: np.ndarray
     known: np.ndarray
-    stated: bool
     block: int
 
     def rows(self, r) -> "Visits":
         """These visits restricted to the outer rows r (a slice or index array)."""
-        return Visits(self.blocks, self.row_block[r], self.known[..., r], self.stated, self.block)
+        return Visits(self.blocks, self.row_block[r], self.known[..., r], self.block)
 
     def _index(self):
         """(B|1, H|1, R, L) per-row indices, -1 for a zero; None: the axis as it is."""
@@ -128,7 +125,7 @@ def shared_visits(n: int, block: int, tile_order: str, known, repeats: int = 1) 
     (B|1, H|1, R) where the caller vouches for it."""
     known = np.asarray(known, dtype=bool)
     idx = None if tile_order == "any" else _stated_rows(n, block, tile_order, repeats)
-    return Visits(idx, np.zeros(known.shape[-1], dtype=np.int64), known, tile_order != "any", block)
+    return Visits(idx, np.zeros(known.shape[-1], dtype=np.int64), known, block)
 
 
 def dq_visits(band_cls, vis, precision, recursive: bool) -> Visits:
@@ -155,10 +152,9 @@ def _visits(cls, vis, precision, recursive: bool, block: int, block_out, group: 
     vis (B|1, H|1, G|1, n_out, n_in), the classification mask (module docstring) and the visibility."""
     n_out, n_in = vis.shape[-2:]
     tile_order = precision.tile_order
-    stated = tile_order != "any"
     rows = vis.shape[:2] + (n_out,)
-    if not recursive or not stated:  # blocked accumulations, or no order stated: order-free (as before)
-        return Visits(None, np.zeros(n_out, dtype=np.int64), np.zeros(rows, dtype=bool), stated, block)
+    if not recursive or tile_order == "any":  # blocked accumulations, or no order stated: order-free (as before)
+        return Visits(None, np.zeros(n_out, dtype=np.int64), np.zeros(rows, dtype=bool), block)
     if tile_order == "partial_first" and block_out is not None:
         orders = kernel_orders(cls, block_out, block, precision.tile_lists == "lists")  # (B|1, H|1, G|1, M, L)
         # head g's rows at g n_in: one accumulator through the group's heads in turn
@@ -166,11 +162,11 @@ def _visits(cls, vis, precision, recursive: bool, block: int, block_out, group: 
         orders = np.where(orders < 0, -1, orders + offs)
         orders = np.broadcast_to(orders, orders.shape[:2] + (group,) + orders.shape[3:])
         orders = np.moveaxis(orders, 2, -2).reshape(orders.shape[:2] + (orders.shape[3], -1))
-        return Visits(orders, np.arange(n_out) // block_out, np.ones(rows, dtype=bool), stated, block)
+        return Visits(orders, np.arange(n_out) // block_out, np.ones(rows, dtype=bool), block)
     # one order for every row (backward._visiting), stated for the heads that see every entry (the unmasked order),
     # and with "partial_first" under "band" for those the band cuts nowhere (each block's partial tile: the ragged one)
     head = vis.all(axis=(-3, -2, -1))[..., None]
     if tile_order == "partial_first":
         head = head | cls.all(axis=(-3, -2, -1))[..., None]
     return Visits(_stated_rows(n_in, block, tile_order, group), np.zeros(n_out, dtype=np.int64),
-                  np.broadcast_to(head, rows), stated, block)
+                  np.broadcast_to(head, rows), block)
