@@ -408,6 +408,10 @@ def main(argv=None):
             import multiprocessing as mp
             from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+            # one BLAS/OpenMP thread per worker unless the caller says otherwise (spawned workers read the environment
+            # at import): 14 workers x 16 threads each ran the tensor-core precisions' cases 10x slower (H100 host,
+            # 2026-11-27c)
+            os.environ.setdefault("OMP_NUM_THREADS", "1")
             with ProcessPoolExecutor(a.workers, mp_context=mp.get_context("spawn")) as pool:
                 pending = set()
                 for nk, pr, fam, seed in jobs:
