@@ -155,15 +155,36 @@ def kernel_options(args, device: str) -> list[str]:
     return out
 
 
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def threads_per_worker(args, device: str) -> int | None:
+    """OMP_NUM_THREADS for the suite's processes (None: leave the thread pools as they are): one thread each on
+    the CPU; with pytest-xdist workers, the cores shared out among them. The references and bounds run on the
+    host in numpy and torch, whose thread pools each take every core by default: 8 workers would run 8 x 16
+    threads on the H100 host's 16 cores (bench/NOTES.md "Session 2026-11-27c": 14 bench/bounds_attack.py
+    workers of 16 threads each ran the tensor-core precisions' bounds ~10x slower)."""
+    if device == "cpu":
+        # Small CPU ops: one thread each. On a loaded 2-core machine, torch's thread pool made the
+        # suite ~10x slower (measured: 59 s vs 5.7 s for a plain torch kernel).
+        return 1
+    n = workers(args, device)
+    if n is None:
+        return None
+    return 1 if n == "auto" else max(1, cores() // max(1, int(n)))
+
+
 def environment(args, device: str) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_PARENT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["FLASHCHECK_PROFILE"] = args.profile
     if device == "cpu":
         env.setdefault("TRITON_INTERPRET", "1")
-        # Small CPU ops: one thread each. On a loaded 2-core machine, torch's thread pool made the
-        # suite ~10x slower (measured: 59 s vs 5.7 s for a plain torch kernel).
-        env.setdefault("OMP_NUM_THREADS", "1")
+    threads = threads_per_worker(args, device)
+    if threads is not None:
+        env.setdefault("OMP_NUM_THREADS", str(threads))
     return env
 
 
@@ -211,8 +232,10 @@ def warm_up(args, device: str, tmp: str):
     # the dry run in one process: judging nothing, its properties take ~3 s in all (bf16 ci on the
     # CPU), less than starting pytest-xdist workers; the cores compile meanwhile
     dry_run = suite_command(args, device, "--flashcheck-dry-run", path, "-q", parallel=False)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return record_and_compile(args.target, device, options, dry_run, path, cores, environment(args, device))
+    env = environment(args, device)
+    if "OMP_NUM_THREADS" not in os.environ:  # one process per core: one thread each (flashcheck.warmup.WarmingUp)
+        env["OMP_NUM_THREADS"] = "1"
+    return record_and_compile(args.target, device, options, dry_run, path, cores(), env)
 
 
 def run_pytest(args, device: str, report: str) -> tuple[int, list[str]]:

@@ -209,3 +209,25 @@ def test_a_kernel_of_the_other_causal_alignment_is_told_so():
     fixed = flashcheck("validate", target("top_left_means_bottom_right"), "--supports", "causal,scale",
                        "--causal-alignment", "bottom-right", "-k", "o_within_bound")
     assert fixed.returncode == 0, fixed.stdout[-3000:]
+
+
+@pytest.mark.parametrize("device, n, cores, threads", [
+    ("cpu", None, 2, 1), ("cpu", "4", 16, 1),          # the interpreter: one thread each, always
+    ("cuda", "8", 16, 2), ("cuda", "16", 16, 1), ("cuda", "32", 16, 1), ("cuda", "auto", 16, 1),
+    ("cuda", None, 16, None),                           # one process: its pools keep every core
+])
+def test_suite_processes_share_the_cores(device, n, cores, threads, monkeypatch):
+    """OMP_NUM_THREADS of the suite's processes: xdist workers share the cores out (numpy's and torch's pools
+    each take every core by default); a value the user set is kept."""
+    import argparse
+
+    from flashcheck import validate
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(validate, "cores", lambda: cores)
+    args = argparse.Namespace(workers=n, profile="ci")
+    assert validate.threads_per_worker(args, device) == threads
+    env = validate.environment(args, device)
+    assert env.get("OMP_NUM_THREADS") == (None if threads is None else str(threads))
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert validate.environment(args, device)["OMP_NUM_THREADS"] == "3"
