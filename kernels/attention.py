@@ -397,9 +397,16 @@ def attention(q, k, v, *, scale=None, causal=False, window=None, mask=None, retu
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     sparse_list = [] if sparse is None else sparse.tensors()
     bm = (sparse.block_q, sparse.block_k) if sparse is not None else (0, 0)
-    o, lse, _ = torch.ops.flashcheck.attention_fwd(
-        q, k, v, dense, sparse_list, float(scale), band, off_lo, off_hi, bm[0], bm[1], dot,
-        p_split, save_res, tiles.flat() if tiles is not None else [])
+    args = (q, k, v, dense, sparse_list, float(scale), band, off_lo, off_hi, bm[0], bm[1], dot, p_split, save_res,
+            tiles.flat() if tiles is not None else [])
+    if torch.compiler.is_compiling():  # traced as the custom op (no graph break)
+        o, lse, _ = torch.ops.flashcheck.attention_fwd(*args)
+    elif save_res or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        # eager: the same launches through a plain autograd.Function, without the custom op's dispatch
+        # (its argument flattening took more host time per call than a short kernel runs: _EagerAttention)
+        o, lse, _ = _EagerAttention.apply(*args[:4], *args[5:], *sparse_list)
+    else:
+        o, lse, _ = _fwd_impl(*args)
     return (o, lse) if return_lse else o
 
 
@@ -769,6 +776,37 @@ def _backward(ctx, do, dlse, _do_res):
 
 
 _attention_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """The custom op's forward and backward (`_fwd_impl`, `_bwd_impl`: the same launches, bit for bit) as a plain
+    autograd.Function, for eager calls: torch.library's dispatch (flattening and default-filling the arguments)
+    costs tens of microseconds of host time per call, as much as a short kernel runs (bench/NOTES.md
+    "Session 2026-11-27c"). torch.compile keeps tracing the custom ops. Arguments: the custom op's, with `sparse`
+    moved to the end as separate tensors."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, dense, scale, band, off_lo, off_hi, block_q, block_k, dot, p_split, save_res, tiles,
+                *sparse):
+        o, lse, o_res = _fwd_impl(q, k, v, dense, list(sparse), scale, band, off_lo, off_hi, block_q, block_k, dot,
+                                  p_split, save_res, tiles)
+        ctx.save_for_backward(q, k, v, o, lse, *([o_res] if save_res else []),
+                              *([dense] if dense is not None else []), *sparse)
+        ctx.has_res, ctx.has_dense, ctx.n_sparse = save_res, dense is not None, len(sparse)
+        ctx.args = (scale, band, off_lo, off_hi, block_q, block_k, dot, tiles)
+        ctx.set_materialize_grads(False)  # an unused LSE's gradient stays None, as the custom op's
+        ctx.mark_non_differentiable(o_res)
+        return o, lse, o_res
+
+    @staticmethod
+    def backward(ctx, do, dlse, _do_res):
+        q, k, v, o, lse, *rest = ctx.saved_tensors
+        if do is None:
+            do = torch.zeros_like(o)
+        o_res = rest.pop(0) if ctx.has_res else None
+        dense = rest.pop(0) if ctx.has_dense else None
+        dq, dk, dv = _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, rest, *ctx.args)
+        return (dq, dk, dv) + (None,) * (11 + ctx.n_sparse)
 
 
 # `flashcheck.kernels.attention` names both this module and, once the package is imported, the function;

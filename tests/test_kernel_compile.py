@@ -49,3 +49,36 @@ def test_compiled_matches_eager_without_graph_breaks(backend):
     assert torch.equal(o_c, o_e)
     for a, b in zip(grads_c, grads_e):
         assert torch.equal(a, b)
+
+
+@needs_kernel
+@pytest.mark.parametrize("masking", ["none", "band_and_mask", "block_sparse"])
+def test_eager_calls_are_the_custom_op_bit_for_bit(masking):
+    """Eager calls go through a plain autograd.Function (_EagerAttention: the custom op's dispatch cost more host
+    time than a short kernel runs); torch.compile traces the custom op. Both launch the same kernels: O, LSE and
+    the gradients through O and LSE are the same bits."""
+    from flashcheck.kernels import attention, build_block_mask
+
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, n, 16, generator=g).to(DEVICE).requires_grad_() for n in (21, 30, 30))
+    do, w = torch.randn(1, 2, 21, 16, generator=g).to(DEVICE), torch.randn(1, 2, 21, generator=g).to(DEVICE)
+    kw = {"none": {},
+          "band_and_mask": dict(causal="bottom_right", window=(5, None),
+                                mask=(torch.rand(1, 1, 21, 30, generator=g) > 0.3).to(DEVICE)),
+          "block_sparse": dict(mask=build_block_mask(21, 30, block_q=16, block_k=16, causal="bottom_right",
+                                                     device=DEVICE))}[masking]
+    outs = []
+    for compiling in (False, True):
+        # the custom op's path, as attention() takes it under torch.compile
+        orig = torch.compiler.is_compiling
+        torch.compiler.is_compiling = (lambda: True) if compiling else orig
+        try:
+            o, lse = attention(q, k, v, return_lse=True, **kw)
+        finally:
+            torch.compiler.is_compiling = orig
+        name = type(o.grad_fn).__name__
+        assert ("Eager" in name) != compiling, name
+        loss = (o * do).sum() + (torch.where(torch.isinf(lse), 0.0, lse) * w).sum()
+        outs.append((o, lse, *torch.autograd.grad(loss, (q, k, v))))
+    for name, a, b in zip(("O", "LSE", "dQ", "dK", "dV"), *outs):
+        assert torch.equal(a, b), f"{name}: eager and custom op differ by {(a - b).abs().max()}"
