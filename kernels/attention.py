@@ -748,26 +748,37 @@ def _(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_lo, off_
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
-def _setup_context(ctx, inputs, output):
-    (q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot, p_split, save_res,
-     tiles) = inputs
-    o, lse, o_res = output
+def _save(ctx, q, k, v, o, lse, o_res, dense, sparse, save_res: bool, args: tuple) -> None:
+    """What the backward reads, on `ctx` (the custom op's and _EagerAttention's alike); args: the backward's
+    (scale, band, off_lo, off_hi, block_q, block_k, dot, tiles)."""
     ctx.save_for_backward(q, k, v, o, lse, *([o_res] if save_res else []),
                           *([dense] if dense is not None else []), *sparse)
     ctx.has_res = save_res
     ctx.has_dense = dense is not None
     ctx.n_sparse = len(sparse)
-    ctx.args = (scale, band, off_lo, off_hi, block_q, block_k, dot, tiles)
+    ctx.args = args
+
+
+def _saved(ctx, do) -> tuple:
+    """_bwd_impl's arguments before `dlse` (q, k, v, o, o_res, lse, do) and after it (dense, sparse), from what
+    `_save` kept; an unused O's gradient `do` (None) is zero."""
+    q, k, v, o, lse, *rest = ctx.saved_tensors
+    o_res = rest.pop(0) if ctx.has_res else None
+    dense = rest.pop(0) if ctx.has_dense else None
+    return (q, k, v, o, o_res, lse, torch.zeros_like(o) if do is None else do), (dense, rest)
+
+
+def _setup_context(ctx, inputs, output):
+    (q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, block_k, dot, p_split, save_res,
+     tiles) = inputs
+    o, lse, o_res = output
+    _save(ctx, q, k, v, o, lse, o_res, dense, sparse, save_res,
+          (scale, band, off_lo, off_hi, block_q, block_k, dot, tiles))
 
 
 def _backward(ctx, do, dlse, _do_res):
-    q, k, v, o, lse, *rest = ctx.saved_tensors
-    if do is None:
-        do = torch.zeros_like(o)
-    o_res = rest.pop(0) if ctx.has_res else None
-    dense = rest.pop(0) if ctx.has_dense else None
-    dq, dk, dv = torch.ops.flashcheck.attention_bwd(q, k, v, o, o_res, lse, do, dlse, dense, rest,
-                                                    *ctx.args)
+    head, tail = _saved(ctx, do)
+    dq, dk, dv = torch.ops.flashcheck.attention_bwd(*head, dlse, *tail, *ctx.args)
     # One entry per op input, in the structure torch's custom-op autograd flattens the inputs to: the `sparse`
     # list of tensors as a list of Nones; the `tiles` list of ints as one None (a list of non-tensors is one
     # leaf), but as [] when empty (an empty list counts as a list of tensors).
@@ -790,22 +801,16 @@ class _EagerAttention(torch.autograd.Function):
                 *sparse):
         o, lse, o_res = _fwd_impl(q, k, v, dense, list(sparse), scale, band, off_lo, off_hi, block_q, block_k, dot,
                                   p_split, save_res, tiles)
-        ctx.save_for_backward(q, k, v, o, lse, *([o_res] if save_res else []),
-                              *([dense] if dense is not None else []), *sparse)
-        ctx.has_res, ctx.has_dense, ctx.n_sparse = save_res, dense is not None, len(sparse)
-        ctx.args = (scale, band, off_lo, off_hi, block_q, block_k, dot, tiles)
+        _save(ctx, q, k, v, o, lse, o_res, dense, sparse, save_res,
+              (scale, band, off_lo, off_hi, block_q, block_k, dot, tiles))
         ctx.set_materialize_grads(False)  # an unused LSE's gradient stays None, as the custom op's
         ctx.mark_non_differentiable(o_res)
         return o, lse, o_res
 
     @staticmethod
     def backward(ctx, do, dlse, _do_res):
-        q, k, v, o, lse, *rest = ctx.saved_tensors
-        if do is None:
-            do = torch.zeros_like(o)
-        o_res = rest.pop(0) if ctx.has_res else None
-        dense = rest.pop(0) if ctx.has_dense else None
-        dq, dk, dv = _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, rest, *ctx.args)
+        head, tail = _saved(ctx, do)
+        dq, dk, dv = _bwd_impl(*head, dlse, *tail, *ctx.args)
         return (dq, dk, dv) + (None,) * (11 + ctx.n_sparse)
 
 
