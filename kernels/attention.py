@@ -3,6 +3,7 @@
 Input checks, tile configuration, the launches of the forward (`triton_fwd`) and backward
 (`triton_bwd`) kernels, their registration as torch custom ops (`flashcheck::attention_fwd`,
 `flashcheck::attention_bwd`, so `torch.compile` traces through without graph breaks) with autograd,
+eager calls through a plain autograd.Function around the same launches (`_EagerAttention`: less host time),
 and `arithmetic(...)`: what the kernel computes with (read by the bounds through flashcheck).
 
 Precision modes (proofs/accurate_modes.md):
