@@ -12,6 +12,11 @@ and dQ read the smaller of it and the known accumulator's bound: OUR kernel's em
 at N_k 1024, 4.21x at 4096, 2.78x at 16384. Delta's accumulation is now charged its worst case too
 (backward._delta_accumulation; the input: bench/adversaries/delta_residue.py): 0.989 / 0.988 / 0.995 (the known
 accumulator's bound, tight).
+
+The residues in l's sum, read through the LSE (bench/adversaries/l_residue_lse.py, 2026-11-27c): tile 0's rowsum
+and every merge l + rowsum round down by ~2^-24 with distinct rowsums. A third-party precision's LSE bound is its
+worst case here (0.64 at N_k 4096, 0.54 at 16384, 0.49 at 65536); one that claims l in fp64 while the kernel merges
+in fp32 is exceeded 1.8x.
 """
 from __future__ import annotations
 
@@ -80,3 +85,29 @@ def test_coherent_residues_through_delta_stay_within_the_dq_bound(n, cancel, who
         i = np.unravel_index(np.argmax(err / bound), err.shape)
         assert (err <= bound).all(), (f"dQ N_k {n} {who} {kind}: error {err[i]:.3g} over the bound {bound[i]:.3g} at "
                                       f"{i} ({err[i] / bound[i]:.3g}x)")
+
+
+@pytest.mark.parametrize("l_accumulate, holds", [("float32", True), ("float64", False)])
+def test_coherent_residues_in_l_stay_within_the_lse_bound(l_accumulate, holds):
+    """A fused fp32 kernel inside a third-party precision's contract (64-key tiles, each rowsum and the merges left to
+    right) on l_residue_lse's logits: its LSE is within the bound; stating l in fp64 (what our kernel does) for the
+    same fp32 merges is caught."""
+    from dataclasses import replace
+
+    from l_residue_lse import TILE, kernel_lse, logits
+
+    from flashcheck.proofs.bounds import forward_bound
+
+    n, d = 4096, 16
+    precision = replace(_third_party_fp32(), l_accumulate=l_accumulate)
+    assert precision.block_k == TILE
+    s = logits(n)
+    q = np.zeros((1, 1, 1, d))
+    q[..., 0] = 1.0
+    k = np.zeros((1, 1, n, d))
+    k[0, 0, :, 0] = s
+    exact = float(np.log(np.sum(np.exp(s - s.max()))) + s.max())
+    err = abs(kernel_lse(s) - exact)
+    bound = float(np.asarray(forward_bound(q, k, np.zeros((1, 1, n, d)), scale=1.0, precision=precision).lse)[0, 0, 0])
+    assert (err <= bound) == holds, (f"l_accumulate={l_accumulate}: |LSE^ - LSE| = {err:.3g} against the "
+                                     f"probabilistic bound {bound:.3g} ({err / bound:.3g}x)")
