@@ -676,43 +676,6 @@ def _warm_compiles(cells, workers: int = 12) -> None:
           flush=True)
 
 
-def issue_table(out=None, rounds=3, rep=40):
-    """Issue 10's 12 cells (d 64/128 x full/causal x N 1k/4k/16k, bf16, B·N = 16k, H·d = 2048): ours, cuDNN and
-    SDPA flash (FA2), forward and backward timed interleaved (median of rounds); prints TFLOP/s and ours / peer."""
-    import json
-    from pathlib import Path
-    rows = []
-    for d, causal, N in itertools.product((64, 128), (False, True), (1024, 4096, 16384)):
-        H, B = 2048 // d, max(1, 16384 // N)
-        q, k, v = _inputs(B, H, N, d)
-        do = torch.randn_like(q)
-        fl = _flops(B, H, N, d, causal)
-        fns = {}
-        for name, fn in (("ours", _ours(causal)), ("cudnn", _cudnn(causal)), ("fa2", _sdpa(causal))):
-            o = fn(q, k, v)
-            fns[name, "fwd"] = functools.partial(_no_grad_call, fn, q, k, v)
-            fns[name, "bwd"] = functools.partial(torch.autograd.grad, o, (q, k, v), do, retain_graph=True)
-        times = _interleaved(fns, rounds, rep, False)
-        med = {key: statistics.median(ts) for key, ts in times.items()}
-        row = dict(d=d, N=N, causal=causal, B=B, H=H,
-                   **{f"{n}_{p}_tflops": (fl * (2.5 if p == "bwd" else 1.0)) / med[n, p] * 1e-9 for n, p in med})
-        rows.append(row)
-        print(f"d={d:3} N={N:5} causal={causal!s:5} | TFLOP/s fwd ours {row['ours_fwd_tflops']:6.1f} cuDNN "
-              f"{row['cudnn_fwd_tflops']:6.1f} FA2 {row['fa2_fwd_tflops']:6.1f} | bwd ours {row['ours_bwd_tflops']:6.1f} "
-              f"cuDNN {row['cudnn_bwd_tflops']:6.1f} FA2 {row['fa2_bwd_tflops']:6.1f} | ours/cuDNN "
-              f"{med['cudnn', 'fwd'] / med['ours', 'fwd']:.2f} / {med['cudnn', 'bwd'] / med['ours', 'bwd']:.2f}  "
-              f"ours/FA2 {med['fa2', 'fwd'] / med['ours', 'fwd']:.2f} / {med['fa2', 'bwd'] / med['ours', 'bwd']:.2f}",
-              flush=True)
-        del q, k, v, do, fns
-        torch.cuda.empty_cache()
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / "issue_table.json").write_text(json.dumps(dict(
-            device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__, rounds=rounds,
-            rep_ms=rep, rows=rows), indent=1))
-    return rows
-
-
 def _no_grad_call(fn, *args, **kwargs):
     with torch.no_grad():
         return fn(*args, **kwargs)
@@ -746,8 +709,6 @@ if __name__ == "__main__":
     ap.add_argument("--tiles-ab", action="store_true",
                     help="heavy_first order, backward tiles and small-N forward tiles against the table, interleaved")
     ap.add_argument("--parts", default="order,bwd,fwd", help="with --tiles-ab: which parts, in this order")
-    ap.add_argument("--issue-table", action="store_true",
-                    help="issue 10's 12 cells: ours, cuDNN, FA2, forward and backward, interleaved")
     ap.add_argument("--dry-run", action="store_true",
                     help="with --pipeline-ab / --tiles-ab: the same path on the CPU (TRITON_INTERPRET=1), tiny shapes")
     ap.add_argument("--precision", default="default")
@@ -769,9 +730,6 @@ if __name__ == "__main__":
         tiles_ab(a.out, dry_run=a.dry_run, parts=tuple(a.parts.split(",")))
         sys.exit(0)
     print(torch.__version__, triton.__version__, torch.cuda.get_device_name())
-    if a.issue_table:
-        issue_table(a.out)
-        sys.exit(0)
     if a.profile_once:
         profile_once(d=a.d, N=a.N, causal=a.causal, precision=a.precision, backward=a.backward)
         sys.exit(0)

@@ -1,6 +1,8 @@
 """Attention speed side by side: ours, torch SDPA (flash, cuDNN, efficient) and FlexAttention.
 
-    PYTHONPATH=. python3 bench/run.py [--out DIR] [--backends ours,torch-sdpa-flash,...]
+    PYTHONPATH=. python3 bench/run.py [--out DIR] [--backends ours,torch-sdpa-flash,...] [--rounds 3]
+    PYTHONPATH=. python3 bench/run.py --grid table --dtype bfloat16 --backends ours,torch-sdpa-cudnn,torch-sdpa-flash \
+        --no-memory --rounds 3      # issue 10's 12 cells, every backend once a round
     PYTHONPATH=. python3 bench/run.py --dry-run      # CPU, tiny shapes, torch-sdpa-math: code path only
     TRITON_INTERPRET=1 PYTHONPATH=. python3 bench/run.py --dry-run --backends ours --dtype float16
 
@@ -161,8 +163,9 @@ def _timer(device: str):
     return cpu
 
 
-def bench_one(name: str, cfg: Config, device: str, dtype, timer) -> dict:
-    """{"fwd_ms", "bwd_ms", "fwd_tflops", "bwd_tflops"} or {"skipped": reason}."""
+def prepare(name: str, cfg: Config, device: str, dtype):
+    """(fwd, bwd): the backend's timed calls on this cell's inputs (rotated over `_copies` sets), or the reason it
+    cannot run them (a str: the first call raised)."""
     import torch
 
     try:
@@ -174,31 +177,66 @@ def bench_one(name: str, cfg: Config, device: str, dtype, timer) -> dict:
                                    generator=g).requires_grad_() for h in (cfg.H, cfg.Hkv, cfg.Hkv))
             o = fn(q, k, v)  # also the availability check: a backend that cannot run raises here
             sets.append((q, k, v, o, torch.randn_like(o)))
-        turn = [0]
-
-        def next_set():
-            turn[0] = (turn[0] + 1) % len(sets)
-            return sets[turn[0]]
-
-        def fwd():
-            q, k, v, _, _ = next_set()
-            with torch.no_grad():
-                fn(q, k, v)
-
-        def bwd():
-            q, k, v, o, do = next_set()
-            torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
-
-        fwd_ms, bwd_ms = timer(fwd), timer(bwd)
     except Exception as exc:
-        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        return {"skipped": reason[:300]}
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300]
+    turn = [0]
+
+    def next_set():
+        turn[0] = (turn[0] + 1) % len(sets)
+        return sets[turn[0]]
+
+    def fwd():
+        q, k, v, _, _ = next_set()
+        with torch.no_grad():
+            fn(q, k, v)
+
+    def bwd():
+        q, k, v, o, do = next_set()
+        torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+
+    return fwd, bwd
+
+
+def bench_cell(names: list[str], cfg: Config, device: str, dtype, timer, rounds: int = 1) -> dict:
+    """{backend: {"fwd_ms", "bwd_ms", "fwd_tflops", "bwd_tflops", "rounds"} or {"skipped": reason}}: every backend
+    on the same cell, timed in `rounds` interleaved rounds (backend after backend, round after round: a drift of
+    the GPU's clocks or of a peer between runs lands on all of them alike); ms are the medians over the rounds."""
+    import torch
+
+    calls, out = {}, {}
+    for name in names:
+        print(f"bench: {cfg.label()} {_name(dtype)} {name} ...", file=sys.stderr, flush=True)
+        got = prepare(name, cfg, device, dtype)
+        if isinstance(got, str):
+            out[name] = {"skipped": got}
+        else:
+            calls[name] = got
+    times = {name: ([], []) for name in calls}
+    try:
+        for _ in range(rounds):
+            for name, (fwd, bwd) in calls.items():
+                if name in out:
+                    continue
+                try:
+                    times[name][0].append(timer(fwd))
+                    times[name][1].append(timer(bwd))
+                except Exception as exc:
+                    out[name] = {"skipped": f"{type(exc).__name__}: {str(exc).strip()[:280]}"}
     finally:
+        calls.clear()
         if device == "cuda":
             torch.cuda.empty_cache()
-    return {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms,
-            "fwd_tflops": cfg.flops("fwd") / fwd_ms * 1e-9,
-            "bwd_tflops": cfg.flops("bwd") / bwd_ms * 1e-9}
+    for name, (f, b) in times.items():
+        if name in out:
+            continue
+        fwd_ms, bwd_ms = statistics.median(f), statistics.median(b)
+        out[name] = {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "fwd_tflops": cfg.flops("fwd") / fwd_ms * 1e-9,
+                     "bwd_tflops": cfg.flops("bwd") / bwd_ms * 1e-9, "rounds": {"fwd_ms": f, "bwd_ms": b}}
+    return {name: out[name] for name in names}
+
+
+def _name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
 
 
 def peak_extra_memory(name: str, N: int, dtype, device: str, d=128, H=16) -> dict:
@@ -314,8 +352,8 @@ def _header(argv, device):
             "torch": torch.__version__, "triton": triton_version, "dtype": "bfloat16",
             "tokens (B·N)": TOKENS, "hidden (H·d)": HIDDEN,
             "flops": "fwd 4·B·H·N²·d, bwd 2.5× fwd, halved when causal",
-            "timing": "triton.testing.do_bench median" if device == "cuda"
-            else "perf_counter median (dry run)"}
+            "timing": "triton.testing.do_bench median (per round; the median over the interleaved rounds)"
+            if device == "cuda" else "perf_counter median (dry run)"}
 
 
 def main(argv=None) -> int:
@@ -332,7 +370,12 @@ def main(argv=None) -> int:
     p.add_argument("--grid", choices=("figures", "table"), default="figures",
                    help="figures: the figures-to-beat cells and GQA (default); table: issue 10's 12 cells "
                         "(d 64/128, full/causal, N 1k/4k/16k)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="interleaved rounds per cell (every backend once a round; the medians are reported): "
+                        "cuDNN's speed drifts between runs (bench/NOTES.md), compare within rounds")
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
     dtypes = [x.strip() for x in args.dtype.split(",") if x.strip()]
     for name in dtypes:
         if name not in ("bfloat16", "float16", "float32"):
@@ -353,9 +396,8 @@ def main(argv=None) -> int:
     rows = []
     for dtype in dtypes:
         for cfg in grid:
-            for name in backends:
-                print(f"bench: {cfg.label()} {dtype} {name} ...", file=sys.stderr, flush=True)
-                result = bench_one(name, cfg, device, getattr(torch, dtype), timer)
+            results = bench_cell(backends, cfg, device, getattr(torch, dtype), timer, args.rounds)
+            for name, result in results.items():
                 rows.append({"label": cfg.label(), "dtype": dtype, "backend": name,
                              "config": {**asdict(cfg), "B": cfg.B, "H": cfg.H, "Hkv": cfg.Hkv}, **result})
     mem = []

@@ -133,6 +133,18 @@ def test_bench_dry_run_exercises_the_code_path_on_the_cpu(tmp_path, capsys):
     assert "| torch-sdpa-math |" in capsys.readouterr().out
 
 
+def test_bench_rounds_interleave_every_backend(tmp_path):
+    """--rounds R: every backend is timed once a round on each cell, and the reported ms are the medians."""
+    import statistics
+
+    bench = _bench_module()
+    assert bench.main(["--dry-run", "--rounds", "3", "--dtype", "float16", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    for r in rows:
+        assert len(r["rounds"]["fwd_ms"]) == len(r["rounds"]["bwd_ms"]) == 3, r
+        assert r["fwd_ms"] == statistics.median(r["rounds"]["fwd_ms"]), r
+
+
 def test_bench_refuses_to_run_without_cuda(tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU is present: the real benchmark would run")
