@@ -13,4 +13,4 @@ A="python3 bench/bounds_attack.py --source kernel --device cuda --workers 14"
 P="--precisions float32:tf32 float16:fp16 bfloat16:bf16"
 TAIL=17 run 200 tc_short $A $P --nk 512 4096 --nq 64 --seeds 0 1 --out "$OUT/tc_short.jsonl"
 TAIL=17 run 330 tc_long $A $P --nk 16384 65536 --nq 16 --seeds 0 --out "$OUT/tc_long.jsonl"
-[ -n "${IEEE_S1:-}" ] && TAIL=7 run 150 ieee_s1 $A --precisions float32:ieee --nk 512 4096 --nq 64 --seeds 1 --out "$OUT/ieee_s1.jsonl"
+if [ -n "${IEEE_S1:-}" ]; then TAIL=7 run 150 ieee_s1 $A --precisions float32:ieee --nk 512 4096 --nq 64 --seeds 1 --out "$OUT/ieee_s1.jsonl"; fi

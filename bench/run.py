@@ -178,7 +178,7 @@ def prepare(name: str, cfg: Config, device: str, dtype):
             o = fn(q, k, v)  # also the availability check: a backend that cannot run raises here
             sets.append((q, k, v, o, torch.randn_like(o)))
     except Exception as exc:
-        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300]
+        return _reason(exc)
     turn = [0]
 
     def next_set():
@@ -197,7 +197,7 @@ def prepare(name: str, cfg: Config, device: str, dtype):
     return fwd, bwd
 
 
-def bench_cell(names: list[str], cfg: Config, device: str, dtype, timer, rounds: int = 1) -> dict:
+def bench_cell(names: list[str], cfg: Config, device: str, dtype: str, timer, rounds: int = 1) -> dict:
     """{backend: {"fwd_ms", "bwd_ms", "fwd_tflops", "bwd_tflops", "rounds"} or {"skipped": reason}}: every backend
     on the same cell, timed in `rounds` interleaved rounds (backend after backend, round after round: a drift of
     the GPU's clocks or of a peer between runs lands on all of them alike); ms are the medians over the rounds."""
@@ -205,8 +205,8 @@ def bench_cell(names: list[str], cfg: Config, device: str, dtype, timer, rounds:
 
     calls, out = {}, {}
     for name in names:
-        print(f"bench: {cfg.label()} {_name(dtype)} {name} ...", file=sys.stderr, flush=True)
-        got = prepare(name, cfg, device, dtype)
+        print(f"bench: {cfg.label()} {dtype} {name} ...", file=sys.stderr, flush=True)
+        got = prepare(name, cfg, device, getattr(torch, dtype))
         if isinstance(got, str):
             out[name] = {"skipped": got}
         else:
@@ -221,7 +221,7 @@ def bench_cell(names: list[str], cfg: Config, device: str, dtype, timer, rounds:
                     times[name][0].append(timer(fwd))
                     times[name][1].append(timer(bwd))
                 except Exception as exc:
-                    out[name] = {"skipped": f"{type(exc).__name__}: {str(exc).strip()[:280]}"}
+                    out[name] = {"skipped": _reason(exc)}
     finally:
         calls.clear()
         if device == "cuda":
@@ -235,8 +235,10 @@ def bench_cell(names: list[str], cfg: Config, device: str, dtype, timer, rounds:
     return {name: out[name] for name in names}
 
 
-def _name(dtype) -> str:
-    return str(dtype).replace("torch.", "")
+def _reason(exc: BaseException) -> str:
+    """Why a backend was skipped: the exception's type and first line."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]
 
 
 def peak_extra_memory(name: str, N: int, dtype, device: str, d=128, H=16) -> dict:
@@ -257,7 +259,7 @@ def peak_extra_memory(name: str, N: int, dtype, device: str, d=128, H=16) -> dic
         extra = torch.cuda.max_memory_allocated() - base
         del o, grads
     except Exception as exc:
-        return {"skipped": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300]}
+        return {"skipped": _reason(exc)}
     finally:
         torch.cuda.empty_cache()
     return {"extra_mib": extra / 2**20}
@@ -396,7 +398,7 @@ def main(argv=None) -> int:
     rows = []
     for dtype in dtypes:
         for cfg in grid:
-            results = bench_cell(backends, cfg, device, getattr(torch, dtype), timer, args.rounds)
+            results = bench_cell(backends, cfg, device, dtype, timer, args.rounds)
             for name, result in results.items():
                 rows.append({"label": cfg.label(), "dtype": dtype, "backend": name,
                              "config": {**asdict(cfg), "B": cfg.B, "H": cfg.H, "Hkv": cfg.Hkv}, **result})

@@ -167,9 +167,7 @@ def threads_per_worker(args, device: str) -> int | None:
     threads on the H100 host's 16 cores (bench/NOTES.md "Session 2026-11-27c": 14 bench/bounds_attack.py
     workers of 16 threads each ran the tensor-core precisions' bounds ~10x slower)."""
     if device == "cpu":
-        # Small CPU ops: one thread each. On a loaded 2-core machine, torch's thread pool made the
-        # suite ~10x slower (measured: 59 s vs 5.7 s for a plain torch kernel).
-        return 1
+        return 1  # as environment() sets it for every process
     n = workers(args, device)
     if n is None:
         return None
@@ -177,11 +175,21 @@ def threads_per_worker(args, device: str) -> int | None:
 
 
 def environment(args, device: str) -> dict:
+    """What every subprocess of validate gets (the warm-up's, which keep one thread each, and the suite's)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_PARENT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["FLASHCHECK_PROFILE"] = args.profile
     if device == "cpu":
         env.setdefault("TRITON_INTERPRET", "1")
+        # Small CPU ops: one thread each. On a loaded 2-core machine, torch's thread pool made the
+        # suite ~10x slower (measured: 59 s vs 5.7 s for a plain torch kernel).
+        env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def suite_environment(args, device: str) -> dict:
+    """The suite's processes' environment: `environment`, with the cores shared out among the xdist workers."""
+    env = environment(args, device)
     threads = threads_per_worker(args, device)
     if threads is not None:
         env.setdefault("OMP_NUM_THREADS", str(threads))
@@ -232,10 +240,7 @@ def warm_up(args, device: str, tmp: str):
     # the dry run in one process: judging nothing, its properties take ~3 s in all (bf16 ci on the
     # CPU), less than starting pytest-xdist workers; the cores compile meanwhile
     dry_run = suite_command(args, device, "--flashcheck-dry-run", path, "-q", parallel=False)
-    env = environment(args, device)
-    if "OMP_NUM_THREADS" not in os.environ:  # one process per core: one thread each (flashcheck.warmup.WarmingUp)
-        env["OMP_NUM_THREADS"] = "1"
-    return record_and_compile(args.target, device, options, dry_run, path, cores(), env)
+    return record_and_compile(args.target, device, options, dry_run, path, cores(), environment(args, device))
 
 
 def run_pytest(args, device: str, report: str) -> tuple[int, list[str]]:
@@ -244,7 +249,7 @@ def run_pytest(args, device: str, report: str) -> tuple[int, list[str]]:
         cmd += ["--junitxml", os.path.abspath(args.junitxml)]
     if args.fail_fast:
         cmd += ["-x"]
-    proc = subprocess.Popen(cmd, env=environment(args, device), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, env=suite_environment(args, device), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, bufsize=1)
     log, done = [], 0
     for line in proc.stdout:

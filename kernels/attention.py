@@ -390,8 +390,8 @@ def attention(q, k, v, *, scale=None, causal=False, window=None, mask=None, retu
         scale = 1.0 / math.sqrt(d)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
         raise TypeError(f"scale must be a finite float or None, got {scale!r}")
-    dot, p_split, save_res = _modes(q.dtype, dot_precision, precision, delta_from, torch.is_grad_enabled()
-                                    and (q.requires_grad or k.requires_grad or v.requires_grad))
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    dot, p_split, save_res = _modes(q.dtype, dot_precision, precision, delta_from, grad)
     _check_tiles(tiles)
     dense, sparse, causal, window = _normalize_mask(mask, B, Hq, nq, nk, causal, window, q.device)
     band, off_lo, off_hi = _band(causal, window, nq, nk)
@@ -402,7 +402,7 @@ def attention(q, k, v, *, scale=None, causal=False, window=None, mask=None, retu
             tiles.flat() if tiles is not None else [])
     if torch.compiler.is_compiling():  # traced as the custom op (no graph break)
         o, lse, _ = torch.ops.flashcheck.attention_fwd(*args)
-    elif save_res or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+    elif grad:
         # eager: the same launches through a plain autograd.Function, without the custom op's dispatch
         # (its argument flattening took more host time per call than a short kernel runs: _EagerAttention)
         o, lse, _ = _EagerAttention.apply(*args[:4], *args[5:], *sparse_list)

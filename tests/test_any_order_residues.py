@@ -94,20 +94,13 @@ def test_coherent_residues_in_l_stay_within_the_lse_bound(l_accumulate, holds):
     same fp32 merges is caught."""
     from dataclasses import replace
 
-    from l_residue_lse import TILE, kernel_lse, logits
+    from l_residue_lse import TILE, case
 
     from flashcheck.proofs.bounds import forward_bound
 
-    n, d = 4096, 16
     precision = replace(_third_party_fp32(), l_accumulate=l_accumulate)
     assert precision.block_k == TILE
-    s = logits(n)
-    q = np.zeros((1, 1, 1, d))
-    q[..., 0] = 1.0
-    k = np.zeros((1, 1, n, d))
-    k[0, 0, :, 0] = s
-    exact = float(np.log(np.sum(np.exp(s - s.max()))) + s.max())
-    err = abs(kernel_lse(s) - exact)
-    bound = float(np.asarray(forward_bound(q, k, np.zeros((1, 1, n, d)), scale=1.0, precision=precision).lse)[0, 0, 0])
+    q, k, v, err = case(4096)
+    bound = float(np.asarray(forward_bound(q, k, v, scale=1.0, precision=precision).lse)[0, 0, 0])
     assert (err <= bound) == holds, (f"l_accumulate={l_accumulate}: |LSE^ - LSE| = {err:.3g} against the "
                                      f"probabilistic bound {bound:.3g} ({err / bound:.3g}x)")

@@ -227,7 +227,7 @@ def test_suite_processes_share_the_cores(device, n, cores, threads, monkeypatch)
     monkeypatch.setattr(validate, "cores", lambda: cores)
     args = argparse.Namespace(workers=n, profile="ci")
     assert validate.threads_per_worker(args, device) == threads
-    env = validate.environment(args, device)
+    env = validate.suite_environment(args, device)
     assert env.get("OMP_NUM_THREADS") == (None if threads is None else str(threads))
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert validate.environment(args, device)["OMP_NUM_THREADS"] == "3"
+    assert validate.suite_environment(args, device)["OMP_NUM_THREADS"] == "3"

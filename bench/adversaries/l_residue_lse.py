@@ -70,6 +70,18 @@ def kernel_lse(s: np.ndarray) -> float:
     return float(np.float32(float(m) + np.log(float(l))))
 
 
+def case(n: int, d: int = 16):
+    """(q, k, v, error): the docstring's inputs (B = H = N_q = 1, head dim d, scale 1) and the kernel's
+    |LSE^ - LSE| on them."""
+    s = logits(n)
+    q = np.zeros((1, 1, 1, d))
+    q[..., 0] = 1.0
+    k = np.zeros((1, 1, n, d))
+    k[0, 0, :, 0] = s
+    exact = float(np.log(np.sum(np.exp(s - s.max()))) + s.max())
+    return q, k, np.zeros((1, 1, n, d)), abs(kernel_lse(s) - exact)
+
+
 def main(argv=None):
     from flashcheck.adapters import _precision
     from flashcheck.proofs.bounds import forward_bound
@@ -80,14 +92,7 @@ def main(argv=None):
     precision = _precision(input="float32", dot="ieee", accumulate="float32", exp="libm")  # adapters._user's
     assert precision.block_k == TILE
     for n in a.n:
-        s, d = logits(n), 16
-        q = np.zeros((1, 1, 1, d))
-        q[..., 0] = 1.0
-        k = np.zeros((1, 1, n, d))
-        k[0, 0, :, 0] = s
-        v = np.zeros((1, 1, n, d))
-        exact = float(np.log(np.sum(np.exp(s - s.max()))) + s.max())
-        err = abs(kernel_lse(s) - exact)
+        q, k, v, err = case(n)
         ratios = [err / float(np.asarray(forward_bound(q, k, v, scale=1.0, precision=precision, kind=kind).lse)
                               .ravel()[0]) for kind in ("probabilistic", "worst_case")]
         print(f"N_k={n}: |LSE^ - LSE| = {err:.3g}; / probabilistic bound {ratios[0]:.3g}, / worst case "

@@ -1580,17 +1580,17 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = Fa
                         s64=None, visits: Visits | None = None):
     # u: the step error relative to |accumulator| + |products| (M.u_dacc: u_w for an FMA; the interpreter's
     # measured-form step error covers a rounded product too, as does the (1 + u) on the second bound)
-    """Variance proxy of the round-to-nearest accumulation of S @ other (S: (B, H, rows, n), other:
-    (B, H, n, d)) through tiles of `block` along n (bounds.md sec. 8, "round-to-nearest accumulations").
+    """The round-to-nearest accumulation of S @ other (S: (B, H, rows, n), other: (B, H, n, d)) through tiles of
+    `block` along n (bounds.md sec. 8, "round-to-nearest accumulations"), charged deterministically: its variance
+    proxy is 0 everywhere since 2026-11-27b (kept as an array, not None: _grad then charges the accumulation through
+    det alone, not through its own n_rn model), and det holds every chain's error bound (below).
 
     Step s adds the product p_s = S_is other_sc and rounds: an error e_s with |e_s| <= u |partial sum| and
     |e_s| <= |p_s as computed| (round to nearest is no farther than the accumulator, itself a float)
     (<= u (|sum of the earlier tiles| + sum of the tile's |p|) when the tiles come in ascending order,
-    `ordered` (rows,), else u sum |p|), and the sum's error is exactly sum_s e_s. Equal products added to
-    partial sums on one grid round alike (constant summands: every step errs the same way), so the
-    steps whose products could be equal as computed (|other| tolS around each, tolS the bound on the
-    error of S's entry as computed, `other` exact) form one group whose errors are summed worst case; distinct
-    groups are the independent, mean-zero roundings of the model (Azuma over groups). chain (Precision.
+    `ordered` (rows,), else u sum |p|), and the sum's error is exactly sum_s e_s. (Until 2026-11-27b the steps whose
+    products could be equal as computed formed groups, Azuma over the groups; coherent residues of distinct products
+    broke that model, below.) chain (Precision.
     ieee_fma_chain: every fp32 ieee tl.dot(a, b, acc) is one ascending FMA chain continuing from acc, bench/
     probe_fma_acc.py): on ordered rows the partial sums are those of the products in their own order, so
     |partial sum as computed|_s <= X_s + E_{s-1}, X_s = |sum_{t<=s} p_t| + sum_{t<=s} tol_t (the exact partial
@@ -1603,16 +1603,16 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = Fa
     bounds X_s bound the EXACT partial sum of the exact products only, so x_up = X_s + W + E with W = sum_s tol_s
     (the products' errors) and E = u (C1 + n W) / (1 - n u) >= sum_r |e_r| (the roundings so far; C1 = sum_s X_s,
     _grad's remainder), as |T_s| <= X_s + W + E; under the chain X_s already bounds |T_s| (the sum only adds).
-    E >= u X_s also covers the float64 evaluation of X_s (relative error ~n 2^-53). Charging e_s whole in the Azuma
-    proxy instead of its first order delta_s S_s leaves the remainder a sub-sum of the nonlinear terms that
-    _grad's rem bounds (bounds.md sec. 8), so rem stays as it is.
+    E >= u X_s also covers the float64 evaluation of X_s (relative error ~n 2^-53). Charging e_s whole instead of
+    its first order delta_s S_s leaves the remainder a sub-sum of the nonlinear terms that _grad's rem bounds
+    (bounds.md sec. 8), so rem stays as it is.
 
     On the data (chain, fmt "float32" and s64, a bound on the float64 S's own error per entry): on the ordered rows the
     chain's roundings are not modelled but evaluated (_rn_chain_on_data: the summands S_is other_sc within tolS + s64
     times |other_sc|), their bound returned as det and their proxy 0. Coherent residues (equal residues of distinct
     products, bench/adversaries/constant_residue_rows.py) exceeded the grouped model 7.5x. Returns, per
-    (B, H, rows, d): sum_G (sum_{s in G} c_s)^2 with c_s those step bounds, the sum over the steps of the
-    partial sum bounds X_s (C1 of _grad's remainder), and det (0 where the model stays).
+    (B, H, rows, d): the proxy (0), the sum over the steps of the partial sum bounds X_s (C1 of _grad's remainder),
+    and det.
 
     Since 2026-11-27b no chain is charged the grouped model: where it is not evaluated on the data, det holds its worst
     case sum_s c_s and the proxy is 0 (coherent residues of distinct products exceeded the model 3.6x in the "any" order
@@ -1623,9 +1623,9 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = Fa
     its own way: heads with masked entries, bounds.md sec. 8); rows whose order is not known take the order-free
     coefficients (u sum |p| at every step) in that worst case."""
     B, H, R = S.shape[:3]
-    out = np.zeros((B, H, R, other.shape[-1]))
-    partial = np.zeros_like(out)
-    det = np.zeros_like(out)
+    proxy = np.zeros((B, H, R, other.shape[-1]))  # nothing modelled as random (docstring)
+    partial = np.zeros_like(proxy)
+    det = np.zeros_like(proxy)
     on_data = chain and fmt == "float32" and s64 is not None
     oT = np.swapaxes(other, -1, -2)  # (B, H, d, n)
     for r, p, S_r, oT_r, vr in _ordered_products(S, oT, visits):
@@ -1636,7 +1636,7 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = Fa
             tol = take(tolS)[:, :, :, None, :] * np.abs(oT_r)
         tol = np.where(np.isnan(tol), np.inf, tol)
         # the steps' bounds (_rn_step_bounds) in two parts: the partial sums' C1 always; the steps' own bounds only
-        # where the model or the order-free worst case reads them (rows whose chain is evaluated on the data do not)
+        # where the worst case reads them (rows whose chain is evaluated on the data do not)
         coef, partial[:, :, r] = _rn_partial_bounds(p, tol, u, block, ordr[..., None, None], chain)
         shape = p.shape[:-1]
         o_r = np.zeros(shape, dtype=bool)
@@ -1659,7 +1659,7 @@ def _rn_accumulation_sq(S, other, tolS, u, block: int, ordered, chain: bool = Fa
         # (the float64 sum of L nonnegative bounds: relative error <= gamma_L(2^-53))
         total = coef.sum(axis=-1) * (1.0 + float(gamma(p.shape[-1], 2.0**-53)))
         det[:, :, r] = np.where(worst, total, det[:, :, r])
-    return out, partial, det
+    return proxy, partial, det
 
 
 def _ordered_products(S, oT, visits: Visits | None):
