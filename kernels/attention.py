@@ -16,6 +16,7 @@ Conventions (causal alignment, window, masks, GQA, fully masked rows) are ARCHIT
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass, replace
@@ -419,6 +420,7 @@ def attention(q, k, v, *, scale=None, causal=False, window=None, mask=None, retu
 # compiles one per kernel, constexprs, num_warps/num_stages, pointer dtypes and 16-byte alignments,
 # and class of each integer argument (== 1, divisible by 16, 32/64-bit); flashcheck's warm-up reads it.
 
+_DTYPE_NAMES = {getattr(torch, name): name for name in ("float16", "bfloat16", "float32", "int8", "int32", "bool")}
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "int8": 1, "int32": 4, "bool": 1}
 
 
@@ -432,8 +434,8 @@ class Layout:
 
     @classmethod
     def of(cls, t: torch.Tensor) -> "Layout":
-        return cls(str(t.dtype).replace("torch.", ""), tuple(t.shape), tuple(t.stride()),
-                   t.data_ptr() % 16 == 0)
+        name = _DTYPE_NAMES.get(t.dtype) or str(t.dtype).replace("torch.", "")
+        return cls(name, tuple(t.shape), tuple(t.stride()), t.data_ptr() % 16 == 0)
 
     @classmethod
     def dense(cls, dtype: str, shape) -> "Layout":
@@ -522,6 +524,15 @@ def forward_launch(q: Layout, k: Layout, v: Layout, o: Layout, dense: Layout | N
                    interpret: bool | None = None) -> Launch:
     """The forward kernel's launch. `sparse`: the Layouts of the block-sparse (num, idx) lists or
     None; `dense`: the int8 (B|1, H|1, Nq|1, Nk|1) mask or None."""
+    return _forward_launch(q, k, v, o, dense, sparse, band, off_lo, off_hi, block_q, block_k, dot, p_split,
+                           save_res, tuple(tiles), _interpreting() if interpret is None else interpret)
+
+
+# The launch records are pure functions of plain values, computed once per distinct call layout: building them
+# took ~45 us of host time per forward on the H100 host, as long as a short kernel runs (bench/host_profile.py).
+@functools.lru_cache(maxsize=1024)
+def _forward_launch(q, k, v, o, dense, sparse, band, off_lo, off_hi, block_q, block_k, dot, p_split, save_res,
+                    tiles: tuple, interpret: bool) -> Launch:
     B, Hq, nq, d = q.shape
     Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
     cfg, bd, bdv = _tiles(d, dv, getattr(torch, q.dtype), block_q, block_k, tiles,
@@ -552,8 +563,13 @@ def backward_launches(q: Layout, k: Layout, v: Layout, o: Layout, do: Layout, gr
                       interpret: bool | None = None) -> tuple[Launch, Launch, Launch]:
     """The backward's launches: Δ (preprocess), dK/dV, dQ. `grads`: the Layouts of dQ, dK, dV;
     `sparse`: the Layouts of the (num, idx, q_num, q_idx) lists or None."""
-    if interpret is None:
-        interpret = _interpreting()
+    return _backward_launches(q, k, v, o, do, grads, has_res, dense, sparse, band, off_lo, off_hi, block_q,
+                              block_k, dot, tuple(tiles), _interpreting() if interpret is None else interpret)
+
+
+@functools.lru_cache(maxsize=1024)
+def _backward_launches(q, k, v, o, do, grads, has_res, dense, sparse, band, off_lo, off_hi, block_q, block_k, dot,
+                       tiles: tuple, interpret: bool) -> tuple[Launch, Launch, Launch]:
     B, Hq, nq, d = q.shape
     Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
     cfg, bd, bdv = _tiles(d, dv, getattr(torch, q.dtype), block_q, block_k, tiles, interpret=interpret)
@@ -641,15 +657,79 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
 
 def _launch(kernel, launch: Launch, *leading, fitting: bool = False):
     """`launch` of `kernel` with these leading (pointer, float) arguments; `fitting`: through
-    `_launch_fitting` (the forward)."""
+    `_launch_fitting` (the forward). A launch record seen before on this device goes straight to the binary
+    Triton compiled for it (`_direct`); the first goes through Triton's JIT, which compiles or finds it."""
+    direct = _direct_device(kernel)
+    if direct is not None:
+        binary = _BINARIES.get((launch, direct))
+        if binary is not None:
+            try:
+                return _direct(binary, launch, direct, leading)
+            except TypeError:  # a launcher that takes its arguments otherwise: the JIT from now on (checked
+                _BINARIES.clear()  # before anything launches: the launcher parses its arguments first)
+                _DIRECT_OFF.append(True)
     kwargs = dict(launch.constexprs)
     if launch.num_warps is not None:
         kwargs["num_warps"] = launch.num_warps
     if fitting:
-        return _launch_fitting(kernel, launch.grid, launch.num_stages, *leading, *launch.ints, **kwargs)
-    if launch.num_stages is not None:
-        kwargs["num_stages"] = launch.num_stages
-    return kernel[launch.grid](*leading, *launch.ints, **kwargs)
+        binary = _launch_fitting(kernel, launch.grid, launch.num_stages, *leading, *launch.ints, **kwargs)
+    else:
+        if launch.num_stages is not None:
+            kwargs["num_stages"] = launch.num_stages
+        binary = kernel[launch.grid](*leading, *launch.ints, **kwargs)
+    if direct is not None and _launchable(binary) and _arguments_in_order(kernel, launch, len(leading)):
+        _BINARIES[(launch, direct)] = binary
+    return binary
+
+
+# --------------------------------------------------------------------------- direct launches
+#
+# Triton's JIT spends tens of microseconds of host time per launch binding and specializing ~55 arguments to find
+# the binary (bench/host_profile.py: 38-58 us per launch on the H100 host, four launches per forward + backward),
+# longer than a short kernel runs. The binary Triton picks is a function of what a `Launch` records: constexprs,
+# num_warps/num_stages, each pointer's dtype and 16-byte alignment, and each integer's value (Triton keys on
+# == 1, divisibility by 16 and 32/64-bit width; the record has the values themselves). So the binary a launch
+# record got once is the binary it gets again, and later calls hand the arguments straight to its launcher,
+# as Triton's JIT does after its lookup. Only where nothing observes launches (no launch hooks) and the
+# compiled kernel has the launcher interface of Triton 3.6-3.9; otherwise every call goes through the JIT.
+
+_BINARIES: dict = {}  # (Launch, device index) -> the compiled kernel Triton launched for it
+_IN_ORDER: dict = {}  # (kernel, number of leading arguments, constexpr names) -> bool
+_DIRECT_OFF: list = []  # non-empty once a launcher refused the direct arguments
+
+
+def _direct_device(kernel):
+    """The current CUDA device index when launches of `kernel` may go direct, else None."""
+    if _DIRECT_OFF or _interpreting() or not hasattr(kernel, "arg_names"):
+        return None
+    runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
+    if runtime is None or getattr(runtime, "launch_enter_hook", None) is not None \
+            or getattr(runtime, "launch_exit_hook", None) is not None:
+        return None
+    return triton.runtime.driver.active.get_current_device()
+
+
+def _launchable(binary) -> bool:
+    return all(hasattr(binary, name) for name in ("run", "function", "packed_metadata"))
+
+
+def _arguments_in_order(kernel, launch: Launch, n_leading: int) -> bool:
+    """Whether the kernel's parameters are the leading arguments, then `launch.ints`, then its constexprs in the
+    record's order: the positional list a launcher takes."""
+    key = (kernel, n_leading, len(launch.ints), tuple(name for name, _ in launch.constexprs))
+    if key not in _IN_ORDER:
+        names = list(kernel.arg_names)
+        n = n_leading + len(launch.ints)
+        _IN_ORDER[key] = len(names) == n + len(launch.constexprs) and names[n:] == list(key[3])
+    return _IN_ORDER[key]
+
+
+def _direct(binary, launch: Launch, device: int, leading: tuple):
+    grid = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
+    stream = triton.runtime.driver.active.get_current_stream(device)
+    binary.run(*grid, stream, binary.function, binary.packed_metadata, None, None, None,
+               *leading, *launch.ints, *(value for _, value in launch.constexprs))
+    return binary
 
 
 def _launch_fitting(kernel, grid, num_stages: int, *args, **kwargs):

@@ -3,6 +3,8 @@ fullgraph=True (a graph break raises), same values as eager, gradients through t
 
 CPU: the aot_eager backend (tracing, fake tensors, autograd; no C++ toolchain needed);
 GPU: inductor (test_kernel_gpu.py)."""
+import importlib
+
 import pytest
 import torch
 
@@ -82,3 +84,54 @@ def test_eager_calls_are_the_custom_op_bit_for_bit(masking):
         outs.append((o, lse, *torch.autograd.grad(loss, (q, k, v))))
     for name, a, b in zip(("O", "LSE", "dQ", "dK", "dV"), *outs):
         assert torch.equal(a, b), f"{name}: eager and custom op differ by {(a - b).abs().max()}"
+
+
+# leading (pointer, sm_scale) arguments each kernel takes before its launch record's ints (kernels/attention.py)
+_LEADING = {"attn_fwd_kernel": 12, "attn_bwd_preprocess_kernel": 4, "attn_bwd_dkdv_kernel": 14,
+            "attn_bwd_dq_kernel": 13}
+
+
+@pytest.mark.parametrize("kw", [{}, dict(causal="bottom_right", window=(5, None), mask_shape=(1, 21, 30)),
+                                dict(dot_precision="tf32")])
+def test_launch_records_list_every_kernel_argument_in_order(kw):
+    """A launch seen before goes straight to its binary's launcher (`_direct`), which takes every kernel parameter
+    positionally: the leading pointers, the record's ints, then its constexprs. The records must list exactly the
+    kernels' parameters in their order (a parameter added to a kernel and not to its record fails here)."""
+    mod = importlib.import_module("flashcheck.kernels.attention")  # the module (the package exports the function)
+    dtype = "float32" if "dot_precision" in kw else "bfloat16"
+    q, k = mod.Layout.dense(dtype, (1, 2, 21, 16)), mod.Layout.dense(dtype, (1, 2, 30, 16))
+    records = mod.launches(q, k, k, grad=True, interpret=False, **kw)
+    assert [r.kernel for r in records] == list(_LEADING)
+    for r in records:
+        kernel = getattr(mod, r.kernel)
+        assert mod._arguments_in_order(kernel, r, _LEADING[r.kernel]), (
+            f"{r.kernel}: parameters {list(kernel.arg_names)} are not {_LEADING[r.kernel]} leading arguments, the "
+            f"record's {len(r.ints)} ints and its constexprs {[n for n, _ in r.constexprs]}")
+
+
+@needs_kernel
+@pytest.mark.skipif(DEVICE != "cuda", reason="direct launches are a GPU path (the interpreter always goes through "
+                                              "the JIT)")
+@pytest.mark.parametrize("masking", ["none", "band_and_mask"])
+def test_direct_launches_are_the_jit_launches_bit_for_bit(masking):
+    """The second call with one layout launches the binaries the first call's JIT lookup found, directly: the same
+    O, LSE and gradients, bit for bit, and all four kernels (forward, Δ, dK/dV, dQ) taken that way."""
+    from flashcheck.kernels import attention
+
+    mod = importlib.import_module("flashcheck.kernels.attention")
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 4, n, 64, generator=g).to(DEVICE, torch.bfloat16).requires_grad_()
+               for n in (200, 333, 333))
+    do = torch.randn(2, 4, 200, 64, generator=g).to(DEVICE, torch.bfloat16)
+    kw = {"none": {}, "band_and_mask": dict(causal="bottom_right", window=(50, None),
+                                            mask=(torch.rand(1, 1, 200, 333, generator=g) > 0.3).to(DEVICE))}[masking]
+    mod._BINARIES.clear()
+    outs, taken = [], []
+    for _ in range(2):
+        before = len(mod._BINARIES)
+        o, lse = attention(q, k, v, return_lse=True, **kw)
+        outs.append((o, lse, *torch.autograd.grad(o, (q, k, v), do)))
+        taken.append(len(mod._BINARIES) - before)
+    assert taken == [4, 0], f"binaries recorded by the first and second call: {taken} (want 4, then none new)"
+    for name, a, b in zip(("O", "LSE", "dQ", "dK", "dV"), *outs):
+        assert torch.equal(a, b), f"{name}: the direct launch and the JIT launch differ by {(a - b).abs().max()}"
