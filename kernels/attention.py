@@ -690,27 +690,24 @@ def _launch(kernel, launch: Launch, *leading, fitting: bool = False):
 # num_warps/num_stages, each pointer's dtype and 16-byte alignment, and each integer's value (Triton keys on
 # == 1, divisibility by 16 and 32/64-bit width; the record has the values themselves). So the binary a launch
 # record got once is the binary it gets again, and later calls hand the arguments straight to its launcher,
-# as Triton's JIT does after its lookup. Only where nothing observes launches (no launch hooks) and the
-# compiled kernel has the launcher interface of Triton 3.6-3.9; otherwise every call goes through the JIT.
+# as Triton's JIT does after its lookup (launch hooks included). Only where the compiled kernel has the launcher
+# interface of Triton 3.6-3.9; otherwise every call goes through the JIT.
 
 _BINARIES: dict = {}  # (Launch, device index) -> the compiled kernel Triton launched for it
 _IN_ORDER: dict = {}  # (kernel, number of leading arguments, constexpr names) -> bool
 _DIRECT_OFF: list = []  # non-empty once a launcher refused the direct arguments
+_RUNTIME = getattr(getattr(triton, "knobs", None), "runtime", None)  # the launch hooks (Triton >= 3.4)
 
 
 def _direct_device(kernel):
     """The current CUDA device index when launches of `kernel` may go direct, else None."""
-    if _DIRECT_OFF or _interpreting() or not hasattr(kernel, "arg_names"):
-        return None
-    runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
-    if runtime is None or getattr(runtime, "launch_enter_hook", None) is not None \
-            or getattr(runtime, "launch_exit_hook", None) is not None:
+    if _DIRECT_OFF or _interpreting() or not hasattr(kernel, "arg_names") or _RUNTIME is None:
         return None
     return triton.runtime.driver.active.get_current_device()
 
 
 def _launchable(binary) -> bool:
-    return all(hasattr(binary, name) for name in ("run", "function", "packed_metadata"))
+    return all(hasattr(binary, name) for name in ("run", "function", "packed_metadata", "launch_metadata"))
 
 
 def _arguments_in_order(kernel, launch: Launch, n_leading: int) -> bool:
@@ -725,10 +722,13 @@ def _arguments_in_order(kernel, launch: Launch, n_leading: int) -> bool:
 
 
 def _direct(binary, launch: Launch, device: int, leading: tuple):
+    """What Triton's JIT does once it has found the binary: launch metadata and hooks included (a profiler's launch
+    hooks still see every launch)."""
     grid = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
     stream = triton.runtime.driver.active.get_current_stream(device)
-    binary.run(*grid, stream, binary.function, binary.packed_metadata, None, None, None,
-               *leading, *launch.ints, *(value for _, value in launch.constexprs))
+    args = (*leading, *launch.ints, *(value for _, value in launch.constexprs))
+    binary.run(*grid, stream, binary.function, binary.packed_metadata, binary.launch_metadata(grid, stream, *args),
+               _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook, *args)
     return binary
 
 
