@@ -61,10 +61,11 @@ def _signature(launch, kernel=attn_fwd_kernel):
 
 
 def compile_forward(dtype: str, d: int, nq: int, nk: int, dot: str, p_split: bool = False, variant: str = "plain",
-                    aligned: bool = True):
+                    aligned: bool = True, tiles: tuple = ()):
     """Compile the forward for one call's Layouts, specialized as Triton's JIT would (_signature). variant:
     "plain", "band" (causal / window), "mask" (a dense int8 mask); aligned False: K/V not 16-byte aligned (pointer
-    loads instead of tensor descriptors where the tile config asks for them)."""
+    loads instead of tensor descriptors where the tile config asks for them); tiles: a KernelConfig.flat() to compile
+    every variant with (default: kernel_config's, whose forward tile may differ under a band)."""
     q = Layout.dense(dtype, (1, 1, nq, d))
     k = Layout.dense(dtype, (1, 1, nk, d))
     if not aligned:
@@ -73,7 +74,7 @@ def compile_forward(dtype: str, d: int, nq: int, nk: int, dot: str, p_split: boo
     # no block-sparse variant: its tiles are the mask's (BlockSparseMask), not kernel_config's; nothing is claimed there
     launch = forward_launch(q, k, k, q, dense, None, band=variant == "band", off_lo=0, off_hi=0,
                             block_q=0, block_k=0, dot=dot, p_split=p_split,
-                            save_res=False, tiles=[], interpret=False)
+                            save_res=False, tiles=list(tiles), interpret=False)
     return launch, _compile(launch, attn_fwd_kernel)[0]
 
 
@@ -726,13 +727,16 @@ def delta_tree(ptx: str, launch, against=None) -> dict:
 
 
 def _record_one(job):
-    dtype, dot, d, p_split = job
+    """One config's entry: the forward of (dtype, dot, head dim, p_split) compiled with the tiles `tiles` (a
+    KernelConfig.flat()) in every variant, so that the entry describes one binary family (kernel_config's band tile
+    is a config of its own: _tile_jobs)."""
+    dtype, dot, d, p_split, tiles = job
     depths, fused, variants = [], True, {}
     # Triton specializes on 16-byte alignment and divisibility by 16: N = 4096 with aligned tensors, and N = 4099
     # (strides and sizes not divisible) with unaligned K, V, each plain, causal and with a dense mask
     for variant in ("plain", "band", "mask"):
         for n, aligned in ((4096, True), (4099, False)):
-            launch, ck = compile_forward(dtype, d, n, n, dot, p_split, variant, aligned)
+            launch, ck = compile_forward(dtype, d, n, n, dot, p_split, variant, aligned, tiles)
             cx = dict(launch.constexprs)
             r = rowsum_depths(ck.asm["ptx"])
             forms = exp_argument_forms(ck.asm["ptx"])
@@ -833,7 +837,60 @@ def _record_delta(job):
 
 def _record_job(job):
     kind, args = job
-    return {"fwd": _record_one, "bwd": _record_backward, "delta": _record_delta}[kind](args)
+    if kind == "fwd":
+        return _record_one(args[:5])
+    return {"bwd": _record_backward, "delta": _record_delta}[kind](args)
+
+
+def _tile_jobs(dtype: str, dot: str, d: int, p_split: bool) -> list:
+    """The forward configs kernel_config serves for (dtype, dot, head dim, p_split): (dtype, dot, d, p_split, tiles,
+    band) for the unbanded tile (band False) and, where kernel_config gives banded calls a tile of its own (other
+    block_m, block_n or warps), for that one too (band True)."""
+    from flashcheck.kernels.attention import KernelConfig, kernel_config
+
+    tdt = getattr(torch, dtype)
+    precision = "accurate" if p_split else "default"
+    plain = kernel_config(d, tdt, interpret=False, precision=precision)
+    band = kernel_config(d, tdt, interpret=False, precision=precision, band=True)
+    jobs = [(dtype, dot, d, p_split, tuple(plain.flat()), False)]
+    if (band.fwd.block_m, band.fwd.block_n, band.fwd.num_warps) != (plain.fwd.block_m, plain.fwd.block_n,
+                                                                     plain.fwd.num_warps):
+        jobs.append((dtype, dot, d, p_split, tuple(KernelConfig(band.fwd, plain.dkdv, plain.dq).flat()), True))
+    return jobs
+
+
+def record_band(path: str, workers: int) -> None:
+    """Add (or replace) the entries of kernel_config's band tiles in an existing record, in place: each compiled in
+    every variant (_record_one); its backward and Delta fields are its unbanded sibling's (the backward kernels' tiles
+    do not follow the band)."""
+    import json
+    from concurrent.futures import ProcessPoolExecutor
+
+    with open(path) as f:
+        rep = json.load(f)
+    jobs = [j for dtype, dot in _DTYPES_DOTS for d in _HEAD_DIMS
+            for p_split in ((False, True) if dtype != "float32" else (False,))
+            for j in _tile_jobs(dtype, dot, d, p_split) if j[5]]
+    with ProcessPoolExecutor(workers) as ex:
+        out = list(ex.map(_record_one, [j[:5] for j in jobs]))
+
+    def key(c):
+        return c["dtype"], c["dot"], c["block_d"], c["block_m"], c["block_n"], c["num_warps"], c["p_split"]
+    configs = [c for c in rep["configs"] if key(c) not in {key(e) for e in out}]
+    for job, c in zip(jobs, out):
+        (sib,) = [e for e in configs if (e["dtype"], e["dot"], e["block_d"], e["p_split"]) == (c["dtype"], c["dot"],
+                                                                                            c["block_d"], job[3])
+                  and not e.get("band")]
+        c.update({k: v for k, v in sib.items() if k.startswith("bwd") or k == "delta"}, band=True)
+        configs.append(c)
+        print(c["dtype"], c["dot"], c["block_d"], c["block_m"], c["block_n"], c["num_warps"], c["p_split"], "band",
+              "depth", c["rowsum_depth"], "exp_argument", c["exp_argument"])
+    rep["configs"] = configs
+    rep["method_band"] = ("bench/compile_forward.py --record-band: kernel_config's band tile (banded calls' own "
+                          "forward tile, band: true) compiled in every variant like any config; bwd_* and delta "
+                          "copied from the unbanded config of the same dtype, dot, head dim and p_split")
+    with open(path, "w") as f:
+        json.dump(rep, f, indent=1)
 
 
 _DTYPES_DOTS = (("float16", "tf32"), ("bfloat16", "tf32"), ("float32", "ieee"), ("float32", "tf32"))
@@ -869,7 +926,7 @@ def record(path: str, workers: int) -> None:
         for d in _HEAD_DIMS:
             bwd_jobs.append((dtype, dot, d))
             for p_split in ((False, True) if dtype != "float32" else (False,)):
-                jobs.append((dtype, dot, d, p_split))
+                jobs += _tile_jobs(dtype, dot, d, p_split)
     with ProcessPoolExecutor(workers) as ex:
         out = list(ex.map(_record_job, [("fwd", j) for j in jobs] + [("bwd", j) for j in bwd_jobs]
                           + [("delta", j) for j in delta_jobs]))
@@ -878,6 +935,7 @@ def record(path: str, workers: int) -> None:
     for job, c in zip(jobs, configs):
         c.update(bwd[job[:3]])
         c["delta"] = delta[(job[0], job[2])]
+        c["band"] = job[5]
     rep = {"triton": triton.__version__, "torch": torch.__version__, "target": "cuda sm_90",
            "method": "bench/compile_forward.py --record: PTX data flow of every ex2.approx result through add.f32 / "
                      "butterfly shuffles into the fp64 l (rowsum_depths); rowsum_depth = the deepest leaf, None where "
@@ -934,9 +992,13 @@ def main():
     ap.add_argument("--record-delta", default=None,
                     help="add the Delta dot's tree (every config's 'delta') to this existing record, in place")
     ap.add_argument("--delta", action="store_true", help="the preprocess kernel's Delta dot tree instead")
+    ap.add_argument("--record-band", default=None,
+                    help="add kernel_config's band tiles (banded calls' own forward tile) to this record, in place")
     a = ap.parse_args()
     if a.record:
         return record(a.record, a.workers)
+    if a.record_band:
+        return record_band(a.record_band, a.workers)
     if a.record_delta:
         return record_delta(a.record_delta, a.workers)
     if a.delta:

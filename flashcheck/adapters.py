@@ -385,6 +385,7 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
     `flashcheck.proofs.bounds.Precision` the bounds read: tile by tile into the accumulator ("recursive"), the
     measured H100 hardware on the GPU, the CPU's IEEE arithmetic in the interpreter (exp "libm")."""
     from flashcheck.kernels.attention import arithmetic
+    from flashcheck.proofs.bounds import BandForward
     from flashcheck.proofs.hardware import h100, interpreter
 
     a = arithmetic(dtype, dot_precision, head_dim=head_dim, interpret=interpret, block_mask=block_mask,
@@ -408,6 +409,11 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       block_q_dq=a.block_q_dq, block_k_dkdv=a.block_k_dkdv, tile_lists=a.tile_lists,
                       # the forward's query blocks (BLOCK_M): its chains on masked heads in each block's order
                       block_q_fwd=a.block_q_fwd,
+                      # banded calls' own forward tile (kernel_config(band=True)), its rowsum tree from its own record
+                      band_forward=None if a.block_k_band is None else BandForward(
+                          block_k=a.block_k_band, block_q_fwd=a.block_q_fwd_band,
+                          rowsum_depth=None if rec is None else (_compiled_record(
+                              dtype, a.dot, head_dim, precision, tiles, band=True) or {}).get("rowsum_depth")),
                       accumulation="recursive", p_split=a.p_split, delta_from=a.delta_from, l_accumulate=a.l_accumulate,
                       tile_order="partial_first",  # kernels/tiles.py visits a ragged last key tile first
                       hardware=hw, ieee_fma_chain=fma_chain,
@@ -460,11 +466,12 @@ def _lg2_measured() -> bool:
     return lg2_model.measured()
 
 
-def _compiled_record(dtype, dot: str, head_dim, precision: str, tiles) -> dict | None:
+def _compiled_record(dtype, dot: str, head_dim, precision: str, tiles, band: bool = False) -> dict | None:
     """Our forward's entry in proofs/measurements/forward_compiled_triton<version>.json (bench/compile_forward.py
     --record, from the PTX this Triton version compiles for these tiles, specialized as the JIT does, over the plain,
     causal and dense-mask variants, aligned and not: the deepest term of any tile rowsum, rowsum_depth, and the
-    exponent arguments' forms, exp_argument), None where the record or the config is missing."""
+    exponent arguments' forms, exp_argument), None where the record or the config is missing. `band`: the forward's
+    tile for banded calls (kernel_config(band=True))."""
     import triton
 
     from flashcheck.kernels.attention import kernel_config
@@ -476,7 +483,7 @@ def _compiled_record(dtype, dot: str, head_dim, precision: str, tiles) -> dict |
         import torch
 
         dtype = getattr(torch, dtype)
-    t = (tiles or kernel_config(int(head_dim), dtype, interpret=False, precision=precision)).fwd
+    t = (tiles or kernel_config(int(head_dim), dtype, interpret=False, precision=precision, band=band)).fwd
     if t.warp_specialize or t.pipeline_qk:
         return None  # other code: not in the record
     name = str(dtype).replace("torch.", "")

@@ -98,9 +98,10 @@ def _interpreting() -> bool:
 
 
 def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None = None,
-                  precision: str = "default") -> KernelConfig:
-    """Tiles per head dim, dtype and forward precision mode (H100 tuned; the interpreter uses
-    16 × 16 tiles so that small test shapes still cross several tile boundaries)."""
+                  precision: str = "default", band: bool = False) -> KernelConfig:
+    """Tiles per head dim, dtype, forward precision mode and whether the call is banded (causal, or a window with a
+    side given: `_band`) (H100 tuned; the interpreter uses 16 × 16 tiles so that small test shapes still cross
+    several tile boundaries)."""
     if interpret is None:
         interpret = _interpreting()
     if interpret:
@@ -128,6 +129,12 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
         # causal d = 128: query blocks heaviest first, 0.94× the time at N = 16k, 0.98× at 4k (2026-11-26d;
         # at d = 64 it was 1.06× at 16k: left off there, and in the dQ kernel, where it moved nothing beyond noise)
         fwd = TileConfig(64, 64, 4, 3) if precision == "accurate" else TileConfig(128, 128, 8, 3, heavy_first=True)
+        if band and precision != "accurate":
+            # banded d = 128: 64 × 64 tiles, 4 warps, heavy first: 0.81 / 0.85 / 0.89 / 0.98 / 0.99× the time of
+            # 128 × 128 at N = 1k / 2k / 4k / 8k / 16k causal (2026-11-27d, bench/fwd_tile_threshold.py): 113 KB of
+            # shared memory, two CTAs per SM, one's prologue and epilogue beside the other's tiles (short causal
+            # programs are mostly those). Non-causal it is a wash below 4k and 1.04-1.11× above: not taken there.
+            fwd = TileConfig(64, 64, 4, 3, heavy_first=True)
         return KernelConfig(fwd, TileConfig(64, 128, 8, 3), TileConfig(128, 64, 8, 3))
     # d in (128, 256]: fp32 accumulators of 64 × 256 (fwd) and 2 × 32 × 256 (dK, dV) need 8 warps
     return KernelConfig(TileConfig(64, 32, 8, 2), TileConfig(32, 32, 8, 2), TileConfig(32, 32, 8, 2))
@@ -156,7 +163,10 @@ class Arithmetic:
     Δ = rowsum(dO ∘ O) reads O rounded to the output dtype, "fp32" when it reads an O accurate to
     fp32 (O + O_res, the forward's rounding residual; float32 outputs are that O already);
     l_accumulate: the format of the forward's running sum l = alpha l + rowsum(P̃) across key tiles
-    ("float64": each tile's fp32 rowsum added in fp64, l rounded once into fp32 at the end)."""
+    ("float64": each tile's fp32 rowsum added in fp64, l rounded once into fp32 at the end);
+    block_k_band, block_q_fwd_band: the forward's key tile and query rows per program under a band (causal, or a
+    window with a side given) where `kernel_config` gives banded calls a tile of their own; None: the same as
+    block_k, block_q_fwd (the backward's tiles never depend on the band)."""
     input: str
     dot: str
     output: str
@@ -171,6 +181,8 @@ class Arithmetic:
     p_split: bool = False
     delta_from: str = "fp32"
     l_accumulate: str = "float64"
+    block_k_band: int | None = None
+    block_q_fwd_band: int | None = None
 
 
 def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None = None,
@@ -196,15 +208,22 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
     block_k, block_q, block_k_dq = cfg.fwd.block_n, cfg.dkdv.block_m, cfg.dq.block_n
     block_q_dq, block_k_dkdv = cfg.dq.block_m, cfg.dkdv.block_n
     block_q_fwd = cfg.fwd.block_m
+    band = None if tiles else kernel_config(head_dim or 64, dtype, interpret=interpret, precision=precision,
+                                            band=True).fwd
+    if band is not None and (band.block_m, band.block_n, band.num_warps) == (block_q_fwd, block_k, cfg.fwd.num_warps):
+        band = None  # the same code (stages and program order change neither the tiles nor the rowsum's tree)
     if block_mask is not None:  # its tile grid is every kernel's (_tiles: dq's block_n is its block_k too)
         block_k, block_q, block_k_dq = block_mask.block_k, block_mask.block_q, block_mask.block_k
         block_q_dq, block_k_dkdv = block_mask.block_q, block_mask.block_k
         block_q_fwd = block_mask.block_q
+        band = None
     return Arithmetic(input=name, dot=dot, output=name, exp="libm" if interpret else "ex2.approx",
                       block_k=block_k, block_q=block_q, block_k_dq=block_k_dq, block_q_dq=block_q_dq,
                       block_k_dkdv=block_k_dkdv, block_q_fwd=block_q_fwd,
                       tile_lists="band" if block_mask is None else "lists",
-                      p_split=p_split, delta_from=delta_from)
+                      p_split=p_split, delta_from=delta_from,
+                      block_k_band=None if band is None else band.block_n,
+                      block_q_fwd_band=None if band is None else band.block_m)
 
 
 def _check_choice(name, value, allowed):
@@ -500,9 +519,10 @@ def _ptr(t: Layout) -> tuple:
 
 
 def _tiles(d: int, dv: int, dtype, block_q, block_k, tiles: list[int], precision: str = "default",
-           interpret: bool | None = None):
+           interpret: bool | None = None, band: bool = False):
+    # a block-sparse mask fixes the tile grid (below): its warps and stages follow the unbanded table
     cfg = KernelConfig.unflat(tiles) if tiles else kernel_config(max(d, dv), dtype, interpret=interpret,
-                                                                 precision=precision)
+                                                                 precision=precision, band=band and not block_q)
     if block_q:  # a block-sparse mask fixes the tile grid
         w = cfg.fwd
         # 8 warps are two warpgroups of 64 rows each: only for tiles of 128 rows and more
@@ -536,7 +556,7 @@ def _forward_launch(q, k, v, o, dense, sparse, band, off_lo, off_hi, block_q, bl
     B, Hq, nq, d = q.shape
     Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
     cfg, bd, bdv = _tiles(d, dv, getattr(torch, q.dtype), block_q, block_k, tiles,
-                          "accurate" if p_split else "default", interpret)
+                          "accurate" if p_split else "default", interpret, band)
     t = cfg.fwd
     lse = Layout.dense("float32", (B, Hq, nq))
     num, idx = sparse if sparse else (lse, lse)

@@ -68,10 +68,14 @@ def test_ours_claims_the_recorded_forms_only_for_compiled_code():
         assert ours_precision(torch.bfloat16, head_dim=64, interpret=False).rowsum_depth is None
         pytest.skip(f"no compiled-code record for Triton {triton.__version__}")
     rec = json.loads(path.read_text())
-    want = {(c["dtype"], c["block_d"], c["p_split"]): c["rowsum_depth"] for c in rec["configs"] if c["dot"] != "ieee"}
+    want = {(c["dtype"], c["block_d"], c["p_split"], bool(c.get("band"))): c["rowsum_depth"] for c in rec["configs"]
+            if c["dot"] != "ieee"}
     for dtype, d in ((torch.bfloat16, 64), (torch.float16, 128)):
         got = ours_precision(dtype, head_dim=d, interpret=False).rowsum_depth
-        assert got == want[(str(dtype)[6:], d, False)], (dtype, d, got)
+        assert got == want[(str(dtype)[6:], d, False, False)], (dtype, d, got)
+    # banded calls' own tile (kernel_config(band=True): d = 128) claims its own entry's depth
+    band = ours_precision(torch.float16, head_dim=128, interpret=False).band_forward
+    assert band is not None and band.rowsum_depth == want[("float16", 128, False, True)], band
     fp32 = ours_precision(torch.float32, "ieee", head_dim=64, interpret=False)
     claimed = [c for c in rec["configs"] if (c["dtype"], c["dot"], c["block_d"]) == ("float32", "ieee", 64)]
     assert fp32.exp_argument == ("fma" if fp32.ieee_fma_chain and claimed[0]["exp_argument"] == "fma" else "unknown")

@@ -693,6 +693,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
 
     pr = check_attention_args(q, k, v, scale=scale, causal=causal, window=window, mask=mask, bias=bias)
     M = _model(precision)  # (the model does not read the tiles)
+    precision = precision.banded(causal, window)  # the forward's tile under a band, where the kernel has one
     given, precision = precision, precision.fitted(pr.Nq, pr.Nk)
     dof = np.asarray(do, dtype=np.float64)
     if dof.shape != (pr.B, pr.Hq, pr.Nq, pr.dv):

@@ -90,6 +90,33 @@ TILE_LISTS = ("band", "lists")
 
 
 @dataclass(frozen=True)
+class BandForward:
+    """The forward's tile of a kernel that runs banded calls (causal, or a window with a side given) on a tile of
+    their own (our kernel's d = 128 fp16 / bf16 forward: 64 x 64 under a band, 128 x 128 otherwise;
+    flashcheck.kernels.attention.kernel_config): the Precision fields it replaces under a band (Precision.banded).
+    block_k: its key tile (Precision.block_k); block_q_fwd: its query rows per program (Precision.block_q_fwd);
+    rowsum_depth: its tile rowsum's addition-tree depth read off the compiled code, None: any order
+    (Precision.rowsum_depth)."""
+    block_k: int
+    block_q_fwd: int | None = None
+    rowsum_depth: int | None = None
+
+    def __post_init__(self):
+        for name in ("block_k", "block_q_fwd", "rowsum_depth"):
+            b = getattr(self, name)
+            if (b is not None or name == "block_k") and (not isinstance(b, int) or isinstance(b, bool) or b < 1):
+                raise ValueError(f"BandForward.{name} must be a positive int{'' if name == 'block_k' else ' or None'}, "
+                                 f"got {b!r}")
+
+
+def is_band(causal, window) -> bool:
+    """Whether a call with these arguments is banded as the kernels take it (flashcheck.kernels.attention._band):
+    causal given (True, "top_left", "bottom_right"), or a window with a side given."""
+    return (causal is not False and causal is not None) or (
+        window is not None and any(side is not None for side in window))
+
+
+@dataclass(frozen=True)
 class Precision:
     """How a kernel computes (ARCHITECTURE.md): input dtype, tensor-core operand format, accumulator,
     stored output dtype, the exp implementation and the blocking of the inner loops.
@@ -225,7 +252,10 @@ class Precision:
       the stored LSE's interval) are evaluated on heads with masked entries in each query block's own order (bounds.md
       sec. 6c); without, such heads are charged order-free. Not Precision.block_q, which is the dK/dV kernel's query
       tile (KernelConfig.dkdv.block_m): the two differ at some head dims. Set by flashcheck.adapters.ours_precision;
-      by the emulation that walks them (fa2_forward(block_q=))."""
+      by the emulation that walks them (fa2_forward(block_q=)).
+    band_forward: the forward's tile under a band where it differs (BandForward; default None: one tile for every
+      call). The bounds substitute it for banded calls (Precision.banded); set by flashcheck.adapters.ours_precision
+      from kernel_config's band tile."""
 
     input: str
     dot: str
@@ -254,6 +284,7 @@ class Precision:
     block_k_dkdv: int | None = None
     tile_lists: str = "band"
     block_q_fwd: int | None = None
+    band_forward: BandForward | None = None
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -291,6 +322,8 @@ class Precision:
         if self.ieee_fma_chain and (self.dot, self.input, self.accumulate) != ("ieee", "float32", "float32"):
             raise ValueError("Precision.ieee_fma_chain states fp32 FMA-chain logits: it needs input='float32', "
                              f"dot='ieee', accumulate='float32' (got {self.input!r}, {self.dot!r}, {self.accumulate!r})")
+        if self.band_forward is not None and not isinstance(self.band_forward, BandForward):
+            raise ValueError(f"Precision.band_forward must be None or a BandForward, got {self.band_forward!r}")
         d = self.rowsum_depth
         if d is not None and (not isinstance(d, int) or isinstance(d, bool) or d < 1):
             raise ValueError(f"Precision.rowsum_depth must be None or a positive int, got {d!r}")
@@ -330,6 +363,18 @@ class Precision:
                                  f"need delta_depth={n.bit_length()}, got {d!r}")
         if not isinstance(self.hardware, HardwareConstants):
             raise ValueError(f"Precision.hardware must be a HardwareConstants, got {self.hardware!r}")
+
+    def banded(self, causal, window) -> "Precision":
+        """This precision for a call with these causal / window arguments. Under a band (`is_band`) and with a
+        band_forward stated, the forward's tile fields are the band's (block_k, block_q_fwd, rowsum_depth; lg2_known
+        only where the band's rowsum depth is stated); the backward's tiles stay (a dQ loop that followed block_k
+        keeps its width: block_k_dq set to it). Otherwise itself. The bounds take it first, before `fitted`."""
+        b = self.band_forward
+        if b is None or not is_band(causal, window):
+            return self
+        return replace(self, block_k=b.block_k, block_q_fwd=b.block_q_fwd, rowsum_depth=b.rowsum_depth,
+                       block_k_dq=self.dq_key_tile, lg2_known=self.lg2_known and b.rowsum_depth is not None,
+                       band_forward=None)
 
     def fitted(self, Nq: int, Nk: int) -> "Precision":
         """This precision with its tiles no wider than the problem. A tile of block_k >= Nk keys is the
