@@ -272,12 +272,14 @@ def test_pipelined_qk_and_warp_specialization_are_exclusive():
 
 @needs_kernel
 @pytest.mark.skipif(not INTERPRET, reason="on the GPU every test runs these tiles already")
-@pytest.mark.parametrize("precision", ["default", "accurate"])
-@pytest.mark.parametrize("d", [64, 128])
-def test_forward_h100_tiles_within_their_bound_in_the_interpreter(precision, d):
-    """The H100 forward tiles (`kernel_config(..., interpret=False)`: 128×128 at d = 128, K/V
-    descriptors for the accurate mode at d = 64) through the interpreter, within the bound of their
-    own block_k: ragged N, Nq != Nk, GQA, causal bottom-right and fully masked rows across them."""
+@pytest.mark.parametrize("precision,d,band", [("default", 64, False), ("accurate", 64, False),
+                                              ("default", 128, False), ("default", 128, True),
+                                              ("accurate", 128, False)])
+def test_forward_h100_tiles_within_their_bound_in_the_interpreter(precision, d, band):
+    """The H100 forward tiles (`kernel_config(..., interpret=False)`: 128×128 at d = 128, 64×64 for banded calls
+    there (band), K/V descriptors for the accurate mode at d = 64) through the interpreter, within the bound of their
+    own block_k: ragged N, Nq != Nk, GQA, causal bottom-right and fully masked rows across them. (The case is banded:
+    on the GPU it runs the band tile at d = 128; the unbanded one is what `tiles=` asks for.)"""
     import torch
 
     from flashcheck.adapters import ours_precision
@@ -287,7 +289,7 @@ def test_forward_h100_tiles_within_their_bound_in_the_interpreter(precision, d):
     case = Case(Shape(1, 2, 1, 150, 200, d), causal="bottom_right", mask="fully_masked_rows",
                 values="outliers", seed=4)
     inp = materialize(case, "float16")
-    tiles = kernel_config(d, torch.float16, interpret=False, precision=precision)
+    tiles = kernel_config(d, torch.float16, interpret=False, precision=precision, band=band)
     o, lse = run_kernel(inp, case, "float16", precision=precision, tiles=tiles)
     prec = ours_precision(torch.float16, head_dim=d, interpret=True, precision=precision, tiles=tiles)
     assert prec.block_k == tiles.fwd.block_n
