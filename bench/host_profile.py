@@ -14,8 +14,8 @@ end of each loop):
   bwd_launches   the three backward kernels' kernel[grid](...) alone, arguments prepared once
   empty          torch.empty of O's shape (one allocation)
   fwd / fwd grad / fwd+bwd / fwd+bwd graph kept [direct | jit]: attention() with launches straight to the binaries
-                 (the default) and with
-                 every launch through Triton's JIT, 3 interleaved rounds, medians; cuDNN's in the same harness
+                 (the default) and with every launch through Triton's JIT, 3 interleaved rounds, medians ("graph
+                 kept": each output held until the next call); cuDNN's in the same harness
 then cProfile of 300 fwd+bwd calls (top functions by own time) and torch.profiler's CPU-side CUDA API calls of 20
 (a cudaStreamSynchronize / cudaMemcpy in the path would show here).
 """
