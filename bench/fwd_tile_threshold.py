@@ -4,6 +4,10 @@ process, cuDNN beside. At N = 1k the small tile took 0.82x the time causal, 0.95
 large tile 0.94x (2026-11-23b).
 
     PYTHONPATH=$PWD python3 bench/fwd_tile_threshold.py [--N 1024,2048,4096,8192,16384] [--rounds 3] [--out DIR]
+    PYTHONPATH=$PWD python3 bench/fwd_tile_threshold.py --backward [--N 1024,4096]   # the backward's tiles likewise
+
+(The forward's band tile is kernel_config's since 2026-11-27d: "table" is then the band tile for causal rows; pass
+the unbanded table explicitly through tiles=, as below, to compare the two.)
 """
 from __future__ import annotations
 
@@ -27,7 +31,11 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--backward", action="store_true",
+                    help="the backward's tiles instead (dK/dV and dQ 64x64/4w/3s against the table's, causal and not)")
     a = ap.parse_args(argv)
+    if a.backward:
+        return backward(a)
     attention = ka.attention
     table = ka.kernel_config(a.d, torch.bfloat16, interpret=False)
     small = dataclasses.replace(table, fwd=ka.TileConfig(64, 64, 4, 3))
@@ -59,6 +67,43 @@ def main(argv=None):
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, "fwd_tile_threshold.json"), "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+                           triton=__import__("triton").__version__, rows=rows), f, indent=1)
+
+
+def backward(a):
+    """The backward's kernels at small tiles (64x64/4w/3s for dK/dV, for dQ, for both) against the table's, the
+    forward at the table's, timed as autograd.grad on a kept graph (bench/run.py's way), interleaved with cuDNN's."""
+    attention = ka.attention
+    table = ka.kernel_config(a.d, torch.bfloat16, interpret=False)
+    small = ka.TileConfig(64, 64, 4, 3)
+    cands = {"table": table, "dkdv 64x64": dataclasses.replace(table, dkdv=small),
+             "dq 64x64": dataclasses.replace(table, dq=small), "both 64x64": dataclasses.replace(table, dkdv=small,
+                                                                                              dq=small)}
+    rows = []
+    for N in (int(x) for x in a.N.split(",")):
+        for causal in (False, True):
+            B, H = max(1, 16384 // N), 2048 // a.d
+            q, k, v = _inputs(B, H, N, a.d)
+            do = torch.randn_like(q)
+            fns = {}
+            for name, tiles in cands.items():
+                o = attention(q, k, v, causal=causal, tiles=tiles)
+                fns[name] = functools.partial(torch.autograd.grad, o, (q, k, v), do, retain_graph=True)
+            oc = _cudnn(causal)(q, k, v)
+            fns["cudnn"] = functools.partial(torch.autograd.grad, oc, (q, k, v), do, retain_graph=True)
+            times = _interleaved(fns, a.rounds, 30, False)
+            med = {n: statistics.median(t) for n, t in times.items()}
+            ratio = {n: statistics.median([x / y for x, y in zip(times[n], times["table"])]) for n in cands}
+            rows.append(dict(N=N, causal=causal, ms=med, over_table=ratio,
+                             x_cudnn={n: med["cudnn"] / med[n] for n in cands}))
+            print(f"bwd d={a.d} N={N:5d} causal={causal!s:5} table {med['table']:.3f} ms (x cuDNN "
+                  f"{med['cudnn'] / med['table']:.2f})  " + "  ".join(f"{n} {ratio[n]:.3f}" for n in cands if n != "table"),
+                  flush=True)
+            del q, k, v, do, fns, oc
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "bwd_tile_threshold.json"), "w") as f:
             json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                            triton=__import__("triton").__version__, rows=rows), f, indent=1)
 
