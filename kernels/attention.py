@@ -698,6 +698,8 @@ def _launch(kernel, launch: Launch, *leading, fitting: bool = False):
             kwargs["num_stages"] = launch.num_stages
         binary = kernel[launch.grid](*leading, *launch.ints, **kwargs)
     if direct is not None and _launchable(binary) and _arguments_in_order(kernel, launch, len(leading)):
+        if len(_BINARIES) >= _MAX_BINARIES:  # every distinct N is a record of its own: bounded, not an LRU
+            _BINARIES.clear()
         _BINARIES[(launch, direct)] = binary
     return binary
 
@@ -714,6 +716,7 @@ def _launch(kernel, launch: Launch, *leading, fitting: bool = False):
 # interface of Triton 3.6-3.9; otherwise every call goes through the JIT.
 
 _BINARIES: dict = {}  # (Launch, device index) -> the compiled kernel Triton launched for it
+_MAX_BINARIES = 4096  # records kept (a few hundred bytes each; Triton's own cache keeps the binaries)
 _IN_ORDER: dict = {}  # (kernel, number of leading arguments, constexpr names) -> bool
 _DIRECT_OFF: list = []  # non-empty once a launcher refused the direct arguments
 _RUNTIME = getattr(getattr(triton, "knobs", None), "runtime", None)  # the launch hooks (Triton >= 3.4)
