@@ -729,8 +729,8 @@ def delta_tree(ptx: str, launch, against=None) -> dict:
 def _record_one(job):
     """One config's entry: the forward of (dtype, dot, head dim, p_split) compiled with the tiles `tiles` (a
     KernelConfig.flat()) in every variant, so that the entry describes one binary family (kernel_config's band tile
-    is a config of its own: _tile_jobs)."""
-    dtype, dot, d, p_split, tiles = job
+    is a config of its own: _tile_jobs, whose band flag the entry keeps)."""
+    dtype, dot, d, p_split, tiles, band = job
     depths, fused, variants = [], True, {}
     # Triton specializes on 16-byte alignment and divisibility by 16: N = 4096 with aligned tensors, and N = 4099
     # (strides and sizes not divisible) with unaligned K, V, each plain, causal and with a dense mask
@@ -750,7 +750,7 @@ def _record_one(job):
     return {"dtype": dtype, "dot": dot, "block_d": cx["BLOCK_D"], "block_m": cx["BLOCK_M"], "block_n": cx["BLOCK_N"],
             "num_warps": launch.num_warps, "p_split": p_split,
             "rowsum_depth": None if None in depths else max(depths),
-            "exp_argument": "fma" if fused else "unknown", "variants": variants}
+            "exp_argument": "fma" if fused else "unknown", "variants": variants, "band": band}
 
 
 def _record_backward(job):
@@ -837,9 +837,7 @@ def _record_delta(job):
 
 def _record_job(job):
     kind, args = job
-    if kind == "fwd":
-        return _record_one(args[:5])
-    return {"bwd": _record_backward, "delta": _record_delta}[kind](args)
+    return {"fwd": _record_one, "bwd": _record_backward, "delta": _record_delta}[kind](args)
 
 
 def _tile_jobs(dtype: str, dot: str, d: int, p_split: bool) -> list:
@@ -872,7 +870,7 @@ def record_band(path: str, workers: int) -> None:
             for p_split in ((False, True) if dtype != "float32" else (False,))
             for j in _tile_jobs(dtype, dot, d, p_split) if j[5]]
     with ProcessPoolExecutor(workers) as ex:
-        out = list(ex.map(_record_one, [j[:5] for j in jobs]))
+        out = list(ex.map(_record_one, jobs))
 
     def key(c):
         return c["dtype"], c["dot"], c["block_d"], c["block_m"], c["block_n"], c["num_warps"], c["p_split"]
@@ -881,7 +879,7 @@ def record_band(path: str, workers: int) -> None:
         (sib,) = [e for e in configs if (e["dtype"], e["dot"], e["block_d"], e["p_split"]) == (c["dtype"], c["dot"],
                                                                                             c["block_d"], job[3])
                   and not e.get("band")]
-        c.update({k: v for k, v in sib.items() if k.startswith("bwd") or k == "delta"}, band=True)
+        c.update({k: v for k, v in sib.items() if k.startswith("bwd") or k == "delta"})
         configs.append(c)
         print(c["dtype"], c["dot"], c["block_d"], c["block_m"], c["block_n"], c["num_warps"], c["p_split"], "band",
               "depth", c["rowsum_depth"], "exp_argument", c["exp_argument"])
@@ -935,7 +933,6 @@ def record(path: str, workers: int) -> None:
     for job, c in zip(jobs, configs):
         c.update(bwd[job[:3]])
         c["delta"] = delta[(job[0], job[2])]
-        c["band"] = job[5]
     rep = {"triton": triton.__version__, "torch": torch.__version__, "target": "cuda sm_90",
            "method": "bench/compile_forward.py --record: PTX data flow of every ex2.approx result through add.f32 / "
                      "butterfly shuffles into the fp64 l (rowsum_depths); rowsum_depth = the deepest leaf, None where "

@@ -717,7 +717,6 @@ def _launch(kernel, launch: Launch, *leading, fitting: bool = False):
 
 _BINARIES: dict = {}  # (Launch, device index) -> the compiled kernel Triton launched for it
 _MAX_BINARIES = 4096  # records kept (a few hundred bytes each; Triton's own cache keeps the binaries)
-_IN_ORDER: dict = {}  # (kernel, number of leading arguments, constexpr names) -> bool
 _DIRECT_OFF: list = []  # non-empty once a launcher refused the direct arguments
 _RUNTIME = getattr(getattr(triton, "knobs", None), "runtime", None)  # the launch hooks (Triton >= 3.4)
 
@@ -736,12 +735,8 @@ def _launchable(binary) -> bool:
 def _arguments_in_order(kernel, launch: Launch, n_leading: int) -> bool:
     """Whether the kernel's parameters are the leading arguments, then `launch.ints`, then its constexprs in the
     record's order: the positional list a launcher takes."""
-    key = (kernel, n_leading, len(launch.ints), tuple(name for name, _ in launch.constexprs))
-    if key not in _IN_ORDER:
-        names = list(kernel.arg_names)
-        n = n_leading + len(launch.ints)
-        _IN_ORDER[key] = len(names) == n + len(launch.constexprs) and names[n:] == list(key[3])
-    return _IN_ORDER[key]
+    names, n = list(kernel.arg_names), n_leading + len(launch.ints)  # (asked once per new record)
+    return len(names) >= n and names[n:] == [name for name, _ in launch.constexprs]
 
 
 def _direct(binary, launch: Launch, device: int, leading: tuple):

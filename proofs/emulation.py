@@ -141,12 +141,14 @@ class _Band:
     @staticmethod
     def of(causal, window, nq: int, nk: int) -> "_Band":
         """The offsets our kernel launches with for these options (ported, not imported: proofs/ reads no kernel)."""
+        from flashcheck.proofs.bounds.precision import is_band
+
+        if not is_band(causal, window):
+            return _Band(False, 0, 0)
         off = nk - nq if causal == "bottom_right" else 0
         left, right = (None, None) if window is None else window
-        if causal is not False:
+        if causal:
             right = 0 if right is None else min(right, 0)
-        if left is None and right is None:
-            return _Band(False, 0, 0)
         big = nq + nk + 1
         lo = off - (big if left is None else min(left, big))
         return _Band(True, lo, off + (big if right is None else min(right, big)))

@@ -53,6 +53,7 @@ def test_banded_substitutes_the_forward_tile_only_under_a_band():
     p = Precision("bfloat16", "bf16", block_k=128, block_q=64, block_q_fwd=128, rowsum_depth=33,
                   band_forward=BandForward(block_k=64, block_q_fwd=64, rowsum_depth=None))
     assert p.banded(False, None) is p and p.banded(False, (None, None)) is p
+    assert p.banded(np.False_, None) is p and p.banded(np.True_, None).block_k == 64  # check_causal admits numpy bools
     for causal, window in ((True, None), ("top_left", None), ("bottom_right", None), (False, (5, None)),
                            (False, (None, 0))):
         assert is_band(causal, window)

@@ -111,9 +111,9 @@ class BandForward:
 
 def is_band(causal, window) -> bool:
     """Whether a call with these arguments is banded as the kernels take it (flashcheck.kernels.attention._band):
-    causal given (True, "top_left", "bottom_right"), or a window with a side given."""
-    return (causal is not False and causal is not None) or (
-        window is not None and any(side is not None for side in window))
+    causal given (True, "top_left", "bottom_right"; numpy bools by their value, as check_causal admits them), or a
+    window with a side given. The emulation's band (proofs/emulation.py _Band.of) decides by it too."""
+    return bool(causal) or (window is not None and any(side is not None for side in window))
 
 
 @dataclass(frozen=True)
