@@ -891,6 +891,96 @@ def record_band(path: str, workers: int) -> None:
         json.dump(rep, f, indent=1)
 
 
+def compile_gluon(dtype: str, d: int, band: bool, write_res: bool, stages: int):
+    """Compile kernels/gluon_fwd.py's forward for sm_90 as its launcher specializes it (4-D tensor descriptors of
+    [1, 1, rows, d] boxes, 128 x 128 tiles, one query head per kv head)."""
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+
+    from flashcheck.kernels import gluon_fwd
+
+    short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
+    gdt = gl.bfloat16 if dtype == "bfloat16" else gl.float16
+
+    def desc(rows):
+        return f"tensordesc<{short}[{', '.join(map(str, gluon_fwd.descriptor_block(rows, d)))}],"\
+               f"{gluon_fwd.shared_layout(rows, d, gdt)!r}>"
+    sig = {"q_desc": desc(64), "k_desc": desc(128), "v_desc": desc(128), "O": f"*{short}", "ORes": f"*{short}",
+           "LSE": "*fp32", "sm_scale": "fp32", "Nq": "i32", "Nk": "i32", "Hq": "i32", "off_lo": "i32",
+           "off_hi": "i32", "stride_ob": "i32", "stride_oh": "i32", "stride_om": "i32"}
+    cx = dict(GROUP=1, HEAD_D=d, BLOCK_M=128, BLOCK_N=128, STAGES=stages, BAND=band, WRITE_RES=write_res,
+              HEAVY_FIRST=band)
+    sig.update({k: "constexpr" for k in cx})
+    src = gluon._runtime.GluonASTSource(fn=gluon_fwd.attn_fwd_gluon_kernel, signature=sig, constexprs=cx)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+
+
+def _record_gluon(job):
+    """One gluon entry: gluon_fwd compiled plain and banded, with and without O_res; rowsum_depth the deepest tree
+    where every rowsum counts the tile's 128 keys (else None)."""
+    dtype, d, stages = job
+    depths, variants = [], {}
+    for band in (False, True):
+        for res in (False, True):
+            r = rowsum_depths(compile_gluon(dtype, d, band, res, stages).asm["ptx"])
+            ok = set(r["widths"]) <= {1, 128} and 128 in r["widths"]
+            depths.append(max(r["depths"]) if ok else None)
+            variants[f"{'band' if band else 'plain'}{'/res' if res else ''}"] = {"rowsum": r}
+    return {"dtype": dtype, "dot": "tf32", "block_d": d, "block_m": 128, "block_n": 128, "num_warps": 8,
+            "p_split": False, "rowsum_depth": None if None in depths else max(depths), "exp_argument": "unknown",
+            "variants": variants, "band": False, "engine": "gluon"}
+
+
+def record_gluon(path: str, workers: int) -> None:
+    """Add (or replace) gluon_fwd's entries (engine "gluon") in an existing record, in place, and the entries of
+    triton_fwd with the same tiles (kernel_config(engine="gluon")'s forward: the calls outside gluon_fwd's domain)
+    where the record lacks them. bwd_* and delta copied from the unbanded triton entry of the same dtype and head
+    dim (the backward kernels do not change with the forward's engine)."""
+    import json
+    from concurrent.futures import ProcessPoolExecutor
+
+    from flashcheck.kernels.attention import kernel_config
+
+    with open(path) as f:
+        rep = json.load(f)
+
+    def key(c):
+        return (c["dtype"], c["dot"], c["block_d"], c["block_m"], c["block_n"], c["num_warps"], c["p_split"],
+                c.get("engine", "triton"))
+    have = {key(c) for c in rep["configs"]}
+    g_jobs, t_jobs = [], []
+    for dtype in ("float16", "bfloat16"):
+        for d in (64, 128):
+            cfg = kernel_config(d, getattr(torch, dtype), interpret=False, engine="gluon")
+            g_jobs.append((dtype, d, cfg.fwd.num_stages))
+            if (dtype, "tf32", d, 128, 128, 8, False, "triton") not in have:
+                t_jobs.append((dtype, "tf32", d, False, tuple(cfg.flat()), False))
+    with ProcessPoolExecutor(workers) as ex:
+        g_out = list(ex.map(_record_gluon, g_jobs))
+        t_out = list(ex.map(_record_one, t_jobs))
+    new = g_out + t_out
+    configs = [c for c in rep["configs"] if key(c) not in {key(e) for e in new}]
+    for c in new:
+        (sib,) = [e for e in configs if (e["dtype"], e["dot"], e["block_d"], e["p_split"]) == (c["dtype"], c["dot"],
+                                                                                            c["block_d"], False)
+                  and not e.get("band") and e.get("engine", "triton") == "triton"
+                  and (e["block_m"], e["block_n"]) == tuple(kernel_config(c["block_d"], getattr(torch, c["dtype"]),
+                                                                          interpret=False, engine="triton").fwd
+                                                            .__dict__[f] for f in ("block_m", "block_n"))]
+        c.update({k: v for k, v in sib.items() if k.startswith("bwd") or k == "delta"})
+        configs.append(c)
+        print(c["dtype"], c["block_d"], c["block_m"], c["block_n"], c["num_warps"], c.get("engine", "triton"),
+              "depth", c["rowsum_depth"])
+    rep["configs"] = configs
+    rep["method_gluon"] = ("bench/compile_forward.py --record-gluon: kernels/gluon_fwd.py compiled for sm_90 "
+                           "(compile_gluon: plain and banded, with and without O_res), its rowsum trees read as "
+                           "any config's (engine: gluon); triton_fwd with the same 128 x 128 / 8-warp tiles added "
+                           "where missing (engine absent: triton); bwd_* and delta copied from the unbanded triton "
+                           "entry of the same dtype and head dim")
+    with open(path, "w") as f:
+        json.dump(rep, f, indent=1)
+
+
 _DTYPES_DOTS = (("float16", "tf32"), ("bfloat16", "tf32"), ("float32", "ieee"), ("float32", "tf32"))
 _HEAD_DIMS = (16, 32, 64, 128, 256)
 _METHOD_DELTA = ("Delta (bench/compile_forward.py --record / --record-delta): the backward's preprocess kernel "
@@ -991,7 +1081,11 @@ def main():
     ap.add_argument("--delta", action="store_true", help="the preprocess kernel's Delta dot tree instead")
     ap.add_argument("--record-band", default=None,
                     help="add kernel_config's band tiles (banded calls' own forward tile) to this record, in place")
+    ap.add_argument("--record-gluon", default=None,
+                    help="add gluon_fwd's entries (and triton_fwd's with the same tiles) to this record, in place")
     a = ap.parse_args()
+    if a.record_gluon:
+        return record_gluon(a.record_gluon, a.workers)
     if a.record:
         return record(a.record, a.workers)
     if a.record_band:

@@ -95,6 +95,12 @@ def make_backend(name: str, causal: bool):
 
         precision = "accurate" if name == "ours-accurate" else "default"
         return lambda q, k, v: attention(q, k, v, causal=causal, precision=precision)
+    if name in ("ours-gluon", "ours-triton"):  # ours with the forward engine named (kernel_config(engine=))
+        from flashcheck.kernels.attention import attention, kernel_config
+
+        engine = name.split("-")[1]
+        return lambda q, k, v: attention(q, k, v, causal=causal, tiles=kernel_config(
+            q.shape[-1], q.dtype, band=bool(causal), engine=engine))
     if name in SDPA:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -131,7 +137,7 @@ def make_backend(name: str, causal: bool):
             return compiled(q, k, v, block_mask=block_mask, **gqa)
         return flex
     raise ValueError(f"backend: unknown {name!r}; expected one of "
-                     f"{GPU_BACKENDS + ('ours-accurate', 'torch-sdpa-math')}")
+                     f"{GPU_BACKENDS + ('ours-accurate', 'ours-gluon', 'ours-triton', 'torch-sdpa-math')}")
 
 
 def _copies(cfg: Config, device: str, dtype) -> int:

@@ -488,11 +488,24 @@ def _compiled_record(dtype, dot: str, head_dim, precision: str, tiles, band: boo
         return None  # other code: not in the record
     name = str(dtype).replace("torch.", "")
     op_dot = dot if name == "float32" else "tf32"  # the launcher's spelling for 16-bit operands
-    for c in configs:
-        if ((c["dtype"], c["dot"], c["block_d"], c["block_m"], c["block_n"], c["num_warps"], c["p_split"])
-                == (name, op_dot, _block_d(head_dim), t.block_m, t.block_n, t.num_warps, precision == "accurate")):
-            return c
-    return None
+
+    def entry(engine: str) -> dict | None:
+        for c in configs:
+            if ((c["dtype"], c["dot"], c["block_d"], c["block_m"], c["block_n"], c["num_warps"], c["p_split"],
+                 c.get("engine", "triton"))
+                    == (name, op_dot, _block_d(head_dim), t.block_m, t.block_n, t.num_warps, precision == "accurate",
+                        engine)):
+                return c
+        return None
+    if not t.gluon:
+        return entry("triton")
+    # gluon tiles: gluon_fwd runs the calls in its domain, triton_fwd the others with the same tiles; a claim holds
+    # for both engines' compiled code or is not made
+    g, tr = entry("gluon"), entry("triton")
+    if g is None or tr is None:
+        return None
+    depth = None if None in (g["rowsum_depth"], tr["rowsum_depth"]) else max(g["rowsum_depth"], tr["rowsum_depth"])
+    return {**tr, "rowsum_depth": depth, "exp_argument": "unknown", "engine": "gluon+triton"}
 
 
 def _bwd_exp_fma(rec: dict | None, tiles=None) -> bool:

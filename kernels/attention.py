@@ -51,7 +51,10 @@ class TileConfig:
     the programs take the query blocks from the last one, so that the blocks that see the most keys start
     first and the light ones fill the tail (longest-processing-time order; only which program computes
     which block changes, not what a block computes; on where `kernel_config` turns it on:
-    bench/NOTES.md, "Tiles and program order, 2026-11-26d")."""
+    bench/NOTES.md, "Tiles and program order, 2026-11-26d"). gluon (forward only): the forward through
+    `gluon_fwd` (Hopper: TMA producer warp, two consumer warpgroups, asynchronous wgmma; block_m = block_n = 128,
+    d in {64, 128}) where the call is in its domain (`_gluon_forward`), else `triton_fwd` with the same tiles: the
+    same arithmetic either way (gluon_fwd's docstring)."""
     block_m: int
     block_n: int
     num_warps: int = 4
@@ -60,9 +63,10 @@ class TileConfig:
     warp_specialize: bool = False
     pipeline_qk: bool = False
     heavy_first: bool = False
+    gluon: bool = False
 
 
-_TILE_FIELDS = 8  # ints per TileConfig in KernelConfig.flat()
+_TILE_FIELDS = 9  # ints per TileConfig in KernelConfig.flat()
 
 
 @dataclass(frozen=True)
@@ -74,10 +78,10 @@ class KernelConfig:
     dq: TileConfig
 
     def flat(self) -> list[int]:
-        """3 × 8 ints, the form a torch custom op can carry."""
+        """3 × 9 ints, the form a torch custom op can carry."""
         return [int(x) for t in (self.fwd, self.dkdv, self.dq)
                 for x in (t.block_m, t.block_n, t.num_warps, t.num_stages, t.kv_desc,
-                          t.warp_specialize, t.pipeline_qk, t.heavy_first)]
+                          t.warp_specialize, t.pipeline_qk, t.heavy_first, t.gluon)]
 
     @staticmethod
     def unflat(xs) -> "KernelConfig":
@@ -91,6 +95,15 @@ class KernelConfig:
 
 _PRECISIONS = ("default", "accurate")
 _DELTA_FROM = ("fp32", "output")
+_ENGINES = ("triton", "gluon")
+
+
+def forward_engine() -> str:
+    """The forward engine kernel_config gives by default: FLASHCHECK_FORWARD_ENGINE ("triton" unless set; "gluon"
+    opts in to gluon_fwd until the GPU suite has run on it: bench/NOTES.md, "Gluon forward")."""
+    engine = os.environ.get("FLASHCHECK_FORWARD_ENGINE", "triton") or "triton"
+    _check_choice("FLASHCHECK_FORWARD_ENGINE", engine, _ENGINES)
+    return engine
 
 
 def _interpreting() -> bool:
@@ -98,16 +111,25 @@ def _interpreting() -> bool:
 
 
 def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None = None,
-                  precision: str = "default", band: bool = False) -> KernelConfig:
+                  precision: str = "default", band: bool = False, engine: str | None = None) -> KernelConfig:
     """Tiles per head dim, dtype, forward precision mode and whether the call is banded (causal, or a window with a
     side given: `_band`) (H100 tuned; the interpreter uses 16 × 16 tiles so that small test shapes still cross
-    several tile boundaries)."""
+    several tile boundaries). engine: the forward's, "triton" (triton_fwd) or "gluon" (gluon_fwd: fp16 / bf16,
+    head dims 64 and 128, precision "default"; other calls keep triton_fwd's tiles); None: `FORWARD_ENGINE`."""
     if interpret is None:
         interpret = _interpreting()
     if interpret:
         t = TileConfig(16, 16, 1, 1)
         return KernelConfig(t, t, t)
     bd = max(16, triton.next_power_of_2(head_dim))
+    engine = forward_engine() if engine is None else engine
+    _check_choice("engine", engine, _ENGINES)
+    if engine == "gluon" and dtype != torch.float32 and precision == "default" and head_dim in (64, 128):
+        # gluon_fwd: 128 query rows (two warpgroups of 64) x 128 keys, heaviest query blocks first under a band;
+        # the K / V ring 2 deep at d = 128 (160 KB of shared memory), 3 at d = 64 (bench/NOTES.md, "Gluon forward")
+        fwd = TileConfig(128, 128, 8, 2 if bd == 128 else 3, heavy_first=True, gluon=True)
+        rest = kernel_config(head_dim, dtype, interpret=False, precision=precision, band=band, engine="triton")
+        return KernelConfig(fwd, rest.dkdv, rest.dq)
     if dtype == torch.float32:  # 4-byte tiles: half the rows for the same shared memory
         if bd <= 64:
             return KernelConfig(TileConfig(64, 32, 4, 2), TileConfig(32, 64, 4, 2), TileConfig(64, 32, 4, 2))
@@ -519,10 +541,11 @@ def _ptr(t: Layout) -> tuple:
 
 
 def _tiles(d: int, dv: int, dtype, block_q, block_k, tiles: list[int], precision: str = "default",
-           interpret: bool | None = None, band: bool = False):
+           interpret: bool | None = None, band: bool = False, engine: str | None = None):
     # a block-sparse mask fixes the tile grid (below): its warps and stages follow the unbanded table
     cfg = KernelConfig.unflat(tiles) if tiles else kernel_config(max(d, dv), dtype, interpret=interpret,
-                                                                 precision=precision, band=band and not block_q)
+                                                                 precision=precision, band=band and not block_q,
+                                                                 engine=engine)
     if block_q:  # a block-sparse mask fixes the tile grid
         w = cfg.fwd
         # 8 warps are two warpgroups of 64 rows each: only for tiles of 128 rows and more
@@ -545,18 +568,19 @@ def forward_launch(q: Layout, k: Layout, v: Layout, o: Layout, dense: Layout | N
     """The forward kernel's launch. `sparse`: the Layouts of the block-sparse (num, idx) lists or
     None; `dense`: the int8 (B|1, H|1, Nq|1, Nk|1) mask or None."""
     return _forward_launch(q, k, v, o, dense, sparse, band, off_lo, off_hi, block_q, block_k, dot, p_split,
-                           save_res, tuple(tiles), _interpreting() if interpret is None else interpret)
+                           save_res, tuple(tiles), _interpreting() if interpret is None else interpret,
+                           forward_engine())
 
 
 # The launch records are pure functions of plain values, computed once per distinct call layout: building them
 # took ~45 us of host time per forward on the H100 host, as long as a short kernel runs (bench/host_profile.py).
 @functools.lru_cache(maxsize=1024)
 def _forward_launch(q, k, v, o, dense, sparse, band, off_lo, off_hi, block_q, block_k, dot, p_split, save_res,
-                    tiles: tuple, interpret: bool) -> Launch:
+                    tiles: tuple, interpret: bool, engine: str) -> Launch:
     B, Hq, nq, d = q.shape
     Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
     cfg, bd, bdv = _tiles(d, dv, getattr(torch, q.dtype), block_q, block_k, tiles,
-                          "accurate" if p_split else "default", interpret, band)
+                          "accurate" if p_split else "default", interpret, band, engine)
     t = cfg.fwd
     lse = Layout.dense("float32", (B, Hq, nq))
     num, idx = sparse if sparse else (lse, lse)
@@ -661,6 +685,15 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     lse = torch.empty((B, Hq, nq), dtype=torch.float32, device=q.device)
     if o.numel() == 0:
         return o, lse.fill_(float("-inf")), o_res
+    gluon = _gluon_forward(Layout.of(q), Layout.of(k), Layout.of(v), dense is not None, bool(sparse), band, p_split,
+                           tuple(tiles), _interpreting(), forward_engine())
+    if gluon is not None and _gluon_device(q.device):
+        from flashcheck.kernels import gluon_fwd
+
+        gluon_fwd.launch(q, k, v, o, o_res, lse, scale, band=band, off_lo=off_lo, off_hi=off_hi, save_res=save_res,
+                         block_m=gluon.block_m, block_n=gluon.block_n, num_stages=gluon.num_stages,
+                         heavy_first=gluon.heavy_first)
+        return o, lse, o_res
     launch = forward_launch(
         Layout.of(q), Layout.of(k), Layout.of(v), Layout.of(o), None if dense is None else Layout.of(dense),
         (Layout.of(sparse[0]), Layout.of(sparse[1])) if sparse else None, band=band, off_lo=off_lo,
@@ -673,6 +706,33 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     _launch(attn_fwd_kernel, launch, q, k, v, o, o_res if save_res else o, lse, mask_t, num, idx, fnum, fidx,
             scale, fitting=True)
     return o, lse, o_res
+
+
+@functools.lru_cache(maxsize=1024)
+def _gluon_forward(q: Layout, k: Layout, v: Layout, has_dense: bool, sparse: bool, band: bool, p_split: bool,
+                   tiles: tuple, interpret: bool, engine: str) -> TileConfig | None:
+    """The forward's tiles when gluon_fwd runs this call, else None (triton_fwd runs it with the same tiles): tiles
+    asking for it (TileConfig.gluon), in its domain: fp16 / bf16, d = dv in {64, 128}, no dense or block-sparse
+    mask, no P split, and every tensor a TMA source (16-byte aligned base, positive batch, head and row strides
+    in 16-byte multiples, the last dim contiguous). The device (capability 9.0) is checked by `_gluon_device`."""
+    if interpret or has_dense or sparse or p_split:
+        return None
+    d, dv = q.shape[3], v.shape[3]
+    cfg, _, _ = _tiles(d, dv, getattr(torch, q.dtype), 0, 0, list(tiles), interpret=False, band=band, engine=engine)
+    t = cfg.fwd
+    if not t.gluon or (t.block_m, t.block_n) != (128, 128) or d != dv or d not in (64, 128):
+        return None
+    if q.dtype not in ("float16", "bfloat16") or not (q.dtype == k.dtype == v.dtype):
+        return None
+    if not all(_descriptor_ok(x) and x.strides[3] == 1 and all(s > 0 for s in x.strides[:3]) for x in (q, k, v)):
+        return None
+    return t
+
+
+@functools.lru_cache(maxsize=None)
+def _gluon_device(device: torch.device) -> bool:
+    """Whether gluon_fwd runs on this device: CUDA capability 9.0 (its wgmma, TMA and setmaxnreg are sm_90a's)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
 def _launch(kernel, launch: Launch, *leading, fitting: bool = False):

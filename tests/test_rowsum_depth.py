@@ -60,6 +60,7 @@ def test_ours_claims_the_recorded_forms_only_for_compiled_code():
     import triton
 
     from flashcheck.adapters import ours_precision
+    from flashcheck.kernels import kernel_config
     from flashcheck.proofs.hardware import MEASUREMENTS
 
     assert ours_precision(torch.bfloat16, head_dim=64, interpret=True).rowsum_depth is None
@@ -68,8 +69,14 @@ def test_ours_claims_the_recorded_forms_only_for_compiled_code():
         assert ours_precision(torch.bfloat16, head_dim=64, interpret=False).rowsum_depth is None
         pytest.skip(f"no compiled-code record for Triton {triton.__version__}")
     rec = json.loads(path.read_text())
+    # the triton_fwd entries of kernel_config's default tiles (gluon_fwd's and the other tiles': test_gluon_forward)
+    default = {(c["dtype"], c["block_d"]): kernel_config(c["block_d"], getattr(torch, c["dtype"]), interpret=False,
+                                                         engine="triton")
+               for c in rec["configs"] if c["dot"] != "ieee"}
     want = {(c["dtype"], c["block_d"], c["p_split"], bool(c.get("band"))): c["rowsum_depth"] for c in rec["configs"]
-            if c["dot"] != "ieee"}
+            if c["dot"] != "ieee" and c.get("engine", "triton") == "triton"
+            and (bool(c.get("band")) or (c["block_m"], c["block_n"]) == (default[c["dtype"], c["block_d"]].fwd.block_m,
+                                                                         default[c["dtype"], c["block_d"]].fwd.block_n))}
     for dtype, d in ((torch.bfloat16, 64), (torch.float16, 128)):
         got = ours_precision(dtype, head_dim=d, interpret=False).rowsum_depth
         assert got == want[(str(dtype)[6:], d, False, False)], (dtype, d, got)
@@ -99,8 +106,13 @@ def test_the_committed_record_is_what_this_triton_compiles(dtype, dot, d):
     """A kernel change that reshapes the rowsum's tree must be re-recorded (bench/compile_forward.py --record)."""
     from tests.compiled_record import committed_record, compiled
 
+    from flashcheck.kernels import kernel_config
+
     rec = committed_record()
-    (cfg,) = [c for c in rec["configs"] if (c["dtype"], c["dot"], c["block_d"], c["p_split"]) == (dtype, dot, d, False)]
+    t = kernel_config(d, getattr(torch, dtype), interpret=False, engine="triton").fwd  # what _COMPILE compiles
+    (cfg,) = [c for c in rec["configs"] if (c["dtype"], c["dot"], c["block_d"], c["p_split"], c["block_m"], c["block_n"],
+                                            c.get("engine", "triton")) == (dtype, dot, d, False, t.block_m, t.block_n,
+                                                                           "triton")]
     got = compiled(_COMPILE, dtype, dot, d)
     r = got["rowsum"]
     assert max(r["depths"]) <= cfg["rowsum_depth"] and cfg["block_n"] in r["widths"], (r, cfg["rowsum_depth"])

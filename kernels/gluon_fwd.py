@@ -1,0 +1,264 @@
+"""FlashAttention-2 forward in Gluon for Hopper (sm_90): the same arithmetic as `triton_fwd`, another schedule.
+
+`triton_fwd`'s kernel runs, in every warp, Q Kᵀ, the softmax and P̃ V one after the other: on the H100 the
+tensor cores idle while the exp2 units work (tensor pipe ~55 % at N >= 4k: bench/NOTES.md, "What limits each cell
+now"). This kernel overlaps them, as FlashAttention-3 does, with what Triton's `tl` does not expose:
+- a 1-warp producer partition streams Q and the K / V tiles with TMA into a STAGES-slot ring, one mbarrier per
+  slot and direction (ready: the tile landed; free: both consumers are done with it);
+- two consumer warpgroups (4 warps each) own 64 of the program's BLOCK_M = 128 query rows each, with no barrier
+  between them but the ring's: one's softmax runs under the other's products;
+- inside each warpgroup, S_t = Q K_tᵀ is issued asynchronously together with O += P̃_{t-1} V_{t-1}: the softmax of
+  tile t runs on the CUDA cores while the tensor cores compute P̃_{t-1} V_{t-1};
+- the consumers' registers are raised to CONSUMER_REGS and the producer's lowered (setmaxnreg).
+
+What each row computes is `triton_fwd`'s, step for step (the bounds' Precision does not change with the engine):
+the key tiles of the program's query block in the same order (kernels/tiles.py's `_band_range`, `partial_start`,
+`full_start`, called from here: partial tiles first, ascending, then the full ones), S2 = Q Kᵀ · (scale · log2 e)
+with tiles.py's `visible` on partial tiles only, the running max and its safe shift, P̃ = exp2(S2 − m2) rounded into
+the input format for P̃ V, acc rescaled by alpha before P̃ V adds into it (one wgmma chain per tile), l = alpha l + rowsum(P̃) in fp64,
+O = acc / l with l rounded once to fp32, LSE = (m2 + log2 l) ln 2; a row with nothing visible gets O = 0 and
+LSE = −inf. What may differ: the addition tree of the tile rowsum (another register layout: each warpgroup's
+64 x BLOCK_N wgmma accumulator), which the bounds read from the compile record per engine
+(flashcheck.adapters._compiled_record), and nothing else.
+
+Domain (`supported`, checked by the launcher, which otherwise runs `triton_fwd` with the same tiles): CUDA
+capability 9.0, Triton with Gluon's Hopper API (3.6 and 3.9 both build it), fp16 / bf16, d = dv in {64, 128}, no
+dense or block-sparse mask (causal and windows are bands: handled), precision "default", tensors whose batch, head
+and row strides are 16-byte multiples (TMA). Rows past Nq / Nk read as zeros (TMA's bounds are per head: 4-D
+descriptors), are masked as in `triton_fwd` and never stored.
+"""
+import triton
+from triton.experimental import gluon
+
+from flashcheck.kernels.tiles import _band_range, full_start, partial_start, visible
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                             warpgroup_mma_wait)
+
+# TMA loads: Triton 3.9 names it async_load (its 3.6 name raises there); Triton 3.6 has only the old name
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+
+LOG2E: gl.constexpr = gl.constexpr(1.4426950408889634)  # log2(e): logits straight into the base-2 domain
+LN2: gl.constexpr = gl.constexpr(0.6931471805599453)  # ln(2): the stored LSE in natural log
+HALF_M: gl.constexpr = gl.constexpr(64)  # query rows per consumer warpgroup: wgmma's M
+CONSUMER_REGS: gl.constexpr = gl.constexpr(240)  # 2 consumers x 128 threads x 240 + 128 x 24 (producer) <= 64K
+
+
+@gluon.jit
+def _tile_start(t, n_partial, lo, f_lo, f_hi, BLOCK_N: gl.constexpr):
+    """The t-th key tile the query block visits: the partial ones ([lo, f_lo) then [f_hi, hi)) first, then the
+    full ones from f_lo (kernels/tiles.py partial_start, full_start; no block-sparse lists here)."""
+    return gl.where(t < n_partial, partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_N),
+                    full_start(t - n_partial, None, f_lo, False, BLOCK_N))
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
+              off_b, off_h, off_hkv, start_m, n_partial, n_tiles, lo, f_lo, f_hi,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    # one warp: Q's two halves on one barrier, then K_t and V_t into slot t % STAGES once both consumers let go
+    # (a query block that sees no key loads nothing: no copy may still be landing when the program ends)
+    if n_tiles > 0:
+        mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes)
+        _tma_load(q_desc, [off_b, off_h, start_m, 0], q_ready, q_halves.index(0))
+        _tma_load(q_desc, [off_b, off_h, start_m + HALF_M, 0], q_ready, q_halves.index(1))
+    for t in range(n_tiles):
+        start_n = _tile_start(t, n_partial, lo, f_lo, f_hi, BLOCK_N)
+        slot = t % STAGES
+        phase = (t // STAGES) & 1
+        # a fresh barrier counts its parity-1 phase complete: the first round through the ring never waits
+        mbarrier.wait(k_free.index(slot), phase ^ 1)
+        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+        _tma_load(k_desc, [off_b, off_hkv, start_n, 0], k_ready.index(slot), k_ring.index(slot))
+        mbarrier.wait(v_free.index(slot), phase ^ 1)
+        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+        _tma_load(v_desc, [off_b, off_hkv, start_n, 0], v_ready.index(slot), v_ring.index(slot))
+
+
+@gluon.jit
+def _softmax_step(qk, m2_i, l_i, qk_scale2, rows, start_n, masked, Nq, Nk, off_lo, off_hi,
+                  BAND: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
+    """triton_fwd `_fwd_shift` then `_fwd_exp` (without P_SPLIT): (m2_new, l_new, alpha, P̃ in fp32)."""
+    # S2 = Q Kᵀ · scale · log2(e)   /   s2[i,j] = scale · log2(e) · s[i,j]
+    s2 = qk * qk_scale2
+    if masked:
+        # a partial tile's elementwise visibility (kernels/tiles.py visible): i < Nq, j < Nk, i + off_lo <= j <= i +
+        # off_hi (no dense mask here)
+        cols = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        vis = visible(rows, cols, None, Nq, Nk, off_lo, off_hi, 0, 0, BAND, False)
+        s2 = gl.where(vis, s2, -float("inf"))
+    # m2_new = max(m2_old, rowmax(S2))
+    m2_new = gl.maximum(m2_i, gl.max(s2, 1))
+    # safe max: a row with nothing visible yet shifts by 0 (never (−inf) − (−inf)); a full tile's rows are finite
+    m2_shift = gl.where(m2_new == -float("inf"), 0.0, m2_new)
+    # P̃ = exp2(S2 − m2_new)   /   p[i,j] = 2^(s2[i,j] − m2_new[i])
+    p = gl.exp2(s2 - m2_shift[:, None])
+    # alpha = exp2(m2_old − m2_new): rescales what was accumulated under the old maximum
+    alpha = gl.exp2(m2_i - m2_shift)
+    # l_new = alpha · l_old + rowsum(P̃), in fp64 (triton_fwd _fwd_exp: Arithmetic.l_accumulate); the rowsum fp32
+    l_i = l_i * alpha.to(gl.float64) + gl.sum(p, 1).to(gl.float64)
+    return m2_new, l_i, alpha, p
+
+
+@gluon.jit
+def _consumer(WG: gl.constexpr, O, ORes, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
+              pid_bh, off_b, off_h, start_m, n_partial, n_tiles, lo, f_lo, f_hi, qk_scale2, Nq, Nk, off_lo, off_hi,
+              stride_ob, stride_oh, stride_om, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
+              STAGES: gl.constexpr, BAND: gl.constexpr, WRITE_RES: gl.constexpr):
+    # warpgroup WG: query rows start_m + WG * HALF_M + [0, HALF_M); its accumulators in wgmma's register layout
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_D, 16])
+    # P̃ as the register A operand of P̃ V (16-bit: two elements per 32-bit register)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    dtype: gl.constexpr = q_halves.dtype
+    q_smem = q_halves.index(WG).reshape([HALF_M, HEAD_D])
+    rows = start_m + WG * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
+
+    m2_i = gl.full([HALF_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([HALF_M], gl.float64, gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([HALF_M, HEAD_D], gl.float32, o_layout)
+    s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
+    if n_tiles > 0:
+        mbarrier.wait(q_ready, 0)
+        # tile 0: S_0 = Q K_0ᵀ and its softmax step (nothing to overlap yet)
+        mbarrier.wait(k_ready.index(0), 0)
+        qk = warpgroup_mma(q_smem, k_ring.index(0).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
+                           use_acc=False, is_async=True)
+        qk = warpgroup_mma_wait(0, deps=(qk, ))
+        mbarrier.arrive(k_free.index(0))
+        start_n = _tile_start(0, n_partial, lo, f_lo, f_hi, BLOCK_N)
+        m2_i, l_i, alpha, p = _softmax_step(qk, m2_i, l_i, qk_scale2, rows, start_n, 0 < n_partial, Nq, Nk,
+                                            off_lo, off_hi, BAND, BLOCK_N, s_layout)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        for t in range(1, n_tiles):
+            slot = t % STAGES
+            prev = (t - 1) % STAGES
+            mbarrier.wait(k_ready.index(slot), (t // STAGES) & 1)
+            mbarrier.wait(v_ready.index(prev), ((t - 1) // STAGES) & 1)
+            # S_t = Q K_tᵀ, then acc = acc + P̃_{t-1} V_{t-1} (acc already rescaled by alpha_{t-1}): issued back
+            # to back, run in issue order
+            qk = warpgroup_mma(q_smem, k_ring.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
+                               use_acc=False, is_async=True)
+            acc = warpgroup_mma(p_op, v_ring.index(prev).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
+            # S_t done (at most the P̃ V group outstanding): K_t's slot is this warpgroup's no longer
+            qk = warpgroup_mma_wait(1, deps=(qk, ))
+            mbarrier.arrive(k_free.index(slot))
+            start_n = _tile_start(t, n_partial, lo, f_lo, f_hi, BLOCK_N)
+            # tile t's softmax step while the tensor cores compute P̃_{t-1} V_{t-1}
+            m2_i, l_i, alpha, p = _softmax_step(qk, m2_i, l_i, qk_scale2, rows, start_n, t < n_partial, Nq, Nk,
+                                                off_lo, off_hi, BAND, BLOCK_N, s_layout)
+            acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+            mbarrier.arrive(v_free.index(prev))
+            # acc = diag(alpha) acc, before P̃_t V_t adds into it (triton_fwd _fwd_pv's order)
+            acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+        last = (n_tiles - 1) % STAGES
+        mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
+        acc = warpgroup_mma(p_op, v_ring.index(last).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
+        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+        mbarrier.arrive(v_free.index(last))
+
+    # O = diag(l)^−1 acc, the one division; a row with nothing visible has l = 0 and acc = 0 → O = 0
+    empty = l_i == 0.0
+    l_safe = gl.where(empty, 1.0, l_i.to(gl.float32))  # one rounding of l into fp32
+    acc = acc / gl.convert_layout(l_safe, o_rows)[:, None]
+    # LSE = ln 2 · (m2 + log2 l)  (natural log; −inf for a fully masked row)
+    lse = gl.where(empty, -float("inf"), (m2_i + gl.log2(l_safe)) * LN2)
+    o_r = start_m + WG * HALF_M + gl.arange(0, HALF_M, layout=o_rows)
+    o_c = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, o_layout))
+    o_off = (off_b.to(gl.int64) * stride_ob + off_h.to(gl.int64) * stride_oh + o_r[:, None].to(gl.int64) * stride_om
+             + o_c[None, :])
+    o_mask = (o_r[:, None] < Nq) & (o_c[None, :] < HEAD_D)
+    o = acc.to(dtype)
+    gl.store(O + o_off, o, mask=o_mask)
+    if WRITE_RES:
+        # O_res = round(O_fp32 − round(O_fp32)): exact difference in fp32 (triton_fwd WRITE_RES)
+        gl.store(ORes + o_off, (acc - o.to(gl.float32)).to(dtype), mask=o_mask)
+    gl.store(LSE + pid_bh.to(gl.int64) * Nq + rows, lse, mask=rows < Nq)
+
+
+@gluon.jit
+def attn_fwd_gluon_kernel(
+    q_desc, k_desc, v_desc, O, ORes, LSE,
+    sm_scale, Nq, Nk, Hq, off_lo, off_hi,
+    stride_ob, stride_oh, stride_om,
+    GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, BAND: gl.constexpr, WRITE_RES: gl.constexpr, HEAVY_FIRST: gl.constexpr,
+):
+    gl.static_assert(BLOCK_M == 2 * HALF_M, "two consumer warpgroups of HALF_M rows each")
+    gl.static_assert(HEAD_D == 64 or HEAD_D == 128, "head dims 64 and 128 (one wgmma N per tile)")
+    pid_m = gl.program_id(0)
+    if HEAVY_FIRST:
+        pid_m = gl.num_programs(0) - 1 - pid_m  # under a band the last query blocks see the most keys
+    pid_bh = gl.program_id(1)
+    off_b = pid_bh // Hq
+    off_h = pid_bh % Hq
+    off_hkv = off_h // GROUP  # GQA: query head h reads kv head h // (Hq // Hkv)
+    start_m = pid_m * BLOCK_M
+    lo, f_lo, f_hi, hi = _band_range(start_m, gl.minimum(start_m + BLOCK_M, Nq), Nk, off_lo, off_hi, BAND, BLOCK_N)
+    n_partial = (f_lo - lo + hi - f_hi) // BLOCK_N
+    n_tiles = n_partial + (f_hi - f_lo) // BLOCK_N
+    qk_scale2 = sm_scale * LOG2E
+
+    dtype: gl.constexpr = q_desc.dtype
+    # TMA's boxes are one head's rows (4-D: [1, 1, rows, d]), the wgmma operands their 2-D views
+    q_halves = gl.allocate_shared_memory(dtype, [2, 1, 1, HALF_M, HEAD_D], q_desc.layout)
+    k_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], k_desc.layout)
+    v_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], v_desc.layout)
+    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_ready, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_free.index(i), count=2)  # both consumer warpgroups let go of a slot before its refill
+        mbarrier.init(v_free.index(i), count=2)
+    fence_async_shared()
+
+    gl.warp_specialize([
+        (_consumer, (0, O, ORes, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free, pid_bh,
+                     off_b, off_h, start_m, n_partial, n_tiles, lo, f_lo, f_hi, qk_scale2, Nq, Nk, off_lo, off_hi,
+                     stride_ob, stride_oh, stride_om, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES)),
+        (_consumer, (1, O, ORes, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free, pid_bh,
+                     off_b, off_h, start_m, n_partial, n_tiles, lo, f_lo, f_hi, qk_scale2, Nq, Nk, off_lo, off_hi,
+                     stride_ob, stride_oh, stride_om, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES)),
+        (_producer, (q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
+                     off_b, off_h, off_hkv, start_m, n_partial, n_tiles, lo, f_lo, f_hi, BLOCK_N, STAGES)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
+def descriptor_block(rows: int, d: int) -> list[int]:
+    """The TMA box of a (B, H, N, d) tensor's tile: one head, `rows` rows, the whole head dim."""
+    return [1, 1, rows, d]
+
+
+def shared_layout(rows: int, d: int, dtype):
+    """The NVMMA shared-memory layout of a tile (TMA's destination, wgmma's operand): `dtype` a gl dtype."""
+    return gl.NVMMASharedLayout.get_default_for(descriptor_block(rows, d), dtype)
+
+
+def launch(q, k, v, o, o_res, lse, scale: float, *, band: bool, off_lo: int, off_hi: int, save_res: bool,
+           block_m: int, block_n: int, num_stages: int, heavy_first: bool):
+    """Run the kernel on torch tensors q (B, Hq, Nq, d), k, v (B, Hkv, Nk, d), o / o_res (B, Hq, Nq, d), lse
+    (B, Hq, Nq) fp32 (the caller checks `supported`)."""
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    B, Hq, nq, d = q.shape
+    Hkv, nk = k.shape[1], k.shape[2]
+    gdt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+
+    def desc(t, rows):
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), descriptor_block(rows, d),
+                                shared_layout(rows, d, gdt))
+    attn_fwd_gluon_kernel[(triton.cdiv(nq, block_m), B * Hq)](
+        desc(q, block_m // 2), desc(k, block_n), desc(v, block_n), o, o_res if save_res else o, lse,
+        scale, nq, nk, Hq, off_lo, off_hi, o.stride(0), o.stride(1), o.stride(2),
+        GROUP=Hq // Hkv, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=num_stages, BAND=band,
+        WRITE_RES=save_res, HEAVY_FIRST=heavy_first and band, num_warps=4)

@@ -1,0 +1,206 @@
+"""The Gluon forward engine (kernels/gluon_fwd.py, issue 10): which calls it runs, what the bounds read for it, and,
+on an H100, its outputs within the derived bounds on every kind of call in its domain (ragged N, Nq != Nk, both
+causal alignments, windows, GQA, N = 1, fully masked rows, strided layouts, the backward after it).
+
+It is opt-in (FLASHCHECK_FORWARD_ENGINE=gluon, or tiles from kernel_config(engine="gluon")) until the whole GPU suite
+has run on it. Its tiles are triton_fwd's 128 x 128 / 8 warps with TileConfig.gluon set: calls outside its domain
+run triton_fwd with those tiles, so the arithmetic the bounds read is one, and the compile record's claim for gluon
+tiles holds for both engines' code (flashcheck.adapters._compiled_record)."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from flashcheck.strategies import Case, Shape, materialize
+from tests.test_kernel_support import (CUDA, assert_within, kernel_precision, record, reference_backward,
+                                       reference_forward, run_kernel, to_numpy)
+
+ka = importlib.import_module("flashcheck.kernels.attention")  # the module (the package exports the function)
+
+
+def _gluon_tiles(d: int, dtype: str = "bfloat16"):
+    return ka.kernel_config(d, getattr(torch, dtype), interpret=False, engine="gluon")
+
+
+def _runs_gluon(q, k, v, *, dense=False, sparse=False, band=False, p_split=False, tiles=None, engine="gluon"):
+    t = _gluon_tiles(q.shape[3], q.dtype) if tiles is None else tiles
+    return ka._gluon_forward(q, k, v, dense, sparse, band, p_split, tuple(t.flat()), False, engine) is not None
+
+
+def _layout(shape, dtype="bfloat16", aligned=True, strides=None):
+    lay = ka.Layout.dense(dtype, shape)
+    return ka.Layout(dtype, shape, strides or lay.strides, aligned)
+
+
+# ------------------------------------------------------------------------------------------------ CPU: the dispatch
+
+def test_kernel_config_gives_gluon_tiles_only_in_its_domain():
+    g = _gluon_tiles(128)
+    assert (g.fwd.block_m, g.fwd.block_n, g.fwd.num_warps, g.fwd.gluon) == (128, 128, 8, True)
+    assert (g.dkdv, g.dq) == (ka.kernel_config(128, torch.bfloat16, interpret=False, engine="triton").dkdv,
+                              ka.kernel_config(128, torch.bfloat16, interpret=False, engine="triton").dq)
+    assert ka.kernel_config(128, torch.bfloat16, interpret=False, engine="gluon", band=True).fwd == g.fwd
+    for d, dtype, precision in ((80, torch.bfloat16, "default"), (128, torch.float32, "default"),
+                                (128, torch.float16, "accurate"), (32, torch.float16, "default")):
+        assert not ka.kernel_config(d, dtype, interpret=False, precision=precision, engine="gluon").fwd.gluon
+    assert not ka.kernel_config(128, torch.bfloat16, interpret=True, engine="gluon").fwd.gluon
+
+
+def test_the_engine_is_chosen_by_name_and_a_bad_name_is_refused(monkeypatch):
+    monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
+    assert ka.forward_engine() == "triton"
+    assert not ka.kernel_config(128, torch.bfloat16, interpret=False).fwd.gluon
+    monkeypatch.setenv("FLASHCHECK_FORWARD_ENGINE", "gluon")
+    assert ka.kernel_config(128, torch.bfloat16, interpret=False).fwd.gluon
+    monkeypatch.setenv("FLASHCHECK_FORWARD_ENGINE", "cuda")
+    with pytest.raises(ValueError, match="FLASHCHECK_FORWARD_ENGINE"):
+        ka.forward_engine()
+    with pytest.raises(ValueError, match="engine"):
+        ka.kernel_config(128, torch.bfloat16, interpret=False, engine="fast")
+
+
+def test_gluon_runs_the_calls_in_its_domain_and_only_those():
+    q = _layout((2, 4, 300, 128))
+    kv = _layout((2, 2, 257, 128))
+    assert _runs_gluon(q, kv, kv) and _runs_gluon(q, kv, kv, band=True)
+    # (B, N, H, d) storage seen as (B, H, N, d): strides in 16-byte multiples, fine for TMA
+    assert _runs_gluon(_layout((2, 4, 300, 128), strides=(300 * 4 * 128, 128, 4 * 128, 1)), kv, kv)
+    assert not _runs_gluon(q, kv, kv, dense=True)  # dense masks: triton_fwd
+    assert not _runs_gluon(q, kv, kv, sparse=True)
+    assert not _runs_gluon(q, kv, kv, p_split=True)
+    assert not _runs_gluon(q, _layout((2, 2, 257, 128), aligned=False), kv)  # TMA needs a 16-byte aligned base
+    assert not _runs_gluon(q, _layout((2, 2, 257, 128), strides=(257 * 2 * 136, 257 * 136, 136 + 4, 1)), kv)
+    assert not _runs_gluon(_layout((2, 4, 300, 128), strides=(0, 300 * 128, 128, 1)), kv, kv)  # broadcast batch
+    assert not _runs_gluon(_layout((2, 4, 300, 64)), _layout((2, 2, 257, 64)), _layout((2, 2, 257, 128)))  # d != dv
+    assert not _runs_gluon(_layout((1, 1, 9, 128), "float32"), _layout((1, 1, 9, 128), "float32"),
+                           _layout((1, 1, 9, 128), "float32"))
+    tri = ka.kernel_config(128, torch.bfloat16, interpret=False, engine="triton")
+    assert not _runs_gluon(q, kv, kv, tiles=tri)  # tiles without the flag: triton_fwd
+
+
+def test_the_arithmetic_of_gluon_tiles_is_one_tile_banded_or_not():
+    a = ka.arithmetic(torch.bfloat16, head_dim=128, interpret=False, tiles=_gluon_tiles(128))
+    assert (a.block_k, a.block_q_fwd, a.block_k_band, a.block_q_fwd_band, a.l_accumulate) == (128, 128, None, None,
+                                                                                             "float64")
+    a = ka.arithmetic(torch.float16, head_dim=64, interpret=False, tiles=_gluon_tiles(64, "float16"))
+    assert (a.block_k, a.block_q_fwd) == (128, 128)
+
+
+def test_the_rowsum_claim_for_gluon_tiles_holds_for_both_engines(monkeypatch):
+    """Gluon tiles' rowsum depth is the deeper of gluon_fwd's and triton_fwd's (same tiles) records, None where either
+    lacks one: a call outside gluon_fwd's domain runs triton_fwd."""
+    import triton
+
+    from flashcheck import adapters
+
+    configs = adapters._compiled_configs(triton.__version__)
+    if configs is None:
+        pytest.skip(f"no compile record for Triton {triton.__version__}")
+    for d in (64, 128):
+        tiles = _gluon_tiles(d)
+        rec = adapters._compiled_record("bfloat16", "bf16", d, "default", tiles)
+        depths = [c["rowsum_depth"] for c in configs if (c["dtype"], c["block_d"], c["block_m"], c["block_n"],
+                                                         c["num_warps"], c["p_split"]) == ("bfloat16", d, 128, 128,
+                                                                                           8, False)]
+        assert len(depths) == 2, depths  # one entry per engine
+        want = None if None in depths else max(depths)
+        assert rec is not None and rec["rowsum_depth"] == want and rec["exp_argument"] == "unknown", rec
+    fake = [dict(c) for c in configs if c.get("engine") != "gluon"]
+    monkeypatch.setattr(adapters, "_compiled_configs", lambda version: tuple(fake))
+    assert adapters._compiled_record("bfloat16", "bf16", 128, "default", _gluon_tiles(128)) is None
+
+
+def test_gluon_forward_compiles_for_sm90_with_the_recorded_rowsum_tree():
+    """The kernel builds for sm_90 without a GPU, and its tile rowsum is the record's tree: every rowsum covers the
+    128 keys of the tile (plus alpha's depth-0 sinks), no deeper than the record says."""
+    import triton
+
+    from bench.compile_forward import compile_gluon, rowsum_depths
+    from flashcheck import adapters
+
+    ck = compile_gluon("bfloat16", 128, True, True, 2)
+    ptx = ck.asm["ptx"]
+    assert ptx.count("wgmma.mma_async") > 0 and "setmaxnreg" in ptx
+    r = rowsum_depths(ptx)
+    assert set(r["widths"]) == {1, 128}, r
+    configs = adapters._compiled_configs(triton.__version__) or ()
+    (entry,) = [c for c in configs if c.get("engine") == "gluon" and (c["dtype"], c["block_d"]) == ("bfloat16", 128)]
+    assert max(r["depths"]) <= entry["rowsum_depth"], (r, entry)
+
+
+# ------------------------------------------------------------------------------------------------ GPU: the outputs
+
+needs_sm90 = pytest.mark.skipif(not (CUDA and torch.cuda.get_device_capability() == (9, 0)),
+                                reason="needs an sm_90 GPU (run on the device machine)")
+
+CASES = [
+    Case(Shape(2, 4, 4, 256, 256, 128), seed=1),
+    Case(Shape(2, 4, 4, 256, 256, 128), causal=True, seed=2),
+    Case(Shape(1, 4, 2, 200, 333, 64), causal="top_left", seed=3),
+    Case(Shape(1, 4, 2, 200, 333, 64), causal="bottom_right", seed=4),
+    Case(Shape(1, 4, 1, 333, 200, 128), causal="bottom_right", seed=5),  # rows with nothing visible: O 0, LSE -inf
+    Case(Shape(1, 2, 2, 130, 390, 128), window=(31, 4), seed=6),
+    Case(Shape(1, 2, 2, 1, 1, 128), seed=7),
+    Case(Shape(1, 2, 2, 1, 129, 64), causal="bottom_right", seed=8),
+]
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_gluon_forward_and_the_backward_after_it_within_bound(case, dtype):
+    from flashcheck.proofs.bounds import backward_bound, forward_bound
+
+    tiles = _gluon_tiles(case.shape.d, dtype)
+    q = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hq, case.shape.Nq, case.shape.d))
+    kv = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hkv, case.shape.Nk, case.shape.d))
+    band, _, _ = ka._band(case.causal, case.window, case.shape.Nq, case.shape.Nk)
+    assert _runs_gluon(q, kv, kv, band=band, tiles=tiles)
+    inp = materialize(case, dtype)
+    out = run_kernel(inp, case, dtype, backward=True, tiles=tiles)
+    ref_o, ref_lse = reference_forward(inp, case)
+    prec = kernel_precision(dtype, case.shape.d, tiles=tiles)
+    kw = dict(scale=inp.scale, causal=case.causal, window=case.window, mask=inp.mask, precision=prec)
+    fb = forward_bound(inp.q, inp.k, inp.v, **kw)
+    r = [assert_within("O", out[0], ref_o, fb.o), assert_within("LSE", out[1], ref_lse, fb.lse)]
+    bb = backward_bound(inp.q, inp.k, inp.v, inp.do, **kw)
+    ref = reference_backward(inp, case, ref_o, ref_lse)
+    r += [assert_within(n, g, w, b) for n, g, w, b in zip(("dQ", "dK", "dV"), out[2:], ref, (bb.dq, bb.dk, bb.dv))]
+    record(f"{case} {dtype}: worst |err|/bound {[round(x, 3) for x in r]}")
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[4]], ids=str)
+def test_gluon_forward_is_triton_forward_of_the_same_tiles_bit_for_bit(case):
+    """One arithmetic, two schedules: O and LSE of the two engines on the same tiles are the same numbers."""
+    g = _gluon_tiles(case.shape.d)
+    t = ka.KernelConfig(replace(g.fwd, gluon=False), g.dkdv, g.dq)
+    inp = materialize(case, "bfloat16")
+    og, lg = run_kernel(inp, case, "bfloat16", tiles=g)
+    ot, lt = run_kernel(inp, case, "bfloat16", tiles=t)
+    np.testing.assert_array_equal(og, ot, err_msg="O: gluon_fwd against triton_fwd, same tiles")
+    np.testing.assert_array_equal(lg, lt, err_msg="LSE: gluon_fwd against triton_fwd, same tiles")
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_gluon_forward_reads_strided_layouts_as_their_values():
+    """(B, N, H, d) storage seen as (B, H, N, d): TMA reads it through its strides; the result is the contiguous
+    copy's, bit for bit."""
+    from flashcheck.kernels import attention
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(2, 300, 4, 128, device="cuda", dtype=torch.bfloat16, generator=g).transpose(1, 2)
+               for _ in range(3))
+    tiles = _gluon_tiles(128)
+    assert _runs_gluon(ka.Layout.of(q), ka.Layout.of(k), ka.Layout.of(v), band=True, tiles=tiles)
+    o1, l1 = attention(q, k, v, causal=True, return_lse=True, tiles=tiles)
+    o2, l2 = attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True, return_lse=True, tiles=tiles)
+    np.testing.assert_array_equal(to_numpy(o1), to_numpy(o2))
+    np.testing.assert_array_equal(to_numpy(l1), to_numpy(l2))
