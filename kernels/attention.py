@@ -511,7 +511,8 @@ class Layout:
 class Launch:
     """One kernel launch as plain values: `kernel[grid](*leading, *ints, **constexprs, num_warps=,
     num_stages=)` where `leading` are its pointer arguments (and sm_scale), passed by the launcher.
-    `pointers`: (dtype, 16-byte aligned) of each pointer argument, in order; num_warps/num_stages
+    `pointers`: (dtype, 16-byte aligned) of each pointer argument, in order (gluon_fwd's TMA descriptors: (dtype,
+    True), their boxes and layouts set by the constexprs); num_warps/num_stages
     None: Triton's default (not passed)."""
     kernel: str
     grid: tuple
@@ -690,9 +691,10 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     if gluon is not None and _gluon_device(q.device):
         from flashcheck.kernels import gluon_fwd
 
-        gluon_fwd.launch(q, k, v, o, o_res, lse, scale, band=band, off_lo=off_lo, off_hi=off_hi, save_res=save_res,
-                         block_m=gluon.block_m, block_n=gluon.block_n, num_stages=gluon.num_stages,
-                         heavy_first=gluon.heavy_first)
+        launch = _gluon_launch(Layout.of(q), Layout.of(k), Layout.of(o), band, off_lo, off_hi, save_res, gluon)
+        _launch(gluon_fwd.attn_fwd_gluon_kernel, launch, gluon_fwd.descriptor(q, gluon.block_m // 2),
+                gluon_fwd.descriptor(k, gluon.block_n), gluon_fwd.descriptor(v, gluon.block_n), o,
+                o_res if save_res else o, lse, scale)
         return o, lse, o_res
     launch = forward_launch(
         Layout.of(q), Layout.of(k), Layout.of(v), Layout.of(o), None if dense is None else Layout.of(dense),
@@ -727,6 +729,22 @@ def _gluon_forward(q: Layout, k: Layout, v: Layout, has_dense: bool, sparse: boo
     if not all(_descriptor_ok(x) and x.strides[3] == 1 and all(s > 0 for s in x.strides[:3]) for x in (q, k, v)):
         return None
     return t
+
+
+@functools.lru_cache(maxsize=1024)
+def _gluon_launch(q: Layout, k: Layout, o: Layout, band: bool, off_lo: int, off_hi: int, save_res: bool,
+                  t: TileConfig) -> Launch:
+    """gluon_fwd's launch (`_gluon_forward` said it runs the call): three TMA descriptors (q's of 64-row boxes, k's
+    and v's of block_n rows; the binary depends on their dtype, box and layout, set by the dtype, HEAD_D and the
+    tiles) as its leading "pointers", then O, O_res, LSE, sm_scale."""
+    B, Hq, nq, d = q.shape
+    lse = Layout.dense("float32", (B, Hq, nq))
+    pointers = ((q.dtype, True),) * 3 + (_ptr(o), _ptr(o), _ptr(lse))
+    ints = (nq, k.shape[2], Hq, off_lo, off_hi, *_strides3(o))
+    constexprs = (("GROUP", Hq // k.shape[1]), ("HEAD_D", d), ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n),
+                  ("STAGES", t.num_stages), ("BAND", band), ("WRITE_RES", save_res),
+                  ("HEAVY_FIRST", t.heavy_first and band))
+    return Launch("attn_fwd_gluon_kernel", (triton.cdiv(nq, t.block_m), B * Hq), pointers, ints, constexprs, 4, None)
 
 
 @functools.lru_cache(maxsize=None)

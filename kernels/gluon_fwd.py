@@ -27,6 +27,8 @@ dense or block-sparse mask (causal and windows are bands: handled), precision "d
 and row strides are 16-byte multiples (TMA). Rows past Nq / Nk read as zeros (TMA's bounds are per head: 4-D
 descriptors), are masked as in `triton_fwd` and never stored.
 """
+import functools
+
 import triton
 from triton.experimental import gluon
 
@@ -238,27 +240,16 @@ def descriptor_block(rows: int, d: int) -> list[int]:
     return [1, 1, rows, d]
 
 
+@functools.lru_cache(maxsize=None)
 def shared_layout(rows: int, d: int, dtype):
     """The NVMMA shared-memory layout of a tile (TMA's destination, wgmma's operand): `dtype` a gl dtype."""
     return gl.NVMMASharedLayout.get_default_for(descriptor_block(rows, d), dtype)
 
 
-def launch(q, k, v, o, o_res, lse, scale: float, *, band: bool, off_lo: int, off_hi: int, save_res: bool,
-           block_m: int, block_n: int, num_stages: int, heavy_first: bool):
-    """Run the kernel on torch tensors q (B, Hq, Nq, d), k, v (B, Hkv, Nk, d), o / o_res (B, Hq, Nq, d), lse
-    (B, Hq, Nq) fp32 (the caller checks `supported`)."""
-    import torch
+def descriptor(t, rows: int):
+    """The host-side TMA descriptor of a (B, H, N, d) fp16 / bf16 torch tensor, boxes of `rows` rows of one head."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    B, Hq, nq, d = q.shape
-    Hkv, nk = k.shape[1], k.shape[2]
-    gdt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
-
-    def desc(t, rows):
-        return TensorDescriptor(t, list(t.shape), list(t.stride()), descriptor_block(rows, d),
-                                shared_layout(rows, d, gdt))
-    attn_fwd_gluon_kernel[(triton.cdiv(nq, block_m), B * Hq)](
-        desc(q, block_m // 2), desc(k, block_n), desc(v, block_n), o, o_res if save_res else o, lse,
-        scale, nq, nk, Hq, off_lo, off_hi, o.stride(0), o.stride(1), o.stride(2),
-        GROUP=Hq // Hkv, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=num_stages, BAND=band,
-        WRITE_RES=save_res, HEAVY_FIRST=heavy_first and band, num_warps=4)
+    d = t.shape[3]
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), descriptor_block(rows, d),
+                            shared_layout(rows, d, gl.bfloat16 if str(t.dtype) == "torch.bfloat16" else gl.float16))

@@ -63,6 +63,18 @@ def test_the_engine_is_chosen_by_name_and_a_bad_name_is_refused(monkeypatch):
         ka.kernel_config(128, torch.bfloat16, interpret=False, engine="fast")
 
 
+def test_the_gluon_launch_lists_the_kernel_arguments_in_order():
+    """The launch record's leading arguments (three descriptors, O, O_res, LSE, sm_scale), ints and constexprs are
+    the kernel's parameters in order: what a direct launch hands to the binary (kernels/attention.py _direct)."""
+    from flashcheck.kernels import gluon_fwd
+
+    q, k = _layout((2, 4, 300, 128)), _layout((2, 2, 257, 128))
+    t = _gluon_tiles(128).fwd
+    launch = ka._gluon_launch(q, k, q, True, 0, 0, True, t)
+    assert ka._arguments_in_order(gluon_fwd.attn_fwd_gluon_kernel, launch, 7)
+    assert dict(launch.constexprs)["GROUP"] == 2 and launch.grid == (3, 8)
+
+
 def test_gluon_runs_the_calls_in_its_domain_and_only_those():
     q = _layout((2, 4, 300, 128))
     kv = _layout((2, 2, 257, 128))
@@ -172,20 +184,6 @@ def test_gluon_forward_and_the_backward_after_it_within_bound(case, dtype):
     ref = reference_backward(inp, case, ref_o, ref_lse)
     r += [assert_within(n, g, w, b) for n, g, w, b in zip(("dQ", "dK", "dV"), out[2:], ref, (bb.dq, bb.dk, bb.dv))]
     record(f"{case} {dtype}: worst |err|/bound {[round(x, 3) for x in r]}")
-
-
-@pytest.mark.gpu
-@needs_sm90
-@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[4]], ids=str)
-def test_gluon_forward_is_triton_forward_of_the_same_tiles_bit_for_bit(case):
-    """One arithmetic, two schedules: O and LSE of the two engines on the same tiles are the same numbers."""
-    g = _gluon_tiles(case.shape.d)
-    t = ka.KernelConfig(replace(g.fwd, gluon=False), g.dkdv, g.dq)
-    inp = materialize(case, "bfloat16")
-    og, lg = run_kernel(inp, case, "bfloat16", tiles=g)
-    ot, lt = run_kernel(inp, case, "bfloat16", tiles=t)
-    np.testing.assert_array_equal(og, ot, err_msg="O: gluon_fwd against triton_fwd, same tiles")
-    np.testing.assert_array_equal(lg, lt, err_msg="LSE: gluon_fwd against triton_fwd, same tiles")
 
 
 @pytest.mark.gpu
