@@ -905,9 +905,9 @@ def compile_gluon(dtype: str, d: int, band: bool, write_res: bool, stages: int):
     def desc(rows):
         return f"tensordesc<{short}[{', '.join(map(str, gluon_fwd.descriptor_block(rows, d)))}],"\
                f"{gluon_fwd.shared_layout(rows, d, gdt)!r}>"
-    sig = {"q_desc": desc(64), "k_desc": desc(128), "v_desc": desc(128), "O": f"*{short}", "ORes": f"*{short}",
+    sig = {"q_desc": desc(64), "k_desc": desc(128), "v_desc": desc(128), "o_desc": desc(64), "ores_desc": desc(64),
            "LSE": "*fp32", "sm_scale": "fp32", "Nq": "i32", "Nk": "i32", "Hq": "i32", "off_lo": "i32",
-           "off_hi": "i32", "stride_ob": "i32", "stride_oh": "i32", "stride_om": "i32"}
+           "off_hi": "i32"}
     cx = dict(GROUP=1, HEAD_D=d, BLOCK_M=128, BLOCK_N=128, STAGES=stages, BAND=band, WRITE_RES=write_res,
               HEAVY_FIRST=band)
     sig.update({k: "constexpr" for k in cx})

@@ -691,10 +691,12 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     if gluon is not None and _gluon_device(q.device):
         from flashcheck.kernels import gluon_fwd
 
-        launch = _gluon_launch(Layout.of(q), Layout.of(k), Layout.of(o), band, off_lo, off_hi, save_res, gluon)
-        _launch(gluon_fwd.attn_fwd_gluon_kernel, launch, gluon_fwd.descriptor(q, gluon.block_m // 2),
-                gluon_fwd.descriptor(k, gluon.block_n), gluon_fwd.descriptor(v, gluon.block_n), o,
-                o_res if save_res else o, lse, scale)
+        launch = _gluon_launch(Layout.of(q), Layout.of(k), band, off_lo, off_hi, save_res, gluon)
+        half = gluon.block_m // 2
+        o_desc = gluon_fwd.descriptor(o, half)
+        _launch(gluon_fwd.attn_fwd_gluon_kernel, launch, gluon_fwd.descriptor(q, half),
+                gluon_fwd.descriptor(k, gluon.block_n), gluon_fwd.descriptor(v, gluon.block_n), o_desc,
+                gluon_fwd.descriptor(o_res, half) if save_res else o_desc, lse, scale)
         return o, lse, o_res
     launch = forward_launch(
         Layout.of(q), Layout.of(k), Layout.of(v), Layout.of(o), None if dense is None else Layout.of(dense),
@@ -732,15 +734,15 @@ def _gluon_forward(q: Layout, k: Layout, v: Layout, has_dense: bool, sparse: boo
 
 
 @functools.lru_cache(maxsize=1024)
-def _gluon_launch(q: Layout, k: Layout, o: Layout, band: bool, off_lo: int, off_hi: int, save_res: bool,
+def _gluon_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, save_res: bool,
                   t: TileConfig) -> Launch:
-    """gluon_fwd's launch (`_gluon_forward` said it runs the call): three TMA descriptors (q's of 64-row boxes, k's
-    and v's of block_n rows; the binary depends on their dtype, box and layout, set by the dtype, HEAD_D and the
-    tiles) as its leading "pointers", then O, O_res, LSE, sm_scale."""
+    """gluon_fwd's launch (`_gluon_forward` said it runs the call): five TMA descriptors (q's, O's and O_res's of
+    64-row boxes, k's and v's of block_n rows; the binary depends on their dtype, box and layout, set by the dtype,
+    HEAD_D and the tiles) as its leading "pointers", then LSE, sm_scale."""
     B, Hq, nq, d = q.shape
     lse = Layout.dense("float32", (B, Hq, nq))
-    pointers = ((q.dtype, True),) * 3 + (_ptr(o), _ptr(o), _ptr(lse))
-    ints = (nq, k.shape[2], Hq, off_lo, off_hi, *_strides3(o))
+    pointers = ((q.dtype, True),) * 5 + (_ptr(lse),)
+    ints = (nq, k.shape[2], Hq, off_lo, off_hi)
     constexprs = (("GROUP", Hq // k.shape[1]), ("HEAD_D", d), ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n),
                   ("STAGES", t.num_stages), ("BAND", band), ("WRITE_RES", save_res),
                   ("HEAVY_FIRST", t.heavy_first and band))

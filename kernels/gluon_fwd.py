@@ -25,7 +25,7 @@ Domain (`supported`, checked by the launcher, which otherwise runs `triton_fwd` 
 capability 9.0, Triton with Gluon's Hopper API (3.6 and 3.9 both build it), fp16 / bf16, d = dv in {64, 128}, no
 dense or block-sparse mask (causal and windows are bands: handled), precision "default", tensors whose batch, head
 and row strides are 16-byte multiples (TMA). Rows past Nq / Nk read as zeros (TMA's bounds are per head: 4-D
-descriptors), are masked as in `triton_fwd` and never stored.
+descriptors), are masked as in `triton_fwd` and never stored (O and O_res leave through TMA, whose bounds are the head's).
 """
 import functools
 
@@ -37,8 +37,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                              warpgroup_mma_wait)
 
-# TMA loads: Triton 3.9 names it async_load (its 3.6 name raises there); Triton 3.6 has only the old name
+# TMA copies: Triton 3.9 names them async_load / async_store (their 3.6 names raise there); 3.6 has only the old ones
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 
 LOG2E: gl.constexpr = gl.constexpr(1.4426950408889634)  # log2(e): logits straight into the base-2 domain
 LN2: gl.constexpr = gl.constexpr(0.6931471805599453)  # ln(2): the stored LSE in natural log
@@ -78,12 +79,13 @@ def _producer(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready
 
 
 @gluon.jit
-def _softmax_step(qk, m2_i, l_i, qk_scale2, rows, start_n, masked, Nq, Nk, off_lo, off_hi,
+def _softmax_step(qk, m2_i, l_i, qk_scale2, rows, start_n, Nq, Nk, off_lo, off_hi, MASKED: gl.constexpr,
                   BAND: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
-    """triton_fwd `_fwd_shift` then `_fwd_exp` (without P_SPLIT): (m2_new, l_new, alpha, P̃ in fp32)."""
+    """triton_fwd `_fwd_shift` then `_fwd_exp` (without P_SPLIT) for a partial (MASKED) or a full tile, as triton_fwd
+    compiles the two apart: (m2_new, l_new, alpha, P̃ in fp32). start_n: the tile's first key (read if MASKED)."""
     # S2 = Q Kᵀ · scale · log2(e)   /   s2[i,j] = scale · log2(e) · s[i,j]
     s2 = qk * qk_scale2
-    if masked:
+    if MASKED:
         # a partial tile's elementwise visibility (kernels/tiles.py visible): i < Nq, j < Nk, i + off_lo <= j <= i +
         # off_hi (no dense mask here)
         cols = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -91,8 +93,11 @@ def _softmax_step(qk, m2_i, l_i, qk_scale2, rows, start_n, masked, Nq, Nk, off_l
         s2 = gl.where(vis, s2, -float("inf"))
     # m2_new = max(m2_old, rowmax(S2))
     m2_new = gl.maximum(m2_i, gl.max(s2, 1))
-    # safe max: a row with nothing visible yet shifts by 0 (never (−inf) − (−inf)); a full tile's rows are finite
-    m2_shift = gl.where(m2_new == -float("inf"), 0.0, m2_new)
+    if MASKED:
+        # safe max: a row with nothing visible yet shifts by 0 (never (−inf) − (−inf)); a full tile's rows are finite
+        m2_shift = gl.where(m2_new == -float("inf"), 0.0, m2_new)
+    else:
+        m2_shift = m2_new
     # P̃ = exp2(S2 − m2_new)   /   p[i,j] = 2^(s2[i,j] − m2_new[i])
     p = gl.exp2(s2 - m2_shift[:, None])
     # alpha = exp2(m2_old − m2_new): rescales what was accumulated under the old maximum
@@ -103,9 +108,9 @@ def _softmax_step(qk, m2_i, l_i, qk_scale2, rows, start_n, masked, Nq, Nk, off_l
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, O, ORes, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
+def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
               pid_bh, off_b, off_h, start_m, n_partial, n_tiles, lo, f_lo, f_hi, qk_scale2, Nq, Nk, off_lo, off_hi,
-              stride_ob, stride_oh, stride_om, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
+              HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, BAND: gl.constexpr, WRITE_RES: gl.constexpr):
     # warpgroup WG: query rows start_m + WG * HALF_M + [0, HALF_M); its accumulators in wgmma's register layout
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -125,17 +130,38 @@ def _consumer(WG: gl.constexpr, O, ORes, LSE, q_halves, k_ring, v_ring, q_ready,
     s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
     if n_tiles > 0:
         mbarrier.wait(q_ready, 0)
-        # tile 0: S_0 = Q K_0ᵀ and its softmax step (nothing to overlap yet)
-        mbarrier.wait(k_ready.index(0), 0)
-        qk = warpgroup_mma(q_smem, k_ring.index(0).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
+    # the partial tiles (at most a few per query block), masked, one after the other: S, softmax step, P̃ V
+    for t in range(0, n_partial):
+        slot = t % STAGES
+        phase = (t // STAGES) & 1
+        mbarrier.wait(k_ready.index(slot), phase)
+        qk = warpgroup_mma(q_smem, k_ring.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
                            use_acc=False, is_async=True)
         qk = warpgroup_mma_wait(0, deps=(qk, ))
-        mbarrier.arrive(k_free.index(0))
-        start_n = _tile_start(0, n_partial, lo, f_lo, f_hi, BLOCK_N)
-        m2_i, l_i, alpha, p = _softmax_step(qk, m2_i, l_i, qk_scale2, rows, start_n, 0 < n_partial, Nq, Nk,
-                                            off_lo, off_hi, BAND, BLOCK_N, s_layout)
+        mbarrier.arrive(k_free.index(slot))
+        start_n = partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_N)
+        m2_i, l_i, alpha, p = _softmax_step(qk, m2_i, l_i, qk_scale2, rows, start_n, Nq, Nk, off_lo, off_hi, True,
+                                            BAND, BLOCK_N, s_layout)
+        # acc = diag(alpha) acc + P̃ V   (triton_fwd _fwd_pv: the rescale, then the product into it)
+        acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
         p_op = gl.convert_layout(p.to(dtype), p_layout)
-        for t in range(1, n_tiles):
+        mbarrier.wait(v_ready.index(slot), phase)
+        acc = warpgroup_mma(p_op, v_ring.index(slot).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
+        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+        mbarrier.arrive(v_free.index(slot))
+    # the full tiles, unmasked, pipelined: S_t issued with P̃_{t-1} V_{t-1}, tile t's softmax under the latter
+    if n_tiles > n_partial:
+        t0 = n_partial
+        mbarrier.wait(k_ready.index(t0 % STAGES), (t0 // STAGES) & 1)
+        qk = warpgroup_mma(q_smem, k_ring.index(t0 % STAGES).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
+                           use_acc=False, is_async=True)
+        qk = warpgroup_mma_wait(0, deps=(qk, ))
+        mbarrier.arrive(k_free.index(t0 % STAGES))
+        m2_i, l_i, alpha, p = _softmax_step(qk, m2_i, l_i, qk_scale2, rows, f_lo, Nq, Nk, off_lo, off_hi, False,
+                                            BAND, BLOCK_N, s_layout)
+        acc = acc * gl.convert_layout(alpha, o_rows)[:, None]  # what the partial tiles left, to the new maximum
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        for t in range(t0 + 1, n_tiles):
             slot = t % STAGES
             prev = (t - 1) % STAGES
             mbarrier.wait(k_ready.index(slot), (t // STAGES) & 1)
@@ -148,10 +174,9 @@ def _consumer(WG: gl.constexpr, O, ORes, LSE, q_halves, k_ring, v_ring, q_ready,
             # S_t done (at most the P̃ V group outstanding): K_t's slot is this warpgroup's no longer
             qk = warpgroup_mma_wait(1, deps=(qk, ))
             mbarrier.arrive(k_free.index(slot))
-            start_n = _tile_start(t, n_partial, lo, f_lo, f_hi, BLOCK_N)
             # tile t's softmax step while the tensor cores compute P̃_{t-1} V_{t-1}
-            m2_i, l_i, alpha, p = _softmax_step(qk, m2_i, l_i, qk_scale2, rows, start_n, t < n_partial, Nq, Nk,
-                                                off_lo, off_hi, BAND, BLOCK_N, s_layout)
+            m2_i, l_i, alpha, p = _softmax_step(qk, m2_i, l_i, qk_scale2, rows, f_lo, Nq, Nk, off_lo, off_hi, False,
+                                                BAND, BLOCK_N, s_layout)
             acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
             mbarrier.arrive(v_free.index(prev))
             # acc = diag(alpha) acc, before P̃_t V_t adds into it (triton_fwd _fwd_pv's order)
@@ -169,24 +194,26 @@ def _consumer(WG: gl.constexpr, O, ORes, LSE, q_halves, k_ring, v_ring, q_ready,
     acc = acc / gl.convert_layout(l_safe, o_rows)[:, None]
     # LSE = ln 2 · (m2 + log2 l)  (natural log; −inf for a fully masked row)
     lse = gl.where(empty, -float("inf"), (m2_i + gl.log2(l_safe)) * LN2)
-    o_r = start_m + WG * HALF_M + gl.arange(0, HALF_M, layout=o_rows)
-    o_c = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, o_layout))
-    o_off = (off_b.to(gl.int64) * stride_ob + off_h.to(gl.int64) * stride_oh + o_r[:, None].to(gl.int64) * stride_om
-             + o_c[None, :])
-    o_mask = (o_r[:, None] < Nq) & (o_c[None, :] < HEAD_D)
+    # O (and O_res) through this warpgroup's Q half (its last read, S's last product, is done) and TMA, which writes
+    # no row past Nq (the descriptors' bounds are the head's)
     o = acc.to(dtype)
-    gl.store(O + o_off, o, mask=o_mask)
+    q_smem.store(o)
+    fence_async_shared()
+    _tma_store(o_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(WG))
     if WRITE_RES:
         # O_res = round(O_fp32 − round(O_fp32)): exact difference in fp32 (triton_fwd WRITE_RES)
-        gl.store(ORes + o_off, (acc - o.to(gl.float32)).to(dtype), mask=o_mask)
+        tma.store_wait(0)  # O has left the buffer
+        q_smem.store((acc - o.to(gl.float32)).to(dtype))
+        fence_async_shared()
+        _tma_store(ores_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(WG))
     gl.store(LSE + pid_bh.to(gl.int64) * Nq + rows, lse, mask=rows < Nq)
+    tma.store_wait(0)
 
 
 @gluon.jit
 def attn_fwd_gluon_kernel(
-    q_desc, k_desc, v_desc, O, ORes, LSE,
+    q_desc, k_desc, v_desc, o_desc, ores_desc, LSE,
     sm_scale, Nq, Nk, Hq, off_lo, off_hi,
-    stride_ob, stride_oh, stride_om,
     GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, BAND: gl.constexpr, WRITE_RES: gl.constexpr, HEAVY_FIRST: gl.constexpr,
 ):
@@ -224,12 +251,12 @@ def attn_fwd_gluon_kernel(
     fence_async_shared()
 
     gl.warp_specialize([
-        (_consumer, (0, O, ORes, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free, pid_bh,
+        (_consumer, (0, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free, pid_bh,
                      off_b, off_h, start_m, n_partial, n_tiles, lo, f_lo, f_hi, qk_scale2, Nq, Nk, off_lo, off_hi,
-                     stride_ob, stride_oh, stride_om, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES)),
-        (_consumer, (1, O, ORes, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free, pid_bh,
+                     HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES)),
+        (_consumer, (1, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free, pid_bh,
                      off_b, off_h, start_m, n_partial, n_tiles, lo, f_lo, f_hi, qk_scale2, Nq, Nk, off_lo, off_hi,
-                     stride_ob, stride_oh, stride_om, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES)),
+                     HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES)),
         (_producer, (q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
                      off_b, off_h, off_hkv, start_m, n_partial, n_tiles, lo, f_lo, f_hi, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])

@@ -64,13 +64,14 @@ def test_the_engine_is_chosen_by_name_and_a_bad_name_is_refused(monkeypatch):
 
 
 def test_the_gluon_launch_lists_the_kernel_arguments_in_order():
-    """The launch record's leading arguments (three descriptors, O, O_res, LSE, sm_scale), ints and constexprs are
-    the kernel's parameters in order: what a direct launch hands to the binary (kernels/attention.py _direct)."""
+    """The launch record's leading arguments (five descriptors: Q, K, V, O, O_res; LSE, sm_scale), ints and
+    constexprs are the kernel's parameters in order: what a direct launch hands to the binary (kernels/attention.py
+    _direct)."""
     from flashcheck.kernels import gluon_fwd
 
     q, k = _layout((2, 4, 300, 128)), _layout((2, 2, 257, 128))
     t = _gluon_tiles(128).fwd
-    launch = ka._gluon_launch(q, k, q, True, 0, 0, True, t)
+    launch = ka._gluon_launch(q, k, True, 0, 0, True, t)
     assert ka._arguments_in_order(gluon_fwd.attn_fwd_gluon_kernel, launch, 7)
     assert dict(launch.constexprs)["GROUP"] == 2 and launch.grid == (3, 8)
 
