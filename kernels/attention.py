@@ -128,8 +128,11 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
         # gluon_fwd: 128 query rows (two warpgroups of 64) x 128 keys, heaviest query blocks first under a band;
         # the K / V ring 2 deep at d = 128 (160 KB of shared memory), 3 at d = 64 (bench/NOTES.md, "Gluon forward")
         fwd = TileConfig(128, 128, 8, 2 if bd == 128 else 3, heavy_first=True, gluon=True)
+        # gluon_bwd's dK/dV: 128 keys (two warpgroups of 64) x 32 query rows at d = 128 (64 spilled: Sᵀ, dPᵀ, Pᵀ, dSᵀ
+        # beside dK, dV in 240 registers), 64 at d = 64 (branch gluon-bwd: compiled, not yet run on a GPU)
+        dkdv = TileConfig(32, 128, 8, 4, gluon=True) if bd == 128 else TileConfig(64, 128, 8, 3, gluon=True)
         rest = kernel_config(head_dim, dtype, interpret=False, precision=precision, band=band, engine="triton")
-        return KernelConfig(fwd, rest.dkdv, rest.dq)
+        return KernelConfig(fwd, dkdv, rest.dq)
     if dtype == torch.float32:  # 4-byte tiles: half the rows for the same shared memory
         if bd <= 64:
             return KernelConfig(TileConfig(64, 32, 4, 2), TileConfig(32, 64, 4, 2), TileConfig(64, 32, 4, 2))
@@ -721,16 +724,48 @@ def _gluon_forward(q: Layout, k: Layout, v: Layout, has_dense: bool, sparse: boo
     in 16-byte multiples, the last dim contiguous). The device (capability 9.0) is checked by `_gluon_device`."""
     if interpret or has_dense or sparse or p_split:
         return None
-    d, dv = q.shape[3], v.shape[3]
-    cfg, _, _ = _tiles(d, dv, getattr(torch, q.dtype), 0, 0, list(tiles), interpret=False, band=band, engine=engine)
+    cfg, _, _ = _tiles(q.shape[3], v.shape[3], getattr(torch, q.dtype), 0, 0, list(tiles), interpret=False, band=band,
+                       engine=engine)
     t = cfg.fwd
-    if not t.gluon or (t.block_m, t.block_n) != (128, 128) or d != dv or d not in (64, 128):
+    return t if t.gluon and (t.block_m, t.block_n) == (128, 128) and _gluon_tensors(q, k, v) else None
+
+
+def _gluon_tensors(q: Layout, *rest: Layout) -> bool:
+    """Tensors gluon_fwd / gluon_bwd read and write: fp16 / bf16 alike, head dims d = dv in {64, 128}, each a TMA
+    source (16-byte aligned base, positive batch, head and row strides in 16-byte multiples, the last dim
+    contiguous)."""
+    d = q.shape[3]
+    return (q.dtype in ("float16", "bfloat16") and d in (64, 128)
+            and all(x.dtype == q.dtype and x.shape[3] == d for x in rest)
+            and all(_descriptor_ok(x) and x.strides[3] == 1 and all(s > 0 for s in x.strides[:3])
+                    for x in (q, *rest)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _gluon_dkdv(q: Layout, k: Layout, v: Layout, do: Layout, dk: Layout, dv: Layout, has_dense: bool, sparse: bool,
+                band: bool, tiles: tuple, interpret: bool, engine: str) -> TileConfig | None:
+    """The dK/dV kernel's tiles when gluon_bwd runs this backward, else None (triton_bwd runs it with the same
+    tiles): tiles asking for it, no dense or block-sparse mask, every tensor in `_gluon_tensors`' domain."""
+    if interpret or has_dense or sparse:
         return None
-    if q.dtype not in ("float16", "bfloat16") or not (q.dtype == k.dtype == v.dtype):
-        return None
-    if not all(_descriptor_ok(x) and x.strides[3] == 1 and all(s > 0 for s in x.strides[:3]) for x in (q, k, v)):
-        return None
-    return t
+    cfg, _, _ = _tiles(q.shape[3], v.shape[3], getattr(torch, q.dtype), 0, 0, list(tiles), interpret=False,
+                       band=band, engine=engine)
+    t = cfg.dkdv
+    return (t if t.gluon and t.block_n == 128 and t.block_m in (32, 64) and _gluon_tensors(q, k, v, do, dk, dv)
+            else None)
+
+
+@functools.lru_cache(maxsize=1024)
+def _gluon_dkdv_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, t: TileConfig) -> Launch:
+    """gluon_bwd's dK/dV launch: six TMA descriptors (Q's and dO's of block_m-row boxes, K's, V's, dK's and dV's of
+    64 rows) as its leading "pointers", then LSE, Delta, sm_scale."""
+    B, Hq, nq, d = q.shape
+    Hkv, nk = k.shape[1], k.shape[2]
+    lse = Layout.dense("float32", (B, Hq, nq))
+    return Launch("attn_bwd_dkdv_gluon_kernel", (triton.cdiv(nk, t.block_n), B * Hkv),
+                  ((q.dtype, True),) * 6 + (_ptr(lse), _ptr(lse)), (nq, nk, Hkv, off_lo, off_hi),
+                  (("GROUP", Hq // Hkv), ("HEAD_D", d), ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n),
+                   ("STAGES", t.num_stages), ("BAND", band)), 4, None)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -882,8 +917,19 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
         delta = delta - dlse.to(torch.float32)
     mask_t = dense if dense is not None else q
     num, idx, fnum, fidx, qnum, qidx, fqnum, fqidx = sparse if sparse else (lse,) * 8
-    _launch(attn_bwd_dkdv_kernel, dkdv, q, k, v, do, lse, delta, dk, dv_, mask_t, qnum, qidx, fqnum, fqidx,
-            scale)
+    lays = tuple(Layout.of(t) for t in (q, k, v, do, dk, dv_))
+    gluon = _gluon_dkdv(*lays, dense is not None, bool(sparse), band, tuple(tiles), _interpreting(), forward_engine())
+    if gluon is not None and _gluon_device(q.device):
+        from flashcheck.kernels import gluon_bwd, gluon_fwd
+
+        launch = _gluon_dkdv_launch(lays[0], lays[1], band, off_lo, off_hi, gluon)
+        half = gluon.block_n // 2
+        _launch(gluon_bwd.attn_bwd_dkdv_gluon_kernel, launch, gluon_fwd.descriptor(q, gluon.block_m),
+                gluon_fwd.descriptor(k, half), gluon_fwd.descriptor(v, half), gluon_fwd.descriptor(do, gluon.block_m),
+                gluon_fwd.descriptor(dk, half), gluon_fwd.descriptor(dv_, half), lse, delta, scale)
+    else:
+        _launch(attn_bwd_dkdv_kernel, dkdv, q, k, v, do, lse, delta, dk, dv_, mask_t, qnum, qidx, fqnum, fqidx,
+                scale)
     _launch(attn_bwd_dq_kernel, dq_launch, q, k, v, do, lse, delta, dq, mask_t, num, idx, fnum, fidx, scale)
     return dq, dk, dv_
 

@@ -41,8 +41,8 @@ def _layout(shape, dtype="bfloat16", aligned=True, strides=None):
 def test_kernel_config_gives_gluon_tiles_only_in_its_domain():
     g = _gluon_tiles(128)
     assert (g.fwd.block_m, g.fwd.block_n, g.fwd.num_warps, g.fwd.gluon) == (128, 128, 8, True)
-    assert (g.dkdv, g.dq) == (ka.kernel_config(128, torch.bfloat16, interpret=False, engine="triton").dkdv,
-                              ka.kernel_config(128, torch.bfloat16, interpret=False, engine="triton").dq)
+    assert g.dq == ka.kernel_config(128, torch.bfloat16, interpret=False, engine="triton").dq
+    assert g.dkdv.gluon and g.dkdv.block_n == 128  # gluon_bwd's dK/dV tiles (branch gluon-bwd)
     assert ka.kernel_config(128, torch.bfloat16, interpret=False, engine="gluon", band=True).fwd == g.fwd
     for d, dtype, precision in ((80, torch.bfloat16, "default"), (128, torch.float32, "default"),
                                 (128, torch.float16, "accurate"), (32, torch.float16, "default")):
@@ -143,6 +143,48 @@ def test_gluon_forward_compiles_for_sm90_with_the_recorded_rowsum_tree():
     configs = adapters._compiled_configs(triton.__version__) or ()
     (entry,) = [c for c in configs if c.get("engine") == "gluon" and (c["dtype"], c["block_d"]) == ("bfloat16", 128)]
     assert max(r["depths"]) <= entry["rowsum_depth"], (r, entry)
+
+
+def test_gluon_dkdv_runs_the_backwards_in_its_domain_and_lists_its_arguments_in_order():
+    """gluon_bwd's dK/dV kernel (branch gluon-bwd): chosen by the dkdv tiles' flag, for the tensors of a backward in
+    gluon_fwd's domain; its launch record lists the kernel's parameters in order."""
+    from flashcheck.kernels import gluon_bwd
+
+    q, kv = _layout((2, 4, 300, 128)), _layout((2, 2, 257, 128))
+    g = _gluon_tiles(128)
+    assert (g.dkdv.block_m, g.dkdv.block_n, g.dkdv.gluon) == (32, 128, True)
+    t = tuple(g.flat())
+    assert ka._gluon_dkdv(q, kv, kv, q, kv, kv, False, False, True, t, False, "gluon") == g.dkdv
+    assert ka._gluon_dkdv(q, kv, kv, q, kv, kv, True, False, True, t, False, "gluon") is None  # dense mask
+    assert ka._gluon_dkdv(q, kv, kv, _layout((2, 4, 300, 128), aligned=False), kv, kv, False, False, True, t, False,
+                          "gluon") is None  # dO that TMA cannot read
+    tri = tuple(ka.kernel_config(128, torch.bfloat16, interpret=False, engine="triton").flat())
+    assert ka._gluon_dkdv(q, kv, kv, q, kv, kv, False, False, True, tri, False, "triton") is None
+    launch = ka._gluon_dkdv_launch(q, kv, True, 0, 0, g.dkdv)
+    assert ka._arguments_in_order(gluon_bwd.attn_bwd_dkdv_gluon_kernel, launch, 9)
+    assert launch.grid == (3, 4) and dict(launch.constexprs)["GROUP"] == 2
+
+
+def test_gluon_dkdv_compiles_for_sm90_without_spilling():
+    """The dK/dV kernel builds for sm_90 on the CPU, GQA and banded, and keeps its accumulators in registers (a
+    local-memory load or store in the SASS is a spill)."""
+    import os
+    import subprocess
+    import tempfile
+
+    import triton
+
+    from bench.compile_forward import compile_gluon_dkdv
+
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    g = _gluon_tiles(128).dkdv
+    ck = compile_gluon_dkdv("bfloat16", 128, True, 2, g.block_m, g.num_stages)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(ck.asm["cubin"])
+        sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", path], capture_output=True, text=True).stdout
+    assert "HGMMA" in sass and "LDL" not in sass and "STL" not in sass, "spills or no wgmma"
 
 
 # ------------------------------------------------------------------------------------------------ GPU: the outputs

@@ -1,0 +1,234 @@
+"""FlashAttention-2 backward's dK/dV kernel in Gluon for Hopper (sm_90): `triton_bwd.attn_bwd_dkdv_kernel`'s
+arithmetic, another schedule (branch gluon-bwd: compiled for sm_90 on the CPU, not yet run on a GPU).
+
+Why (bench/NOTES.md, "Profile 2026-11-26e"): at d = 128 the Triton dK/dV kernel needs more than 255 registers per
+thread (the dK and dV fp32 accumulators of 128 keys, plus Sᵀ, dPᵀ and dSᵀ) and spills (8.6 M local requests per
+launch), with the tensor pipe 57 % busy. Here
+- a 1-warp producer partition loads the program's K and V once and streams the (Q, dO) tiles of every query head of
+  the GQA group with TMA into a STAGES-slot ring (one mbarrier per slot and direction);
+- two consumer warpgroups own 64 of the program's BLOCK_N = 128 keys each (their dK, dV accumulators: 64 x d fp32,
+  64 registers a thread each) with their registers raised to CONSUMER_REGS (setmaxnreg), no barrier between them but
+  the ring's;
+- per tile, Sᵀ = K Qᵀ and dPᵀ = V dOᵀ are issued together as asynchronous wgmma; Pᵀ's exponentials run while dPᵀ
+  is computed, and dV += Pᵀ dO runs while dSᵀ is formed.
+
+What each key computes is triton_bwd's, step for step: the query tiles of each head of the group in the same order
+(kernels/tiles.py's `_band_range`, `partial_start`, `full_start` with the band transposed: partial tiles first,
+ascending, then the full ones), S2ᵀ = K Qᵀ · (scale · log2 e), Pᵀ = exp2(min(S2ᵀ − LSE · log2 e, 0)) zeroed where
+invisible (partial tiles only), dV += Pᵀ dO (Pᵀ rounded into the input format), dPᵀ = V dOᵀ, dSᵀ = Pᵀ ∘ (dPᵀ − Δ),
+dK += dSᵀ Q (dSᵀ rounded into the input format), dK scaled once at the end; each accumulation one wgmma chain per
+tile into the running accumulator.
+
+Domain: that of gluon_fwd (fp16 / bf16, d = dv in {64, 128}, no dense or block-sparse mask, TMA-readable strides).
+"""
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                             warpgroup_mma_wait)
+
+from flashcheck.kernels.tiles import _band_range, full_start, partial_start
+
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+
+LOG2E: gl.constexpr = gl.constexpr(1.4426950408889634)  # log2(e): LSE into the base-2 domain
+HALF_N: gl.constexpr = gl.constexpr(64)  # keys per consumer warpgroup: wgmma's M
+CONSUMER_REGS: gl.constexpr = gl.constexpr(240)  # 2 consumers x 128 threads x 240 + 128 x 24 (producer) <= 64K
+
+
+@gluon.jit
+def _query_tiles(off_hkv, g, GROUP: gl.constexpr, start_n, Nq, Nk, off_lo, off_hi, BAND: gl.constexpr,
+                 BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr):
+    """(off_h, n_partial, n_tiles, lo, f_lo, f_hi) of query head g of the group: triton_bwd's inner_tiles with the
+    forward's band transposed (query i sees key j iff j − off_hi <= i <= j − off_lo)."""
+    off_h = off_hkv * GROUP + g
+    lo, f_lo, f_hi, hi = _band_range(start_n, gl.minimum(start_n + BLOCK_N, Nk), Nq, -off_hi, -off_lo, BAND, BLOCK_M)
+    n_partial = (f_lo - lo + hi - f_hi) // BLOCK_M
+    return off_h, n_partial, n_partial + (f_hi - f_lo) // BLOCK_M, lo, f_lo, f_hi
+
+
+@gluon.jit
+def _query_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M: gl.constexpr):
+    return gl.where(t < n_partial, partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M),
+                    full_start(t - n_partial, None, f_lo, False, BLOCK_M))
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, do_desc, k_halves, v_halves, q_ring, do_ring, kv_ready, q_ready, do_ready,
+              tile_free, off_b, off_hkv, start_n, Nq, Nk, off_lo, off_hi, GROUP: gl.constexpr, BAND: gl.constexpr,
+              BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+    # one warp: K and V's two halves once, then (Q, dO) of every query tile of every head of the group in the
+    # consumers' order into slot it % STAGES, once both consumers let go of it
+    mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes + 2 * v_desc.block_type.nbytes)
+    for w in gl.static_range(2):
+        _tma_load(k_desc, [off_b, off_hkv, start_n + w * HALF_N, 0], kv_ready, k_halves.index(w))
+        _tma_load(v_desc, [off_b, off_hkv, start_n + w * HALF_N, 0], kv_ready, v_halves.index(w))
+    it = 0
+    for g in range(GROUP):
+        off_h, n_partial, n_tiles, lo, f_lo, f_hi = _query_tiles(off_hkv, g, GROUP, start_n, Nq, Nk, off_lo, off_hi,
+                                                                 BAND, BLOCK_N, BLOCK_M)
+        for t in range(n_tiles):
+            start_m = _query_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M)
+            slot = it % STAGES
+            phase = (it // STAGES) & 1
+            mbarrier.wait(tile_free.index(slot), phase ^ 1)  # fresh barrier: the first round never waits
+            mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
+            _tma_load(q_desc, [off_b, off_h, start_m, 0], q_ready.index(slot), q_ring.index(slot))
+            mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
+            _tma_load(do_desc, [off_b, off_h, start_m, 0], do_ready.index(slot), do_ring.index(slot))
+            it += 1
+
+
+@gluon.jit
+def _tile(dk, dv, k_smem, v_smem, q_smem, do_smem, LSE, Delta, bh, keys, start_m, qk_scale2, Nq, Nk, off_lo,
+          off_hi, MASKED: gl.constexpr, BAND: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+          s_layout: gl.constexpr, a_layout: gl.constexpr):
+    """triton_bwd `_dkdv_tile` for one warpgroup's 64 keys and one query tile: (dK, dV) updated."""
+    dtype: gl.constexpr = q_smem.dtype
+    s_zero = gl.zeros([HALF_N, BLOCK_M], gl.float32, s_layout)
+    queries = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+    # Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: both operands in shared memory, issued together
+    sT = warpgroup_mma(k_smem, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    dpT = warpgroup_mma(v_smem, do_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    if MASKED:
+        lse = gl.load(LSE + bh * Nq + queries, mask=queries < Nq, other=0.0)
+        delta = gl.load(Delta + bh * Nq + queries, mask=queries < Nq, other=0.0)
+    else:
+        lse = gl.load(LSE + bh * Nq + queries)
+        delta = gl.load(Delta + bh * Nq + queries)
+    sT = warpgroup_mma_wait(1, deps=(sT, ))
+    # S2ᵀ = K Qᵀ · scale · log2(e)   /   s2[j,i] = scale · log2(e) · k_j · q_i
+    s2T = sT * qk_scale2
+    # Pᵀ = exp2(min(S2ᵀ − LSE2, 0))   /   p[i,j] = 2^min(s2[i,j] − lse[i]·log2 e, 0)  (P <= 1: triton_bwd's clamp)
+    pT = gl.exp2(gl.minimum(s2T - (lse * LOG2E)[None, :], 0.0))
+    if MASKED:
+        # tiles.py `visible`, transposed (rows keys, columns queries): i < Nq, j < Nk, i + off_lo <= j <= i + off_hi
+        vis = (queries[None, :] < Nq) & (keys[:, None] < Nk)
+        if BAND:
+            vis = vis & (keys[:, None] >= queries[None, :] + off_lo) & (keys[:, None] <= queries[None, :] + off_hi)
+        pT = gl.where(vis, pT, 0.0)
+    # dV = Pᵀ dO   /   dv[j,c] += Σ_i p[i,j] dO[i,c]
+    p_op = gl.convert_layout(pT.to(dtype), a_layout)
+    dv = warpgroup_mma(p_op, do_smem, dv, is_async=True)
+    dpT = warpgroup_mma_wait(1, deps=(dpT, ))  # Sᵀ, dPᵀ done; dV may run on
+    # dS = P ∘ (dP − Δ)   /   dS[i,j] = P[i,j] * (dP[i,j] − Δ[i])
+    dsT = pT * (dpT - delta[None, :])
+    # dK = dSᵀ Q (scale applied once at the end)   /   dk[j,c] += Σ_i dS[i,j] q[i,c]
+    ds_op = gl.convert_layout(dsT.to(dtype), a_layout)
+    dk = warpgroup_mma(ds_op, q_smem, dk, is_async=True)
+    dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv, dk, p_op, ds_op))
+    return dk, dv
+
+
+@gluon.jit
+def _ring_tile(dk, dv, it, k_smem, v_smem, q_ring, do_ring, q_ready, do_ready, tile_free, LSE, Delta, bh, keys,
+               start_m, qk_scale2, Nq, Nk, off_lo, off_hi, MASKED: gl.constexpr, BAND: gl.constexpr,
+               BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
+               a_layout: gl.constexpr):
+    """The it-th (Q, dO) tile of the ring: wait for it, `_tile`, let go of its slot."""
+    slot = it % STAGES
+    phase = (it // STAGES) & 1
+    mbarrier.wait(q_ready.index(slot), phase)
+    mbarrier.wait(do_ready.index(slot), phase)
+    dk, dv = _tile(dk, dv, k_smem, v_smem, q_ring.index(slot).reshape([BLOCK_M, HEAD_D]),
+                   do_ring.index(slot).reshape([BLOCK_M, HEAD_D]), LSE, Delta, bh, keys, start_m, qk_scale2, Nq, Nk,
+                   off_lo, off_hi, MASKED, BAND, BLOCK_M, HEAD_D, s_layout, a_layout)
+    mbarrier.arrive(tile_free.index(slot))
+    return dk, dv
+
+
+@gluon.jit
+def _consumer(WG: gl.constexpr, dk_desc, dv_desc, LSE, Delta, k_halves, v_halves, q_ring, do_ring, kv_ready,
+              q_ready, do_ready, tile_free, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi,
+              GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+              STAGES: gl.constexpr, BAND: gl.constexpr):
+    # warpgroup WG: keys start_n + WG * HALF_N + [0, HALF_N); Sᵀ / dPᵀ (keys x queries) and dK / dV (keys x d) in
+    # wgmma's register layouts
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_M, 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, HEAD_D, 16])
+    # Pᵀ and dSᵀ as the register A operands of Pᵀ dO and dSᵀ Q
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    k_smem = k_halves.index(WG).reshape([HALF_N, HEAD_D])
+    v_smem = v_halves.index(WG).reshape([HALF_N, HEAD_D])
+    keys = start_n + WG * HALF_N + gl.arange(0, HALF_N, layout=gl.SliceLayout(1, s_layout))
+    dk = gl.zeros([HALF_N, HEAD_D], gl.float32, acc_layout)
+    dv = gl.zeros([HALF_N, HEAD_D], gl.float32, acc_layout)
+    qk_scale2 = sm_scale * LOG2E
+    mbarrier.wait(kv_ready, 0)
+    it = 0
+    # GQA: dK, dV of kv head h sum over the query heads h·GROUP … h·GROUP + GROUP − 1
+    for g in range(GROUP):
+        off_h, n_partial, n_tiles, lo, f_lo, f_hi = _query_tiles(off_hkv, g, GROUP, start_n, Nq, Nk, off_lo, off_hi,
+                                                                 BAND, BLOCK_N, BLOCK_M)
+        bh = off_b.to(gl.int64) * Hq + off_h
+        # the partial tiles (masked), then the full ones: two loops, as triton_bwd's (one loop holding both code
+        # paths spilled at d = 128)
+        for t in range(0, n_partial):
+            dk, dv = _ring_tile(dk, dv, it, k_smem, v_smem, q_ring, do_ring, q_ready, do_ready, tile_free, LSE, Delta,
+                                bh, keys, partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M), qk_scale2, Nq, Nk,
+                                off_lo, off_hi, True, BAND, BLOCK_M, HEAD_D, STAGES, s_layout, a_layout)
+            it += 1
+        for t in range(0, n_tiles - n_partial):
+            dk, dv = _ring_tile(dk, dv, it, k_smem, v_smem, q_ring, do_ring, q_ready, do_ready, tile_free, LSE, Delta,
+                                bh, keys, full_start(t, None, f_lo, False, BLOCK_M), qk_scale2, Nq, Nk, off_lo,
+                                off_hi, False, BAND, BLOCK_M, HEAD_D, STAGES, s_layout, a_layout)
+            it += 1
+    # dK = scale · dSᵀ Q: the logit scale, applied once; dK and dV through this warpgroup's K / V halves (their
+    # last reads are done) and TMA, which writes no row past Nk
+    dk = dk * sm_scale
+    dtype: gl.constexpr = k_halves.dtype
+    k_smem.store(dk.to(dtype))
+    v_smem.store(dv.to(dtype))
+    fence_async_shared()
+    _tma_store(dk_desc, [off_b, off_hkv, start_n + WG * HALF_N, 0], k_halves.index(WG))
+    _tma_store(dv_desc, [off_b, off_hkv, start_n + WG * HALF_N, 0], v_halves.index(WG))
+    tma.store_wait(0)
+
+
+@gluon.jit
+def attn_bwd_dkdv_gluon_kernel(
+    q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, Delta,
+    sm_scale, Nq, Nk, Hkv, off_lo, off_hi,
+    GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, BAND: gl.constexpr,
+):
+    gl.static_assert(BLOCK_N == 2 * HALF_N, "two consumer warpgroups of HALF_N keys each")
+    gl.static_assert(HEAD_D == 64 or HEAD_D == 128, "head dims 64 and 128")
+    pid_n = gl.program_id(0)
+    pid_bh = gl.program_id(1)
+    off_b = pid_bh // Hkv
+    off_hkv = pid_bh % Hkv
+    start_n = pid_n * BLOCK_N
+    Hq = Hkv * GROUP
+
+    dtype: gl.constexpr = q_desc.dtype
+    # TMA's boxes are one head's rows (4-D: [1, 1, rows, d]), the wgmma operands their 2-D views
+    k_halves = gl.allocate_shared_memory(dtype, [2, 1, 1, HALF_N, HEAD_D], k_desc.layout)
+    v_halves = gl.allocate_shared_memory(dtype, [2, 1, 1, HALF_N, HEAD_D], v_desc.layout)
+    q_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], q_desc.layout)
+    do_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], do_desc.layout)
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    tile_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_ready, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(do_ready.index(i), count=1)
+        mbarrier.init(tile_free.index(i), count=2)  # both consumer warpgroups let go of a slot before its refill
+    fence_async_shared()
+
+    gl.warp_specialize([
+        (_consumer, (0, dk_desc, dv_desc, LSE, Delta, k_halves, v_halves, q_ring, do_ring, kv_ready, q_ready,
+                     do_ready, tile_free, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP,
+                     HEAD_D, BLOCK_N, BLOCK_M, STAGES, BAND)),
+        (_consumer, (1, dk_desc, dv_desc, LSE, Delta, k_halves, v_halves, q_ring, do_ring, kv_ready, q_ready,
+                     do_ready, tile_free, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP,
+                     HEAD_D, BLOCK_N, BLOCK_M, STAGES, BAND)),
+        (_producer, (q_desc, k_desc, v_desc, do_desc, k_halves, v_halves, q_ring, do_ring, kv_ready, q_ready,
+                     do_ready, tile_free, off_b, off_hkv, start_n, Nq, Nk, off_lo, off_hi, GROUP, BAND, BLOCK_N,
+                     BLOCK_M, STAGES)),
+    ], [4, 1], [CONSUMER_REGS, 24])
