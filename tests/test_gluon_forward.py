@@ -127,18 +127,27 @@ def test_the_rowsum_claim_for_gluon_tiles_holds_for_both_engines(monkeypatch):
     assert adapters._compiled_record("bfloat16", "bf16", 128, "default", _gluon_tiles(128)) is None
 
 
+_COMPILE = """
+import json
+from bench.compile_forward import compile_gluon, rowsum_depths
+ptx = compile_gluon("bfloat16", 128, True, True, 2).asm["ptx"]
+print(json.dumps({"wgmma": ptx.count("wgmma.mma_async"), "setmaxnreg": "setmaxnreg" in ptx,
+                  "rowsum": rowsum_depths(ptx)}))
+"""
+
+
 def test_gluon_forward_compiles_for_sm90_with_the_recorded_rowsum_tree():
-    """The kernel builds for sm_90 without a GPU, and its tile rowsum is the record's tree: every rowsum covers the
-    128 keys of the tile (plus alpha's depth-0 sinks), no deeper than the record says."""
+    """The kernel builds for sm_90 without a GPU (in a process of its own: under TRITON_INTERPRET tiles.py's
+    functions are the interpreter's, which Gluon cannot call), and its tile rowsum is the record's tree: every rowsum
+    covers the 128 keys of the tile (plus alpha's depth-0 sinks), no deeper than the record says."""
     import triton
 
-    from bench.compile_forward import compile_gluon, rowsum_depths
     from flashcheck import adapters
+    from tests.compiled_record import compiled
 
-    ck = compile_gluon("bfloat16", 128, True, True, 2)
-    ptx = ck.asm["ptx"]
-    assert ptx.count("wgmma.mma_async") > 0 and "setmaxnreg" in ptx
-    r = rowsum_depths(ptx)
+    got = compiled(_COMPILE)
+    assert got["wgmma"] > 0 and got["setmaxnreg"], got
+    r = got["rowsum"]
     assert set(r["widths"]) == {1, 128}, r
     configs = adapters._compiled_configs(triton.__version__) or ()
     (entry,) = [c for c in configs if c.get("engine") == "gluon" and (c["dtype"], c["block_d"]) == ("bfloat16", 128)]
