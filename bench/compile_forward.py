@@ -938,6 +938,29 @@ def compile_gluon_dkdv(dtype: str, d: int, band: bool, group: int, block_m: int,
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
 
 
+def compile_gluon_dq(dtype: str, d: int, band: bool, group: int, block_n: int, stages: int):
+    """Compile kernels/gluon_bwd.py's dQ kernel for sm_90 as the launcher specializes it (4-D tensor descriptors: Q,
+    dO and dQ boxes of 64 rows, K and V boxes of block_n)."""
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+
+    from flashcheck.kernels import gluon_bwd, gluon_fwd
+
+    short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
+    gdt = gl.bfloat16 if dtype == "bfloat16" else gl.float16
+
+    def desc(rows):
+        return f"tensordesc<{short}[{', '.join(map(str, gluon_fwd.descriptor_block(rows, d)))}],"\
+               f"{gluon_fwd.shared_layout(rows, d, gdt)!r}>"
+    sig = {"q_desc": desc(64), "k_desc": desc(block_n), "v_desc": desc(block_n), "do_desc": desc(64),
+           "dq_desc": desc(64), "LSE": "*fp32", "Delta": "*fp32", "sm_scale": "fp32", "Nq": "i32", "Nk": "i32",
+           "Hq": "i32", "off_lo": "i32", "off_hi": "i32"}
+    cx = dict(GROUP=group, HEAD_D=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, BAND=band, HEAVY_FIRST=band)
+    sig.update({k: "constexpr" for k in cx})
+    src = gluon._runtime.GluonASTSource(fn=gluon_bwd.attn_bwd_dq_gluon_kernel, signature=sig, constexprs=cx)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+
+
 def _record_gluon(job):
     """One gluon entry: gluon_fwd compiled plain and banded, with and without O_res; rowsum_depth the deepest tree
     where every rowsum counts the tile's 128 keys (else None)."""

@@ -131,8 +131,9 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
         # gluon_bwd's dK/dV: 128 keys (two warpgroups of 64) x 32 query rows at d = 128 (64 spilled: Sᵀ, dPᵀ, Pᵀ, dSᵀ
         # beside dK, dV in 240 registers), 64 at d = 64 (branch gluon-bwd: compiled, not yet run on a GPU)
         dkdv = TileConfig(32, 128, 8, 4, gluon=True) if bd == 128 else TileConfig(64, 128, 8, 3, gluon=True)
-        rest = kernel_config(head_dim, dtype, interpret=False, precision=precision, band=band, engine="triton")
-        return KernelConfig(fwd, dkdv, rest.dq)
+        # gluon_bwd's dQ: 128 query rows (two warpgroups of 64) x 64 keys, triton_bwd's d = 128 tiles
+        dq = TileConfig(128, 64, 8, 3, heavy_first=True, gluon=True)
+        return KernelConfig(fwd, dkdv, dq)
     if dtype == torch.float32:  # 4-byte tiles: half the rows for the same shared memory
         if bd <= 64:
             return KernelConfig(TileConfig(64, 32, 4, 2), TileConfig(32, 64, 4, 2), TileConfig(64, 32, 4, 2))
@@ -742,17 +743,19 @@ def _gluon_tensors(q: Layout, *rest: Layout) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def _gluon_dkdv(q: Layout, k: Layout, v: Layout, do: Layout, dk: Layout, dv: Layout, has_dense: bool, sparse: bool,
-                band: bool, tiles: tuple, interpret: bool, engine: str) -> TileConfig | None:
-    """The dK/dV kernel's tiles when gluon_bwd runs this backward, else None (triton_bwd runs it with the same
-    tiles): tiles asking for it, no dense or block-sparse mask, every tensor in `_gluon_tensors`' domain."""
-    if interpret or has_dense or sparse:
-        return None
+def _gluon_backward(q: Layout, k: Layout, v: Layout, do: Layout, dq: Layout, dk: Layout, dv: Layout, has_dense: bool,
+                    sparse: bool, band: bool, tiles: tuple, interpret: bool,
+                    engine: str) -> tuple[TileConfig | None, TileConfig | None]:
+    """The (dK/dV, dQ) kernels' tiles where gluon_bwd runs them for this backward, None where triton_bwd does (with
+    the same tiles): tiles asking for it (TileConfig.gluon), no dense or block-sparse mask, every tensor in
+    `_gluon_tensors`' domain."""
+    if interpret or has_dense or sparse or not _gluon_tensors(q, k, v, do, dq, dk, dv):
+        return None, None
     cfg, _, _ = _tiles(q.shape[3], v.shape[3], getattr(torch, q.dtype), 0, 0, list(tiles), interpret=False,
                        band=band, engine=engine)
-    t = cfg.dkdv
-    return (t if t.gluon and t.block_n == 128 and t.block_m in (32, 64) and _gluon_tensors(q, k, v, do, dk, dv)
-            else None)
+    a, b = cfg.dkdv, cfg.dq
+    return (a if a.gluon and a.block_n == 128 and a.block_m in (32, 64) else None,
+            b if b.gluon and b.block_m == 128 and b.block_n in (64, 128) else None)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -766,6 +769,18 @@ def _gluon_dkdv_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: in
                   ((q.dtype, True),) * 6 + (_ptr(lse), _ptr(lse)), (nq, nk, Hkv, off_lo, off_hi),
                   (("GROUP", Hq // Hkv), ("HEAD_D", d), ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n),
                    ("STAGES", t.num_stages), ("BAND", band)), 4, None)
+
+
+@functools.lru_cache(maxsize=1024)
+def _gluon_dq_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, t: TileConfig) -> Launch:
+    """gluon_bwd's dQ launch: five TMA descriptors (Q's, dO's and dQ's of 64-row boxes, K's and V's of block_n rows)
+    as its leading "pointers", then LSE, Delta, sm_scale."""
+    B, Hq, nq, d = q.shape
+    lse = Layout.dense("float32", (B, Hq, nq))
+    return Launch("attn_bwd_dq_gluon_kernel", (triton.cdiv(nq, t.block_m), B * Hq),
+                  ((q.dtype, True),) * 5 + (_ptr(lse), _ptr(lse)), (nq, k.shape[2], Hq, off_lo, off_hi),
+                  (("GROUP", Hq // k.shape[1]), ("HEAD_D", d), ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n),
+                   ("STAGES", t.num_stages), ("BAND", band), ("HEAVY_FIRST", t.heavy_first and band)), 4, None)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -917,20 +932,28 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
         delta = delta - dlse.to(torch.float32)
     mask_t = dense if dense is not None else q
     num, idx, fnum, fidx, qnum, qidx, fqnum, fqidx = sparse if sparse else (lse,) * 8
-    lays = tuple(Layout.of(t) for t in (q, k, v, do, dk, dv_))
-    gluon = _gluon_dkdv(*lays, dense is not None, bool(sparse), band, tuple(tiles), _interpreting(), forward_engine())
-    if gluon is not None and _gluon_device(q.device):
+    lays = tuple(Layout.of(t) for t in (q, k, v, do, dq, dk, dv_))
+    g_dkdv, g_dq = (_gluon_backward(*lays, dense is not None, bool(sparse), band, tuple(tiles), _interpreting(),
+                                    forward_engine()) if _gluon_device(q.device) else (None, None))
+    if g_dkdv is not None or g_dq is not None:
         from flashcheck.kernels import gluon_bwd, gluon_fwd
-
-        launch = _gluon_dkdv_launch(lays[0], lays[1], band, off_lo, off_hi, gluon)
-        half = gluon.block_n // 2
-        _launch(gluon_bwd.attn_bwd_dkdv_gluon_kernel, launch, gluon_fwd.descriptor(q, gluon.block_m),
-                gluon_fwd.descriptor(k, half), gluon_fwd.descriptor(v, half), gluon_fwd.descriptor(do, gluon.block_m),
+    if g_dkdv is not None:
+        launch = _gluon_dkdv_launch(lays[0], lays[1], band, off_lo, off_hi, g_dkdv)
+        half = g_dkdv.block_n // 2
+        _launch(gluon_bwd.attn_bwd_dkdv_gluon_kernel, launch, gluon_fwd.descriptor(q, g_dkdv.block_m),
+                gluon_fwd.descriptor(k, half), gluon_fwd.descriptor(v, half), gluon_fwd.descriptor(do, g_dkdv.block_m),
                 gluon_fwd.descriptor(dk, half), gluon_fwd.descriptor(dv_, half), lse, delta, scale)
     else:
         _launch(attn_bwd_dkdv_kernel, dkdv, q, k, v, do, lse, delta, dk, dv_, mask_t, qnum, qidx, fqnum, fqidx,
                 scale)
-    _launch(attn_bwd_dq_kernel, dq_launch, q, k, v, do, lse, delta, dq, mask_t, num, idx, fnum, fidx, scale)
+    if g_dq is not None:
+        launch = _gluon_dq_launch(lays[0], lays[1], band, off_lo, off_hi, g_dq)
+        half = g_dq.block_m // 2
+        _launch(gluon_bwd.attn_bwd_dq_gluon_kernel, launch, gluon_fwd.descriptor(q, half),
+                gluon_fwd.descriptor(k, g_dq.block_n), gluon_fwd.descriptor(v, g_dq.block_n),
+                gluon_fwd.descriptor(do, half), gluon_fwd.descriptor(dq, half), lse, delta, scale)
+    else:
+        _launch(attn_bwd_dq_kernel, dq_launch, q, k, v, do, lse, delta, dq, mask_t, num, idx, fnum, fidx, scale)
     return dq, dk, dv_
 
 

@@ -27,7 +27,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                              warpgroup_mma_wait)
 
-from flashcheck.kernels.tiles import _band_range, full_start, partial_start
+from flashcheck.kernels.gluon_fwd import barriers
+from flashcheck.kernels.tiles import _band_range, full_start, partial_start, visible
 
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
@@ -49,7 +50,9 @@ def _query_tiles(off_hkv, g, GROUP: gl.constexpr, start_n, Nq, Nk, off_lo, off_h
 
 
 @gluon.jit
-def _query_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M: gl.constexpr):
+def _inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M: gl.constexpr):
+    """The t-th inner tile an outer block visits: partial ones first, then full ones (tiles.py partial_start,
+    full_start; no block-sparse lists)."""
     return gl.where(t < n_partial, partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M),
                     full_start(t - n_partial, None, f_lo, False, BLOCK_M))
 
@@ -69,7 +72,7 @@ def _producer(q_desc, k_desc, v_desc, do_desc, k_halves, v_halves, q_ring, do_ri
         off_h, n_partial, n_tiles, lo, f_lo, f_hi = _query_tiles(off_hkv, g, GROUP, start_n, Nq, Nk, off_lo, off_hi,
                                                                  BAND, BLOCK_N, BLOCK_M)
         for t in range(n_tiles):
-            start_m = _query_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M)
+            start_m = _inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M)
             slot = it % STAGES
             phase = (it // STAGES) & 1
             mbarrier.wait(tile_free.index(slot), phase ^ 1)  # fresh barrier: the first round never waits
@@ -210,15 +213,10 @@ def attn_bwd_dkdv_gluon_kernel(
     v_halves = gl.allocate_shared_memory(dtype, [2, 1, 1, HALF_N, HEAD_D], v_desc.layout)
     q_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], q_desc.layout)
     do_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], do_desc.layout)
-    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    tile_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(kv_ready, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(q_ready.index(i), count=1)
-        mbarrier.init(do_ready.index(i), count=1)
-        mbarrier.init(tile_free.index(i), count=2)  # both consumer warpgroups let go of a slot before its refill
+    kv_ready = barriers(1, 1).index(0)
+    q_ready = barriers(STAGES, 1)
+    do_ready = barriers(STAGES, 1)
+    tile_free = barriers(STAGES, 2)  # both consumer warpgroups let go of a slot before its refill
     fence_async_shared()
 
     gl.warp_specialize([
@@ -231,4 +229,145 @@ def attn_bwd_dkdv_gluon_kernel(
         (_producer, (q_desc, k_desc, v_desc, do_desc, k_halves, v_halves, q_ring, do_ring, kv_ready, q_ready,
                      do_ready, tile_free, off_b, off_hkv, start_n, Nq, Nk, off_lo, off_hi, GROUP, BAND, BLOCK_N,
                      BLOCK_M, STAGES)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
+# --------------------------------------------------------------------------------------------------- the dQ kernel
+
+
+@gluon.jit
+def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_halves, do_halves, k_ring, v_ring, qdo_ready, k_ready, v_ready,
+                 tile_free, off_b, off_h, off_hkv, start_m, n_partial, n_tiles, lo, f_lo, f_hi,
+                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    # one warp: Q's and dO's two halves once, then K_t and V_t into slot t % STAGES once both consumers let go
+    if n_tiles > 0:
+        mbarrier.expect(qdo_ready, 2 * q_desc.block_type.nbytes + 2 * do_desc.block_type.nbytes)
+        for w in gl.static_range(2):
+            _tma_load(q_desc, [off_b, off_h, start_m + w * HALF_N, 0], qdo_ready, q_halves.index(w))
+            _tma_load(do_desc, [off_b, off_h, start_m + w * HALF_N, 0], qdo_ready, do_halves.index(w))
+    for t in range(n_tiles):
+        start_n = _inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_N)  # the forward's key-tile order
+        slot = t % STAGES
+        phase = (t // STAGES) & 1
+        mbarrier.wait(tile_free.index(slot), phase ^ 1)
+        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+        _tma_load(k_desc, [off_b, off_hkv, start_n, 0], k_ready.index(slot), k_ring.index(slot))
+        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+        _tma_load(v_desc, [off_b, off_hkv, start_n, 0], v_ready.index(slot), v_ring.index(slot))
+
+
+@gluon.jit
+def _dq_tile(dq, t, q_smem, do_smem, k_ring, v_ring, k_ready, v_ready, tile_free, lse2, delta, rows, start_n,
+             qk_scale2, Nq, Nk, off_lo, off_hi, MASKED: gl.constexpr, BAND: gl.constexpr, BLOCK_N: gl.constexpr,
+             HEAD_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr, a_layout: gl.constexpr):
+    """triton_bwd `_dq_tile` for one warpgroup's 64 query rows and the t-th key tile of the ring: dQ updated."""
+    dtype: gl.constexpr = q_smem.dtype
+    slot = t % STAGES
+    phase = (t // STAGES) & 1
+    k_smem = k_ring.index(slot).reshape([BLOCK_N, HEAD_D])
+    v_smem = v_ring.index(slot).reshape([BLOCK_N, HEAD_D])
+    s_zero = gl.zeros([HALF_N, BLOCK_N], gl.float32, s_layout)
+    mbarrier.wait(k_ready.index(slot), phase)
+    s = warpgroup_mma(q_smem, k_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    mbarrier.wait(v_ready.index(slot), phase)
+    dp = warpgroup_mma(do_smem, v_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(1, deps=(s, ))
+    # P = exp2(min(S2 − LSE2, 0))   /   p[i,j] = 2^min(s2[i,j] − lse2[i], 0)  (P <= 1: triton_bwd's clamp)
+    p = gl.exp2(gl.minimum(s * qk_scale2 - lse2[:, None], 0.0))
+    if MASKED:
+        cols = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        p = gl.where(visible(rows, cols, None, Nq, Nk, off_lo, off_hi, 0, 0, BAND, False), p, 0.0)
+    # dP = dO Vᵀ   /   dp[i,j] = Σ_c dO[i,c] v[j,c]
+    dp = warpgroup_mma_wait(0, deps=(dp, ))
+    # dS = P ∘ (dP − Δ)   /   dS[i,j] = P[i,j] * (dP[i,j] − Δ[i])
+    ds_op = gl.convert_layout((p * (dp - delta[:, None])).to(dtype), a_layout)
+    # dQ = dS K (scale applied once at the end)   /   dq[i,c] += Σ_j dS[i,j] k[j,c]
+    dq = warpgroup_mma(ds_op, k_smem, dq, is_async=True)
+    dq, ds_op = warpgroup_mma_wait(0, deps=(dq, ds_op))
+    mbarrier.arrive(tile_free.index(slot))
+    return dq
+
+
+@gluon.jit
+def _dq_consumer(WG: gl.constexpr, dq_desc, LSE, Delta, q_halves, do_halves, k_ring, v_ring, qdo_ready, k_ready,
+                 v_ready, tile_free, sm_scale, pid_bh, off_b, off_h, start_m, n_partial, n_tiles, lo, f_lo, f_hi, Nq,
+                 Nk, off_lo, off_hi, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                 BAND: gl.constexpr):
+    # warpgroup WG: query rows start_m + WG * HALF_N + [0, HALF_N)
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, HEAD_D, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    q_smem = q_halves.index(WG).reshape([HALF_N, HEAD_D])
+    do_smem = do_halves.index(WG).reshape([HALF_N, HEAD_D])
+    rows = start_m + WG * HALF_N + gl.arange(0, HALF_N, layout=gl.SliceLayout(1, s_layout))
+    in_rows = rows < Nq
+    lse = gl.load(LSE + pid_bh.to(gl.int64) * Nq + rows, mask=in_rows, other=0.0)
+    # LSE2 = LSE · log2(e); a fully masked row (LSE = −inf) gets shift 0: its P entries are all selected to 0
+    lse2 = gl.where(lse == -float("inf"), 0.0, lse * LOG2E)
+    delta = gl.load(Delta + pid_bh.to(gl.int64) * Nq + rows, mask=in_rows, other=0.0)
+    qk_scale2 = sm_scale * LOG2E
+    dq = gl.zeros([HALF_N, HEAD_D], gl.float32, acc_layout)
+    if n_tiles > 0:
+        mbarrier.wait(qdo_ready, 0)
+    # the partial key tiles (masked), then the full ones: two loops, as triton_bwd's
+    for t in range(0, n_partial):
+        dq = _dq_tile(dq, t, q_smem, do_smem, k_ring, v_ring, k_ready, v_ready, tile_free, lse2, delta, rows,
+                      partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_N), qk_scale2, Nq, Nk, off_lo, off_hi,
+                      True, BAND, BLOCK_N, HEAD_D, STAGES, s_layout, a_layout)
+    for t in range(n_partial, n_tiles):
+        dq = _dq_tile(dq, t, q_smem, do_smem, k_ring, v_ring, k_ready, v_ready, tile_free, lse2, delta, rows,
+                      full_start(t - n_partial, None, f_lo, False, BLOCK_N), qk_scale2, Nq, Nk, off_lo, off_hi,
+                      False, BAND, BLOCK_N, HEAD_D, STAGES, s_layout, a_layout)
+    # dQ = scale · dS K: the logit scale, applied once; out through this warpgroup's Q half and TMA (no row past Nq)
+    dq = dq * sm_scale
+    q_smem.store(dq.to(q_halves.dtype))
+    fence_async_shared()
+    _tma_store(dq_desc, [off_b, off_h, start_m + WG * HALF_N, 0], q_halves.index(WG))
+    tma.store_wait(0)
+
+
+@gluon.jit
+def attn_bwd_dq_gluon_kernel(
+    q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, Delta,
+    sm_scale, Nq, Nk, Hq, off_lo, off_hi,
+    GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, BAND: gl.constexpr, HEAVY_FIRST: gl.constexpr,
+):
+    gl.static_assert(BLOCK_M == 2 * HALF_N, "two consumer warpgroups of 64 query rows each")
+    gl.static_assert(HEAD_D == 64 or HEAD_D == 128, "head dims 64 and 128")
+    pid_m = gl.program_id(0)
+    if HEAVY_FIRST:
+        pid_m = gl.num_programs(0) - 1 - pid_m  # under a band the last query blocks see the most keys
+    pid_bh = gl.program_id(1)
+    off_b = pid_bh // Hq
+    off_h = pid_bh % Hq
+    off_hkv = off_h // GROUP
+    start_m = pid_m * BLOCK_M
+    lo, f_lo, f_hi, hi = _band_range(start_m, gl.minimum(start_m + BLOCK_M, Nq), Nk, off_lo, off_hi, BAND, BLOCK_N)
+    n_partial = (f_lo - lo + hi - f_hi) // BLOCK_N
+    n_tiles = n_partial + (f_hi - f_lo) // BLOCK_N
+
+    dtype: gl.constexpr = q_desc.dtype
+    q_halves = gl.allocate_shared_memory(dtype, [2, 1, 1, HALF_N, HEAD_D], q_desc.layout)
+    do_halves = gl.allocate_shared_memory(dtype, [2, 1, 1, HALF_N, HEAD_D], do_desc.layout)
+    k_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], k_desc.layout)
+    v_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], v_desc.layout)
+    qdo_ready = barriers(1, 1).index(0)
+    k_ready = barriers(STAGES, 1)
+    v_ready = barriers(STAGES, 1)
+    tile_free = barriers(STAGES, 2)  # both consumer warpgroups let go of a slot before its refill
+    fence_async_shared()
+
+    gl.warp_specialize([
+        (_dq_consumer, (0, dq_desc, LSE, Delta, q_halves, do_halves, k_ring, v_ring, qdo_ready, k_ready, v_ready,
+                        tile_free, sm_scale, pid_bh, off_b, off_h, start_m, n_partial, n_tiles, lo, f_lo, f_hi, Nq,
+                        Nk, off_lo, off_hi, HEAD_D, BLOCK_N, STAGES, BAND)),
+        (_dq_consumer, (1, dq_desc, LSE, Delta, q_halves, do_halves, k_ring, v_ring, qdo_ready, k_ready, v_ready,
+                        tile_free, sm_scale, pid_bh, off_b, off_h, start_m, n_partial, n_tiles, lo, f_lo, f_hi, Nq,
+                        Nk, off_lo, off_hi, HEAD_D, BLOCK_N, STAGES, BAND)),
+        (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_halves, do_halves, k_ring, v_ring, qdo_ready, k_ready,
+                        v_ready, tile_free, off_b, off_h, off_hkv, start_m, n_partial, n_tiles, lo, f_lo, f_hi,
+                        BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])

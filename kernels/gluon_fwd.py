@@ -48,6 +48,16 @@ CONSUMER_REGS: gl.constexpr = gl.constexpr(240)  # 2 consumers x 128 threads x 2
 
 
 @gluon.jit
+def barriers(N: gl.constexpr, COUNT: gl.constexpr):
+    """N mbarriers in shared memory, each completing a phase at COUNT arrivals (1: a TMA load's, whose bytes the
+    producer announces with mbarrier.expect; 2: both consumer warpgroups letting go of a ring slot)."""
+    bars = gl.allocate_shared_memory(gl.int64, [N, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(N):
+        mbarrier.init(bars.index(i), count=COUNT)
+    return bars
+
+
+@gluon.jit
 def _tile_start(t, n_partial, lo, f_lo, f_hi, BLOCK_N: gl.constexpr):
     """The t-th key tile the query block visits: the partial ones ([lo, f_lo) then [f_hi, hi)) first, then the
     full ones from f_lo (kernels/tiles.py partial_start, full_start; no block-sparse lists here)."""
@@ -237,17 +247,11 @@ def attn_fwd_gluon_kernel(
     q_halves = gl.allocate_shared_memory(dtype, [2, 1, 1, HALF_M, HEAD_D], q_desc.layout)
     k_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], k_desc.layout)
     v_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], v_desc.layout)
-    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_ready, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_free.index(i), count=2)  # both consumer warpgroups let go of a slot before its refill
-        mbarrier.init(v_free.index(i), count=2)
+    q_ready = barriers(1, 1).index(0)
+    k_ready = barriers(STAGES, 1)
+    v_ready = barriers(STAGES, 1)
+    k_free = barriers(STAGES, 2)  # both consumer warpgroups let go of a slot before its refill
+    v_free = barriers(STAGES, 2)
     fence_async_shared()
 
     gl.warp_specialize([

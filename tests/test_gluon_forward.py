@@ -41,8 +41,7 @@ def _layout(shape, dtype="bfloat16", aligned=True, strides=None):
 def test_kernel_config_gives_gluon_tiles_only_in_its_domain():
     g = _gluon_tiles(128)
     assert (g.fwd.block_m, g.fwd.block_n, g.fwd.num_warps, g.fwd.gluon) == (128, 128, 8, True)
-    assert g.dq == ka.kernel_config(128, torch.bfloat16, interpret=False, engine="triton").dq
-    assert g.dkdv.gluon and g.dkdv.block_n == 128  # gluon_bwd's dK/dV tiles (branch gluon-bwd)
+    assert g.dkdv.gluon and g.dq.gluon  # gluon_bwd's dK/dV and dQ tiles (branch gluon-bwd)
     assert ka.kernel_config(128, torch.bfloat16, interpret=False, engine="gluon", band=True).fwd == g.fwd
     for d, dtype, precision in ((80, torch.bfloat16, "default"), (128, torch.float32, "default"),
                                 (128, torch.float16, "accurate"), (32, torch.float16, "default")):
@@ -154,49 +153,59 @@ def test_gluon_forward_compiles_for_sm90_with_the_recorded_rowsum_tree():
     assert max(r["depths"]) <= entry["rowsum_depth"], (r, entry)
 
 
-def test_gluon_dkdv_runs_the_backwards_in_its_domain_and_lists_its_arguments_in_order():
-    """gluon_bwd's dK/dV kernel (branch gluon-bwd): chosen by the dkdv tiles' flag, for the tensors of a backward in
-    gluon_fwd's domain; its launch record lists the kernel's parameters in order."""
+def test_gluon_bwd_runs_the_backwards_in_its_domain_and_lists_its_arguments_in_order():
+    """gluon_bwd's dK/dV and dQ kernels (branch gluon-bwd): chosen by the tiles' flags, for the tensors of a backward
+    in gluon_fwd's domain; their launch records list the kernels' parameters in order."""
     from flashcheck.kernels import gluon_bwd
 
     q, kv = _layout((2, 4, 300, 128)), _layout((2, 2, 257, 128))
     g = _gluon_tiles(128)
     assert (g.dkdv.block_m, g.dkdv.block_n, g.dkdv.gluon) == (32, 128, True)
+    assert (g.dq.block_m, g.dq.block_n, g.dq.gluon) == (128, 64, True)
     t = tuple(g.flat())
-    assert ka._gluon_dkdv(q, kv, kv, q, kv, kv, False, False, True, t, False, "gluon") == g.dkdv
-    assert ka._gluon_dkdv(q, kv, kv, q, kv, kv, True, False, True, t, False, "gluon") is None  # dense mask
-    assert ka._gluon_dkdv(q, kv, kv, _layout((2, 4, 300, 128), aligned=False), kv, kv, False, False, True, t, False,
-                          "gluon") is None  # dO that TMA cannot read
+    assert ka._gluon_backward(q, kv, kv, q, q, kv, kv, False, False, True, t, False, "gluon") == (g.dkdv, g.dq)
+    none = (None, None)
+    assert ka._gluon_backward(q, kv, kv, q, q, kv, kv, True, False, True, t, False, "gluon") == none  # dense mask
+    assert ka._gluon_backward(q, kv, kv, _layout((2, 4, 300, 128), aligned=False), q, kv, kv, False, False, True, t,
+                              False, "gluon") == none  # dO that TMA cannot read
     tri = tuple(ka.kernel_config(128, torch.bfloat16, interpret=False, engine="triton").flat())
-    assert ka._gluon_dkdv(q, kv, kv, q, kv, kv, False, False, True, tri, False, "triton") is None
+    assert ka._gluon_backward(q, kv, kv, q, q, kv, kv, False, False, True, tri, False, "triton") == none
     launch = ka._gluon_dkdv_launch(q, kv, True, 0, 0, g.dkdv)
     assert ka._arguments_in_order(gluon_bwd.attn_bwd_dkdv_gluon_kernel, launch, 9)
     assert launch.grid == (3, 4) and dict(launch.constexprs)["GROUP"] == 2
+    launch = ka._gluon_dq_launch(q, kv, True, 0, 0, g.dq)
+    assert ka._arguments_in_order(gluon_bwd.attn_bwd_dq_gluon_kernel, launch, 8)
+    assert launch.grid == (3, 8) and dict(launch.constexprs)["HEAVY_FIRST"]
 
 
-_COMPILE_DKDV = """
+_COMPILE_BWD = """
 import json, os, subprocess, sys, tempfile
 import triton
-from bench.compile_forward import compile_gluon_dkdv
-ck = compile_gluon_dkdv("bfloat16", 128, True, 2, int(sys.argv[1]), int(sys.argv[2]))
+from bench.compile_forward import compile_gluon_dkdv, compile_gluon_dq
+a = [int(x) for x in sys.argv[1:]]
 tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-with tempfile.TemporaryDirectory() as tmp:
-    path = os.path.join(tmp, "k.cubin")
-    with open(path, "wb") as f:
-        f.write(ck.asm["cubin"])
-    sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", path], capture_output=True, text=True).stdout
-print(json.dumps({"hgmma": sass.count("HGMMA"), "local": sass.count("LDL") + sass.count("STL")}))
+out = {}
+for name, ck in (("dkdv", compile_gluon_dkdv("bfloat16", 128, True, 2, a[0], a[1])),
+                 ("dq", compile_gluon_dq("bfloat16", 128, True, 2, a[2], a[3]))):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(ck.asm["cubin"])
+        sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", path], capture_output=True, text=True).stdout
+    out[name] = {"hgmma": sass.count("HGMMA"), "local": sass.count("LDL") + sass.count("STL")}
+print(json.dumps(out))
 """
 
 
-def test_gluon_dkdv_compiles_for_sm90_without_spilling():
-    """The dK/dV kernel builds for sm_90 on the CPU (in a process of its own, as the forward's), GQA and banded, and
-    keeps its accumulators in registers (a local-memory load or store in the SASS is a spill)."""
+def test_gluon_bwd_compiles_for_sm90_without_spilling():
+    """The dK/dV and dQ kernels build for sm_90 on the CPU (in a process of its own, as the forward's), GQA and
+    banded, and keep their accumulators in registers (a local-memory load or store in the SASS is a spill)."""
     from tests.compiled_record import compiled
 
-    g = _gluon_tiles(128).dkdv
-    got = compiled(_COMPILE_DKDV, g.block_m, g.num_stages)
-    assert got["hgmma"] > 0 and got["local"] == 0, got
+    g = _gluon_tiles(128)
+    got = compiled(_COMPILE_BWD, g.dkdv.block_m, g.dkdv.num_stages, g.dq.block_n, g.dq.num_stages)
+    for name in ("dkdv", "dq"):
+        assert got[name]["hgmma"] > 0 and got[name]["local"] == 0, (name, got)
 
 
 # ------------------------------------------------------------------------------------------------ GPU: the outputs
