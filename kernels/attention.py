@@ -690,8 +690,12 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     lse = torch.empty((B, Hq, nq), dtype=torch.float32, device=q.device)
     if o.numel() == 0:
         return o, lse.fill_(float("-inf")), o_res
-    gluon = _gluon_forward(Layout.of(q), Layout.of(k), Layout.of(v), dense is not None, bool(sparse), band, p_split,
-                           tuple(tiles), _interpreting(), forward_engine())
+    # gluon_fwd where the tiles ask for it (the flag of the forward's TileConfig, flat() index _TILE_FIELDS - 1; or,
+    # without tiles, the engine kernel_config gives) and the call is in its domain; looked up only then (host time)
+    engine = forward_engine()
+    asked = bool(tiles[_TILE_FIELDS - 1]) if tiles else engine == "gluon"
+    gluon = (_gluon_forward(Layout.of(q), Layout.of(k), Layout.of(v), dense is not None, bool(sparse), band, p_split,
+                            tuple(tiles), _interpreting(), engine) if asked else None)
     if gluon is not None and _gluon_device(q.device):
         from flashcheck.kernels import gluon_fwd
 
