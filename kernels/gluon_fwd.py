@@ -277,10 +277,28 @@ def shared_layout(rows: int, d: int, dtype):
     return gl.NVMMASharedLayout.get_default_for(descriptor_block(rows, d), dtype)
 
 
-def descriptor(t, rows: int):
-    """The host-side TMA descriptor of a (B, H, N, d) fp16 / bf16 torch tensor, boxes of `rows` rows of one head."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+_TEMPLATES: dict = {}  # (shape, strides, box rows, dtype) -> a validated descriptor without its tensor
+_MAX_TEMPLATES = 1024
 
-    d = t.shape[3]
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), descriptor_block(rows, d),
-                            shared_layout(rows, d, gl.bfloat16 if str(t.dtype) == "torch.bfloat16" else gl.float16))
+
+def descriptor(t, rows: int):
+    """The host-side TMA descriptor of a (B, H, N, d) fp16 / bf16 torch tensor, boxes of `rows` rows of one head. Its
+    fields other than the tensor come from a template per (shape, strides, box, dtype), validated once, with the first
+    tensor of that layout (the launcher's domain check, attention._gluon_tensors, covers each call's alignment):
+    ~1 us a call instead of ~5 (bench/NOTES.md, "Gluon forward": the host path)."""
+    key = (tuple(t.shape), tuple(t.stride()), rows, t.dtype)
+    tpl = _TEMPLATES.get(key)
+    if tpl is None:
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+        d = t.shape[3]
+        tpl = TensorDescriptor(t, list(key[0]), list(key[1]), descriptor_block(rows, d),
+                               shared_layout(rows, d, gl.bfloat16 if str(t.dtype) == "torch.bfloat16" else gl.float16))
+        tpl.base = None  # the cache keeps no tensor alive
+        if len(_TEMPLATES) >= _MAX_TEMPLATES:
+            _TEMPLATES.clear()
+        _TEMPLATES[key] = tpl
+    desc = object.__new__(type(tpl))
+    desc.__dict__.update(tpl.__dict__)
+    desc.base = t
+    return desc
