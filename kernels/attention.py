@@ -115,7 +115,7 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     """Tiles per head dim, dtype, forward precision mode and whether the call is banded (causal, or a window with a
     side given: `_band`) (H100 tuned; the interpreter uses 16 × 16 tiles so that small test shapes still cross
     several tile boundaries). engine: the forward's, "triton" (triton_fwd) or "gluon" (gluon_fwd: fp16 / bf16,
-    head dims 64 and 128, precision "default"; other calls keep triton_fwd's tiles); None: `FORWARD_ENGINE`."""
+    head dims 64 and 128, precision "default"; other calls keep triton_fwd's tiles); None: `forward_engine()`."""
     if interpret is None:
         interpret = _interpreting()
     if interpret:
