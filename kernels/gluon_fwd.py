@@ -29,13 +29,12 @@ descriptors), are masked as in `triton_fwd` and never stored.
 """
 import functools
 
-import triton
 from triton.experimental import gluon
-
-from flashcheck.kernels.tiles import _band_range, full_start, partial_start, visible
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                              warpgroup_mma_wait)
+
+from flashcheck.kernels.tiles import _band_range, full_start, partial_start, visible
 
 # TMA loads: Triton 3.9 names it async_load (its 3.6 name raises there); Triton 3.6 has only the old name
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
