@@ -1007,12 +1007,10 @@ def record_gluon(path: str, workers: int) -> None:
     new = g_out + t_out
     configs = [c for c in rep["configs"] if key(c) not in {key(e) for e in new}]
     for c in new:
-        (sib,) = [e for e in configs if (e["dtype"], e["dot"], e["block_d"], e["p_split"]) == (c["dtype"], c["dot"],
-                                                                                            c["block_d"], False)
-                  and not e.get("band") and e.get("engine", "triton") == "triton"
-                  and (e["block_m"], e["block_n"]) == tuple(kernel_config(c["block_d"], getattr(torch, c["dtype"]),
-                                                                          interpret=False, engine="triton").fwd
-                                                            .__dict__[f] for f in ("block_m", "block_n"))]
+        # the unbanded triton_fwd entry of kernel_config's default tiles for this dtype and head dim
+        t = kernel_config(c["block_d"], getattr(torch, c["dtype"]), interpret=False, engine="triton").fwd
+        (sib,) = [e for e in configs if key(e) == (c["dtype"], c["dot"], c["block_d"], t.block_m, t.block_n,
+                                                   t.num_warps, False, "triton") and not e.get("band")]
         c.update({k: v for k, v in sib.items() if k.startswith("bwd") or k == "delta"})
         configs.append(c)
         print(c["dtype"], c["block_d"], c["block_m"], c["block_n"], c["num_warps"], c.get("engine", "triton"),

@@ -21,6 +21,7 @@ each peer) to --out.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import platform
@@ -99,8 +100,11 @@ def make_backend(name: str, causal: bool):
         from flashcheck.kernels.attention import attention, kernel_config
 
         engine = name.split("-")[1]
-        return lambda q, k, v: attention(q, k, v, causal=causal, tiles=kernel_config(
-            q.shape[-1], q.dtype, band=bool(causal), engine=engine))
+
+        @functools.lru_cache(maxsize=None)
+        def tiles(d: int, dtype):  # once per head dim and dtype, outside the timed calls
+            return kernel_config(d, dtype, band=bool(causal), engine=engine)
+        return lambda q, k, v: attention(q, k, v, causal=causal, tiles=tiles(q.shape[-1], q.dtype))
     if name in SDPA:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 

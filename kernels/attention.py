@@ -694,12 +694,13 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     # without tiles, the engine kernel_config gives) and the call is in its domain; looked up only then (host time)
     engine = forward_engine()
     asked = bool(tiles[_TILE_FIELDS - 1]) if tiles else engine == "gluon"
-    gluon = (_gluon_forward(Layout.of(q), Layout.of(k), Layout.of(v), dense is not None, bool(sparse), band, p_split,
-                            tuple(tiles), _interpreting(), engine) if asked else None)
+    lq, lk = (Layout.of(q), Layout.of(k)) if asked else (None, None)
+    gluon = (_gluon_forward(lq, lk, Layout.of(v), dense is not None, bool(sparse), band, p_split, tuple(tiles),
+                            _interpreting(), engine) if asked else None)
     if gluon is not None and _gluon_device(q.device):
         from flashcheck.kernels import gluon_fwd
 
-        launch = _gluon_launch(Layout.of(q), Layout.of(k), band, off_lo, off_hi, save_res, gluon)
+        launch = _gluon_launch(lq, lk, band, off_lo, off_hi, save_res, gluon)
         half = gluon.block_m // 2
         o_desc = gluon_fwd.descriptor(o, half)
         _launch(gluon_fwd.attn_fwd_gluon_kernel, launch, gluon_fwd.descriptor(q, half),

@@ -29,13 +29,12 @@ descriptors), are masked as in `triton_fwd` and never stored (O and O_res leave 
 """
 import functools
 
-import triton
 from triton.experimental import gluon
-
-from flashcheck.kernels.tiles import _band_range, full_start, partial_start, visible
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                              warpgroup_mma_wait)
+
+from flashcheck.kernels.tiles import _band_range, full_start, partial_start, visible
 
 # TMA copies: Triton 3.9 names them async_load / async_store (their 3.6 names raise there); 3.6 has only the old ones
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
