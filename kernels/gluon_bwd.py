@@ -21,21 +21,16 @@ tile into the running accumulator.
 
 Domain: that of gluon_fwd (fp16 / bf16, d = dv in {64, 128}, no dense or block-sparse mask, TMA-readable strides).
 """
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                              warpgroup_mma_wait)
 
-from flashcheck.kernels.gluon_fwd import barriers
+# the forward's TMA copies (named per Triton version), barrier arrays, base-2 constant and register split
+from flashcheck.kernels.gluon_fwd import CONSUMER_REGS, LOG2E, _tma_load, _tma_store, barriers
 from flashcheck.kernels.tiles import _band_range, full_start, partial_start, visible
 
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
-
-LOG2E: gl.constexpr = gl.constexpr(1.4426950408889634)  # log2(e): LSE into the base-2 domain
-HALF_N: gl.constexpr = gl.constexpr(64)  # keys per consumer warpgroup: wgmma's M
-CONSUMER_REGS: gl.constexpr = gl.constexpr(240)  # 2 consumers x 128 threads x 240 + 128 x 24 (producer) <= 64K
+HALF_N: gl.constexpr = gl.constexpr(64)  # keys (dK/dV) or query rows (dQ) per consumer warpgroup: wgmma's M
 
 
 @gluon.jit
