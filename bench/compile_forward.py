@@ -891,74 +891,72 @@ def record_band(path: str, workers: int) -> None:
         json.dump(rep, f, indent=1)
 
 
-def compile_gluon(dtype: str, d: int, band: bool, write_res: bool, stages: int):
-    """Compile kernels/gluon_fwd.py's forward for sm_90 as its launcher specializes it (4-D tensor descriptors of
-    [1, 1, rows, d] boxes, 128 x 128 tiles, one query head per kv head)."""
-    from triton.experimental import gluon
+def _gluon_descriptor_type(dtype: str, d: int, rows: int) -> str:
+    """The signature type of a host TMA descriptor argument as the launcher passes it (gluon_fwd.descriptor: boxes of
+    `rows` rows of one head, NVMMA layout), for GluonASTSource."""
     from triton.experimental.gluon import language as gl
 
     from flashcheck.kernels import gluon_fwd
 
-    short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
     gdt = gl.bfloat16 if dtype == "bfloat16" else gl.float16
+    short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
+    return (f"tensordesc<{short}[{', '.join(map(str, gluon_fwd.descriptor_block(rows, d)))}],"
+            f"{gluon_fwd.shared_layout(rows, d, gdt)!r}>")
+
+
+def _compile_gluon(kernel, args: dict, constexprs: dict):
+    """A Gluon kernel compiled for sm_90 (4 warps in its default partition) from its arguments' signature types and
+    its constexprs."""
+    from triton.experimental import gluon
+
+    sig = {**args, **{k: "constexpr" for k in constexprs}}
+    src = gluon._runtime.GluonASTSource(fn=kernel, signature=sig, constexprs=constexprs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+
+
+def compile_gluon(dtype: str, d: int, band: bool, write_res: bool, stages: int):
+    """Compile kernels/gluon_fwd.py's forward for sm_90 as its launcher specializes it (4-D tensor descriptors of
+    [1, 1, rows, d] boxes, 128 x 128 tiles, one query head per kv head)."""
+    from flashcheck.kernels import gluon_fwd
 
     def desc(rows):
-        return f"tensordesc<{short}[{', '.join(map(str, gluon_fwd.descriptor_block(rows, d)))}],"\
-               f"{gluon_fwd.shared_layout(rows, d, gdt)!r}>"
-    sig = {"q_desc": desc(64), "k_desc": desc(128), "v_desc": desc(128), "o_desc": desc(64), "ores_desc": desc(64),
-           "LSE": "*fp32", "sm_scale": "fp32", "Nq": "i32", "Nk": "i32", "Hq": "i32", "off_lo": "i32",
-           "off_hi": "i32"}
-    cx = dict(GROUP=1, HEAD_D=d, BLOCK_M=128, BLOCK_N=128, STAGES=stages, BAND=band, WRITE_RES=write_res,
-              HEAVY_FIRST=band)
-    sig.update({k: "constexpr" for k in cx})
-    src = gluon._runtime.GluonASTSource(fn=gluon_fwd.attn_fwd_gluon_kernel, signature=sig, constexprs=cx)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+        return _gluon_descriptor_type(dtype, d, rows)
+    return _compile_gluon(gluon_fwd.attn_fwd_gluon_kernel,
+                          {"q_desc": desc(64), "k_desc": desc(128), "v_desc": desc(128), "o_desc": desc(64),
+                           "ores_desc": desc(64), "LSE": "*fp32", "sm_scale": "fp32", "Nq": "i32", "Nk": "i32",
+                           "Hq": "i32", "off_lo": "i32", "off_hi": "i32"},
+                          dict(GROUP=1, HEAD_D=d, BLOCK_M=128, BLOCK_N=128, STAGES=stages, BAND=band,
+                               WRITE_RES=write_res, HEAVY_FIRST=band))
 
 
 def compile_gluon_dkdv(dtype: str, d: int, band: bool, group: int, block_m: int, stages: int):
     """Compile kernels/gluon_bwd.py's dK/dV kernel for sm_90 as the launcher specializes it (4-D tensor descriptors:
     Q and dO boxes of block_m rows, K, V, dK, dV boxes of 64)."""
-    from triton.experimental import gluon
-    from triton.experimental.gluon import language as gl
-
-    from flashcheck.kernels import gluon_bwd, gluon_fwd
-
-    short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
-    gdt = gl.bfloat16 if dtype == "bfloat16" else gl.float16
+    from flashcheck.kernels import gluon_bwd
 
     def desc(rows):
-        return f"tensordesc<{short}[{', '.join(map(str, gluon_fwd.descriptor_block(rows, d)))}],"\
-               f"{gluon_fwd.shared_layout(rows, d, gdt)!r}>"
-    sig = {"q_desc": desc(block_m), "k_desc": desc(64), "v_desc": desc(64), "do_desc": desc(block_m),
-           "dk_desc": desc(64), "dv_desc": desc(64), "LSE": "*fp32", "Delta": "*fp32", "sm_scale": "fp32",
-           "Nq": "i32", "Nk": "i32", "Hkv": "i32", "off_lo": "i32", "off_hi": "i32"}
-    cx = dict(GROUP=group, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=128, STAGES=stages, BAND=band)
-    sig.update({k: "constexpr" for k in cx})
-    src = gluon._runtime.GluonASTSource(fn=gluon_bwd.attn_bwd_dkdv_gluon_kernel, signature=sig, constexprs=cx)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+        return _gluon_descriptor_type(dtype, d, rows)
+    return _compile_gluon(gluon_bwd.attn_bwd_dkdv_gluon_kernel,
+                          {"q_desc": desc(block_m), "k_desc": desc(64), "v_desc": desc(64), "do_desc": desc(block_m),
+                           "dk_desc": desc(64), "dv_desc": desc(64), "LSE": "*fp32", "Delta": "*fp32",
+                           "sm_scale": "fp32", "Nq": "i32", "Nk": "i32", "Hkv": "i32", "off_lo": "i32",
+                           "off_hi": "i32"},
+                          dict(GROUP=group, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=128, STAGES=stages, BAND=band))
 
 
 def compile_gluon_dq(dtype: str, d: int, band: bool, group: int, block_n: int, stages: int):
     """Compile kernels/gluon_bwd.py's dQ kernel for sm_90 as the launcher specializes it (4-D tensor descriptors: Q,
     dO and dQ boxes of 64 rows, K and V boxes of block_n)."""
-    from triton.experimental import gluon
-    from triton.experimental.gluon import language as gl
-
-    from flashcheck.kernels import gluon_bwd, gluon_fwd
-
-    short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
-    gdt = gl.bfloat16 if dtype == "bfloat16" else gl.float16
+    from flashcheck.kernels import gluon_bwd
 
     def desc(rows):
-        return f"tensordesc<{short}[{', '.join(map(str, gluon_fwd.descriptor_block(rows, d)))}],"\
-               f"{gluon_fwd.shared_layout(rows, d, gdt)!r}>"
-    sig = {"q_desc": desc(64), "k_desc": desc(block_n), "v_desc": desc(block_n), "do_desc": desc(64),
-           "dq_desc": desc(64), "LSE": "*fp32", "Delta": "*fp32", "sm_scale": "fp32", "Nq": "i32", "Nk": "i32",
-           "Hq": "i32", "off_lo": "i32", "off_hi": "i32"}
-    cx = dict(GROUP=group, HEAD_D=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, BAND=band, HEAVY_FIRST=band)
-    sig.update({k: "constexpr" for k in cx})
-    src = gluon._runtime.GluonASTSource(fn=gluon_bwd.attn_bwd_dq_gluon_kernel, signature=sig, constexprs=cx)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+        return _gluon_descriptor_type(dtype, d, rows)
+    return _compile_gluon(gluon_bwd.attn_bwd_dq_gluon_kernel,
+                          {"q_desc": desc(64), "k_desc": desc(block_n), "v_desc": desc(block_n), "do_desc": desc(64),
+                           "dq_desc": desc(64), "LSE": "*fp32", "Delta": "*fp32", "sm_scale": "fp32", "Nq": "i32",
+                           "Nk": "i32", "Hq": "i32", "off_lo": "i32", "off_hi": "i32"},
+                          dict(GROUP=group, HEAD_D=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, BAND=band,
+                               HEAVY_FIRST=band))
 
 
 def _record_gluon(job):
