@@ -95,15 +95,24 @@ class KernelConfig:
 
 _PRECISIONS = ("default", "accurate")
 _DELTA_FROM = ("fp32", "output")
-_ENGINES = ("triton", "gluon")
+_ENGINES = ("auto", "triton", "gluon")
 
 
 def forward_engine() -> str:
-    """The forward engine kernel_config gives by default: FLASHCHECK_FORWARD_ENGINE ("triton" unless set; "gluon"
-    opts in to gluon_fwd until the GPU suite has run on it: bench/NOTES.md, "Gluon forward")."""
-    engine = os.environ.get("FLASHCHECK_FORWARD_ENGINE", "triton") or "triton"
+    """The engine kernel_config gives by default: FLASHCHECK_FORWARD_ENGINE, "auto" unless set. "auto": the Gluon
+    kernels (gluon_fwd, gluon_bwd) at head dim 128, triton_fwd / triton_bwd elsewhere; "gluon": the Gluon kernels at
+    head dims 64 and 128 too; "triton": triton_fwd / triton_bwd everywhere. Measured on the H100 (bench/NOTES.md,
+    "Session 2026-11-27f"): at d = 128 the Gluon kernels are 1.00-1.30x triton_fwd's speed forward and 1.00-1.10x
+    backward on every cell of issue 10's table; at d = 64 0.76-0.93x forward at N = 1k, so "auto" keeps triton
+    there (kernel_config cannot see N)."""
+    engine = os.environ.get("FLASHCHECK_FORWARD_ENGINE", "auto") or "auto"
     _check_choice("FLASHCHECK_FORWARD_ENGINE", engine, _ENGINES)
     return engine
+
+
+def _gluon_asked(engine: str, head_dim: int) -> bool:
+    """Whether `engine` gives the Gluon kernels' tiles at this head dim (their domain is checked apart)."""
+    return engine == "gluon" or (engine == "auto" and head_dim == 128)
 
 
 def _interpreting() -> bool:
@@ -114,8 +123,10 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
                   precision: str = "default", band: bool = False, engine: str | None = None) -> KernelConfig:
     """Tiles per head dim, dtype, forward precision mode and whether the call is banded (causal, or a window with a
     side given: `_band`) (H100 tuned; the interpreter uses 16 × 16 tiles so that small test shapes still cross
-    several tile boundaries). engine: the forward's, "triton" (triton_fwd) or "gluon" (gluon_fwd: fp16 / bf16,
-    head dims 64 and 128, precision "default"; other calls keep triton_fwd's tiles); None: `forward_engine()`."""
+    several tile boundaries). engine: "triton" (triton_fwd, triton_bwd), "gluon" (gluon_fwd, gluon_bwd: fp16 / bf16,
+    head dims 64 and 128, precision "default"; other calls keep triton's tiles) or "auto" (gluon at head dim 128
+    only); None: `forward_engine()`. The Gluon tiles are given whatever the device: on one that is not sm_90 (and
+    for calls outside the Gluon kernels' domain) triton_fwd / triton_bwd run them."""
     if interpret is None:
         interpret = _interpreting()
     if interpret:
@@ -124,12 +135,12 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     bd = max(16, triton.next_power_of_2(head_dim))
     engine = forward_engine() if engine is None else engine
     _check_choice("engine", engine, _ENGINES)
-    if engine == "gluon" and dtype != torch.float32 and precision == "default" and head_dim in (64, 128):
+    if _gluon_asked(engine, head_dim) and dtype != torch.float32 and precision == "default" and head_dim in (64, 128):
         # gluon_fwd: 128 query rows (two warpgroups of 64) x 128 keys, heaviest query blocks first under a band;
         # the K / V ring 2 deep at d = 128 (160 KB of shared memory), 3 at d = 64 (bench/NOTES.md, "Gluon forward")
         fwd = TileConfig(128, 128, 8, 2 if bd == 128 else 3, heavy_first=True, gluon=True)
         # gluon_bwd's dK/dV: 128 keys (two warpgroups of 64) x 32 query rows at d = 128 (64 spilled: Sᵀ, dPᵀ, Pᵀ, dSᵀ
-        # beside dK, dV in 240 registers), 64 at d = 64 (branch gluon-bwd: compiled, not yet run on a GPU)
+        # beside dK, dV in 240 registers), 64 at d = 64 (bench/NOTES.md, "Session 2026-11-27f")
         dkdv = TileConfig(32, 128, 8, 4, gluon=True) if bd == 128 else TileConfig(64, 128, 8, 3, gluon=True)
         # gluon_bwd's dQ: 128 query rows (two warpgroups of 64) x 64 keys, triton_bwd's d = 128 tiles
         dq = TileConfig(128, 64, 8, 3, heavy_first=True, gluon=True)
@@ -693,7 +704,7 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     # gluon_fwd where the tiles ask for it (the flag of the forward's TileConfig, flat() index _TILE_FIELDS - 1; or,
     # without tiles, the engine kernel_config gives) and the call is in its domain; looked up only then (host time)
     engine = forward_engine()
-    asked = bool(tiles[_TILE_FIELDS - 1]) if tiles else engine == "gluon"
+    asked = bool(tiles[_TILE_FIELDS - 1]) if tiles else _gluon_asked(engine, max(q.shape[3], v.shape[3]))
     lq, lk = (Layout.of(q), Layout.of(k)) if asked else (None, None)
     gluon = (_gluon_forward(lq, lk, Layout.of(v), dense is not None, bool(sparse), band, p_split, tuple(tiles),
                             _interpreting(), engine) if asked else None)
@@ -940,7 +951,8 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
     # gluon_bwd's kernels where their tiles ask for it (the dkdv and dq TileConfigs' flags in flat(); or, without
     # tiles, the engine kernel_config gives) and the backward is in their domain; looked up only then (host time)
     engine = forward_engine()
-    asked = (bool(tiles[2 * _TILE_FIELDS - 1] or tiles[3 * _TILE_FIELDS - 1]) if tiles else engine == "gluon")
+    asked = (bool(tiles[2 * _TILE_FIELDS - 1] or tiles[3 * _TILE_FIELDS - 1]) if tiles
+             else _gluon_asked(engine, max(q.shape[3], v.shape[3])))
     g_dkdv, g_dq = None, None
     if asked and _gluon_device(q.device):
         lays = tuple(Layout.of(t) for t in (q, k, v, do, dq, dk, dv_))

@@ -25,8 +25,9 @@ def committed_record() -> dict:
 
 def compiled(script: str, *args) -> dict:
     """The JSON that `script` prints last, run with `args` in a process of its own without TRITON_INTERPRET (the
-    interpreter's kernels do not compile)."""
-    env = dict(os.environ, TRITON_INTERPRET="0")
+    interpreter's kernels do not compile), under the triton engine (kernel_config's tiles for triton_fwd)."""
+    # the records are triton_fwd's / triton_bwd's (gluon_fwd's own entries: test_gluon_forward): their tiles
+    env = dict(os.environ, TRITON_INTERPRET="0", FLASHCHECK_FORWARD_ENGINE="triton")
     out = subprocess.run([sys.executable, "-c", script, *map(str, args)], env=env, capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

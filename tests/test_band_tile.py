@@ -1,7 +1,8 @@
 """Banded calls' own forward tile (issue 10): kernel_config gives the d = 128 fp16 / bf16 forward 64 x 64 tiles under
 a band (causal, or a window with a side given) and 128 x 128 otherwise (bench/NOTES.md "Session 2026-11-27d"). The
 tile is part of the arithmetic the bounds read, so it is stated (Arithmetic.block_k_band, Precision.band_forward)
-and the bounds substitute it for banded calls (Precision.banded)."""
+and the bounds substitute it for banded calls (Precision.banded). The band tile is triton_fwd's: these tests run
+under the triton engine (the Gluon kernels keep one tile: test_the_gluon_engine_has_no_band_tile)."""
 from __future__ import annotations
 
 import importlib
@@ -13,6 +14,11 @@ import torch
 from flashcheck.proofs.bounds import BandForward, Precision, backward_bound, forward_bound, is_band
 
 ka = importlib.import_module("flashcheck.kernels.attention")  # the module (the package exports the function)
+
+
+@pytest.fixture(autouse=True)
+def _triton_engine(monkeypatch):
+    monkeypatch.setenv("FLASHCHECK_FORWARD_ENGINE", "triton")
 
 
 def _forward_tile(d: int, causal, window=None, dtype="bfloat16"):
@@ -47,6 +53,18 @@ def test_ours_precision_carries_the_band_tile():
     assert (band.block_k, band.block_q_fwd) == (64, 64), band
     assert ours_precision(torch.bfloat16, head_dim=64, interpret=False).band_forward is None
     assert ours_precision(torch.float16, head_dim=128, interpret=True).band_forward is None  # 16 x 16 everywhere
+
+
+@pytest.mark.parametrize("engine", ["auto", "gluon"])
+def test_the_gluon_engine_has_no_band_tile(monkeypatch, engine):
+    """gluon_fwd runs banded calls with its one 128 x 128 tile: no band tile stated, none substituted."""
+    monkeypatch.setenv("FLASHCHECK_FORWARD_ENGINE", engine)
+    assert _forward_tile(128, "bottom_right") == _forward_tile(128, False) == (128, 128, 8)
+    a = ka.arithmetic(torch.bfloat16, head_dim=128, interpret=False)
+    assert (a.block_k, a.block_q_fwd, a.block_k_band, a.block_q_fwd_band) == (128, 128, None, None), a
+    from flashcheck.adapters import ours_precision
+
+    assert ours_precision(torch.float16, head_dim=128, interpret=False).band_forward is None
 
 
 def test_banded_substitutes_the_forward_tile_only_under_a_band():

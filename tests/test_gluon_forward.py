@@ -2,8 +2,9 @@
 on an H100, its outputs within the derived bounds on every kind of call in its domain (ragged N, Nq != Nk, both
 causal alignments, windows, GQA, N = 1, fully masked rows, strided layouts, the backward after it).
 
-It is opt-in (FLASHCHECK_FORWARD_ENGINE=gluon, or tiles from kernel_config(engine="gluon")) until the whole GPU suite
-has run on it. Its tiles are triton_fwd's 128 x 128 / 8 warps with TileConfig.gluon set: calls outside its domain
+kernel_config gives it by default at d = 128 (FLASHCHECK_FORWARD_ENGINE "auto"; "gluon" at d = 64 too, "triton"
+never; or tiles from kernel_config(engine=...)): the whole GPU suite ran on it (bench/NOTES.md, "Session
+2026-11-27f"). Its tiles are triton_fwd's 128 x 128 / 8 warps with TileConfig.gluon set: calls outside its domain
 run triton_fwd with those tiles, so the arithmetic the bounds read is one, and the compile record's claim for gluon
 tiles holds for both engines' code (flashcheck.adapters._compiled_record)."""
 from __future__ import annotations
@@ -51,10 +52,15 @@ def test_kernel_config_gives_gluon_tiles_only_in_its_domain():
 
 def test_the_engine_is_chosen_by_name_and_a_bad_name_is_refused(monkeypatch):
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
-    assert ka.forward_engine() == "triton"
-    assert not ka.kernel_config(128, torch.bfloat16, interpret=False).fwd.gluon
+    assert ka.forward_engine() == "auto"  # Gluon at d = 128 only
+    assert ka.kernel_config(128, torch.bfloat16, interpret=False).fwd.gluon
+    assert not ka.kernel_config(64, torch.bfloat16, interpret=False).fwd.gluon
+    assert not ka.kernel_config(96, torch.bfloat16, interpret=False).fwd.gluon
     monkeypatch.setenv("FLASHCHECK_FORWARD_ENGINE", "gluon")
     assert ka.kernel_config(128, torch.bfloat16, interpret=False).fwd.gluon
+    assert ka.kernel_config(64, torch.bfloat16, interpret=False).fwd.gluon
+    monkeypatch.setenv("FLASHCHECK_FORWARD_ENGINE", "triton")
+    assert not ka.kernel_config(128, torch.bfloat16, interpret=False).fwd.gluon
     monkeypatch.setenv("FLASHCHECK_FORWARD_ENGINE", "cuda")
     with pytest.raises(ValueError, match="FLASHCHECK_FORWARD_ENGINE"):
         ka.forward_engine()
