@@ -555,8 +555,14 @@ def _tiles_candidates(d: int) -> dict:
         fwd = [T(64, 64, 4, 3), T(128, 64, 8, 3), T(64, 128, 4, 2), T(128, 128, 8, 2)]
     bwd = [("table", cfg)] + [(f"dkdv {_label(t)}", K(cfg.fwd, t, cfg.dq)) for t in dkdv] \
         + [(f"dq {_label(t)}", K(cfg.fwd, cfg.dkdv, t)) for t in dq]
+    # gluon_bwd's dK/dV query tile (bench/NOTES.md, "Session 2026-11-27f": the backward's limiter): the Gluon
+    # engine's tiles, its dK/dV kernel with 32 or 64 query rows (64 spills 80-212 bytes on Triton 3.6, none at 32)
+    g = ka.kernel_config(d, torch.bfloat16, interpret=False, engine="gluon")
+    gluon_dkdv = [("table", g)] + [(f"gluon dkdv {_label(t)}", K(g.fwd, t, g.dq)) for t in (
+        T(32, 128, 8, 4, gluon=True), T(64, 128, 8, 3, gluon=True), T(64, 128, 8, 2, gluon=True),
+        T(32, 128, 8, 3, gluon=True)) if (t.block_m, t.num_stages) != (g.dkdv.block_m, g.dkdv.num_stages)]
     return dict(order=order, bwd=bwd, fwd=[("table", cfg)] + [(f"fwd {_label(t)}", K(t, cfg.dkdv, cfg.dq))
-                                                              for t in fwd])
+                                                              for t in fwd], gluon_dkdv=gluon_dkdv)
 
 
 def tiles_ab(out=None, rounds=3, rep=30, dry_run=False, parts=("order", "bwd", "fwd")):
@@ -565,7 +571,9 @@ def tiles_ab(out=None, rounds=3, rep=30, dry_run=False, parts=("order", "bwd", "
       causal, d 64/128, N 1k/4k/16k, forward and backward; the outputs must be bit for bit equal;
     - bwd: the backward's dK/dV tiles (dQ at the table's) and dQ tiles (dK/dV at the table's), d 64/128, N 4k/16k,
       causal or not (tile changes move the accumulation: diff reported, not required 0);
-    - fwd: forward tiles at N = 1k (the small-N cells), causal or not.
+    - fwd: forward tiles at N = 1k (the small-N cells), causal or not;
+    - gluon_dkdv: gluon_bwd's dK/dV query tile (32 or 64 rows, stages) under the Gluon engine's tiles, d = 128,
+      N 1k/4k/16k, causal or not.
     Prints a row per candidate and writes tiles_ab.json after every cell (a time-limited run keeps what it got)."""
     import json
     from pathlib import Path
@@ -582,6 +590,9 @@ def tiles_ab(out=None, rounds=3, rep=30, dry_run=False, parts=("order", "bwd", "
                       for timed in ("fwd", "bwd")]
         elif part == "bwd":
             cells += [(part, d, N, c, "bwd") for d in (64, 128) for N in ((96,) if dry_run else (4096, 16384))
+                      for c in (False, True)]
+        elif part == "gluon_dkdv":  # d = 128, every N of issue 10's table
+            cells += [(part, 128, N, c, "bwd") for N in ((96,) if dry_run else (1024, 4096, 16384))
                       for c in (False, True)]
         else:
             cells += [(part, d, N, c, "fwd") for d in (64, 128) for N in ((96,) if dry_run else (1024,))
@@ -708,7 +719,8 @@ if __name__ == "__main__":
                     help="TileConfig.pipeline_qk against the same tiles without it and cuDNN, interleaved")
     ap.add_argument("--tiles-ab", action="store_true",
                     help="heavy_first order, backward tiles and small-N forward tiles against the table, interleaved")
-    ap.add_argument("--parts", default="order,bwd,fwd", help="with --tiles-ab: which parts, in this order")
+    ap.add_argument("--parts", default="order,bwd,fwd",
+                    help="with --tiles-ab: which parts, in this order (order, bwd, fwd, gluon_dkdv)")
     ap.add_argument("--dry-run", action="store_true",
                     help="with --pipeline-ab / --tiles-ab: the same path on the CPU (TRITON_INTERPRET=1), tiny shapes")
     ap.add_argument("--precision", default="default")
