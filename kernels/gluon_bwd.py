@@ -27,7 +27,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                              warpgroup_mma_wait)
 
 # the forward's TMA copies (named per Triton version), barrier arrays, base-2 constant and register split
-from flashcheck.kernels.gluon_fwd import CONSUMER_REGS, LOG2E, _tma_load, _tma_store, barriers
+from flashcheck.kernels.gluon_fwd import (CONSUMER_REGS, LOG2E, _tma_load, _tma_store, barriers, inner_start,
+                                          query_block_tiles)
 from flashcheck.kernels.tiles import _band_range, full_start, partial_start, visible
 
 HALF_N: gl.constexpr = gl.constexpr(64)  # keys (dK/dV) or query rows (dQ) per consumer warpgroup: wgmma's M
@@ -45,14 +46,6 @@ def _query_tiles(off_hkv, g, GROUP: gl.constexpr, start_n, Nq, Nk, off_lo, off_h
 
 
 @gluon.jit
-def _inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M: gl.constexpr):
-    """The t-th inner tile an outer block visits: partial ones first, then full ones (tiles.py partial_start,
-    full_start; no block-sparse lists)."""
-    return gl.where(t < n_partial, partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M),
-                    full_start(t - n_partial, None, f_lo, False, BLOCK_M))
-
-
-@gluon.jit
 def _producer(q_desc, k_desc, v_desc, do_desc, k_halves, v_halves, q_ring, do_ring, kv_ready, q_ready, do_ready,
               tile_free, off_b, off_hkv, start_n, Nq, Nk, off_lo, off_hi, GROUP: gl.constexpr, BAND: gl.constexpr,
               BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
@@ -67,7 +60,7 @@ def _producer(q_desc, k_desc, v_desc, do_desc, k_halves, v_halves, q_ring, do_ri
         off_h, n_partial, n_tiles, lo, f_lo, f_hi = _query_tiles(off_hkv, g, GROUP, start_n, Nq, Nk, off_lo, off_hi,
                                                                  BAND, BLOCK_N, BLOCK_M)
         for t in range(n_tiles):
-            start_m = _inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M)
+            start_m = inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M)
             slot = it % STAGES
             phase = (it // STAGES) & 1
             mbarrier.wait(tile_free.index(slot), phase ^ 1)  # fresh barrier: the first round never waits
@@ -241,7 +234,7 @@ def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_halves, do_halves, k_ring, v
             _tma_load(q_desc, [off_b, off_h, start_m + w * HALF_N, 0], qdo_ready, q_halves.index(w))
             _tma_load(do_desc, [off_b, off_h, start_m + w * HALF_N, 0], qdo_ready, do_halves.index(w))
     for t in range(n_tiles):
-        start_n = _inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_N)  # the forward's key-tile order
+        start_n = inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_N)  # the forward's key-tile order
         slot = t % STAGES
         phase = (t // STAGES) & 1
         mbarrier.wait(tile_free.index(slot), phase ^ 1)
@@ -332,17 +325,8 @@ def attn_bwd_dq_gluon_kernel(
 ):
     gl.static_assert(BLOCK_M == 2 * HALF_N, "two consumer warpgroups of 64 query rows each")
     gl.static_assert(HEAD_D == 64 or HEAD_D == 128, "head dims 64 and 128")
-    pid_m = gl.program_id(0)
-    if HEAVY_FIRST:
-        pid_m = gl.num_programs(0) - 1 - pid_m  # under a band the last query blocks see the most keys
-    pid_bh = gl.program_id(1)
-    off_b = pid_bh // Hq
-    off_h = pid_bh % Hq
-    off_hkv = off_h // GROUP
-    start_m = pid_m * BLOCK_M
-    lo, f_lo, f_hi, hi = _band_range(start_m, gl.minimum(start_m + BLOCK_M, Nq), Nk, off_lo, off_hi, BAND, BLOCK_N)
-    n_partial = (f_lo - lo + hi - f_hi) // BLOCK_N
-    n_tiles = n_partial + (f_hi - f_lo) // BLOCK_N
+    pid_bh, off_b, off_h, off_hkv, start_m, lo, f_lo, f_hi, n_partial, n_tiles = query_block_tiles(
+        Nq, Nk, Hq, off_lo, off_hi, GROUP, BAND, BLOCK_M, BLOCK_N, HEAVY_FIRST)
 
     dtype: gl.constexpr = q_desc.dtype
     q_halves = gl.allocate_shared_memory(dtype, [2, 1, 1, HALF_N, HEAD_D], q_desc.layout)

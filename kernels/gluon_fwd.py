@@ -57,11 +57,31 @@ def barriers(N: gl.constexpr, COUNT: gl.constexpr):
 
 
 @gluon.jit
-def _tile_start(t, n_partial, lo, f_lo, f_hi, BLOCK_N: gl.constexpr):
-    """The t-th key tile the query block visits: the partial ones ([lo, f_lo) then [f_hi, hi)) first, then the
-    full ones from f_lo (kernels/tiles.py partial_start, full_start; no block-sparse lists here)."""
-    return gl.where(t < n_partial, partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_N),
-                    full_start(t - n_partial, None, f_lo, False, BLOCK_N))
+def inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_IN: gl.constexpr):
+    """The t-th inner tile an outer block visits (a query block's key tiles, or a key block's query tiles in
+    gluon_bwd): the partial ones ([lo, f_lo) then [f_hi, hi)) first, then the full ones from f_lo (kernels/tiles.py
+    partial_start, full_start; no block-sparse lists here)."""
+    return gl.where(t < n_partial, partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_IN),
+                    full_start(t - n_partial, None, f_lo, False, BLOCK_IN))
+
+
+@gluon.jit
+def query_block_tiles(Nq, Nk, Hq, off_lo, off_hi, GROUP: gl.constexpr, BAND: gl.constexpr, BLOCK_M: gl.constexpr,
+                      BLOCK_N: gl.constexpr, HEAVY_FIRST: gl.constexpr):
+    """This program's query block (program_id(0), from the last one under HEAVY_FIRST: under a band the last query
+    blocks see the most keys) of head program_id(1), and its key tiles: (pid_bh, off_b, off_h, off_hkv, start_m, lo,
+    f_lo, f_hi, n_partial, n_tiles), kernels/tiles.py's `_band_range` (the forward's and the dQ kernel's programs)."""
+    pid_m = gl.program_id(0)
+    if HEAVY_FIRST:
+        pid_m = gl.num_programs(0) - 1 - pid_m
+    pid_bh = gl.program_id(1)
+    off_b = pid_bh // Hq
+    off_h = pid_bh % Hq
+    off_hkv = off_h // GROUP  # GQA: query head h reads kv head h // (Hq // Hkv)
+    start_m = pid_m * BLOCK_M
+    lo, f_lo, f_hi, hi = _band_range(start_m, gl.minimum(start_m + BLOCK_M, Nq), Nk, off_lo, off_hi, BAND, BLOCK_N)
+    n_partial = (f_lo - lo + hi - f_hi) // BLOCK_N
+    return pid_bh, off_b, off_h, off_hkv, start_m, lo, f_lo, f_hi, n_partial, n_partial + (f_hi - f_lo) // BLOCK_N
 
 
 @gluon.jit
@@ -75,7 +95,7 @@ def _producer(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready
         _tma_load(q_desc, [off_b, off_h, start_m, 0], q_ready, q_halves.index(0))
         _tma_load(q_desc, [off_b, off_h, start_m + HALF_M, 0], q_ready, q_halves.index(1))
     for t in range(n_tiles):
-        start_n = _tile_start(t, n_partial, lo, f_lo, f_hi, BLOCK_N)
+        start_n = inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_N)
         slot = t % STAGES
         phase = (t // STAGES) & 1
         # a fresh barrier counts its parity-1 phase complete: the first round through the ring never waits
@@ -228,17 +248,8 @@ def attn_fwd_gluon_kernel(
 ):
     gl.static_assert(BLOCK_M == 2 * HALF_M, "two consumer warpgroups of HALF_M rows each")
     gl.static_assert(HEAD_D == 64 or HEAD_D == 128, "head dims 64 and 128 (one wgmma N per tile)")
-    pid_m = gl.program_id(0)
-    if HEAVY_FIRST:
-        pid_m = gl.num_programs(0) - 1 - pid_m  # under a band the last query blocks see the most keys
-    pid_bh = gl.program_id(1)
-    off_b = pid_bh // Hq
-    off_h = pid_bh % Hq
-    off_hkv = off_h // GROUP  # GQA: query head h reads kv head h // (Hq // Hkv)
-    start_m = pid_m * BLOCK_M
-    lo, f_lo, f_hi, hi = _band_range(start_m, gl.minimum(start_m + BLOCK_M, Nq), Nk, off_lo, off_hi, BAND, BLOCK_N)
-    n_partial = (f_lo - lo + hi - f_hi) // BLOCK_N
-    n_tiles = n_partial + (f_hi - f_lo) // BLOCK_N
+    pid_bh, off_b, off_h, off_hkv, start_m, lo, f_lo, f_hi, n_partial, n_tiles = query_block_tiles(
+        Nq, Nk, Hq, off_lo, off_hi, GROUP, BAND, BLOCK_M, BLOCK_N, HEAVY_FIRST)
     qk_scale2 = sm_scale * LOG2E
 
     dtype: gl.constexpr = q_desc.dtype
