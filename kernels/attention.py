@@ -961,7 +961,7 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
     if g_dkdv is not None or g_dq is not None:
         from flashcheck.kernels import gluon_bwd, gluon_fwd
     if g_dkdv is not None:
-        launch = _gluon_dkdv_launch(Layout.of(q), Layout.of(k), band, off_lo, off_hi, g_dkdv)
+        launch = _gluon_dkdv_launch(lays[0], lays[1], band, off_lo, off_hi, g_dkdv)
         half = g_dkdv.block_n // 2
         _launch(gluon_bwd.attn_bwd_dkdv_gluon_kernel, launch, gluon_fwd.descriptor(q, g_dkdv.block_m),
                 gluon_fwd.descriptor(k, half), gluon_fwd.descriptor(v, half), gluon_fwd.descriptor(do, g_dkdv.block_m),
@@ -970,7 +970,7 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
         _launch(attn_bwd_dkdv_kernel, dkdv, q, k, v, do, lse, delta, dk, dv_, mask_t, qnum, qidx, fqnum, fqidx,
                 scale)
     if g_dq is not None:
-        launch = _gluon_dq_launch(Layout.of(q), Layout.of(k), band, off_lo, off_hi, g_dq)
+        launch = _gluon_dq_launch(lays[0], lays[1], band, off_lo, off_hi, g_dq)
         half = g_dq.block_m // 2
         _launch(gluon_bwd.attn_bwd_dq_gluon_kernel, launch, gluon_fwd.descriptor(q, half),
                 gluon_fwd.descriptor(k, g_dq.block_n), gluon_fwd.descriptor(v, g_dq.block_n),
