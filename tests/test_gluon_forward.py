@@ -166,7 +166,7 @@ def test_gluon_bwd_runs_the_backwards_in_its_domain_and_lists_its_arguments_in_o
 
     q, kv = _layout((2, 4, 300, 128)), _layout((2, 2, 257, 128))
     g = _gluon_tiles(128)
-    assert (g.dkdv.block_m, g.dkdv.block_n, g.dkdv.gluon) == (32, 128, True)
+    assert (g.dkdv.block_m, g.dkdv.block_n, g.dkdv.gluon) == (64, 128, True)
     assert (g.dq.block_m, g.dq.block_n, g.dq.gluon) == (128, 64, True)
     t = tuple(g.flat())
     assert ka._gluon_backward(q, kv, kv, q, q, kv, kv, False, False, True, t, False, "gluon") == (g.dkdv, g.dq)
@@ -203,15 +203,31 @@ print(json.dumps(out))
 """
 
 
-def test_gluon_bwd_compiles_for_sm90_without_spilling():
+# Local-memory instructions (LDL + STL) in the SASS of the dK/dV kernel's 64-row tile, d = 128, GQA 2, banded, as
+# compiled by each Triton version when the tile was chosen: spilled temporaries (Sᵀ, dPᵀ, Pᵀ, dSᵀ beside dK, dV in 240
+# registers), measured faster than the spill-free 32-row tile on the H100 (bench/NOTES.md, "Session 2026-11-28"). A
+# change that spills more is timed again before it lands.
+DKDV_LOCAL = {"3.6.0": 117, "3.9.0": 218}
+
+
+def test_gluon_bwd_compiles_for_sm90_with_its_recorded_spills():
     """The dK/dV and dQ kernels build for sm_90 on the CPU (in a process of its own, as the forward's), GQA and
-    banded, and keep their accumulators in registers (a local-memory load or store in the SASS is a spill)."""
+    banded: the dQ kernel keeps everything in registers (a local-memory load or store in the SASS is a spill); the
+    dK/dV kernel's 64-row tile spills no more than recorded for this Triton, its 32-row tile nothing."""
+    import triton
+
     from tests.compiled_record import compiled
 
     g = _gluon_tiles(128)
     got = compiled(_COMPILE_BWD, g.dkdv.block_m, g.dkdv.num_stages, g.dq.block_n, g.dq.num_stages)
-    for name in ("dkdv", "dq"):
-        assert got[name]["hgmma"] > 0 and got[name]["local"] == 0, (name, got)
+    assert got["dq"]["hgmma"] > 0 and got["dq"]["local"] == 0, got
+    assert got["dkdv"]["hgmma"] > 0, got
+    if triton.__version__ in DKDV_LOCAL:
+        assert got["dkdv"]["local"] <= DKDV_LOCAL[triton.__version__], (
+            f"dK/dV kernel: {got['dkdv']['local']} local-memory instructions, recorded "
+            f"{DKDV_LOCAL[triton.__version__]} for Triton {triton.__version__}")
+    spill_free = compiled(_COMPILE_BWD, 32, 4, g.dq.block_n, g.dq.num_stages)["dkdv"]
+    assert spill_free["hgmma"] > 0 and spill_free["local"] == 0, spill_free
 
 
 # ------------------------------------------------------------------------------------------------ GPU: the outputs
