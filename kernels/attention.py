@@ -709,7 +709,8 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     lq, lk = (Layout.of(q), Layout.of(k)) if asked else (None, None)
     gluon = (_gluon_forward(lq, lk, Layout.of(v), dense is not None, bool(sparse), band, p_split, tuple(tiles),
                             _interpreting(), engine) if asked else None)
-    if gluon is not None and _gluon_device(q.device):
+    # scale > 0: gluon_fwd takes each full tile's running max from the raw logits, rowmax(S) · c (c = scale · log2 e)
+    if gluon is not None and scale > 0 and _gluon_device(q.device):
         from flashcheck.kernels import gluon_fwd
 
         launch = _gluon_launch(lq, lk, band, off_lo, off_hi, save_res, gluon)

@@ -108,32 +108,42 @@ def _producer(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready
 
 
 @gluon.jit
-def _softmax_step(qk, m2_i, l_i, qk_scale2, rows, start_n, Nq, Nk, off_lo, off_hi, MASKED: gl.constexpr,
+def _softmax_step(qk, m2_i, qk_scale2, rows, start_n, Nq, Nk, off_lo, off_hi, MASKED: gl.constexpr,
                   BAND: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
     """triton_fwd `_fwd_shift` then `_fwd_exp` (without P_SPLIT) for a partial (MASKED) or a full tile, as triton_fwd
-    compiles the two apart: (m2_new, l_new, alpha, P̃ in fp32). start_n: the tile's first key (read if MASKED)."""
-    # S2 = Q Kᵀ · scale · log2(e)   /   s2[i,j] = scale · log2(e) · s[i,j]
-    s2 = qk * qk_scale2
+    compiles the two apart: (m2_new, alpha, P̃ in fp32, rowsum(P̃) in fp32); the caller adds the rowsum into l
+    (`_l_update`). start_n: the tile's first key (read if MASKED). The launcher runs it for scale > 0 only."""
     if MASKED:
+        # S2 = Q Kᵀ · scale · log2(e)   /   s2[i,j] = scale · log2(e) · s[i,j]
+        s2 = qk * qk_scale2
         # a partial tile's elementwise visibility (kernels/tiles.py visible): i < Nq, j < Nk, i + off_lo <= j <= i +
         # off_hi (no dense mask here)
         cols = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         vis = visible(rows, cols, None, Nq, Nk, off_lo, off_hi, 0, 0, BAND, False)
         s2 = gl.where(vis, s2, -float("inf"))
-    # m2_new = max(m2_old, rowmax(S2))
-    m2_new = gl.maximum(m2_i, gl.max(s2, 1))
-    if MASKED:
+        # m2_new = max(m2_old, rowmax(S2))
+        m2_new = gl.maximum(m2_i, gl.max(s2, 1))
         # safe max: a row with nothing visible yet shifts by 0 (never (−inf) − (−inf)); a full tile's rows are finite
         m2_shift = gl.where(m2_new == -float("inf"), 0.0, m2_new)
+        # P̃ = exp2(S2 − m2_new)   /   p[i,j] = 2^(s2[i,j] − m2_new[i]): the product rounded, then the subtraction
+        p = gl.exp2(s2 - m2_shift[:, None])
     else:
-        m2_shift = m2_new
-    # P̃ = exp2(S2 − m2_new)   /   p[i,j] = 2^(s2[i,j] − m2_new[i])
-    p = gl.exp2(s2 - m2_shift[:, None])
+        # m2_new = max(m2_old, rowmax(S) · c): rowmax(fl(S · c)) bit for bit, rounding being monotone and c > 0, with
+        # one multiply a row instead of one an entry (FlashAttention-3's form)
+        m2_shift = gl.maximum(m2_i, gl.max(qk, 1) * qk_scale2)
+        m2_new = m2_shift
+        # P̃ = exp2(S · c − m2_new)   /   p[i,j] = 2^(s[i,j] · c − m2_new[i]): the argument in one fma.rn.f32, as
+        # triton_fwd's full tiles compile it (Precision.exp_argument "unknown" for 16-bit inputs covers both forms)
+        p = gl.exp2(qk * qk_scale2 - m2_shift[:, None])
     # alpha = exp2(m2_old − m2_new): rescales what was accumulated under the old maximum
     alpha = gl.exp2(m2_i - m2_shift)
-    # l_new = alpha · l_old + rowsum(P̃), in fp64 (triton_fwd _fwd_exp: Arithmetic.l_accumulate); the rowsum fp32
-    l_i = l_i * alpha.to(gl.float64) + gl.sum(p, 1).to(gl.float64)
-    return m2_new, l_i, alpha, p
+    return m2_new, alpha, p, gl.sum(p, 1)
+
+
+@gluon.jit
+def _l_update(l_i, alpha, rowsum):
+    """l_new = alpha · l_old + rowsum(P̃), in fp64 (triton_fwd _fwd_exp: Arithmetic.l_accumulate); the rowsum fp32."""
+    return l_i * alpha.to(gl.float64) + rowsum.to(gl.float64)
 
 
 @gluon.jit
@@ -169,8 +179,9 @@ def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring
         qk = warpgroup_mma_wait(0, deps=(qk, ))
         mbarrier.arrive(k_free.index(slot))
         start_n = partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_N)
-        m2_i, l_i, alpha, p = _softmax_step(qk, m2_i, l_i, qk_scale2, rows, start_n, Nq, Nk, off_lo, off_hi, True,
-                                            BAND, BLOCK_N, s_layout)
+        m2_i, alpha, p, rowsum = _softmax_step(qk, m2_i, qk_scale2, rows, start_n, Nq, Nk, off_lo, off_hi, True,
+                                               BAND, BLOCK_N, s_layout)
+        l_i = _l_update(l_i, alpha, rowsum)
         # acc = diag(alpha) acc + P̃ V   (triton_fwd _fwd_pv: the rescale, then the product into it)
         acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
         p_op = gl.convert_layout(p.to(dtype), p_layout)
@@ -186,8 +197,8 @@ def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring
                            use_acc=False, is_async=True)
         qk = warpgroup_mma_wait(0, deps=(qk, ))
         mbarrier.arrive(k_free.index(t0 % STAGES))
-        m2_i, l_i, alpha, p = _softmax_step(qk, m2_i, l_i, qk_scale2, rows, f_lo, Nq, Nk, off_lo, off_hi, False,
-                                            BAND, BLOCK_N, s_layout)
+        m2_i, alpha, p, rowsum = _softmax_step(qk, m2_i, qk_scale2, rows, f_lo, Nq, Nk, off_lo, off_hi, False,
+                                               BAND, BLOCK_N, s_layout)
         acc = acc * gl.convert_layout(alpha, o_rows)[:, None]  # what the partial tiles left, to the new maximum
         p_op = gl.convert_layout(p.to(dtype), p_layout)
         for t in range(t0 + 1, n_tiles):
@@ -200,12 +211,15 @@ def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring
             qk = warpgroup_mma(q_smem, k_ring.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
                                use_acc=False, is_async=True)
             acc = warpgroup_mma(p_op, v_ring.index(prev).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
+            # l for tile t − 1, here: its fp64 conversions and multiply-add wait for their operands under the
+            # products, not in the softmax's path (where they cost 5-7 %: bench/NOTES.md, "Session 2026-11-28")
+            l_i = _l_update(l_i, alpha, rowsum)
             # S_t done (at most the P̃ V group outstanding): K_t's slot is this warpgroup's no longer
             qk = warpgroup_mma_wait(1, deps=(qk, ))
             mbarrier.arrive(k_free.index(slot))
             # tile t's softmax step while the tensor cores compute P̃_{t-1} V_{t-1}
-            m2_i, l_i, alpha, p = _softmax_step(qk, m2_i, l_i, qk_scale2, rows, f_lo, Nq, Nk, off_lo, off_hi, False,
-                                                BAND, BLOCK_N, s_layout)
+            m2_i, alpha, p, rowsum = _softmax_step(qk, m2_i, qk_scale2, rows, f_lo, Nq, Nk, off_lo, off_hi, False,
+                                                   BAND, BLOCK_N, s_layout)
             acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
             mbarrier.arrive(v_free.index(prev))
             # acc = diag(alpha) acc, before P̃_t V_t adds into it (triton_fwd _fwd_pv's order)
@@ -214,6 +228,7 @@ def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring
         last = (n_tiles - 1) % STAGES
         mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_ring.index(last).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
+        l_i = _l_update(l_i, alpha, rowsum)  # the last tile's
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
         mbarrier.arrive(v_free.index(last))
 

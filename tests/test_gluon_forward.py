@@ -288,3 +288,22 @@ def test_gluon_forward_reads_strided_layouts_as_their_values():
     o2, l2 = attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True, return_lse=True, tiles=tiles)
     np.testing.assert_array_equal(to_numpy(o1), to_numpy(o2))
     np.testing.assert_array_equal(to_numpy(l1), to_numpy(l2))
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("scale", [-0.125, 0.0])
+def test_gluon_tiles_at_a_scale_not_above_zero_run_triton_fwd(scale):
+    """gluon_fwd takes each full tile's running max from the raw logits, rowmax(S) · c (rowmax(fl(S · c)) only for
+    c > 0): at a scale <= 0 the launcher runs triton_fwd with the Gluon tiles, bit for bit the call whose forward tile
+    does not ask for Gluon."""
+    from flashcheck.kernels import attention
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 300, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    tiles = _gluon_tiles(128)
+    plain = ka.KernelConfig(replace(tiles.fwd, gluon=False), tiles.dkdv, tiles.dq)
+    o1, l1 = attention(q, k, v, scale=scale, return_lse=True, tiles=tiles)
+    o2, l2 = attention(q, k, v, scale=scale, return_lse=True, tiles=plain)
+    np.testing.assert_array_equal(to_numpy(o1), to_numpy(o2))
+    np.testing.assert_array_equal(to_numpy(l1), to_numpy(l2))

@@ -1,0 +1,154 @@
+"""What is left between the Gluon forward and its prototype (bench/NOTES.md, "Gluon forward": 563-605 TFLOP/s against
+the prototype's 659 at d = 128, N = 16k): variants of kernels/gluon_fwd.py, timed in one process against the kernel
+as it is, cuDNN beside (bf16, B·N = 16k tokens, 2048 hidden).
+
+    PYTHONPATH=$PWD python3 bench/fwd_variants.py [--rounds 3] [--base FILE] [--out DIR]
+
+Variants (source edits of gluon_fwd.py; the script stops if an edit no longer applies):
+- kernel: kernels/gluon_fwd.py as it is;
+- base: an earlier gluon_fwd.py (--base FILE, e.g. `git show REV:kernels/gluon_fwd.py > FILE`);
+- l32: the running sum l in fp32 (FlashAttention-2's and -3's) instead of fp64: another arithmetic (the bounds
+  read it: Precision.l_accumulate), a measurement only;
+- stages3: a 3-deep K / V ring at d = 128 (224 KB of shared memory; the kernel's table has 2).
+Each variant's O is compared with the kernel's (max |difference|). Interleaved rounds, medians of
+triton.testing.do_bench; launched through Triton's JIT (the same host path for all).
+
+Session 2026-11-28 (bench/NOTES.md): the full tiles' running max from the raw logits and the exponent argument in one
+fma ("fma", bit for bit the same O) gained 1.00-1.06x, l in fp32 1.04-1.07x, both 1.09-1.12x; the kernel now has the
+first and keeps l in fp64, its update moved under the products.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(1, str(_ROOT))
+
+CELLS = [(128, 16384, False), (128, 16384, True), (128, 4096, False), (128, 1024, False), (64, 16384, False)]
+
+_L64 = [("l_i = gl.zeros([HALF_M], gl.float64, gl.SliceLayout(1, s_layout))",
+         "l_i = gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout))"),
+        ("return l_i * alpha.to(gl.float64) + rowsum.to(gl.float64)", "return l_i * alpha + rowsum")]
+
+
+def _edit(src: str, pairs) -> str:
+    for old, new in pairs:
+        if src.count(old) != 1:
+            raise SystemExit(f"fwd_variants: the edit no longer applies to kernels/gluon_fwd.py: {old[:60]!r}")
+        src = src.replace(old, new)
+    return src
+
+
+def variant_sources(base: str | None = None) -> dict[str, tuple[str, int | None]]:
+    """name -> (module source, the K / V ring's depth at d = 128 or None: the table's). base: a file holding an
+    earlier gluon_fwd.py to time beside (e.g. `git show REV:kernels/gluon_fwd.py > FILE`)."""
+    src = (_ROOT / "kernels" / "gluon_fwd.py").read_text()
+    out = {"kernel": (src, None), "l32": (_edit(src, _L64), None), "stages3": (src, 3)}
+    if base:
+        out = {"base": (Path(base).read_text(), None), **out}
+    return out
+
+
+def _load(name: str, text: str, tmp: Path):
+    path = tmp / f"gluon_fwd_{name}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(f"fwd_variant_{name}", path)
+    m = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = m
+    spec.loader.exec_module(m)
+    return m
+
+
+def _tflops(d, n, causal, ms):
+    B, H = 16384 // n, 2048 // d
+    return 4 * B * H * n * n * d / (2 if causal else 1) / (ms * 1e-3) / 1e12
+
+
+def run(rounds: int, base: str | None = None) -> list[dict]:
+    import dataclasses
+
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+    ka = importlib.import_module("flashcheck.kernels.attention")
+    tmp = Path(tempfile.mkdtemp(prefix="fwd_variants_"))
+    mods = {name: (_load(name, text, tmp), stages) for name, (text, stages) in variant_sources(base).items()}
+    rows = []
+    for d, n, causal in CELLS:
+        B, H = 16384 // n, 2048 // d
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+        base_t = ka.kernel_config(d, torch.bfloat16, engine="gluon", band=causal).fwd
+        band, off_lo, off_hi = ka._band("bottom_right" if causal else False, None, n, n)
+        lq, lk = ka.Layout.of(q), ka.Layout.of(k)
+
+        def launcher(m, stages):
+            t = base_t if stages is None or d != 128 else dataclasses.replace(base_t, num_stages=stages)
+            launch = ka._gluon_launch(lq, lk, band, off_lo, off_hi, False, t)
+            o = torch.empty_like(q)
+            lse = torch.empty(B, H, n, device="cuda", dtype=torch.float32)
+            half = t.block_m // 2
+            args = (m.descriptor(q, half), m.descriptor(k, t.block_n), m.descriptor(v, t.block_n),
+                    m.descriptor(o, half), m.descriptor(o, half), lse, d ** -0.5, *launch.ints)
+
+            def go():
+                m.attn_fwd_gluon_kernel[launch.grid](*args, **dict(launch.constexprs), num_warps=4)
+                return o
+            return go
+
+        fns = {name: launcher(m, s) for name, (m, s) in mods.items() if not (s is not None and d != 128)}
+
+        def cudnn():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        ref = fns["kernel"]().clone()
+        diff = {name: float((fn().float() - ref.float()).abs().max()) for name, fn in fns.items()}
+        fns["cudnn"] = cudnn
+        t = {name: [] for name in fns}
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                t[name].append(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+        ms = {name: statistics.median(x) for name, x in t.items()}
+        row = dict(d=d, N=n, causal=causal, ms=ms, rounds=t, diff_vs_kernel=diff,
+                   tflops={name: _tflops(d, n, causal, x) for name, x in ms.items()})
+        rows.append(row)
+        print(f"d={d:3d} N={n:5d} causal={causal!s:5} | " + "  ".join(
+            f"{name} {row['tflops'][name]:5.1f} ({ms['kernel'] / ms[name]:.3f}x kernel)" for name in fns)
+            + " | max|O - kernel| " + " ".join(f"{name} {x:.1e}" for name, x in diff.items() if name != "kernel"),
+            flush=True)
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--out", default=None)
+    p.add_argument("--base", default=None, help="an earlier kernels/gluon_fwd.py to time beside the current one")
+    args = p.parse_args(argv)
+    import torch
+    import triton
+
+    if not torch.cuda.is_available():
+        variant_sources(args.base)
+        print("fwd_variants: the edits apply; timing needs an sm_90 GPU")
+        return 0
+    rows = run(args.rounds, args.base)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "fwd_variants.json").write_text(json.dumps(dict(
+            device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__, rows=rows),
+            indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
