@@ -13,7 +13,7 @@ Variants (source edits of gluon_fwd.py; the script stops if an edit no longer ap
 Each variant's O is compared with the kernel's (max |difference|). Interleaved rounds, medians of
 triton.testing.do_bench; launched through Triton's JIT (the same host path for all).
 
-Session 2026-11-28 (bench/NOTES.md): the full tiles' running max from the raw logits and the exponent argument in one
+Session 2026-11-27g (bench/NOTES.md): the full tiles' running max from the raw logits and the exponent argument in one
 fma ("fma", bit for bit the same O) gained 1.00-1.06x, l in fp32 1.04-1.07x, both 1.09-1.12x; the kernel now has the
 first and keeps l in fp64, its update moved under the products.
 """

@@ -212,7 +212,7 @@ def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring
                                use_acc=False, is_async=True)
             acc = warpgroup_mma(p_op, v_ring.index(prev).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
             # l for tile t − 1, here: its fp64 conversions and multiply-add wait for their operands under the
-            # products, not in the softmax's path (where they cost 5-7 %: bench/NOTES.md, "Session 2026-11-28")
+            # products, not in the softmax's path (where they cost 5-7 %: bench/NOTES.md, "Session 2026-11-27g")
             l_i = _l_update(l_i, alpha, rowsum)
             # S_t done (at most the P̃ V group outstanding): K_t's slot is this warpgroup's no longer
             qk = warpgroup_mma_wait(1, deps=(qk, ))

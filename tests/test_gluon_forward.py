@@ -205,7 +205,7 @@ print(json.dumps(out))
 
 # Local-memory instructions (LDL + STL) in the SASS of the dK/dV kernel's 64-row tile, d = 128, GQA 2, banded, as
 # compiled by each Triton version when the tile was chosen: spilled temporaries (Sᵀ, dPᵀ, Pᵀ, dSᵀ beside dK, dV in 240
-# registers), measured faster than the spill-free 32-row tile on the H100 (bench/NOTES.md, "Session 2026-11-28"). A
+# registers), measured faster than the spill-free 32-row tile on the H100 (bench/NOTES.md, "Session 2026-11-27g"). A
 # change that spills more is timed again before it lands.
 DKDV_LOCAL = {"3.6.0": 117, "3.9.0": 218}
 
