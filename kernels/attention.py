@@ -140,7 +140,7 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
         # the K / V ring 2 deep at d = 128 (160 KB of shared memory), 3 at d = 64 (bench/NOTES.md, "Gluon forward")
         fwd = TileConfig(128, 128, 8, 2 if bd == 128 else 3, heavy_first=True, gluon=True)
         # gluon_bwd's dK/dV: 128 keys (two warpgroups of 64) x 64 query rows, a 3-deep (Q, dO) ring. At d = 128 the
-        # 64-row tile spills a few values (Sᵀ, dPᵀ, Pᵀ, dSᵀ beside dK, dV in 240 registers) and still runs 1.05-1.12x
+        # 64-row tile spills a few values (Sᵀ, dPᵀ, Pᵀ, dSᵀ beside dK, dV in 240 registers) and still runs 1.04-1.12x
         # the spill-free 32-row tile (bench/NOTES.md, "Session 2026-11-27g"; the same sums: bit for bit equal)
         dkdv = TileConfig(64, 128, 8, 3, gluon=True)
         # gluon_bwd's dQ: 128 query rows (two warpgroups of 64) x 64 keys, triton_bwd's d = 128 tiles

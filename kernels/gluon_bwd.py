@@ -1,5 +1,5 @@
 """FlashAttention-2 backward's dK/dV kernel in Gluon for Hopper (sm_90): `triton_bwd.attn_bwd_dkdv_kernel`'s
-arithmetic, another schedule (branch gluon-bwd: compiled for sm_90 on the CPU, not yet run on a GPU).
+arithmetic, another schedule (the default at head dim 128: kernel_config's "auto" engine).
 
 Why (bench/NOTES.md, "Profile 2026-11-26e"): at d = 128 the Triton dK/dV kernel needs more than 255 registers per
 thread (the dK and dV fp32 accumulators of 128 keys, plus Sᵀ, dPᵀ and dSᵀ) and spills (8.6 M local requests per

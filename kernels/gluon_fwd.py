@@ -14,7 +14,9 @@ now"). This kernel overlaps them, as FlashAttention-3 does, with what Triton's `
 What each row computes is `triton_fwd`'s, step for step (the bounds' Precision does not change with the engine):
 the key tiles of the program's query block in the same order (kernels/tiles.py's `_band_range`, `partial_start`,
 `full_start`, called from here: partial tiles first, ascending, then the full ones), S2 = Q Kᵀ · (scale · log2 e)
-with tiles.py's `visible` on partial tiles only, the running max and its safe shift, P̃ = exp2(S2 − m2) rounded into
+with tiles.py's `visible` on partial tiles only, the running max and its safe shift (on full tiles taken as
+rowmax(S) · c and the exponent argument as one fma, as triton_fwd's full tiles compile: the same values for c > 0,
+the launcher's condition), P̃ = exp2(S2 − m2) rounded into
 the input format for P̃ V, acc rescaled by alpha before P̃ V adds into it (one wgmma chain per tile), l = alpha l + rowsum(P̃) in fp64,
 O = acc / l with l rounded once to fp32, LSE = (m2 + log2 l) ln 2; a row with nothing visible gets O = 0 and
 LSE = −inf. What may differ: the addition tree of the tile rowsum (another register layout: each warpgroup's
