@@ -409,6 +409,12 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       block_q_dq=a.block_q_dq, block_k_dkdv=a.block_k_dkdv, tile_lists=a.tile_lists,
                       # the forward's query blocks (BLOCK_M): its chains on masked heads in each block's order
                       block_q_fwd=a.block_q_fwd,
+                      # long calls' own forward tile (kernel_config(n_keys=LONG_KEYS)), its rowsum tree from its record
+                      long_forward=None if a.block_k_long is None else BandForward(
+                          block_k=a.block_k_long, block_q_fwd=a.block_q_fwd_long,
+                          rowsum_depth=None if rec is None else (_compiled_record(
+                              dtype, a.dot, head_dim, precision, tiles, n_keys=a.long_keys) or {}).get("rowsum_depth")),
+                      long_keys=a.long_keys,
                       # banded calls' own forward tile (kernel_config(band=True)), its rowsum tree from its own record
                       band_forward=None if a.block_k_band is None else BandForward(
                           block_k=a.block_k_band, block_q_fwd=a.block_q_fwd_band,
@@ -466,12 +472,14 @@ def _lg2_measured() -> bool:
     return lg2_model.measured()
 
 
-def _compiled_record(dtype, dot: str, head_dim, precision: str, tiles, band: bool = False) -> dict | None:
+def _compiled_record(dtype, dot: str, head_dim, precision: str, tiles, band: bool = False,
+                     n_keys: int | None = None) -> dict | None:
     """Our forward's entry in proofs/measurements/forward_compiled_triton<version>.json (bench/compile_forward.py
     --record, from the PTX this Triton version compiles for these tiles, specialized as the JIT does, over the plain,
     causal and dense-mask variants, aligned and not: the deepest term of any tile rowsum, rowsum_depth, and the
     exponent arguments' forms, exp_argument), None where the record or the config is missing. `band`: the forward's
-    tile for banded calls (kernel_config(band=True))."""
+    tile for banded calls (kernel_config(band=True)); `n_keys`: for calls with that many keys (kernel_config(n_keys=):
+    the long tile)."""
     import triton
 
     from flashcheck.kernels.attention import kernel_config
@@ -483,7 +491,8 @@ def _compiled_record(dtype, dot: str, head_dim, precision: str, tiles, band: boo
         import torch
 
         dtype = getattr(torch, dtype)
-    t = (tiles or kernel_config(int(head_dim), dtype, interpret=False, precision=precision, band=band)).fwd
+    t = (tiles or kernel_config(int(head_dim), dtype, interpret=False, precision=precision, band=band,
+                                n_keys=n_keys)).fwd
     if t.warp_specialize or t.pipeline_qk:
         return None  # other code: not in the record
     name = str(dtype).replace("torch.", "")

@@ -100,11 +100,12 @@ _ENGINES = ("auto", "triton", "gluon")
 
 def forward_engine() -> str:
     """The engine kernel_config gives by default: FLASHCHECK_FORWARD_ENGINE, "auto" unless set. "auto": the Gluon
-    kernels (gluon_fwd, gluon_bwd) at head dim 128, triton_fwd / triton_bwd elsewhere; "gluon": the Gluon kernels at
-    head dims 64 and 128 too; "triton": triton_fwd / triton_bwd everywhere. Measured on the H100 (bench/NOTES.md,
-    "Session 2026-11-27f"): at d = 128 the Gluon kernels are 1.00-1.30x triton_fwd's speed forward and 1.00-1.10x
-    backward on every cell of issue 10's table; at d = 64 0.76-0.93x forward at N = 1k, so "auto" keeps triton
-    there (kernel_config cannot see N)."""
+    kernels (gluon_fwd, gluon_bwd) at head dim 128, gluon_fwd at head dim 64 for calls with at least LONG_KEYS keys
+    (triton_bwd's backward), triton_fwd / triton_bwd elsewhere; "gluon": the Gluon kernels at head dims 64 and 128
+    whatever N; "triton": triton_fwd / triton_bwd everywhere. Measured on the H100 (bench/NOTES.md, "Session
+    2026-11-27g"): at d = 128 the Gluon kernels are 1.06-1.30x triton's speed forward and 1.13-1.18x backward on
+    every cell of issue 10's table; at d = 64 the Gluon forward 1.07-1.19x at N >= 4k but 0.78-0.94x at N = 1k, and
+    the Gluon backward 0.88-1.12x."""
     engine = os.environ.get("FLASHCHECK_FORWARD_ENGINE", "auto") or "auto"
     _check_choice("FLASHCHECK_FORWARD_ENGINE", engine, _ENGINES)
     return engine
@@ -115,18 +116,33 @@ def _gluon_asked(engine: str, head_dim: int) -> bool:
     return engine == "gluon" or (engine == "auto" and head_dim == 128)
 
 
+# "auto" gives the Gluon forward at head dim 64 from this many keys on (the backward stays triton_bwd's there):
+# measured on the H100 (bench/NOTES.md, "Session 2026-11-27g", engines side by side) 1.12x / 1.19x triton_fwd at
+# N = 4k / 16k (causal 1.07x / 1.15x) but 0.94x / 0.78x at N = 1k; 2k was not measured, so the switch is at the
+# smallest N measured faster.
+LONG_KEYS = 4096
+
+
+def _gluon_forward_asked(engine: str, head_dim: int, n_keys: int | None) -> bool:
+    """Whether `engine` gives gluon_fwd's tile for the forward of a call with n_keys keys (None: below LONG_KEYS)."""
+    return _gluon_asked(engine, head_dim) or (engine == "auto" and head_dim == 64 and n_keys is not None
+                                              and n_keys >= LONG_KEYS)
+
+
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None = None,
-                  precision: str = "default", band: bool = False, engine: str | None = None) -> KernelConfig:
+                  precision: str = "default", band: bool = False, engine: str | None = None,
+                  n_keys: int | None = None) -> KernelConfig:
     """Tiles per head dim, dtype, forward precision mode and whether the call is banded (causal, or a window with a
     side given: `_band`) (H100 tuned; the interpreter uses 16 × 16 tiles so that small test shapes still cross
     several tile boundaries). engine: "triton" (triton_fwd, triton_bwd), "gluon" (gluon_fwd, gluon_bwd: fp16 / bf16,
-    head dims 64 and 128, precision "default"; other calls keep triton's tiles) or "auto" (gluon at head dim 128
-    only); None: `forward_engine()`. The Gluon tiles are given whatever the device: on one that is not sm_90 (and
-    for calls outside the Gluon kernels' domain) triton_fwd / triton_bwd run them."""
+    head dims 64 and 128, precision "default"; other calls keep triton's tiles) or "auto" (gluon at head dim 128,
+    and gluon_fwd's tile for the forward at head dim 64 when n_keys >= LONG_KEYS); None: `forward_engine()`.
+    n_keys: the call's key count (None: fewer than LONG_KEYS). The Gluon tiles are given whatever the device: on one
+    that is not sm_90 (and for calls outside the Gluon kernels' domain) triton_fwd / triton_bwd run them."""
     if interpret is None:
         interpret = _interpreting()
     if interpret:
@@ -135,10 +151,15 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     bd = max(16, triton.next_power_of_2(head_dim))
     engine = forward_engine() if engine is None else engine
     _check_choice("engine", engine, _ENGINES)
-    if _gluon_asked(engine, head_dim) and dtype != torch.float32 and precision == "default" and head_dim in (64, 128):
-        # gluon_fwd: 128 query rows (two warpgroups of 64) x 128 keys, heaviest query blocks first under a band;
-        # the K / V ring 2 deep at d = 128 (160 KB of shared memory), 3 at d = 64 (bench/NOTES.md, "Gluon forward")
-        fwd = TileConfig(128, 128, 8, 2 if bd == 128 else 3, heavy_first=True, gluon=True)
+    gluon_domain = dtype != torch.float32 and precision == "default" and head_dim in (64, 128)
+    # gluon_fwd: 128 query rows (two warpgroups of 64) x 128 keys, heaviest query blocks first under a band;
+    # the K / V ring 2 deep at d = 128 (160 KB of shared memory), 3 at d = 64 (bench/NOTES.md, "Gluon forward")
+    fwd = TileConfig(128, 128, 8, 2 if bd == 128 else 3, heavy_first=True, gluon=True)
+    if gluon_domain and not _gluon_asked(engine, head_dim) and _gluon_forward_asked(engine, head_dim, n_keys):
+        # "auto" at d = 64 and n_keys >= LONG_KEYS: gluon_fwd's tile, triton's backward tiles
+        t = kernel_config(head_dim, dtype, interpret=False, precision=precision, band=band, engine="triton")
+        return KernelConfig(fwd, t.dkdv, t.dq)
+    if _gluon_asked(engine, head_dim) and gluon_domain:
         # gluon_bwd's dK/dV: 128 keys (two warpgroups of 64) x 64 query rows, a 3-deep (Q, dO) ring. At d = 128 the
         # 64-row tile spills a few values (Sᵀ, dPᵀ, Pᵀ, dSᵀ beside dK, dV in 240 registers) and still runs 1.04-1.12x
         # the spill-free 32-row tile (bench/NOTES.md, "Session 2026-11-27g"; the same sums: bit for bit equal)
@@ -204,7 +225,10 @@ class Arithmetic:
     ("float64": each tile's fp32 rowsum added in fp64, l rounded once into fp32 at the end);
     block_k_band, block_q_fwd_band: the forward's key tile and query rows per program under a band (causal, or a
     window with a side given) where `kernel_config` gives banded calls a tile of their own; None: the same as
-    block_k, block_q_fwd (the backward's tiles never depend on the band)."""
+    block_k, block_q_fwd (the backward's tiles never depend on the band);
+    block_k_long, block_q_fwd_long, long_keys: the forward's tile for calls with at least long_keys keys, banded or
+    not, where `kernel_config` gives them one of their own (LONG_KEYS: "auto" at head dim 64); None: no such tile
+    (the backward's tiles never depend on the key count)."""
     input: str
     dot: str
     output: str
@@ -221,6 +245,9 @@ class Arithmetic:
     l_accumulate: str = "float64"
     block_k_band: int | None = None
     block_q_fwd_band: int | None = None
+    block_k_long: int | None = None
+    block_q_fwd_long: int | None = None
+    long_keys: int | None = None
 
 
 def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None = None,
@@ -250,18 +277,26 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
                                             band=True).fwd
     if band is not None and (band.block_m, band.block_n, band.num_warps) == (block_q_fwd, block_k, cfg.fwd.num_warps):
         band = None  # the same code (stages and program order change neither the tiles nor the rowsum's tree)
+    long = None if tiles else kernel_config(head_dim or 64, dtype, interpret=interpret, precision=precision,
+                                            n_keys=LONG_KEYS).fwd
+    if long is not None and (long.block_m, long.block_n, long.num_warps, long.gluon) == (
+            block_q_fwd, block_k, cfg.fwd.num_warps, cfg.fwd.gluon):
+        long = None  # the same tile and engine (the rowsum record is per tile and engine)
     if block_mask is not None:  # its tile grid is every kernel's (_tiles: dq's block_n is its block_k too)
         block_k, block_q, block_k_dq = block_mask.block_k, block_mask.block_q, block_mask.block_k
         block_q_dq, block_k_dkdv = block_mask.block_q, block_mask.block_k
         block_q_fwd = block_mask.block_q
-        band = None
+        band = long = None
     return Arithmetic(input=name, dot=dot, output=name, exp="libm" if interpret else "ex2.approx",
                       block_k=block_k, block_q=block_q, block_k_dq=block_k_dq, block_q_dq=block_q_dq,
                       block_k_dkdv=block_k_dkdv, block_q_fwd=block_q_fwd,
                       tile_lists="band" if block_mask is None else "lists",
                       p_split=p_split, delta_from=delta_from,
                       block_k_band=None if band is None else band.block_n,
-                      block_q_fwd_band=None if band is None else band.block_m)
+                      block_q_fwd_band=None if band is None else band.block_m,
+                      block_k_long=None if long is None else long.block_n,
+                      block_q_fwd_long=None if long is None else long.block_m,
+                      long_keys=None if long is None else LONG_KEYS)
 
 
 def _check_choice(name, value, allowed):
@@ -558,11 +593,12 @@ def _ptr(t: Layout) -> tuple:
 
 
 def _tiles(d: int, dv: int, dtype, block_q, block_k, tiles: list[int], precision: str = "default",
-           interpret: bool | None = None, band: bool = False, engine: str | None = None):
-    # a block-sparse mask fixes the tile grid (below): its warps and stages follow the unbanded table
+           interpret: bool | None = None, band: bool = False, engine: str | None = None, n_keys: int | None = None):
+    # a block-sparse mask fixes the tile grid (below): its warps and stages follow the unbanded, short-N table
     cfg = KernelConfig.unflat(tiles) if tiles else kernel_config(max(d, dv), dtype, interpret=interpret,
                                                                  precision=precision, band=band and not block_q,
-                                                                 engine=engine)
+                                                                 engine=engine,
+                                                                 n_keys=None if block_q else n_keys)
     if block_q:  # a block-sparse mask fixes the tile grid
         w = cfg.fwd
         # 8 warps are two warpgroups of 64 rows each: only for tiles of 128 rows and more
@@ -597,7 +633,7 @@ def _forward_launch(q, k, v, o, dense, sparse, band, off_lo, off_hi, block_q, bl
     B, Hq, nq, d = q.shape
     Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
     cfg, bd, bdv = _tiles(d, dv, getattr(torch, q.dtype), block_q, block_k, tiles,
-                          "accurate" if p_split else "default", interpret, band, engine)
+                          "accurate" if p_split else "default", interpret, band, engine, nk)
     t = cfg.fwd
     lse = Layout.dense("float32", (B, Hq, nq))
     num, idx = sparse if sparse else (lse, lse)
@@ -705,7 +741,8 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     # gluon_fwd where the tiles ask for it (the flag of the forward's TileConfig, flat() index _TILE_FIELDS - 1; or,
     # without tiles, the engine kernel_config gives) and the call is in its domain; looked up only then (host time)
     engine = forward_engine()
-    asked = bool(tiles[_TILE_FIELDS - 1]) if tiles else _gluon_asked(engine, max(q.shape[3], v.shape[3]))
+    asked = (bool(tiles[_TILE_FIELDS - 1]) if tiles
+             else _gluon_forward_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2]))
     lq, lk = (Layout.of(q), Layout.of(k)) if asked else (None, None)
     gluon = (_gluon_forward(lq, lk, Layout.of(v), dense is not None, bool(sparse), band, p_split, tuple(tiles),
                             _interpreting(), engine) if asked else None)
@@ -744,7 +781,7 @@ def _gluon_forward(q: Layout, k: Layout, v: Layout, has_dense: bool, sparse: boo
     if interpret or has_dense or sparse or p_split:
         return None
     cfg, _, _ = _tiles(q.shape[3], v.shape[3], getattr(torch, q.dtype), 0, 0, list(tiles), interpret=False, band=band,
-                       engine=engine)
+                       engine=engine, n_keys=k.shape[2])
     t = cfg.fwd
     return t if t.gluon and (t.block_m, t.block_n) == (128, 128) and _gluon_tensors(q, k, v) else None
 

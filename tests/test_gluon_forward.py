@@ -252,8 +252,6 @@ CASES = [
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_gluon_forward_and_the_backward_after_it_within_bound(case, dtype):
-    from flashcheck.proofs.bounds import backward_bound, forward_bound
-
     tiles = _gluon_tiles(case.shape.d, dtype)
     q = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hq, case.shape.Nq, case.shape.d))
     kv = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hkv, case.shape.Nk, case.shape.d))
@@ -261,8 +259,15 @@ def test_gluon_forward_and_the_backward_after_it_within_bound(case, dtype):
     assert _runs_gluon(q, kv, kv, band=band, tiles=tiles)
     inp = materialize(case, dtype)
     out = run_kernel(inp, case, dtype, backward=True, tiles=tiles)
+    _assert_all_within(inp, case, dtype, out, kernel_precision(dtype, case.shape.d, tiles=tiles))
+
+
+def _assert_all_within(inp, case, dtype, out, prec):
+    """O, LSE, dQ, dK, dV of a run (`run_kernel(backward=True)`) against the float64 reference, each within the
+    bound of `prec`; the worst ratios recorded."""
+    from flashcheck.proofs.bounds import backward_bound, forward_bound
+
     ref_o, ref_lse = reference_forward(inp, case)
-    prec = kernel_precision(dtype, case.shape.d, tiles=tiles)
     kw = dict(scale=inp.scale, causal=case.causal, window=case.window, mask=inp.mask, precision=prec)
     fb = forward_bound(inp.q, inp.k, inp.v, **kw)
     r = [assert_within("O", out[0], ref_o, fb.o), assert_within("LSE", out[1], ref_lse, fb.lse)]
@@ -307,3 +312,29 @@ def test_gluon_tiles_at_a_scale_not_above_zero_run_triton_fwd(scale):
     o2, l2 = attention(q, k, v, scale=scale, return_lse=True, tiles=plain)
     np.testing.assert_array_equal(to_numpy(o1), to_numpy(o2))
     np.testing.assert_array_equal(to_numpy(l1), to_numpy(l2))
+
+
+LONG_CASES = [
+    Case(Shape(1, 4, 2, 200, 4096, 64), causal="bottom_right", seed=9),
+    Case(Shape(1, 2, 1, 130, 4100, 64), seed=10),  # a ragged last key tile
+]
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", LONG_CASES, ids=str)
+def test_auto_runs_gluon_fwd_on_long_d64_calls_within_bound(case, dtype, monkeypatch):
+    """The default engine at d = 64 with N_k >= LONG_KEYS: gluon_fwd's 128 x 128 tile (triton_bwd's backward), the
+    outputs within the bounds of the Precision the adapter states for the default tiles (Precision.for_call takes
+    the long tile from the key count: tests/test_long_tile.py)."""
+    monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
+    q = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hq, case.shape.Nq, case.shape.d))
+    kv = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hkv, case.shape.Nk, case.shape.d))
+    band, _, _ = ka._band(case.causal, case.window, case.shape.Nq, case.shape.Nk)
+    assert ka._gluon_forward(q, kv, kv, False, False, band, False, (), False, "auto") is not None
+    inp = materialize(case, dtype)
+    out = run_kernel(inp, case, dtype, backward=True)
+    prec = kernel_precision(dtype, case.shape.d)
+    assert prec.long_keys == ka.LONG_KEYS <= case.shape.Nk
+    _assert_all_within(inp, case, dtype, out, prec)

@@ -692,8 +692,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     from flashcheck.reference.shapes import check_attention_args
 
     pr = check_attention_args(q, k, v, scale=scale, causal=causal, window=window, mask=mask, bias=bias)
-    M = _model(precision)  # (the model does not read the tiles)
-    precision = precision.banded(causal, window)  # the forward's tile under a band, where the kernel has one
+    precision = precision.for_call(causal, window, pr.Nk)  # the forward's tile of this call (long N, band)
+    M = _model(precision)  # after for_call: the tree depth of the call's forward tile (rowsum_depth, lg2_known)
     given, precision = precision, precision.fitted(pr.Nq, pr.Nk)
     dof = np.asarray(do, dtype=np.float64)
     if dof.shape != (pr.B, pr.Hq, pr.Nq, pr.dv):

@@ -111,8 +111,8 @@ def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, k
 
 def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, eta, explain=False) -> _Forward:
     p, qf, kf, vf, s, vis, sc = _problem(q, k, v, scale, causal, window, mask, bias)
-    M = _model(precision)  # (the model does not read the tiles)
-    precision = precision.banded(causal, window)  # the forward's tile under a band, where the kernel has one
+    precision = precision.for_call(causal, window, p.Nk)  # the forward's tile of this call (long N, band)
+    M = _model(precision)  # after for_call: the tree depth of the call's forward tile (rowsum_depth, lg2_known)
     given, precision = precision, precision.fitted(p.Nq, p.Nk)
     lam = hoeffding_lambda(1.0, eta)
     # every quantity of the forward analysis belongs to one query row: blocks of rows keep the

@@ -30,8 +30,8 @@ def lse_gradient_bound(q, k, *, scale=None, causal=False, window=None, mask=None
 
 def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision, kind):
     qa, ka = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
-    M = _model(precision)  # (the model does not read the tiles)
-    precision = precision.banded(causal, window).fitted(qa.shape[-2], ka.shape[-2])
+    precision = precision.for_call(causal, window, ka.shape[-2]).fitted(qa.shape[-2], ka.shape[-2])
+    M = _model(precision)  # after for_call: the tree depth of the call's forward tile (rowsum_depth, lg2_known)
     v = np.zeros((*ka.shape[:-1], 1))  # the LSE bound does not depend on v
     F = _forward(qa, ka, v, scale, causal, window, mask, bias, precision, kind, eta=FAILURE_PROBABILITY / 2)
     pr = F.problem

@@ -255,7 +255,12 @@ class Precision:
       by the emulation that walks them (fa2_forward(block_q=)).
     band_forward: the forward's tile under a band where it differs (BandForward; default None: one tile for every
       call). The bounds substitute it for banded calls (Precision.banded); set by flashcheck.adapters.ours_precision
-      from kernel_config's band tile."""
+      from kernel_config's band tile.
+    long_forward, long_keys: the forward's tile of calls with at least long_keys keys, banded or not, where it
+      differs (a BandForward and a positive int, both or neither; our kernel's "auto" engine at d = 64 fp16 / bf16:
+      gluon_fwd's 128 x 128 from flashcheck.kernels.attention.LONG_KEYS keys on, triton_fwd's 64 x 64 below). The
+      bounds substitute it for such calls before the band's (Precision.for_call); set by
+      flashcheck.adapters.ours_precision from kernel_config(n_keys=)."""
 
     input: str
     dot: str
@@ -285,6 +290,8 @@ class Precision:
     tile_lists: str = "band"
     block_q_fwd: int | None = None
     band_forward: BandForward | None = None
+    long_forward: BandForward | None = None
+    long_keys: int | None = None
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -324,6 +331,13 @@ class Precision:
                              f"dot='ieee', accumulate='float32' (got {self.input!r}, {self.dot!r}, {self.accumulate!r})")
         if self.band_forward is not None and not isinstance(self.band_forward, BandForward):
             raise ValueError(f"Precision.band_forward must be None or a BandForward, got {self.band_forward!r}")
+        if self.long_forward is not None and not isinstance(self.long_forward, BandForward):
+            raise ValueError(f"Precision.long_forward must be None or a BandForward, got {self.long_forward!r}")
+        lk = self.long_keys
+        if (lk is None) != (self.long_forward is None) or (
+                lk is not None and (not isinstance(lk, int) or isinstance(lk, bool) or lk < 1)):
+            raise ValueError("Precision.long_forward and long_keys come together (a BandForward and a positive int), "
+                             f"got {self.long_forward!r} and {lk!r}")
         d = self.rowsum_depth
         if d is not None and (not isinstance(d, int) or isinstance(d, bool) or d < 1):
             raise ValueError(f"Precision.rowsum_depth must be None or a positive int, got {d!r}")
@@ -375,6 +389,18 @@ class Precision:
         return replace(self, block_k=b.block_k, block_q_fwd=b.block_q_fwd, rowsum_depth=b.rowsum_depth,
                        block_k_dq=self.dq_key_tile, lg2_known=self.lg2_known and b.rowsum_depth is not None,
                        band_forward=None)
+
+    def for_call(self, causal, window, Nk: int) -> "Precision":
+        """This precision for a call with these causal / window arguments and Nk keys: with a long_forward stated and
+        Nk >= long_keys, the forward's tile fields are the long tile's (as `banded` substitutes the band's; the band
+        tile then no longer applies); otherwise `banded(causal, window)`. The bounds take it first, before
+        `fitted`."""
+        b = self.long_forward
+        if b is None or Nk < self.long_keys:
+            return self.banded(causal, window)
+        return replace(self, block_k=b.block_k, block_q_fwd=b.block_q_fwd, rowsum_depth=b.rowsum_depth,
+                       block_k_dq=self.dq_key_tile, lg2_known=self.lg2_known and b.rowsum_depth is not None,
+                       band_forward=None, long_forward=None, long_keys=None)
 
     def fitted(self, Nq: int, Nk: int) -> "Precision":
         """This precision with its tiles no wider than the problem. A tile of block_k >= Nk keys is the

@@ -1,0 +1,121 @@
+"""The forward's tile by key count (issue 10): the "auto" engine gives gluon_fwd's 128 x 128 tile to fp16 / bf16 calls
+at head dim 64 with at least LONG_KEYS keys (measured faster there, slower at N = 1k: bench/NOTES.md, "Session
+2026-11-27g"), triton_fwd's 64 x 64 below; the backward's tiles do not change. The tile is part of the arithmetic the
+bounds read, so the Precision states both (`Precision.long_forward`, `long_keys`) and the bounds take the call's
+(`Precision.for_call`) from its key count, as they take the band's tile from its causal / window arguments."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+import torch
+
+from flashcheck.proofs.bounds import BandForward, Precision, backward_bound, forward_bound
+
+ka = importlib.import_module("flashcheck.kernels.attention")  # the module (the package exports the function)
+LONG = ka.LONG_KEYS
+
+
+def _cfg(d=64, dtype=torch.bfloat16, **kw):
+    return ka.kernel_config(d, dtype, interpret=False, **kw)
+
+
+def test_auto_gives_the_gluon_forward_tile_at_d64_from_long_keys_on(monkeypatch):
+    monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
+    short, long = _cfg(n_keys=LONG - 1), _cfg(n_keys=LONG)
+    assert _cfg() == short and not short.fwd.gluon and (short.fwd.block_m, short.fwd.block_n) == (64, 64)
+    assert long.fwd.gluon and (long.fwd.block_m, long.fwd.block_n, long.fwd.num_warps) == (128, 128, 8)
+    assert (long.dkdv, long.dq) == (short.dkdv, short.dq) and not (long.dkdv.gluon or long.dq.gluon)  # triton_bwd's
+    assert _cfg(n_keys=LONG, band=True).fwd == long.fwd  # banded or not
+    assert _cfg(dtype=torch.float16, n_keys=10 * LONG).fwd.gluon
+
+
+def test_the_key_count_changes_nothing_elsewhere(monkeypatch):
+    monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
+    for kw in (dict(dtype=torch.float32), dict(precision="accurate"), dict(d=128), dict(d=80), dict(d=32),
+               dict(engine="triton"), dict(engine="gluon")):
+        assert _cfg(**{"n_keys": LONG, **kw}) == _cfg(**kw), kw
+    assert ka.kernel_config(64, torch.bfloat16, interpret=True, n_keys=LONG) == ka.kernel_config(
+        64, torch.bfloat16, interpret=True)
+
+
+def test_long_calls_at_d64_run_gluon_fwd_and_short_ones_triton_fwd(monkeypatch):
+    """The launcher's choice for calls without tiles follows the key count (the forward launch record's tile too);
+    the backward's launches are the same either way."""
+    monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
+    q = ka.Layout.dense("bfloat16", (1, 4, 256, 64))
+    for nk, gluon in ((LONG, True), (LONG - 1, False), (100, False)):
+        kv = ka.Layout.dense("bfloat16", (1, 2, nk, 64))
+        assert (ka._gluon_forward(q, kv, kv, False, False, True, False, (), False, "auto") is not None) == gluon, nk
+        fwd = ka.launches(q, kv, kv, causal="bottom_right")[0]
+        c = dict(fwd.constexprs)
+        assert (c["BLOCK_M"], c["BLOCK_N"]) == ((128, 128) if gluon else (64, 64)), nk
+    long = ka.Layout.dense("bfloat16", (1, 2, LONG, 64))
+    short = ka.Layout.dense("bfloat16", (1, 2, LONG - 1, 64))
+    bl, bs = ka.launches(q, long, long, grad=True)[1:], ka.launches(q, short, short, grad=True)[1:]
+    assert [dict(x.constexprs) for x in bl] == [dict(x.constexprs) for x in bs]
+
+
+def test_the_arithmetic_and_precision_state_the_long_tile(monkeypatch):
+    from flashcheck.adapters import ours_precision
+
+    monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
+    a = ka.arithmetic(torch.bfloat16, head_dim=64, interpret=False)
+    assert (a.block_k, a.block_q_fwd, a.block_k_long, a.block_q_fwd_long, a.long_keys) == (64, 64, 128, 128, LONG)
+    p = ours_precision(torch.float16, head_dim=64, interpret=False)
+    assert p.long_keys == LONG and (p.long_forward.block_k, p.long_forward.block_q_fwd) == (128, 128)
+    for kw in (dict(head_dim=128), dict(head_dim=64, tiles=_cfg()), dict(head_dim=64, precision="accurate")):
+        a = ka.arithmetic(torch.bfloat16, interpret=False, **kw)
+        assert (a.block_k_long, a.block_q_fwd_long, a.long_keys) == (None, None, None), kw
+    assert ours_precision(torch.float32, head_dim=64, interpret=False).long_forward is None
+    assert ka.arithmetic(torch.bfloat16, head_dim=64, interpret=True).long_keys is None
+
+
+def _long_precision(**kw):
+    return Precision("bfloat16", "bf16", block_k=64, block_q=64, block_q_fwd=64, rowsum_depth=6,
+                     l_accumulate="float64",
+                     long_forward=BandForward(block_k=128, block_q_fwd=128, rowsum_depth=None), long_keys=300, **kw)
+
+
+def test_for_call_substitutes_the_long_tile_from_long_keys_on_before_the_band():
+    p = _long_precision(band_forward=BandForward(block_k=32, block_q_fwd=32, rowsum_depth=5))
+    assert p.for_call(False, None, 299) is p
+    assert p.for_call(True, None, 299).block_k == 32  # the band's below long_keys
+    for causal in (False, True, "bottom_right"):
+        b = p.for_call(causal, None, 300)
+        assert (b.block_k, b.block_q_fwd, b.rowsum_depth, b.long_forward, b.band_forward) == (128, 128, None, None,
+                                                                                            None), causal
+        assert b.dq_key_tile == 64 and b.block_q == 64  # the backward's tiles stay
+    for kw in (dict(long_keys=None), dict(long_keys=0), dict(long_keys=True)):
+        with pytest.raises(ValueError, match="long_keys"):
+            Precision("bfloat16", "bf16", long_forward=BandForward(block_k=128), **kw)
+    with pytest.raises(ValueError, match="long_forward"):
+        Precision("bfloat16", "bf16", long_keys=300)
+    with pytest.raises(ValueError, match="long_forward"):
+        Precision("bfloat16", "bf16", long_forward=(128, 128), long_keys=300)
+
+
+def _problem(nq=40, nk=300, d=16, seed=0):
+    g = np.random.default_rng(seed)
+    return [g.standard_normal((1, 1, n, d)) for n in (nq, nk, nk)] + [g.standard_normal((1, 1, nq, d))]
+
+
+@pytest.mark.parametrize("causal", [False, "bottom_right"])
+def test_the_bounds_read_the_long_tile_for_long_calls(causal):
+    """forward_bound / backward_bound of a call with long_keys keys are those of the long tile (its rowsum depth
+    included: the arithmetic model is built after the substitution), and differ from the short tile's here
+    (N_k = 300: 3 tiles of 128, any rowsum order, against 5 of 64 in trees of depth 6), so the substitution is seen."""
+    q, k, v, do = _problem()
+    p = _long_precision()
+    long = p.for_call(causal, None, 300)
+    short = Precision("bfloat16", "bf16", block_k=64, block_q=64, block_q_fwd=64, rowsum_depth=6,
+                      l_accumulate="float64")
+    for fn, args, names in ((forward_bound, (q, k, v), ("o", "lse")), (backward_bound, (q, k, v, do), ("dq", "dk", "dv"))):
+        got, want, other = (fn(*args, causal=causal, precision=x) for x in (p, long, short))
+        for name in names:
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=f"{fn.__name__} {name}")
+        assert any(not np.array_equal(getattr(want, n), getattr(other, n)) for n in names), fn.__name__
+    q, k, v, do = _problem(nk=299)
+    np.testing.assert_array_equal(forward_bound(q, k, v, causal=causal, precision=p).o,
+                                  forward_bound(q, k, v, causal=causal, precision=short).o)
