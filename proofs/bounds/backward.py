@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from .precision import (_DOT_OPERAND, FAILURE_PROBABILITY, Precision, REFERENCE_PRECISION, UNDERFLOW_FLOOR, UNIT_ROUNDOFF, _Model, _check_kind, _conv, _dot_steps, _model, _within_dot, gamma, hoeffding_lambda)
+from .precision import (_DOT_OPERAND, FAILURE_PROBABILITY, Precision, REFERENCE_PRECISION, UNDERFLOW_FLOOR, UNIT_ROUNDOFF, _Model, _check_kind, _conv, _dot_steps, _model, _within_dot, gamma, hoeffding_lambda, _for_call)
 from .results import (BackwardBound, ForwardBound)
 from .common import (_FP32_NORMAL_MIN, _SIGNIFICAND_BITS, _exp_err, _fix_bad, _half_ulp, _no_nan, _round_nearest,
                      _rounding_on_data, _rows_chunks, _weighted_exp_err)
@@ -692,7 +692,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     from flashcheck.reference.shapes import check_attention_args
 
     pr = check_attention_args(q, k, v, scale=scale, causal=causal, window=window, mask=mask, bias=bias)
-    precision = precision.for_call(causal, window, pr.Nk)  # the forward's tile of this call (long N, band)
+    precision = _for_call(precision, causal, window, pr.Nk)  # the forward's tile of this call (long N, band)
     M = _model(precision)  # after for_call: the tree depth of the call's forward tile (rowsum_depth, lg2_known)
     given, precision = precision, precision.fitted(pr.Nq, pr.Nk)
     dof = np.asarray(do, dtype=np.float64)

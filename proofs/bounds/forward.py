@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from .precision import (_DOT_OPERAND, FAILURE_PROBABILITY, Precision, _Model, _check_kind, _conv, _dot_steps, _model, gamma, hoeffding_lambda)
+from .precision import (_DOT_OPERAND, FAILURE_PROBABILITY, Precision, _Model, _check_kind, _conv, _dot_steps, _model, gamma, hoeffding_lambda, _for_call)
 from .results import (ForwardBound)
 from .common import (_SIGNIFICAND_BITS, _exp_err, _half_ulp, _no_nan, _problem, _rounding_on_data, _rows_chunks, _signed_sum_bound,
                      _softmax_parts, _weighted_dev, _weighted_exp_err)
@@ -111,7 +111,7 @@ def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, k
 
 def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, eta, explain=False) -> _Forward:
     p, qf, kf, vf, s, vis, sc = _problem(q, k, v, scale, causal, window, mask, bias)
-    precision = precision.for_call(causal, window, p.Nk)  # the forward's tile of this call (long N, band)
+    precision = _for_call(precision, causal, window, p.Nk)  # the forward's tile of this call (long N, band)
     M = _model(precision)  # after for_call: the tree depth of the call's forward tile (rowsum_depth, lg2_known)
     given, precision = precision, precision.fitted(p.Nq, p.Nk)
     lam = hoeffding_lambda(1.0, eta)

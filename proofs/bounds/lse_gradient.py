@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .precision import (FAILURE_PROBABILITY, Precision, _check_kind, _conv, _dot_steps, _model, gamma, hoeffding_lambda)
+from .precision import (FAILURE_PROBABILITY, Precision, _check_kind, _conv, _dot_steps, _model, gamma, hoeffding_lambda, _for_call)
 from .common import (_exp_err, _fix_bad, _no_nan, _rows_chunks, _weighted_exp_err)
 from .logits import (_logit_errors)
 from . import forward as _forward_module
@@ -30,7 +30,7 @@ def lse_gradient_bound(q, k, *, scale=None, causal=False, window=None, mask=None
 
 def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision, kind):
     qa, ka = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
-    precision = precision.for_call(causal, window, ka.shape[-2]).fitted(qa.shape[-2], ka.shape[-2])
+    precision = _for_call(precision, causal, window, ka.shape[-2]).fitted(qa.shape[-2], ka.shape[-2])
     M = _model(precision)  # after for_call: the tree depth of the call's forward tile (rowsum_depth, lg2_known)
     v = np.zeros((*ka.shape[:-1], 1))  # the LSE bound does not depend on v
     F = _forward(qa, ka, v, scale, causal, window, mask, bias, precision, kind, eta=FAILURE_PROBABILITY / 2)

@@ -482,9 +482,19 @@ class _Model:
     delta_trees: tuple | None = None  # and its leaf orders, one of them the call's (Precision.delta_trees)
 
 
-def _model(precision: Precision) -> _Model:
+def _checked(precision) -> Precision:
     if not isinstance(precision, Precision):
         raise TypeError(f"precision must be a flashcheck.proofs.bounds.Precision, got {type(precision).__name__}")
+    return precision
+
+
+def _for_call(precision, causal, window, Nk: int) -> Precision:
+    """`Precision.for_call` of a bound's `precision` argument, checked to be a Precision first."""
+    return _checked(precision).for_call(causal, window, Nk)
+
+
+def _model(precision: Precision) -> _Model:
+    _checked(precision)
     pr = precision
     u_w = UNIT_ROUNDOFF[pr.accumulate]
     op = _DOT_OPERAND[pr.dot]
