@@ -402,6 +402,15 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
     fusion = rec is not None and rec["exp_argument"] == "fma" and _fp_fusion_default()
     fma_chain = (a.exp != "libm" and hw.ieee_dot == "fma_chain" and (a.input, a.dot) == ("float32", "ieee")
                  and _block_d(head_dim) in hw.ieee_dot_k and fusion)
+
+    def forward_tile(block_k, block_q_fwd, **call):
+        """The BandForward of the forward tile kernel_config gives calls of this kind (`call`: band= or n_keys=),
+        None where it gives none of its own; its rowsum depth from that tile's record."""
+        if block_k is None:
+            return None
+        depth = None if rec is None else (_compiled_record(dtype, a.dot, head_dim, precision, tiles, **call)
+                                          or {}).get("rowsum_depth")
+        return BandForward(block_k=block_k, block_q_fwd=block_q_fwd, rowsum_depth=depth)
     return _precision(input=a.input, dot=a.dot, accumulate="float32", output=a.output, exp=a.exp,
                       block_k=a.block_k, block_q=a.block_q, block_k_dq=a.block_k_dq,  # dQ's own key tiles
                       # the backward kernels' outer blocks and how their partial tiles are chosen: the order of the
@@ -410,16 +419,10 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       # the forward's query blocks (BLOCK_M): its chains on masked heads in each block's order
                       block_q_fwd=a.block_q_fwd,
                       # long calls' own forward tile (kernel_config(n_keys=LONG_KEYS)), its rowsum tree from its record
-                      long_forward=None if a.block_k_long is None else BandForward(
-                          block_k=a.block_k_long, block_q_fwd=a.block_q_fwd_long,
-                          rowsum_depth=None if rec is None else (_compiled_record(
-                              dtype, a.dot, head_dim, precision, tiles, n_keys=a.long_keys) or {}).get("rowsum_depth")),
+                      long_forward=forward_tile(a.block_k_long, a.block_q_fwd_long, n_keys=a.long_keys),
                       long_keys=a.long_keys,
                       # banded calls' own forward tile (kernel_config(band=True)), its rowsum tree from its own record
-                      band_forward=None if a.block_k_band is None else BandForward(
-                          block_k=a.block_k_band, block_q_fwd=a.block_q_fwd_band,
-                          rowsum_depth=None if rec is None else (_compiled_record(
-                              dtype, a.dot, head_dim, precision, tiles, band=True) or {}).get("rowsum_depth")),
+                      band_forward=forward_tile(a.block_k_band, a.block_q_fwd_band, band=True),
                       accumulation="recursive", p_split=a.p_split, delta_from=a.delta_from, l_accumulate=a.l_accumulate,
                       tile_order="partial_first",  # kernels/tiles.py visits a ragged last key tile first
                       hardware=hw, ieee_fma_chain=fma_chain,

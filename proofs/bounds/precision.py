@@ -386,9 +386,7 @@ class Precision:
         b = self.band_forward
         if b is None or not is_band(causal, window):
             return self
-        return replace(self, block_k=b.block_k, block_q_fwd=b.block_q_fwd, rowsum_depth=b.rowsum_depth,
-                       block_k_dq=self.dq_key_tile, lg2_known=self.lg2_known and b.rowsum_depth is not None,
-                       band_forward=None)
+        return self._with_forward(b, band_forward=None)
 
     def for_call(self, causal, window, Nk: int) -> "Precision":
         """This precision for a call with these causal / window arguments and Nk keys: with a long_forward stated and
@@ -398,9 +396,14 @@ class Precision:
         b = self.long_forward
         if b is None or Nk < self.long_keys:
             return self.banded(causal, window)
+        return self._with_forward(b, band_forward=None, long_forward=None, long_keys=None)
+
+    def _with_forward(self, b: BandForward, **spent) -> "Precision":
+        """This precision with b's forward tile fields (block_k, block_q_fwd, rowsum_depth; lg2_known only where b's
+        rowsum depth is stated), the backward's tiles kept (a dQ loop that followed block_k keeps its width:
+        block_k_dq set to it), and the `spent` substitutions' fields cleared."""
         return replace(self, block_k=b.block_k, block_q_fwd=b.block_q_fwd, rowsum_depth=b.rowsum_depth,
-                       block_k_dq=self.dq_key_tile, lg2_known=self.lg2_known and b.rowsum_depth is not None,
-                       band_forward=None, long_forward=None, long_keys=None)
+                       block_k_dq=self.dq_key_tile, lg2_known=self.lg2_known and b.rowsum_depth is not None, **spent)
 
     def fitted(self, Nq: int, Nk: int) -> "Precision":
         """This precision with its tiles no wider than the problem. A tile of block_k >= Nk keys is the
