@@ -188,11 +188,11 @@ _COMPILE_BWD = """
 import json, os, subprocess, sys, tempfile
 import triton
 from bench.compile_forward import compile_gluon_dkdv, compile_gluon_dq
-a = [int(x) for x in sys.argv[1:]]
+a = [int(x) for x in sys.argv[1:]]  # dQ's block_n, stages, then one (block_m, stages) pair per dK/dV tile
 tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 out = {}
-for name, ck in (("dkdv", compile_gluon_dkdv("bfloat16", 128, True, 2, a[0], a[1])),
-                 ("dq", compile_gluon_dq("bfloat16", 128, True, 2, a[2], a[3]))):
+for name, ck in [("dq", compile_gluon_dq("bfloat16", 128, True, 2, a[0], a[1]))] + [
+        (f"dkdv{m}", compile_gluon_dkdv("bfloat16", 128, True, 2, m, st)) for m, st in zip(a[2::2], a[3::2])]:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.cubin")
         with open(path, "wb") as f:
@@ -219,14 +219,15 @@ def test_gluon_bwd_compiles_for_sm90_with_its_recorded_spills():
     from tests.compiled_record import compiled
 
     g = _gluon_tiles(128)
-    got = compiled(_COMPILE_BWD, g.dkdv.block_m, g.dkdv.num_stages, g.dq.block_n, g.dq.num_stages)
+    assert g.dkdv.block_m == 64
+    got = compiled(_COMPILE_BWD, g.dq.block_n, g.dq.num_stages, g.dkdv.block_m, g.dkdv.num_stages, 32, 4)
     assert got["dq"]["hgmma"] > 0 and got["dq"]["local"] == 0, got
-    assert got["dkdv"]["hgmma"] > 0, got
+    assert got["dkdv64"]["hgmma"] > 0, got
     if triton.__version__ in DKDV_LOCAL:
-        assert got["dkdv"]["local"] <= DKDV_LOCAL[triton.__version__], (
-            f"dK/dV kernel: {got['dkdv']['local']} local-memory instructions, recorded "
+        assert got["dkdv64"]["local"] <= DKDV_LOCAL[triton.__version__], (
+            f"dK/dV kernel: {got['dkdv64']['local']} local-memory instructions, recorded "
             f"{DKDV_LOCAL[triton.__version__]} for Triton {triton.__version__}")
-    spill_free = compiled(_COMPILE_BWD, 32, 4, g.dq.block_n, g.dq.num_stages)["dkdv"]
+    spill_free = got["dkdv32"]
     assert spill_free["hgmma"] > 0 and spill_free["local"] == 0, spill_free
 
 
