@@ -936,9 +936,13 @@ def compile_gluon_dkdv(dtype: str, d: int, band: bool, group: int, block_m: int,
 
     def desc(rows):
         return _gluon_descriptor_type(dtype, d, rows)
+
+    def rows(cols):  # LSE's and Delta's per-row slices (gluon_bwd.rows_descriptor)
+        return f"tensordesc<fp32[1, {cols}],{gluon_bwd.ROWS_LAYOUT!r}>"
     return _compile_gluon(gluon_bwd.attn_bwd_dkdv_gluon_kernel,
                           {"q_desc": desc(block_m), "k_desc": desc(64), "v_desc": desc(64), "do_desc": desc(block_m),
-                           "dk_desc": desc(64), "dv_desc": desc(64), "LSE": "*fp32", "Delta": "*fp32",
+                           "dk_desc": desc(64), "dv_desc": desc(64), "lse_desc": rows(block_m),
+                           "delta_desc": rows(block_m),
                            "sm_scale": "fp32", "Nq": "i32", "Nk": "i32", "Hkv": "i32", "off_lo": "i32",
                            "off_hi": "i32"},
                           dict(GROUP=group, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=128, STAGES=stages, BAND=band))

@@ -57,14 +57,27 @@ def variant_sources(base: str | None = None) -> dict[str, tuple[str, int | None]
     return out
 
 
-def _load(name: str, text: str, tmp: Path):
-    path = tmp / f"gluon_fwd_{name}.py"
+def load_variant(stem: str, name: str, text: str, tmp: Path):
+    """The module of one variant's source (`stem`: the kernel file's name, e.g. gluon_fwd), imported from `tmp`."""
+    path = tmp / f"{stem}_{name}.py"
     path.write_text(text)
-    spec = importlib.util.spec_from_file_location(f"fwd_variant_{name}", path)
+    spec = importlib.util.spec_from_file_location(f"{stem}_variant_{name}", path)
     m = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = m
     spec.loader.exec_module(m)
     return m
+
+
+def save_rows(out: str | None, filename: str, rows: list[dict]) -> None:
+    """rows as `out`/`filename` (JSON, with the device and versions), when --out was given."""
+    if not out:
+        return
+    import torch
+    import triton
+
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / filename).write_text(json.dumps(dict(
+        device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__, rows=rows), indent=1))
 
 
 def _tflops(d, n, causal, ms):
@@ -77,11 +90,9 @@ def run(rounds: int, base: str | None = None) -> list[dict]:
 
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from triton.testing import do_bench
-
     ka = importlib.import_module("flashcheck.kernels.attention")
     tmp = Path(tempfile.mkdtemp(prefix="fwd_variants_"))
-    mods = {name: (_load(name, text, tmp), stages) for name, (text, stages) in variant_sources(base).items()}
+    mods = {name: (load_variant("gluon_fwd", name, text, tmp), stages) for name, (text, stages) in variant_sources(base).items()}
     rows = []
     for d, n, causal in CELLS:
         B, H = 16384 // n, 2048 // d
@@ -113,19 +124,29 @@ def run(rounds: int, base: str | None = None) -> list[dict]:
         ref = fns["kernel"]().clone()
         diff = {name: float((fn().float() - ref.float()).abs().max()) for name, fn in fns.items()}
         fns["cudnn"] = cudnn
-        t = {name: [] for name in fns}
-        for _ in range(rounds):
-            for name, fn in fns.items():
-                t[name].append(do_bench(fn, warmup=25, rep=100, return_mode="median"))
-        ms = {name: statistics.median(x) for name, x in t.items()}
-        row = dict(d=d, N=n, causal=causal, ms=ms, rounds=t, diff_vs_kernel=diff,
-                   tflops={name: _tflops(d, n, causal, x) for name, x in ms.items()})
-        rows.append(row)
-        print(f"d={d:3d} N={n:5d} causal={causal!s:5} | " + "  ".join(
-            f"{name} {row['tflops'][name]:5.1f} ({ms['kernel'] / ms[name]:.3f}x kernel)" for name in fns)
-            + " | max|O - kernel| " + " ".join(f"{name} {x:.1e}" for name, x in diff.items() if name != "kernel"),
-            flush=True)
+        rows.append(timed_row(d, n, causal, fns, rounds, diff, _tflops, "O"))
     return rows
+
+
+def timed_row(d: int, n: int, causal: bool, fns: dict, rounds: int, diff: dict, tflops, what: str) -> dict:
+    """One cell: every fn timed once a round (the order rotated each round; medians of triton.testing.do_bench), the
+    row printed ("kernel" the reference) and returned; diff: each variant's max |output - kernel's| (`what`)."""
+    from triton.testing import do_bench
+
+    names = list(fns)
+    t = {name: [] for name in names}
+    for r in range(rounds):
+        for i in range(len(names)):
+            name = names[(i + r) % len(names)]
+            t[name].append(do_bench(fns[name], warmup=25, rep=100, return_mode="median"))
+    ms = {name: statistics.median(x) for name, x in t.items()}
+    row = dict(d=d, N=n, causal=causal, ms=ms, rounds=t, diff_vs_kernel=diff,
+               tflops={name: tflops(d, n, causal, x) for name, x in ms.items()})
+    print(f"d={d:3d} N={n:5d} causal={causal!s:5} | " + "  ".join(
+        f"{name} {row['tflops'][name]:5.1f} ({ms['kernel'] / ms[name]:.3f}x kernel)" for name in names)
+        + f" | max|{what} - kernel| " + " ".join(f"{name} {x:.1e}" for name, x in diff.items() if name != "kernel"),
+        flush=True)
+    return row
 
 
 def main(argv=None) -> int:
@@ -135,18 +156,12 @@ def main(argv=None) -> int:
     p.add_argument("--base", default=None, help="an earlier kernels/gluon_fwd.py to time beside the current one")
     args = p.parse_args(argv)
     import torch
-    import triton
 
     if not torch.cuda.is_available():
         variant_sources(args.base)
         print("fwd_variants: the edits apply; timing needs an sm_90 GPU")
         return 0
-    rows = run(args.rounds, args.base)
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "fwd_variants.json").write_text(json.dumps(dict(
-            device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__, rows=rows),
-            indent=1))
+    save_rows(args.out, "fwd_variants.json", run(args.rounds, args.base))
     return 0
 
 

@@ -815,13 +815,13 @@ def _gluon_backward(q: Layout, k: Layout, v: Layout, do: Layout, dq: Layout, dk:
 
 @functools.lru_cache(maxsize=1024)
 def _gluon_dkdv_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, t: TileConfig) -> Launch:
-    """gluon_bwd's dK/dV launch: six TMA descriptors (Q's and dO's of block_m-row boxes, K's, V's, dK's and dV's of
-    64 rows) as its leading "pointers", then LSE, Delta, sm_scale."""
+    """gluon_bwd's dK/dV launch: eight TMA descriptors (Q's and dO's of block_m-row boxes, K's, V's, dK's and dV's of
+    64 rows, LSE's and Delta's of block_m per-row values: gluon_bwd.rows_descriptor) as its leading "pointers", then
+    sm_scale."""
     B, Hq, nq, d = q.shape
     Hkv, nk = k.shape[1], k.shape[2]
-    lse = Layout.dense("float32", (B, Hq, nq))
     return Launch("attn_bwd_dkdv_gluon_kernel", (triton.cdiv(nk, t.block_n), B * Hkv),
-                  ((q.dtype, True),) * 6 + (_ptr(lse), _ptr(lse)), (nq, nk, Hkv, off_lo, off_hi),
+                  ((q.dtype, True),) * 6 + (("float32", True),) * 2, (nq, nk, Hkv, off_lo, off_hi),
                   (("GROUP", Hq // Hkv), ("HEAD_D", d), ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n),
                    ("STAGES", t.num_stages), ("BAND", band)), 4, None)
 
@@ -964,6 +964,16 @@ def _use_descriptor_allocator() -> None:
         _allocator_set = True
 
 
+def _per_row(t: torch.Tensor) -> torch.Tensor:
+    """A (B, H, N) fp32 tensor of per-row values (LSE, Delta) as the (B·H, N) matrix gluon_bwd's TMA reads: a view
+    when its rows are contiguous and start 16 bytes apart, else a copy into rows padded to 4 values."""
+    B, H, n = t.shape
+    if t.is_contiguous() and n % 4 == 0:
+        return t.view(B * H, n)
+    padded = torch.empty((B * H, -(-n // 4) * 4), dtype=t.dtype, device=t.device)[:, :n]
+    return padded.copy_(t.reshape(B * H, n))
+
+
 def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_lo, off_hi,
               block_q, block_k, dot, tiles):
     B, Hq, nq, _ = q.shape
@@ -1004,7 +1014,9 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
         half = g_dkdv.block_n // 2
         _launch(gluon_bwd.attn_bwd_dkdv_gluon_kernel, launch, gluon_fwd.descriptor(q, g_dkdv.block_m),
                 gluon_fwd.descriptor(k, half), gluon_fwd.descriptor(v, half), gluon_fwd.descriptor(do, g_dkdv.block_m),
-                gluon_fwd.descriptor(dk, half), gluon_fwd.descriptor(dv_, half), lse, delta, scale)
+                gluon_fwd.descriptor(dk, half), gluon_fwd.descriptor(dv_, half),
+                gluon_bwd.rows_descriptor(_per_row(lse), g_dkdv.block_m),
+                gluon_bwd.rows_descriptor(_per_row(delta), g_dkdv.block_m), scale)
     else:
         _launch(attn_bwd_dkdv_kernel, dkdv, q, k, v, do, lse, delta, dk, dv_, mask_t, qnum, qidx, fqnum, fqidx,
                 scale)

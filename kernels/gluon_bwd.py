@@ -5,7 +5,10 @@ Why (bench/NOTES.md, "Profile 2026-11-26e"): at d = 128 the Triton dK/dV kernel 
 thread (the dK and dV fp32 accumulators of 128 keys, plus Sᵀ, dPᵀ and dSᵀ) and spills (8.6 M local requests per
 launch), with the tensor pipe 57 % busy. Here
 - a 1-warp producer partition loads the program's K and V once and streams the (Q, dO) tiles of every query head of
-  the GQA group with TMA into a STAGES-slot ring (one mbarrier per slot and direction);
+  the GQA group with TMA into a STAGES-slot ring (one mbarrier per slot and direction), each with its rows' slice of
+  LSE (beside Q) and of Δ (beside dO): read per tile from global memory, those two loads sat on every tile's critical
+  path (not loading them at all ran the kernel 1.22-1.38x faster; through the ring, 1.02-1.17x: bench/NOTES.md,
+  "Session 2026-11-28");
 - two consumer warpgroups own 64 of the program's BLOCK_N = 128 keys each (their dK, dV accumulators: 64 x d fp32,
   64 registers a thread each) with their registers raised to CONSUMER_REGS (setmaxnreg), no barrier between them but
   the ring's;
@@ -27,8 +30,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                              warpgroup_mma_wait)
 
 # the forward's TMA copies (named per Triton version), barrier arrays, base-2 constant and register split
-from flashcheck.kernels.gluon_fwd import (CONSUMER_REGS, LOG2E, _tma_load, _tma_store, barriers, inner_start,
-                                          query_block_tiles)
+from flashcheck.kernels.gluon_fwd import (CONSUMER_REGS, LOG2E, _tma_load, _tma_store, barriers, cached_descriptor,
+                                          inner_start, query_block_tiles)
 from flashcheck.kernels.tiles import _band_range, full_start, partial_start, visible
 
 HALF_N: gl.constexpr = gl.constexpr(64)  # keys (dK/dV) or query rows (dQ) per consumer warpgroup: wgmma's M
@@ -46,9 +49,10 @@ def _query_tiles(off_hkv, g, GROUP: gl.constexpr, start_n, Nq, Nk, off_lo, off_h
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, do_desc, k_halves, v_halves, q_ring, do_ring, kv_ready, q_ready, do_ready,
-              tile_free, off_b, off_hkv, start_n, Nq, Nk, off_lo, off_hi, GROUP: gl.constexpr, BAND: gl.constexpr,
-              BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring, lse_ring,
+              delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi,
+              GROUP: gl.constexpr, BAND: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+              STAGES: gl.constexpr):
     # one warp: K and V's two halves once, then (Q, dO) of every query tile of every head of the group in the
     # consumers' order into slot it % STAGES, once both consumers let go of it
     mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes + 2 * v_desc.block_type.nbytes)
@@ -59,20 +63,25 @@ def _producer(q_desc, k_desc, v_desc, do_desc, k_halves, v_halves, q_ring, do_ri
     for g in range(GROUP):
         off_h, n_partial, n_tiles, lo, f_lo, f_hi = _query_tiles(off_hkv, g, GROUP, start_n, Nq, Nk, off_lo, off_hi,
                                                                  BAND, BLOCK_N, BLOCK_M)
+        bh = off_b * Hq + off_h  # the head's row of LSE and Δ viewed as (B·Hq, Nq)
         for t in range(n_tiles):
             start_m = inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M)
             slot = it % STAGES
             phase = (it // STAGES) & 1
             mbarrier.wait(tile_free.index(slot), phase ^ 1)  # fresh barrier: the first round never waits
-            mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
+            # Q with its rows' LSE, dO with their Δ (TMA fills rows past Nq, or before 0, with zeros: the masked
+            # loads' other=0 of triton_bwd)
+            mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes + lse_desc.block_type.nbytes)
             _tma_load(q_desc, [off_b, off_h, start_m, 0], q_ready.index(slot), q_ring.index(slot))
-            mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
+            _tma_load(lse_desc, [bh, start_m], q_ready.index(slot), lse_ring.index(slot))
+            mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes + delta_desc.block_type.nbytes)
             _tma_load(do_desc, [off_b, off_h, start_m, 0], do_ready.index(slot), do_ring.index(slot))
+            _tma_load(delta_desc, [bh, start_m], do_ready.index(slot), delta_ring.index(slot))
             it += 1
 
 
 @gluon.jit
-def _tile(dk, dv, k_smem, v_smem, q_smem, do_smem, LSE, Delta, bh, keys, start_m, qk_scale2, Nq, Nk, off_lo,
+def _tile(dk, dv, k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, keys, start_m, qk_scale2, Nq, Nk, off_lo,
           off_hi, MASKED: gl.constexpr, BAND: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
           s_layout: gl.constexpr, a_layout: gl.constexpr):
     """triton_bwd `_dkdv_tile` for one warpgroup's 64 keys and one query tile: (dK, dV) updated."""
@@ -82,12 +91,7 @@ def _tile(dk, dv, k_smem, v_smem, q_smem, do_smem, LSE, Delta, bh, keys, start_m
     # Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: both operands in shared memory, issued together
     sT = warpgroup_mma(k_smem, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     dpT = warpgroup_mma(v_smem, do_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    if MASKED:
-        lse = gl.load(LSE + bh * Nq + queries, mask=queries < Nq, other=0.0)
-        delta = gl.load(Delta + bh * Nq + queries, mask=queries < Nq, other=0.0)
-    else:
-        lse = gl.load(LSE + bh * Nq + queries)
-        delta = gl.load(Delta + bh * Nq + queries)
+    lse = lse_smem.reshape([BLOCK_M]).load(gl.SliceLayout(0, s_layout))  # the ring's slice: no global latency
     sT = warpgroup_mma_wait(1, deps=(sT, ))
     # S2ᵀ = K Qᵀ · scale · log2(e)   /   s2[j,i] = scale · log2(e) · k_j · q_i
     s2T = sT * qk_scale2
@@ -103,6 +107,7 @@ def _tile(dk, dv, k_smem, v_smem, q_smem, do_smem, LSE, Delta, bh, keys, start_m
     p_op = gl.convert_layout(pT.to(dtype), a_layout)
     dv = warpgroup_mma(p_op, do_smem, dv, is_async=True)
     dpT = warpgroup_mma_wait(1, deps=(dpT, ))  # Sᵀ, dPᵀ done; dV may run on
+    delta = delta_smem.reshape([BLOCK_M]).load(gl.SliceLayout(0, s_layout))  # loaded late: 16 registers fewer
     # dS = P ∘ (dP − Δ)   /   dS[i,j] = P[i,j] * (dP[i,j] − Δ[i])
     dsT = pT * (dpT - delta[None, :])
     # dK = dSᵀ Q (scale applied once at the end)   /   dk[j,c] += Σ_i dS[i,j] q[i,c]
@@ -113,7 +118,7 @@ def _tile(dk, dv, k_smem, v_smem, q_smem, do_smem, LSE, Delta, bh, keys, start_m
 
 
 @gluon.jit
-def _ring_tile(dk, dv, it, k_smem, v_smem, q_ring, do_ring, q_ready, do_ready, tile_free, LSE, Delta, bh, keys,
+def _ring_tile(dk, dv, it, k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, q_ready, do_ready, tile_free, keys,
                start_m, qk_scale2, Nq, Nk, off_lo, off_hi, MASKED: gl.constexpr, BAND: gl.constexpr,
                BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
                a_layout: gl.constexpr):
@@ -123,15 +128,16 @@ def _ring_tile(dk, dv, it, k_smem, v_smem, q_ring, do_ring, q_ready, do_ready, t
     mbarrier.wait(q_ready.index(slot), phase)
     mbarrier.wait(do_ready.index(slot), phase)
     dk, dv = _tile(dk, dv, k_smem, v_smem, q_ring.index(slot).reshape([BLOCK_M, HEAD_D]),
-                   do_ring.index(slot).reshape([BLOCK_M, HEAD_D]), LSE, Delta, bh, keys, start_m, qk_scale2, Nq, Nk,
+                   do_ring.index(slot).reshape([BLOCK_M, HEAD_D]), lse_ring.index(slot), delta_ring.index(slot), keys,
+                   start_m, qk_scale2, Nq, Nk,
                    off_lo, off_hi, MASKED, BAND, BLOCK_M, HEAD_D, s_layout, a_layout)
     mbarrier.arrive(tile_free.index(slot))
     return dk, dv
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, dk_desc, dv_desc, LSE, Delta, k_halves, v_halves, q_ring, do_ring, kv_ready,
-              q_ready, do_ready, tile_free, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi,
+def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring,
+              kv_ready, q_ready, do_ready, tile_free, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi,
               GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
               STAGES: gl.constexpr, BAND: gl.constexpr):
     # warpgroup WG: keys start_n + WG * HALF_N + [0, HALF_N); Sᵀ / dPᵀ (keys x queries) and dK / dV (keys x d) in
@@ -154,17 +160,16 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, LSE, Delta, k_halves, v_halves
     for g in range(GROUP):
         off_h, n_partial, n_tiles, lo, f_lo, f_hi = _query_tiles(off_hkv, g, GROUP, start_n, Nq, Nk, off_lo, off_hi,
                                                                  BAND, BLOCK_N, BLOCK_M)
-        bh = off_b.to(gl.int64) * Hq + off_h
         # the partial tiles (masked), then the full ones: two loops, as triton_bwd's (one loop holding both code
         # paths spilled at d = 128)
         for t in range(0, n_partial):
-            dk, dv = _ring_tile(dk, dv, it, k_smem, v_smem, q_ring, do_ring, q_ready, do_ready, tile_free, LSE, Delta,
-                                bh, keys, partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M), qk_scale2, Nq, Nk,
+            dk, dv = _ring_tile(dk, dv, it, k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, q_ready,
+                                do_ready, tile_free, keys, partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M), qk_scale2, Nq, Nk,
                                 off_lo, off_hi, True, BAND, BLOCK_M, HEAD_D, STAGES, s_layout, a_layout)
             it += 1
         for t in range(0, n_tiles - n_partial):
-            dk, dv = _ring_tile(dk, dv, it, k_smem, v_smem, q_ring, do_ring, q_ready, do_ready, tile_free, LSE, Delta,
-                                bh, keys, full_start(t, None, f_lo, False, BLOCK_M), qk_scale2, Nq, Nk, off_lo,
+            dk, dv = _ring_tile(dk, dv, it, k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, q_ready,
+                                do_ready, tile_free, keys, full_start(t, None, f_lo, False, BLOCK_M), qk_scale2, Nq, Nk, off_lo,
                                 off_hi, False, BAND, BLOCK_M, HEAD_D, STAGES, s_layout, a_layout)
             it += 1
     # dK = scale · dSᵀ Q: the logit scale, applied once; dK and dV through this warpgroup's K / V halves (their
@@ -181,7 +186,7 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, LSE, Delta, k_halves, v_halves
 
 @gluon.jit
 def attn_bwd_dkdv_gluon_kernel(
-    q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, Delta,
+    q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc,
     sm_scale, Nq, Nk, Hkv, off_lo, off_hi,
     GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, BAND: gl.constexpr,
@@ -201,6 +206,8 @@ def attn_bwd_dkdv_gluon_kernel(
     v_halves = gl.allocate_shared_memory(dtype, [2, 1, 1, HALF_N, HEAD_D], v_desc.layout)
     q_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], q_desc.layout)
     do_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], do_desc.layout)
+    lse_ring = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], lse_desc.layout)
+    delta_ring = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], delta_desc.layout)
     kv_ready = barriers(1, 1).index(0)
     q_ready = barriers(STAGES, 1)
     do_ready = barriers(STAGES, 1)
@@ -208,15 +215,15 @@ def attn_bwd_dkdv_gluon_kernel(
     fence_async_shared()
 
     gl.warp_specialize([
-        (_consumer, (0, dk_desc, dv_desc, LSE, Delta, k_halves, v_halves, q_ring, do_ring, kv_ready, q_ready,
-                     do_ready, tile_free, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP,
+        (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, kv_ready,
+                     q_ready, do_ready, tile_free, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP,
                      HEAD_D, BLOCK_N, BLOCK_M, STAGES, BAND)),
-        (_consumer, (1, dk_desc, dv_desc, LSE, Delta, k_halves, v_halves, q_ring, do_ring, kv_ready, q_ready,
-                     do_ready, tile_free, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP,
+        (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, kv_ready,
+                     q_ready, do_ready, tile_free, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP,
                      HEAD_D, BLOCK_N, BLOCK_M, STAGES, BAND)),
-        (_producer, (q_desc, k_desc, v_desc, do_desc, k_halves, v_halves, q_ring, do_ring, kv_ready, q_ready,
-                     do_ready, tile_free, off_b, off_hkv, start_n, Nq, Nk, off_lo, off_hi, GROUP, BAND, BLOCK_N,
-                     BLOCK_M, STAGES)),
+        (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
+                     lse_ring, delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
+                     off_lo, off_hi, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -350,3 +357,14 @@ def attn_bwd_dq_gluon_kernel(
                         v_ready, tile_free, off_b, off_h, off_hkv, start_m, n_partial, n_tiles, lo, f_lo, f_hi,
                         BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])
+
+
+# ------------------------------------------------------------------------------------------------- host side
+
+ROWS_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)  # LSE / Delta slices, unswizzled
+
+
+def rows_descriptor(t, cols: int):
+    """The host-side TMA descriptor of a (B·H, N) fp32 tensor of per-row values (LSE, Delta), boxes of one head's
+    `cols` consecutive rows; its row stride must be a multiple of 4 elements (TMA's 16-byte rule: the launcher pads)."""
+    return cached_descriptor(t, [1, cols], ROWS_LAYOUT)

@@ -304,23 +304,28 @@ def shared_layout(rows: int, d: int, dtype):
     return gl.NVMMASharedLayout.get_default_for(descriptor_block(rows, d), dtype)
 
 
-_TEMPLATES: dict = {}  # (shape, strides, box rows, dtype) -> a validated descriptor without its tensor
+_TEMPLATES: dict = {}  # (shape, strides, box, dtype) -> a validated descriptor without its tensor
 _MAX_TEMPLATES = 1024
 
 
 def descriptor(t, rows: int):
-    """The host-side TMA descriptor of a (B, H, N, d) fp16 / bf16 torch tensor, boxes of `rows` rows of one head. Its
-    fields other than the tensor come from a template per (shape, strides, box, dtype), validated once, with the first
-    tensor of that layout (the launcher's domain check, attention._gluon_tensors, covers each call's alignment):
-    ~1 us a call instead of ~5 (bench/NOTES.md, "Gluon forward": the host path)."""
-    key = (tuple(t.shape), tuple(t.stride()), rows, t.dtype)
+    """The host-side TMA descriptor of a (B, H, N, d) fp16 / bf16 torch tensor, boxes of `rows` rows of one head."""
+    d = t.shape[3]
+    return cached_descriptor(t, descriptor_block(rows, d),
+                             shared_layout(rows, d, gl.bfloat16 if str(t.dtype) == "torch.bfloat16" else gl.float16))
+
+
+def cached_descriptor(t, block: list[int], layout):
+    """The host-side TMA descriptor of torch tensor t, boxes `block` in shared-memory `layout`. Its fields other than
+    the tensor come from a template per (shape, strides, box, dtype), validated once, with the first tensor of that
+    layout (the launcher's domain check, attention._gluon_tensors, covers each call's alignment): ~1 us a call
+    instead of ~5 (bench/NOTES.md, "Gluon forward": the host path)."""
+    key = (tuple(t.shape), tuple(t.stride()), tuple(block), t.dtype)
     tpl = _TEMPLATES.get(key)
     if tpl is None:
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-        d = t.shape[3]
-        tpl = TensorDescriptor(t, list(key[0]), list(key[1]), descriptor_block(rows, d),
-                               shared_layout(rows, d, gl.bfloat16 if str(t.dtype) == "torch.bfloat16" else gl.float16))
+        tpl = TensorDescriptor(t, list(key[0]), list(key[1]), list(block), layout)
         tpl.base = None  # the cache keeps no tensor alive
         if len(_TEMPLATES) >= _MAX_TEMPLATES:
             _TEMPLATES.clear()

@@ -1,0 +1,127 @@
+"""What limits the Gluon dK/dV kernel (bench/NOTES.md: 640 TFLOP/s of its products against the dQ kernel's 787 at
+d = 128, N = 16k): variants of kernels/gluon_bwd.py's dK/dV kernel, each launched alone on the same inputs, timed in
+one process against the kernel as it is (bf16, B·N = 16k tokens, 2048 hidden).
+
+    PYTHONPATH=$PWD python3 bench/bwd_variants.py [--rounds 3] [--variant NAME=FILE ...] [--out DIR]
+
+Variants:
+- kernel: kernels/gluon_bwd.py as it is;
+- NAME=FILE: another gluon_bwd.py (e.g. `git show REV:kernels/gluon_bwd.py > FILE`); its dK/dV kernel takes LSE and
+  Delta as pointers (the kernel before 2026-11-28) or as TMA descriptors of per-row slices (`rows_descriptor`);
+- NAME_zero_rows (an ablation of each variant that loads LSE and Delta through pointers): both not loaded (zeros):
+  what the per-tile loads and the arithmetic on them cost; its gradients are wrong by construction.
+Each variant's dK and dV are compared with the kernel's (max |difference|: 0 = bit for bit).
+
+Session 2026-11-28 (bench/NOTES.md), with the kernel of be8920c as `--variant base=FILE`: base_zero_rows ran
+1.22-1.38x base; LSE and Delta through the (Q, dO) ring 1.02-1.17x, bit for bit base's dK and dV (now the kernel).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import tempfile
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(1, str(_ROOT))
+
+from bench.fwd_variants import load_variant, save_rows, timed_row  # noqa: E402  (after the repo root is importable)
+
+CELLS = [(128, 16384, False), (128, 16384, True), (128, 4096, False), (128, 1024, False), (64, 16384, False),
+         (64, 16384, True)]
+
+_POINTER_LOADS = """    if MASKED:
+        lse = gl.load(LSE + bh * Nq + queries, mask=queries < Nq, other=0.0)
+        delta = gl.load(Delta + bh * Nq + queries, mask=queries < Nq, other=0.0)
+    else:
+        lse = gl.load(LSE + bh * Nq + queries)
+        delta = gl.load(Delta + bh * Nq + queries)
+"""
+_ZERO_ROWS = """    lse = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(0, s_layout))
+    delta = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(0, s_layout))
+"""
+
+
+def variant_sources(extra: list[str]) -> dict[str, str]:
+    src = (_ROOT / "kernels" / "gluon_bwd.py").read_text()
+    out = {"kernel": src}
+    for item in extra:
+        name, _, path = item.partition("=")
+        out[name] = Path(path).read_text()
+    for name, text in list(out.items()):
+        if text.count(_POINTER_LOADS) == 1:
+            out[f"{name}_zero_rows"] = text.replace(_POINTER_LOADS, _ZERO_ROWS)
+    return out
+
+
+def _tflops(d, n, causal, ms):  # the dK/dV kernel's 4 products of N x N x d
+    B, H = 16384 // n, 2048 // d
+    return 8 * B * H * n * n * d / (2 if causal else 1) / (ms * 1e-3) / 1e12
+
+
+def run(rounds: int, extra: list[str]) -> list[dict]:
+    import torch
+    from flashcheck.kernels import gluon_fwd
+    ka = sys.modules.get("flashcheck.kernels.attention") or importlib.import_module("flashcheck.kernels.attention")
+    tmp = Path(tempfile.mkdtemp(prefix="bwd_variants_"))
+    mods = {name: load_variant("gluon_bwd", name, text, tmp) for name, text in variant_sources(extra).items()}
+    rows = []
+    for d, n, causal in CELLS:
+        B, H = 16384 // n, 2048 // d
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v, do = (torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
+        with torch.no_grad():
+            o, lse = ka.attention(q, k, v, causal=causal, return_lse=True)
+        delta = (do.float() * o.float()).sum(-1)
+        t = ka.kernel_config(d, torch.bfloat16, engine="gluon").dkdv
+        band, off_lo, off_hi = ka._band("bottom_right" if causal else False, None, n, n)
+        launch = ka._gluon_dkdv_launch(ka.Layout.of(q), ka.Layout.of(k), band, off_lo, off_hi, t)
+        half = t.block_n // 2
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+
+        def launcher(m, zero=False):
+            rows_desc = "lse_desc" in m.attn_bwd_dkdv_gluon_kernel.arg_names
+            per_row = ((m.rows_descriptor(lse.view(B * H, n), t.block_m), m.rows_descriptor(delta.view(B * H, n),
+                                                                                            t.block_m))
+                       if rows_desc else (lse, delta))
+            args = (gluon_fwd.descriptor(q, t.block_m), gluon_fwd.descriptor(k, half), gluon_fwd.descriptor(v, half),
+                    gluon_fwd.descriptor(do, t.block_m), gluon_fwd.descriptor(dk, half), gluon_fwd.descriptor(dv, half),
+                    *per_row, d ** -0.5, *launch.ints)
+
+            def go():
+                m.attn_bwd_dkdv_gluon_kernel[launch.grid](*args, **dict(launch.constexprs), num_warps=4)
+                return dk, dv
+            return go
+
+        fns = {name: launcher(m) for name, m in mods.items()}
+        fns["kernel"]()
+        ref = (dk.clone(), dv.clone())
+        diff = {}
+        for name, fn in fns.items():
+            a, b = fn()
+            diff[name] = max(float((a.float() - ref[0].float()).abs().max()), float((b.float() - ref[1].float()).abs().max()))
+        rows.append(timed_row(d, n, causal, fns, rounds, diff, _tflops, "dK,dV"))
+        del q, k, v, do, o, lse, delta, dk, dv
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--out", default=None)
+    p.add_argument("--variant", action="append", default=[], help="NAME=FILE: another gluon_bwd.py")
+    args = p.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("bwd_variants: sources", ", ".join(variant_sources(args.variant)), "; timing needs an sm_90 GPU")
+        return 0
+    save_rows(args.out, "bwd_variants.json", run(args.rounds, args.variant))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
