@@ -100,33 +100,29 @@ _ENGINES = ("auto", "triton", "gluon")
 
 def forward_engine() -> str:
     """The engine kernel_config gives by default: FLASHCHECK_FORWARD_ENGINE, "auto" unless set. "auto": the Gluon
-    kernels (gluon_fwd, gluon_bwd) at head dim 128, gluon_fwd at head dim 64 for calls with at least LONG_KEYS keys
-    (triton_bwd's backward), triton_fwd / triton_bwd elsewhere; "gluon": the Gluon kernels at head dims 64 and 128
+    kernels (gluon_fwd, gluon_bwd) at head dim 128, and at head dim 64 for calls with at least LONG_KEYS keys,
+    triton_fwd / triton_bwd elsewhere; "gluon": the Gluon kernels at head dims 64 and 128
     whatever N; "triton": triton_fwd / triton_bwd everywhere. Measured on the H100 (bench/NOTES.md, "Session
     2026-11-27g"): at d = 128 the Gluon kernels are 1.06-1.30x triton's speed forward and 1.13-1.18x backward on
     every cell of issue 10's table; at d = 64 the Gluon forward 1.07-1.19x at N >= 4k but 0.78-0.94x at N = 1k, and
-    the Gluon backward 0.88-1.12x."""
+    the Gluon backward (2026-11-28) 0.99-1.16x at N >= 4k."""
     engine = os.environ.get("FLASHCHECK_FORWARD_ENGINE", "auto") or "auto"
     _check_choice("FLASHCHECK_FORWARD_ENGINE", engine, _ENGINES)
     return engine
 
 
-def _gluon_asked(engine: str, head_dim: int) -> bool:
-    """Whether `engine` gives the Gluon kernels' tiles at this head dim (their domain is checked apart)."""
-    return engine == "gluon" or (engine == "auto" and head_dim == 128)
-
-
-# "auto" gives the Gluon forward at head dim 64 from this many keys on (the backward stays triton_bwd's there):
-# measured on the H100 (bench/NOTES.md, "Session 2026-11-27g", engines side by side) 1.12x / 1.19x triton_fwd at
-# N = 4k / 16k (causal 1.07x / 1.15x) but 0.94x / 0.78x at N = 1k; 2k was not measured, so the switch is at the
-# smallest N measured faster.
+# "auto" gives the Gluon kernels at head dim 64 from this many keys on, measured on the H100 side by side with
+# triton's: the forward 1.12x / 1.19x triton_fwd at N = 4k / 16k (causal 1.07x / 1.15x) but 0.94x / 0.78x at N = 1k
+# (bench/NOTES.md, "Session 2026-11-27g"); the backward, with LSE and Delta through the dK/dV kernel's ring, 0.99-1.06x
+# triton_bwd at N = 4k-32k, causal 1.08-1.16x ("Session 2026-11-28", `bench/run.py --grid d64`).
 LONG_KEYS = 4096
 
 
-def _gluon_forward_asked(engine: str, head_dim: int, n_keys: int | None) -> bool:
-    """Whether `engine` gives gluon_fwd's tile for the forward of a call with n_keys keys (None: below LONG_KEYS)."""
-    return _gluon_asked(engine, head_dim) or (engine == "auto" and head_dim == 64 and n_keys is not None
-                                              and n_keys >= LONG_KEYS)
+def _gluon_asked(engine: str, head_dim: int, n_keys: int | None = None) -> bool:
+    """Whether `engine` gives the Gluon kernels' tiles (forward and backward) to a call at this head dim with n_keys
+    keys (None: fewer than LONG_KEYS); their domain is checked apart."""
+    return engine == "gluon" or (engine == "auto" and (head_dim == 128 or (
+        head_dim == 64 and n_keys is not None and n_keys >= LONG_KEYS)))
 
 
 def _interpreting() -> bool:
@@ -140,7 +136,7 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     side given: `_band`) (H100 tuned; the interpreter uses 16 × 16 tiles so that small test shapes still cross
     several tile boundaries). engine: "triton" (triton_fwd, triton_bwd), "gluon" (gluon_fwd, gluon_bwd: fp16 / bf16,
     head dims 64 and 128, precision "default"; other calls keep triton's tiles) or "auto" (gluon at head dim 128,
-    and gluon_fwd's tile for the forward at head dim 64 when n_keys >= LONG_KEYS); None: `forward_engine()`.
+    and at head dim 64 when n_keys >= LONG_KEYS); None: `forward_engine()`.
     n_keys: the call's key count (None: fewer than LONG_KEYS). The Gluon tiles are given whatever the device: on one
     that is not sm_90 (and for calls outside the Gluon kernels' domain) triton_fwd / triton_bwd run them."""
     if interpret is None:
@@ -155,11 +151,7 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     # gluon_fwd: 128 query rows (two warpgroups of 64) x 128 keys, heaviest query blocks first under a band;
     # the K / V ring 2 deep at d = 128 (160 KB of shared memory), 3 at d = 64 (bench/NOTES.md, "Gluon forward")
     fwd = TileConfig(128, 128, 8, 2 if bd == 128 else 3, heavy_first=True, gluon=True)
-    if gluon_domain and not _gluon_asked(engine, head_dim) and _gluon_forward_asked(engine, head_dim, n_keys):
-        # "auto" at d = 64 and n_keys >= LONG_KEYS: gluon_fwd's tile, triton's backward tiles
-        t = kernel_config(head_dim, dtype, interpret=False, precision=precision, band=band, engine="triton")
-        return KernelConfig(fwd, t.dkdv, t.dq)
-    if _gluon_asked(engine, head_dim) and gluon_domain:
+    if _gluon_asked(engine, head_dim, n_keys) and gluon_domain:
         # gluon_bwd's dK/dV: 128 keys (two warpgroups of 64) x 64 query rows, a 3-deep (Q, dO) ring. At d = 128 the
         # 64-row tile spills a few values (Sᵀ, dPᵀ, Pᵀ, dSᵀ beside dK, dV in 240 registers) and still runs 1.04-1.12x
         # the spill-free 32-row tile (bench/NOTES.md, "Session 2026-11-27g"; the same sums: bit for bit equal)
@@ -227,8 +219,10 @@ class Arithmetic:
     window with a side given) where `kernel_config` gives banded calls a tile of their own; None: the same as
     block_k, block_q_fwd (the backward's tiles never depend on the band);
     block_k_long, block_q_fwd_long, long_keys: the forward's tile for calls with at least long_keys keys, banded or
-    not, where `kernel_config` gives them one of their own (LONG_KEYS: "auto" at head dim 64); None: no such tile
-    (the backward's tiles never depend on the key count)."""
+    not, where `kernel_config` gives them one of their own (LONG_KEYS: "auto" at head dim 64, the Gluon kernels);
+    None: no such tile; block_q_dq_long, block_k_dkdv_long: those calls' backward outer blocks where they differ
+    (the Gluon backward's 128-row dQ and 128-key dK/dV programs; its inner tiles are triton_bwd's at head dim 64),
+    else None."""
     input: str
     dot: str
     output: str
@@ -248,6 +242,8 @@ class Arithmetic:
     block_k_long: int | None = None
     block_q_fwd_long: int | None = None
     long_keys: int | None = None
+    block_q_dq_long: int | None = None
+    block_k_dkdv_long: int | None = None
 
 
 def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None = None,
@@ -277,16 +273,25 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
                                             band=True).fwd
     if band is not None and (band.block_m, band.block_n, band.num_warps) == (block_q_fwd, block_k, cfg.fwd.num_warps):
         band = None  # the same code (stages and program order change neither the tiles nor the rowsum's tree)
-    long = None if tiles else kernel_config(head_dim or 64, dtype, interpret=interpret, precision=precision,
-                                            n_keys=LONG_KEYS).fwd
+    long_cfg = None if tiles else kernel_config(head_dim or 64, dtype, interpret=interpret, precision=precision,
+                                                n_keys=LONG_KEYS)
+    long = None if long_cfg is None else long_cfg.fwd
     if long is not None and (long.block_m, long.block_n, long.num_warps, long.gluon) == (
             block_q_fwd, block_k, cfg.fwd.num_warps, cfg.fwd.gluon):
         long = None  # the same tile and engine (the rowsum record is per tile and engine)
+    long_bwd = None
+    if long is not None:
+        if (long_cfg.dkdv.block_m, long_cfg.dq.block_n) != (block_q, block_k_dq):  # what Precision.for_call keeps
+            raise RuntimeError("kernel_config's long tiles change the backward's inner tiles, which no Precision "
+                               "field states per call")
+        long_bwd = (long_cfg.dq.block_m, long_cfg.dkdv.block_n)
+        if long_bwd == (block_q_dq, block_k_dkdv):
+            long_bwd = None
     if block_mask is not None:  # its tile grid is every kernel's (_tiles: dq's block_n is its block_k too)
         block_k, block_q, block_k_dq = block_mask.block_k, block_mask.block_q, block_mask.block_k
         block_q_dq, block_k_dkdv = block_mask.block_q, block_mask.block_k
         block_q_fwd = block_mask.block_q
-        band = long = None
+        band = long = long_bwd = None
     return Arithmetic(input=name, dot=dot, output=name, exp="libm" if interpret else "ex2.approx",
                       block_k=block_k, block_q=block_q, block_k_dq=block_k_dq, block_q_dq=block_q_dq,
                       block_k_dkdv=block_k_dkdv, block_q_fwd=block_q_fwd,
@@ -296,7 +301,9 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
                       block_q_fwd_band=None if band is None else band.block_m,
                       block_k_long=None if long is None else long.block_n,
                       block_q_fwd_long=None if long is None else long.block_m,
-                      long_keys=None if long is None else LONG_KEYS)
+                      long_keys=None if long is None else LONG_KEYS,
+                      block_q_dq_long=None if long_bwd is None else long_bwd[0],
+                      block_k_dkdv_long=None if long_bwd is None else long_bwd[1])
 
 
 def _check_choice(name, value, allowed):
@@ -669,7 +676,7 @@ def _backward_launches(q, k, v, o, do, grads, has_res, dense, sparse, band, off_
                        tiles: tuple, interpret: bool) -> tuple[Launch, Launch, Launch]:
     B, Hq, nq, d = q.shape
     Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
-    cfg, bd, bdv = _tiles(d, dv, getattr(torch, q.dtype), block_q, block_k, tiles, interpret=interpret)
+    cfg, bd, bdv = _tiles(d, dv, getattr(torch, q.dtype), block_q, block_k, tiles, interpret=interpret, n_keys=nk)
     lse = delta = Layout.dense("float32", (B, Hq, nq))
     dq, dk, dv_ = grads
     pre_m = 16 if interpret else 64
@@ -742,7 +749,7 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     # without tiles, the engine kernel_config gives) and the call is in its domain; looked up only then (host time)
     engine = forward_engine()
     asked = (bool(tiles[_TILE_FIELDS - 1]) if tiles
-             else _gluon_forward_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2]))
+             else _gluon_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2]))
     lq, lk = (Layout.of(q), Layout.of(k)) if asked else (None, None)
     gluon = (_gluon_forward(lq, lk, Layout.of(v), dense is not None, bool(sparse), band, p_split, tuple(tiles),
                             _interpreting(), engine) if asked else None)
@@ -807,7 +814,7 @@ def _gluon_backward(q: Layout, k: Layout, v: Layout, do: Layout, dq: Layout, dk:
     if interpret or has_dense or sparse or not _gluon_tensors(q, k, v, do, dq, dk, dv):
         return None, None
     cfg, _, _ = _tiles(q.shape[3], v.shape[3], getattr(torch, q.dtype), 0, 0, list(tiles), interpret=False,
-                       band=band, engine=engine)
+                       band=band, engine=engine, n_keys=k.shape[2])
     a, b = cfg.dkdv, cfg.dq
     return (a if a.gluon and a.block_n == 128 and a.block_m in (32, 64) else None,
             b if b.gluon and b.block_m == 128 and b.block_n in (64, 128) else None)
@@ -1001,7 +1008,7 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
     # tiles, the engine kernel_config gives) and the backward is in their domain; looked up only then (host time)
     engine = forward_engine()
     asked = (bool(tiles[2 * _TILE_FIELDS - 1] or tiles[3 * _TILE_FIELDS - 1]) if tiles
-             else _gluon_asked(engine, max(q.shape[3], v.shape[3])))
+             else _gluon_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2]))
     g_dkdv, g_dq = None, None
     if asked and _gluon_device(q.device):
         lays = tuple(Layout.of(t) for t in (q, k, v, do, dq, dk, dv_))

@@ -327,15 +327,16 @@ LONG_CASES = [
 @needs_sm90
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("case", LONG_CASES, ids=str)
-def test_auto_runs_gluon_fwd_on_long_d64_calls_within_bound(case, dtype, monkeypatch):
-    """The default engine at d = 64 with N_k >= LONG_KEYS: gluon_fwd's 128 x 128 tile (triton_bwd's backward), the
+def test_auto_runs_the_gluon_kernels_on_long_d64_calls_within_bound(case, dtype, monkeypatch):
+    """The default engine at d = 64 with N_k >= LONG_KEYS: gluon_fwd's 128 x 128 tile and gluon_bwd's kernels, the
     outputs within the bounds of the Precision the adapter states for the default tiles (Precision.for_call takes
-    the long tile from the key count: tests/test_long_tile.py)."""
+    the long tile and the backward's outer blocks from the key count: tests/test_long_tile.py)."""
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
     q = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hq, case.shape.Nq, case.shape.d))
     kv = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hkv, case.shape.Nk, case.shape.d))
     band, _, _ = ka._band(case.causal, case.window, case.shape.Nq, case.shape.Nk)
     assert ka._gluon_forward(q, kv, kv, False, False, band, False, (), False, "auto") is not None
+    assert None not in ka._gluon_backward(q, kv, kv, q, q, kv, kv, False, False, band, (), False, "auto")
     inp = materialize(case, dtype)
     out = run_kernel(inp, case, dtype, backward=True)
     prec = kernel_precision(dtype, case.shape.d)

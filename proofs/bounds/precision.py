@@ -96,13 +96,17 @@ class BandForward:
     flashcheck.kernels.attention.kernel_config): the Precision fields it replaces under a band (Precision.banded).
     block_k: its key tile (Precision.block_k); block_q_fwd: its query rows per program (Precision.block_q_fwd);
     rowsum_depth: its tile rowsum's addition-tree depth read off the compiled code, None: any order
-    (Precision.rowsum_depth)."""
+    (Precision.rowsum_depth). block_q_dq, block_k_dkdv: where the same call kind also runs a backward of its own
+    outer blocks (our "auto" engine's long calls at d = 64: the Gluon backward's 128-row dQ and 128-key dK/dV
+    programs over triton_bwd's inner tiles), those (Precision.block_q_dq, block_k_dkdv); None: the precision's own."""
     block_k: int
     block_q_fwd: int | None = None
     rowsum_depth: int | None = None
+    block_q_dq: int | None = None
+    block_k_dkdv: int | None = None
 
     def __post_init__(self):
-        for name in ("block_k", "block_q_fwd", "rowsum_depth"):
+        for name in ("block_k", "block_q_fwd", "rowsum_depth", "block_q_dq", "block_k_dkdv"):
             b = getattr(self, name)
             if (b is not None or name == "block_k") and (not isinstance(b, int) or isinstance(b, bool) or b < 1):
                 raise ValueError(f"BandForward.{name} must be a positive int{'' if name == 'block_k' else ' or None'}, "
@@ -258,7 +262,8 @@ class Precision:
       from kernel_config's band tile.
     long_forward, long_keys: the forward's tile of calls with at least long_keys keys, banded or not, where it
       differs (a BandForward and a positive int, both or neither; our kernel's "auto" engine at d = 64 fp16 / bf16:
-      gluon_fwd's 128 x 128 from flashcheck.kernels.attention.LONG_KEYS keys on, triton_fwd's 64 x 64 below). The
+      gluon_fwd's 128 x 128 from flashcheck.kernels.attention.LONG_KEYS keys on, triton_fwd's 64 x 64 below), with
+      those calls' backward outer blocks where they differ (BandForward.block_q_dq, block_k_dkdv). The
       bounds substitute it for such calls before the band's (Precision.for_call); set by
       flashcheck.adapters.ours_precision from kernel_config(n_keys=)."""
 
@@ -390,8 +395,9 @@ class Precision:
 
     def for_call(self, causal, window, Nk: int) -> "Precision":
         """This precision for a call with these causal / window arguments and Nk keys: with a long_forward stated and
-        Nk >= long_keys, the forward's tile fields are the long tile's (as `banded` substitutes the band's; the band
-        tile then no longer applies); otherwise `banded(causal, window)`. The bounds take it first, before
+        Nk >= long_keys, the forward's tile fields are the long tile's, and the backward's outer blocks where it states
+        them (as `banded` substitutes the band's; the band tile then no longer applies); otherwise
+        `banded(causal, window)`. The bounds take it first, before
         `fitted`."""
         b = self.long_forward
         if b is None or Nk < self.long_keys:
@@ -400,10 +406,13 @@ class Precision:
 
     def _with_forward(self, b: BandForward, **spent) -> "Precision":
         """This precision with b's forward tile fields (block_k, block_q_fwd, rowsum_depth; lg2_known only where b's
-        rowsum depth is stated), the backward's tiles kept (a dQ loop that followed block_k keeps its width:
-        block_k_dq set to it), and the `spent` substitutions' fields cleared."""
+        rowsum depth is stated) and the backward's outer blocks b states (block_q_dq, block_k_dkdv), the backward's
+        inner tiles kept (a dQ loop that followed block_k keeps its width: block_k_dq set to it), and the `spent`
+        substitutions' fields cleared."""
+        outer = {name: getattr(b, name) for name in ("block_q_dq", "block_k_dkdv") if getattr(b, name) is not None}
         return replace(self, block_k=b.block_k, block_q_fwd=b.block_q_fwd, rowsum_depth=b.rowsum_depth,
-                       block_k_dq=self.dq_key_tile, lg2_known=self.lg2_known and b.rowsum_depth is not None, **spent)
+                       block_k_dq=self.dq_key_tile, lg2_known=self.lg2_known and b.rowsum_depth is not None,
+                       **outer, **spent)
 
     def fitted(self, Nq: int, Nk: int) -> "Precision":
         """This precision with its tiles no wider than the problem. A tile of block_k >= Nk keys is the
