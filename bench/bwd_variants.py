@@ -8,6 +8,9 @@ Variants:
 - kernel: kernels/gluon_bwd.py as it is;
 - NAME=FILE: another gluon_bwd.py (e.g. `git show REV:kernels/gluon_bwd.py > FILE`); its dK/dV kernel takes LSE and
   Delta as pointers (the kernel before 2026-11-28) or as TMA descriptors of per-row slices (`rows_descriptor`);
+- the source edits of EDITS (--edits): lse_late, delta_early (where LSE and Δ are read from the ring), regs248
+  (the dK/dV consumers' register ceiling 248 instead of 240), zero_lse / zero_delta (ablations: one of the two not read,
+  zeros; wrong gradients by construction);
 - NAME_zero_rows (an ablation of each variant that loads LSE and Delta through pointers): both not loaded (zeros):
   what the per-tile loads and the arithmetic on them cost; its gradients are wrong by construction.
 Each variant's dK and dV are compared with the kernel's (max |difference|: 0 = bit for bit).
@@ -44,9 +47,34 @@ _ZERO_ROWS = """    lse = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(0, s_la
 """
 
 
-def variant_sources(extra: list[str]) -> dict[str, str]:
+_LSE = "    lse = lse_smem.reshape([BLOCK_M]).load(gl.SliceLayout(0, s_layout))  # the ring's slice: no global latency\n"
+_DELTA = ("    delta = delta_smem.reshape([BLOCK_M]).load(gl.SliceLayout(0, s_layout))  # loaded late: 16 registers "
+          "fewer\n")
+_SWAIT = "    sT = warpgroup_mma_wait(1, deps=(sT, ))\n"
+_DKDV_REGS = ("                     off_lo, off_hi, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES)),\n"
+              "    ], [4, 1], [CONSUMER_REGS, 24])\n")
+_ZERO = "gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(0, s_layout))"
+# name -> the edits of kernels/gluon_bwd.py (old, new); the same arithmetic unless the name says "zero" (ablations)
+EDITS = {
+    "lse_late": [(_LSE + _SWAIT, _SWAIT + _LSE)],  # LSE read after Sᵀ is done (a shorter live range)
+    "delta_early": [(_DELTA, ""), (_LSE, _LSE + _DELTA)],  # Δ read with LSE, before Sᵀ's wait (the old placement)
+    "regs248": [(_DKDV_REGS, _DKDV_REGS.replace("CONSUMER_REGS", "248"))],  # 2 x 128 x 248 + 32 x 24 <= 64K
+    "zero_lse": [(_LSE, f"    lse = {_ZERO}\n")],
+    "zero_delta": [(_DELTA, f"    delta = {_ZERO}\n")],
+}
+
+
+def _edit(src: str, pairs) -> str:
+    for old, new in pairs:
+        if src.count(old) != 1:
+            raise SystemExit(f"bwd_variants: the edit no longer applies to kernels/gluon_bwd.py: {old[:60]!r}")
+        src = src.replace(old, new)
+    return src
+
+
+def variant_sources(extra: list[str], edits=tuple(EDITS)) -> dict[str, str]:
     src = (_ROOT / "kernels" / "gluon_bwd.py").read_text()
-    out = {"kernel": src}
+    out = {"kernel": src, **{name: _edit(src, EDITS[name]) for name in edits}}
     for item in extra:
         name, _, path = item.partition("=")
         out[name] = Path(path).read_text()
@@ -61,12 +89,12 @@ def _tflops(d, n, causal, ms):  # the dK/dV kernel's 4 products of N x N x d
     return 8 * B * H * n * n * d / (2 if causal else 1) / (ms * 1e-3) / 1e12
 
 
-def run(rounds: int, extra: list[str]) -> list[dict]:
+def run(rounds: int, extra: list[str], edits=tuple(EDITS)) -> list[dict]:
     import torch
     from flashcheck.kernels import gluon_fwd
     ka = sys.modules.get("flashcheck.kernels.attention") or importlib.import_module("flashcheck.kernels.attention")
     tmp = Path(tempfile.mkdtemp(prefix="bwd_variants_"))
-    mods = {name: load_variant("gluon_bwd", name, text, tmp) for name, text in variant_sources(extra).items()}
+    mods = {name: load_variant("gluon_bwd", name, text, tmp) for name, text in variant_sources(extra, edits).items()}
     rows = []
     for d, n, causal in CELLS:
         B, H = 16384 // n, 2048 // d
@@ -113,13 +141,15 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", default=None)
     p.add_argument("--variant", action="append", default=[], help="NAME=FILE: another gluon_bwd.py")
+    p.add_argument("--edits", default=",".join(EDITS), help=f"which source edits, comma-separated ({', '.join(EDITS)})")
     args = p.parse_args(argv)
     import torch
 
+    edits = tuple(x for x in args.edits.split(",") if x)
     if not torch.cuda.is_available():
-        print("bwd_variants: sources", ", ".join(variant_sources(args.variant)), "; timing needs an sm_90 GPU")
+        print("bwd_variants: sources", ", ".join(variant_sources(args.variant, edits)), "; timing needs an sm_90 GPU")
         return 0
-    save_rows(args.out, "bwd_variants.json", run(args.rounds, args.variant))
+    save_rows(args.out, "bwd_variants.json", run(args.rounds, args.variant, edits))
     return 0
 
 
