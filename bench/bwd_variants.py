@@ -30,7 +30,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.insert(1, str(_ROOT))
 
-from bench.fwd_variants import load_variant, save_rows, timed_row  # noqa: E402  (after the repo root is importable)
+from bench.fwd_variants import edit_source, load_variant, save_rows, timed_row  # noqa: E402  (after the repo root is importable)
 
 CELLS = [(128, 16384, False), (128, 16384, True), (128, 4096, False), (128, 1024, False), (64, 16384, False),
          (64, 16384, True)]
@@ -64,17 +64,9 @@ EDITS = {
 }
 
 
-def _edit(src: str, pairs) -> str:
-    for old, new in pairs:
-        if src.count(old) != 1:
-            raise SystemExit(f"bwd_variants: the edit no longer applies to kernels/gluon_bwd.py: {old[:60]!r}")
-        src = src.replace(old, new)
-    return src
-
-
 def variant_sources(extra: list[str], edits=tuple(EDITS)) -> dict[str, str]:
     src = (_ROOT / "kernels" / "gluon_bwd.py").read_text()
-    out = {"kernel": src, **{name: _edit(src, EDITS[name]) for name in edits}}
+    out = {"kernel": src, **{name: edit_source(src, EDITS[name], "kernels/gluon_bwd.py") for name in edits}}
     for item in extra:
         name, _, path = item.partition("=")
         out[name] = Path(path).read_text()

@@ -39,10 +39,11 @@ _L64 = [("l_i = gl.zeros([HALF_M], gl.float64, gl.SliceLayout(1, s_layout))",
         ("return l_i * alpha.to(gl.float64) + rowsum.to(gl.float64)", "return l_i * alpha + rowsum")]
 
 
-def _edit(src: str, pairs) -> str:
+def edit_source(src: str, pairs, what: str = "kernels/gluon_fwd.py") -> str:
+    """src with each (old, new) replaced; stops if an `old` does not occur exactly once (the kernel moved on)."""
     for old, new in pairs:
         if src.count(old) != 1:
-            raise SystemExit(f"fwd_variants: the edit no longer applies to kernels/gluon_fwd.py: {old[:60]!r}")
+            raise SystemExit(f"the edit no longer applies to {what}: {old[:60]!r}")
         src = src.replace(old, new)
     return src
 
@@ -51,7 +52,7 @@ def variant_sources(base: str | None = None) -> dict[str, tuple[str, int | None]
     """name -> (module source, the K / V ring's depth at d = 128 or None: the table's). base: a file holding an
     earlier gluon_fwd.py to time beside (e.g. `git show REV:kernels/gluon_fwd.py > FILE`)."""
     src = (_ROOT / "kernels" / "gluon_fwd.py").read_text()
-    out = {"kernel": (src, None), "l32": (_edit(src, _L64), None), "stages3": (src, 3)}
+    out = {"kernel": (src, None), "l32": (edit_source(src, _L64), None), "stages3": (src, 3)}
     if base:
         out = {"base": (Path(base).read_text(), None), **out}
     return out
