@@ -129,8 +129,7 @@ def _ring_tile(dk, dv, it, k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring
     mbarrier.wait(do_ready.index(slot), phase)
     dk, dv = _tile(dk, dv, k_smem, v_smem, q_ring.index(slot).reshape([BLOCK_M, HEAD_D]),
                    do_ring.index(slot).reshape([BLOCK_M, HEAD_D]), lse_ring.index(slot), delta_ring.index(slot), keys,
-                   start_m, qk_scale2, Nq, Nk,
-                   off_lo, off_hi, MASKED, BAND, BLOCK_M, HEAD_D, s_layout, a_layout)
+                   start_m, qk_scale2, Nq, Nk, off_lo, off_hi, MASKED, BAND, BLOCK_M, HEAD_D, s_layout, a_layout)
     mbarrier.arrive(tile_free.index(slot))
     return dk, dv
 
@@ -164,13 +163,14 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
         # paths spilled at d = 128)
         for t in range(0, n_partial):
             dk, dv = _ring_tile(dk, dv, it, k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, q_ready,
-                                do_ready, tile_free, keys, partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M), qk_scale2, Nq, Nk,
-                                off_lo, off_hi, True, BAND, BLOCK_M, HEAD_D, STAGES, s_layout, a_layout)
+                                do_ready, tile_free, keys, partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M),
+                                qk_scale2, Nq, Nk, off_lo, off_hi, True, BAND, BLOCK_M, HEAD_D, STAGES, s_layout,
+                                a_layout)
             it += 1
         for t in range(0, n_tiles - n_partial):
             dk, dv = _ring_tile(dk, dv, it, k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring, q_ready,
-                                do_ready, tile_free, keys, full_start(t, None, f_lo, False, BLOCK_M), qk_scale2, Nq, Nk, off_lo,
-                                off_hi, False, BAND, BLOCK_M, HEAD_D, STAGES, s_layout, a_layout)
+                                do_ready, tile_free, keys, full_start(t, None, f_lo, False, BLOCK_M), qk_scale2, Nq,
+                                Nk, off_lo, off_hi, False, BAND, BLOCK_M, HEAD_D, STAGES, s_layout, a_layout)
             it += 1
     # dK = scale · dSᵀ Q: the logit scale, applied once; dK and dV through this warpgroup's K / V halves (their
     # last reads are done) and TMA, which writes no row past Nk
