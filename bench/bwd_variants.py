@@ -30,7 +30,8 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.insert(1, str(_ROOT))
 
-from bench.fwd_variants import edit_source, load_variant, save_rows, timed_row  # noqa: E402  (after the repo root is importable)
+# after the repo root is importable
+from bench.fwd_variants import edit_source, load_variant, save_rows, timed_row  # noqa: E402
 
 CELLS = [(128, 16384, False), (128, 16384, True), (128, 4096, False), (128, 1024, False), (64, 16384, False),
          (64, 16384, True)]
@@ -47,7 +48,8 @@ _ZERO_ROWS = """    lse = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(0, s_la
 """
 
 
-_LSE = "    lse = lse_smem.reshape([BLOCK_M]).load(gl.SliceLayout(0, s_layout))  # the ring's slice: no global latency\n"
+_LSE = ("    lse = lse_smem.reshape([BLOCK_M]).load(gl.SliceLayout(0, s_layout))  # the ring's slice: no global "
+        "latency\n")
 _DELTA = ("    delta = delta_smem.reshape([BLOCK_M]).load(gl.SliceLayout(0, s_layout))  # loaded late: 16 registers "
           "fewer\n")
 _SWAIT = "    sT = warpgroup_mma_wait(1, deps=(sT, ))\n"
@@ -121,7 +123,7 @@ def run(rounds: int, extra: list[str], edits=tuple(EDITS)) -> list[dict]:
         diff = {}
         for name, fn in fns.items():
             a, b = fn()
-            diff[name] = max(float((a.float() - ref[0].float()).abs().max()), float((b.float() - ref[1].float()).abs().max()))
+            diff[name] = max(float((x.float() - r.float()).abs().max()) for x, r in zip((a, b), ref))
         rows.append(timed_row(d, n, causal, fns, rounds, diff, _tflops, "dK,dV"))
         del q, k, v, do, o, lse, delta, dk, dv
         torch.cuda.empty_cache()
