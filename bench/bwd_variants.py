@@ -11,6 +11,9 @@ Variants:
 - the source edits of EDITS (--edits): lse_late, delta_early (where LSE and Δ are read from the ring), regs248
   (the dK/dV consumers' register ceiling 248 instead of 240), zero_lse / zero_delta (ablations: one of the two not read,
   zeros; wrong gradients by construction);
+- stagesS (--stages S,...): the kernel with a (Q, dO) ring S deep (kernel_config's is 3; 4 makes slot and phase a
+  mask and a shift: the d = 64 loop's integer instructions 79 -> 37 a tile, Triton 3.6 SASS; d = 128 unbanded spills
+  68 -> 2; 199 KB of shared memory at d = 128);
 - NAME_zero_rows (an ablation of each variant that loads LSE and Delta through pointers): both not loaded (zeros):
   what the per-tile loads and the arithmetic on them cost; its gradients are wrong by construction.
 Each variant's dK and dV are compared with the kernel's (max |difference|: 0 = bit for bit).
@@ -83,7 +86,7 @@ def _tflops(d, n, causal, ms):  # the dK/dV kernel's 4 products of N x N x d
     return 8 * B * H * n * n * d / (2 if causal else 1) / (ms * 1e-3) / 1e12
 
 
-def run(rounds: int, extra: list[str], edits=tuple(EDITS)) -> list[dict]:
+def run(rounds: int, extra: list[str], edits=tuple(EDITS), stages=()) -> list[dict]:
     import torch
     from flashcheck.kernels import gluon_fwd
     ka = sys.modules.get("flashcheck.kernels.attention") or importlib.import_module("flashcheck.kernels.attention")
@@ -103,7 +106,8 @@ def run(rounds: int, extra: list[str], edits=tuple(EDITS)) -> list[dict]:
         half = t.block_n // 2
         dk, dv = torch.empty_like(k), torch.empty_like(v)
 
-        def launcher(m, zero=False):
+        def launcher(m, stages=None):
+            constexprs = dict(launch.constexprs, **({} if stages is None else {"STAGES": stages}))
             rows_desc = "lse_desc" in m.attn_bwd_dkdv_gluon_kernel.arg_names
             per_row = ((m.rows_descriptor(lse.view(B * H, n), t.block_m), m.rows_descriptor(delta.view(B * H, n),
                                                                                             t.block_m))
@@ -113,11 +117,13 @@ def run(rounds: int, extra: list[str], edits=tuple(EDITS)) -> list[dict]:
                     *per_row, d ** -0.5, *launch.ints)
 
             def go():
-                m.attn_bwd_dkdv_gluon_kernel[launch.grid](*args, **dict(launch.constexprs), num_warps=4)
+                m.attn_bwd_dkdv_gluon_kernel[launch.grid](*args, **constexprs, num_warps=4)
                 return dk, dv
             return go
 
         fns = {name: launcher(m) for name, m in mods.items()}
+        for st in stages:  # the kernel with another ring depth (the same arithmetic)
+            fns[f"stages{st}"] = launcher(mods["kernel"], st)
         fns["kernel"]()
         ref = (dk.clone(), dv.clone())
         diff = {}
@@ -136,6 +142,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--variant", action="append", default=[], help="NAME=FILE: another gluon_bwd.py")
     p.add_argument("--edits", default=",".join(EDITS), help=f"which source edits, comma-separated ({', '.join(EDITS)})")
+    p.add_argument("--stages", default="", help="other (Q, dO) ring depths to time the kernel at, comma-separated")
     args = p.parse_args(argv)
     import torch
 
@@ -143,7 +150,8 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("bwd_variants: sources", ", ".join(variant_sources(args.variant, edits)), "; timing needs an sm_90 GPU")
         return 0
-    save_rows(args.out, "bwd_variants.json", run(args.rounds, args.variant, edits))
+    stages = tuple(int(x) for x in args.stages.split(",") if x)
+    save_rows(args.out, "bwd_variants.json", run(args.rounds, args.variant, edits, stages))
     return 0
 
 
