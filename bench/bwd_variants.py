@@ -7,7 +7,8 @@ one process against the kernel as it is (bf16, B·N = 16k tokens, 2048 hidden).
 Variants:
 - kernel: kernels/gluon_bwd.py as it is;
 - NAME=FILE: another gluon_bwd.py (e.g. `git show REV:kernels/gluon_bwd.py > FILE`); its dK/dV kernel takes LSE and
-  Delta as pointers (the kernel before 2026-11-28) or as TMA descriptors of per-row slices (`rows_descriptor`);
+  Delta as pointers (the kernel before 2026-11-28), as TMA descriptors of per-row slices (`rows_descriptor`), or LSE ·
+  log2 e so (`lse2_desc`: branch lse2-ring);
 - the source edits of EDITS (--edits): lse_late, delta_early (where LSE and Δ are read from the ring), regs248
   (the dK/dV consumers' register ceiling 248 instead of 240), zero_lse / zero_delta (ablations: one of the two not read,
   zeros; wrong gradients by construction);
@@ -89,6 +90,7 @@ def _tflops(d, n, causal, ms):  # the dK/dV kernel's 4 products of N x N x d
 def run(rounds: int, extra: list[str], edits=tuple(EDITS), stages=()) -> list[dict]:
     import torch
     from flashcheck.kernels import gluon_fwd
+    from flashcheck.kernels.tiles import LOG2E
     ka = sys.modules.get("flashcheck.kernels.attention") or importlib.import_module("flashcheck.kernels.attention")
     tmp = Path(tempfile.mkdtemp(prefix="bwd_variants_"))
     mods = {name: load_variant("gluon_bwd", name, text, tmp) for name, text in variant_sources(extra, edits).items()}
@@ -108,10 +110,12 @@ def run(rounds: int, extra: list[str], edits=tuple(EDITS), stages=()) -> list[di
 
         def launcher(m, stages=None):
             constexprs = dict(launch.constexprs, **({} if stages is None else {"STAGES": stages}))
-            rows_desc = "lse_desc" in m.attn_bwd_dkdv_gluon_kernel.arg_names
-            per_row = ((m.rows_descriptor(lse.view(B * H, n), t.block_m), m.rows_descriptor(delta.view(B * H, n),
-                                                                                            t.block_m))
-                       if rows_desc else (lse, delta))
+            names = m.attn_bwd_dkdv_gluon_kernel.arg_names
+            # LSE (or LSE · log2 e: the lse2-ring kernels) and Δ as TMA descriptors, or as pointers (kernels before)
+            lse_rows = (lse * LOG2E.value) if "lse2_desc" in names else lse
+            per_row = ((m.rows_descriptor(lse_rows.view(B * H, n), t.block_m),
+                        m.rows_descriptor(delta.view(B * H, n), t.block_m))
+                       if "lse_desc" in names or "lse2_desc" in names else (lse, delta))
             args = (gluon_fwd.descriptor(q, t.block_m), gluon_fwd.descriptor(k, half), gluon_fwd.descriptor(v, half),
                     gluon_fwd.descriptor(do, t.block_m), gluon_fwd.descriptor(dk, half), gluon_fwd.descriptor(dv, half),
                     *per_row, d ** -0.5, *launch.ints)
