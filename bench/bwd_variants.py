@@ -89,9 +89,10 @@ def _tflops(d, n, causal, ms):  # the dK/dV kernel's 4 products of N x N x d
 
 def run(rounds: int, extra: list[str], edits=tuple(EDITS), stages=()) -> list[dict]:
     import torch
+
     from flashcheck.kernels import gluon_fwd
     from flashcheck.kernels.tiles import LOG2E
-    ka = sys.modules.get("flashcheck.kernels.attention") or importlib.import_module("flashcheck.kernels.attention")
+    ka = importlib.import_module("flashcheck.kernels.attention")  # the module (the package exports the function)
     tmp = Path(tempfile.mkdtemp(prefix="bwd_variants_"))
     mods = {name: load_variant("gluon_bwd", name, text, tmp) for name, text in variant_sources(extra, edits).items()}
     rows = []

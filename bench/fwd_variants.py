@@ -93,7 +93,8 @@ def run(rounds: int, base: str | None = None) -> list[dict]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     ka = importlib.import_module("flashcheck.kernels.attention")
     tmp = Path(tempfile.mkdtemp(prefix="fwd_variants_"))
-    mods = {name: (load_variant("gluon_fwd", name, text, tmp), stages) for name, (text, stages) in variant_sources(base).items()}
+    mods = {name: (load_variant("gluon_fwd", name, text, tmp), stages)
+            for name, (text, stages) in variant_sources(base).items()}
     rows = []
     for d, n, causal in CELLS:
         B, H = 16384 // n, 2048 // d

@@ -404,7 +404,8 @@ def main(argv=None) -> int:
             print("bench/run.py: no CUDA GPU here; the benchmark runs on a GPU only "
                   "(use --dry-run to exercise the code path on the CPU).", file=sys.stderr)
             return 2
-        device, grid, backends = "cuda", {"table": TABLE_GRID, "d64": D64_GRID}.get(args.grid, GPU_GRID), list(GPU_BACKENDS)
+        grid = {"table": TABLE_GRID, "d64": D64_GRID}.get(args.grid, GPU_GRID)
+        device, backends = "cuda", list(GPU_BACKENDS)
     if args.backends:
         backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     timer = _timer(device)

@@ -4,7 +4,8 @@ causal alignments, windows, GQA, N = 1, fully masked rows, strided layouts, the 
 
 kernel_config gives it by default at d = 128, and its forward at d = 64 for calls with N_k >= LONG_KEYS
 (FLASHCHECK_FORWARD_ENGINE "auto"; "gluon" at d = 64 whatever N, "triton" never; or tiles from
-kernel_config(engine=...)): the whole GPU suite ran on it (bench/NOTES.md, "Session 2026-11-27g"). Its tiles are triton_fwd's 128 x 128 / 8 warps with TileConfig.gluon set: calls outside its domain
+kernel_config(engine=...)): the whole GPU suite ran on it (bench/NOTES.md, "Session 2026-11-27g"). Its tiles are
+triton_fwd's 128 x 128 / 8 warps with TileConfig.gluon set: calls outside its domain
 run triton_fwd with those tiles, so the arithmetic the bounds read is one, and the compile record's claim for gluon
 tiles holds for both engines' code (flashcheck.adapters._compiled_record)."""
 from __future__ import annotations

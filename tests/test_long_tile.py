@@ -126,7 +126,8 @@ def test_the_bounds_read_the_long_tile_for_long_calls(causal):
     long = p.for_call(causal, None, 300)
     short = Precision("bfloat16", "bf16", block_k=64, block_q=64, block_q_fwd=64, rowsum_depth=6,
                       l_accumulate="float64")
-    for fn, args, names in ((forward_bound, (q, k, v), ("o", "lse")), (backward_bound, (q, k, v, do), ("dq", "dk", "dv"))):
+    for fn, args, names in ((forward_bound, (q, k, v), ("o", "lse")),
+                            (backward_bound, (q, k, v, do), ("dq", "dk", "dv"))):
         got, want, other = (fn(*args, causal=causal, precision=x) for x in (p, long, short))
         for name in names:
             np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=f"{fn.__name__} {name}")
