@@ -9,12 +9,13 @@ Variants:
 - NAME=FILE: another gluon_bwd.py (e.g. `git show REV:kernels/gluon_bwd.py > FILE`); its dK/dV kernel takes LSE and
   Delta as pointers (the kernel before 2026-11-28), as TMA descriptors of per-row slices (`rows_descriptor`), or LSE ·
   log2 e so (`lse2_desc`: branch lse2-ring);
-- the source edits of EDITS (--edits): lse_late, delta_early (where LSE and Δ are read from the ring), regs248
+- the source edits of EDITS (--edits): lse_late, delta_early (where LSE and Δ are read from the ring),
+  queries_masked (the query index vector built under `if MASKED`, its only reader), regs248
   (the dK/dV consumers' register ceiling 248 instead of 240), zero_lse / zero_delta (ablations: one of the two not read,
   zeros; wrong gradients by construction);
-- stagesS (--stages S,...): the kernel with a (Q, dO) ring S deep (kernel_config's is 3; 4 makes slot and phase a
-  mask and a shift: the d = 64 loop's integer instructions 79 -> 37 a tile, Triton 3.6 SASS; d = 128 unbanded spills
-  68 -> 2; 199 KB of shared memory at d = 128);
+- stagesS, NAME_stagesS (--stages S,...): the kernel (and each variant) with a (Q, dO) ring S deep (kernel_config's
+  is 3; 4 makes slot and phase a mask and a shift: the d = 64 loop's integer instructions 79 -> 37 a tile, Triton 3.6
+  SASS; d = 128 unbanded spills 68 -> 2; 199 KB of shared memory at d = 128);
 - NAME_zero_rows (an ablation of each variant that loads LSE and Delta through pointers): both not loaded (zeros):
   what the per-tile loads and the arithmetic on them cost; its gradients are wrong by construction.
 Each variant's dK and dV are compared with the kernel's (max |difference|: 0 = bit for bit).
@@ -60,11 +61,15 @@ _SWAIT = "    sT = warpgroup_mma_wait(1, deps=(sT, ))\n"
 _DKDV_REGS = ("                     off_lo, off_hi, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES)),\n"
               "    ], [4, 1], [CONSUMER_REGS, 24])\n")
 _ZERO = "gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(0, s_layout))"
+_QUERIES = "    queries = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))\n"
+_MASKED = "    if MASKED:\n        # tiles.py `visible`"
 # name -> the edits of kernels/gluon_bwd.py (old, new); the same arithmetic unless the name says "zero" (ablations)
 EDITS = {
     "lse_late": [(_LSE + _SWAIT, _SWAIT + _LSE)],  # LSE read after Sᵀ is done (a shorter live range)
     "delta_early": [(_DELTA, ""), (_LSE, _LSE + _DELTA)],  # Δ read with LSE, before Sᵀ's wait (the old placement)
     "regs248": [(_DKDV_REGS, _DKDV_REGS.replace("CONSUMER_REGS", "248"))],  # 2 x 128 x 248 + 32 x 24 <= 64K
+    # the query index vector built where it is read only
+    "queries_masked": [(_QUERIES, ""), (_MASKED, "    if MASKED:\n    " + _QUERIES + "        # tiles.py `visible`")],
     "zero_lse": [(_LSE, f"    lse = {_ZERO}\n")],
     "zero_delta": [(_DELTA, f"    delta = {_ZERO}\n")],
 }
@@ -127,8 +132,9 @@ def run(rounds: int, extra: list[str], edits=tuple(EDITS), stages=()) -> list[di
             return go
 
         fns = {name: launcher(m) for name, m in mods.items()}
-        for st in stages:  # the kernel with another ring depth (the same arithmetic)
-            fns[f"stages{st}"] = launcher(mods["kernel"], st)
+        for st in stages:  # each variant with another ring depth (the same arithmetic)
+            for name, m in mods.items():
+                fns["stages%d" % st if name == "kernel" else f"{name}_stages{st}"] = launcher(m, st)
         fns["kernel"]()
         ref = (dk.clone(), dv.clone())
         diff = {}
