@@ -568,12 +568,12 @@ def _block_d(head_dim) -> int | None:
 def ours_compile_key(precision: str = "default"):
     """`KernelUnderTest.compile_key` of our kernel on CUDA: the Triton binaries a call with this
     signature compiles (forward, and with a gradient the backward's three), from the launch
-    configuration the launcher itself uses (`flashcheck.kernels.attention.launches`) and Triton's specialization
-    of each launch (`flashcheck.warmup.triton_binary`)."""
+    configuration the launcher itself uses (`flashcheck.kernels.attention.launches`: the Gluon kernels' records
+    where this device runs them) and Triton's specialization of each launch (`flashcheck.warmup.triton_binary`)."""
 
     def compile_key(sig) -> frozenset:
         from flashcheck.warmup import triton_binary
-        from flashcheck.kernels.attention import Layout, launches
+        from flashcheck.kernels.attention import Layout, gluon_device, launches
 
         strides = sig.strides or (None, None, None)
         q, k, v = (Layout(sig.dtype, shape, st) if st is not None else Layout.dense(sig.dtype, shape)
@@ -581,7 +581,7 @@ def ours_compile_key(precision: str = "default"):
         # causal=True means the declared bottom-right alignment (`fn` below)
         return frozenset(triton_binary(launch) for launch in launches(
             q, k, v, causal="bottom_right" if sig.causal else False, window=sig.window, mask_shape=sig.mask,
-            grad=sig.grad, precision=precision, interpret=False))
+            grad=sig.grad, precision=precision, interpret=False, gluon=gluon_device()))
 
     return compile_key
 

@@ -708,11 +708,13 @@ def _backward_launches(q, k, v, o, do, grads, has_res, dense, sparse, band, off_
 
 def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask_shape: tuple | None = None,
              grad: bool = False, dot_precision=None, precision="default", delta_from="fp32",
-             interpret: bool | None = None) -> tuple[Launch, ...]:
+             interpret: bool | None = None, gluon: bool = False) -> tuple[Launch, ...]:
     """The launches `attention(q, k, v, causal=, window=, mask=<bool tensor of mask_shape, contiguous>,
     dot_precision=, precision=, delta_from=)` makes for tensors laid out as `q`, `k`, `v` (Layouts; the
     last dim contiguous), and, with `grad`, those of its backward (dO of O's shape, contiguous): what a
-    call compiles. No tensor, no GPU."""
+    call compiles. No tensor, no GPU. `gluon`: the call runs on an sm_90 device (`gluon_device()`), where the
+    Gluon kernels run the calls their tiles ask for and their domain holds: their records then; else (another
+    GPU) triton_fwd's and triton_bwd's with the same tiles."""
     q, k, v = (t if t.strides[-1] == 1 else Layout.dense(t.dtype, t.shape) for t in (q, k, v))
     B, Hq, nq, d = q.shape
     nk, dv = k.shape[2], v.shape[3]
@@ -725,12 +727,30 @@ def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask
     o = Layout.dense(q.dtype, (B, Hq, nq, dv))
     if B * Hq * nq * dv == 0:
         return ()
+    interpret = _interpreting() if interpret is None else interpret
     kw = dict(band=band, off_lo=off_lo, off_hi=off_hi, block_q=0, block_k=0, dot=dot, tiles=[],
               interpret=interpret)
-    out = (forward_launch(q, k, v, o, dense, None, p_split=p_split, save_res=save_res, **kw),)
+    engine = forward_engine()
+    # as _fwd_impl and _bwd_impl choose (the default scale is positive: gluon_fwd's raw-logit max holds)
+    asked = gluon and not interpret and _gluon_asked(engine, max(d, dv), nk)
+    g_fwd = (_gluon_forward(q, k, v, dense is not None, False, band, p_split, (), False, engine) if asked
+             else None)
+    out = ((_gluon_launch(q, k, band, off_lo, off_hi, save_res, g_fwd) if g_fwd is not None else
+            forward_launch(q, k, v, o, dense, None, p_split=p_split, save_res=save_res, **kw)),)
     if grad and B * Hq * nq * d and k.shape[0] * k.shape[1] * nk * d:
-        out += backward_launches(q, k, v, o, o, (q.like(), k.like(), v.like()), save_res, dense, None, **kw)
+        grads = (q.like(), k.like(), v.like())
+        pre, dkdv, dq = backward_launches(q, k, v, o, o, grads, save_res, dense, None, **kw)
+        if asked:
+            g_dkdv, g_dq = _gluon_backward(q, k, v, o, *grads, dense is not None, False, band, (), False, engine)
+            dkdv = dkdv if g_dkdv is None else _gluon_dkdv_launch(q, k, band, off_lo, off_hi, g_dkdv)
+            dq = dq if g_dq is None else _gluon_dq_launch(q, k, band, off_lo, off_hi, g_dq)
+        out += (pre, dkdv, dq)
     return out
+
+
+def gluon_device() -> bool:
+    """Whether this process's CUDA device runs the Gluon kernels (capability 9.0): `launches(gluon=)`."""
+    return torch.cuda.is_available() and _gluon_device(torch.device("cuda", torch.cuda.current_device()))
 
 
 # --------------------------------------------------------------------------- launches

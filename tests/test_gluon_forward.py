@@ -185,6 +185,33 @@ def test_gluon_bwd_runs_the_backwards_in_its_domain_and_lists_its_arguments_in_o
     assert launch.grid == (3, 8) and dict(launch.constexprs)["HEAVY_FIRST"]
 
 
+@pytest.mark.parametrize("d, nk, causal", [(128, 257, "bottom_right"), (128, 64, False), (64, ka.LONG_KEYS, False),
+                                            (64, 100, "bottom_right")])
+def test_launches_with_gluon_are_the_records_the_launcher_makes_on_sm90(d, nk, causal, monkeypatch):
+    """launches(gluon=True), what validate's warm-up keys its compiles on (flashcheck.adapters.ours_compile_key, with
+    gluon_device()), predicts the records attention() and its backward launch on an sm_90 device: the Gluon kernels'
+    where they run the call, triton's elsewhere (d = 64 below LONG_KEYS keys). Simulated on the CPU: the device check
+    says sm_90, the launches are recorded, nothing runs."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
+    monkeypatch.setattr(ka, "_gluon_device", lambda device: True)
+    made = []
+    monkeypatch.setattr(ka, "_launch", lambda kernel, launch, *leading, fitting=False: made.append(launch))
+    q = torch.randn(1, 4, 130, d, dtype=torch.bfloat16)
+    k, v = (torch.randn(1, 2, nk, d, dtype=torch.bfloat16) for _ in range(2))
+    # attention()'s forward and backward below its CPU-tensor checks, with its arguments for these calls
+    dot, p_split, save_res = ka._modes(torch.bfloat16, None, "default", "fp32", True)
+    band = ka._band(causal, None, 130, nk)
+    o, lse, o_res = ka._fwd_impl(q, k, v, None, [], d ** -0.5, *band, 0, 0, dot, p_split, save_res, [])
+    ka._bwd_impl(q, k, v, o, o_res, lse, torch.randn_like(o), None, None, [], d ** -0.5, *band, 0, 0, dot, [])
+    want = ka.launches(*(ka.Layout.of(x) for x in (q, k, v)), causal=causal, grad=True, interpret=False, gluon=True)
+    assert tuple(made) == want
+    gluon = d == 128 or nk >= ka.LONG_KEYS
+    assert [x.kernel.endswith("_gluon_kernel") for x in want] == [gluon, False, gluon, gluon]
+    plain = ka.launches(*(ka.Layout.of(x) for x in (q, k, v)), causal=causal, grad=True, interpret=False)
+    assert not any(x.kernel.endswith("_gluon_kernel") for x in plain)  # another GPU: triton's records
+
+
 _COMPILE_BWD = """
 import json, os, subprocess, sys, tempfile
 import triton
