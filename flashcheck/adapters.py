@@ -403,16 +403,16 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
     fma_chain = (a.exp != "libm" and hw.ieee_dot == "fma_chain" and (a.input, a.dot) == ("float32", "ieee")
                  and _block_d(head_dim) in hw.ieee_dot_k and fusion)
 
-    def forward_tile(block_k, block_q_fwd, outer=(None, None), **call):
+    def forward_tile(block_k, block_q_fwd, outer=(None, None, None), **call):
         """The BandForward of the forward tile kernel_config gives calls of this kind (`call`: band= or n_keys=),
         None where it gives none of its own; its rowsum depth from that tile's record; `outer`: the backward's outer
-        blocks (dQ rows, dK/dV keys per program) these calls run where they differ."""
+        blocks (dQ rows, dK/dV keys per program) and dK/dV query tile these calls run where they differ."""
         if block_k is None:
             return None
         depth = None if rec is None else (_compiled_record(dtype, a.dot, head_dim, precision, tiles, **call)
                                           or {}).get("rowsum_depth")
         return BandForward(block_k=block_k, block_q_fwd=block_q_fwd, rowsum_depth=depth, block_q_dq=outer[0],
-                           block_k_dkdv=outer[1])
+                           block_k_dkdv=outer[1], block_q=outer[2])
     return _precision(input=a.input, dot=a.dot, accumulate="float32", output=a.output, exp=a.exp,
                       block_k=a.block_k, block_q=a.block_q, block_k_dq=a.block_k_dq,  # dQ's own key tiles
                       # the backward kernels' outer blocks and how their partial tiles are chosen: the order of the
@@ -421,9 +421,10 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       # the forward's query blocks (BLOCK_M): its chains on masked heads in each block's order
                       block_q_fwd=a.block_q_fwd,
                       # long calls' own forward tile (kernel_config(n_keys=LONG_KEYS)), its rowsum tree from its record,
-                      # and their backward's outer blocks (the Gluon backward's programs at d = 64)
+                      # and their backward's outer blocks and dK/dV query tile (the Gluon backward's at d = 64)
                       long_forward=forward_tile(a.block_k_long, a.block_q_fwd_long,
-                                                (a.block_q_dq_long, a.block_k_dkdv_long), n_keys=a.long_keys),
+                                                (a.block_q_dq_long, a.block_k_dkdv_long, a.block_q_long),
+                                                n_keys=a.long_keys),
                       long_keys=a.long_keys,
                       # banded calls' own forward tile (kernel_config(band=True)), its rowsum tree from its own record
                       band_forward=forward_tile(a.block_k_band, a.block_q_fwd_band, band=True),

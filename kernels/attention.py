@@ -154,8 +154,10 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     if _gluon_asked(engine, head_dim, n_keys) and gluon_domain:
         # gluon_bwd's dK/dV: 128 keys (two warpgroups of 64) x 64 query rows, a 3-deep (Q, dO) ring. At d = 128 the
         # 64-row tile spills a few values (Sᵀ, dPᵀ, Pᵀ, dSᵀ beside dK, dV in 240 registers) and still runs 1.04-1.12x
-        # the spill-free 32-row tile (bench/NOTES.md, "Session 2026-11-27g"; the same sums: bit for bit equal)
-        dkdv = TileConfig(64, 128, 8, 3, gluon=True)
+        # the spill-free 32-row tile (bench/NOTES.md, "Session 2026-11-27g"; the same sums: bit for bit equal). At
+        # d = 64: 128 query rows, a 2-deep ring, 1.04-1.18x the 64-row tile (3 deep: 0.55-1.06x; "Session
+        # 2026-11-27h"; bit for bit equal where the band's partial tiles are the same)
+        dkdv = TileConfig(128, 128, 8, 2, gluon=True) if bd == 64 else TileConfig(64, 128, 8, 3, gluon=True)
         # gluon_bwd's dQ: 128 query rows (two warpgroups of 64) x 64 keys, triton_bwd's d = 128 tiles
         dq = TileConfig(128, 64, 8, 3, heavy_first=True, gluon=True)
         return KernelConfig(fwd, dkdv, dq)
@@ -220,9 +222,9 @@ class Arithmetic:
     block_k, block_q_fwd (the backward's tiles never depend on the band);
     block_k_long, block_q_fwd_long, long_keys: the forward's tile for calls with at least long_keys keys, banded or
     not, where `kernel_config` gives them one of their own (LONG_KEYS: "auto" at head dim 64, the Gluon kernels);
-    None: no such tile; block_q_dq_long, block_k_dkdv_long: those calls' backward outer blocks where they differ
-    (the Gluon backward's 128-row dQ and 128-key dK/dV programs; its inner tiles are triton_bwd's at head dim 64),
-    else None."""
+    None: no such tile; block_q_dq_long, block_k_dkdv_long, block_q_long: those calls' backward outer blocks and
+    dK/dV query tile where they differ (the Gluon backward's 128-row dQ and 128-key dK/dV programs, its 128-row dK/dV
+    query tiles at head dim 64; its dQ key tile is triton_bwd's), else None."""
     input: str
     dot: str
     output: str
@@ -244,6 +246,7 @@ class Arithmetic:
     long_keys: int | None = None
     block_q_dq_long: int | None = None
     block_k_dkdv_long: int | None = None
+    block_q_long: int | None = None
 
 
 def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None = None,
@@ -281,11 +284,11 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
         long = None  # the same tile and engine (the rowsum record is per tile and engine)
     long_bwd = None
     if long is not None:
-        if (long_cfg.dkdv.block_m, long_cfg.dq.block_n) != (block_q, block_k_dq):  # what Precision.for_call keeps
-            raise RuntimeError("kernel_config's long tiles change the backward's inner tiles, which no Precision "
-                               "field states per call")
-        long_bwd = (long_cfg.dq.block_m, long_cfg.dkdv.block_n)
-        if long_bwd == (block_q_dq, block_k_dkdv):
+        if long_cfg.dq.block_n != block_k_dq:  # what Precision.for_call keeps
+            raise RuntimeError("kernel_config's long tiles change the dQ kernel's key tile, which no Precision field "
+                               "states per call")
+        long_bwd = (long_cfg.dq.block_m, long_cfg.dkdv.block_n, long_cfg.dkdv.block_m)
+        if long_bwd == (block_q_dq, block_k_dkdv, block_q):
             long_bwd = None
     if block_mask is not None:  # its tile grid is every kernel's (_tiles: dq's block_n is its block_k too)
         block_k, block_q, block_k_dq = block_mask.block_k, block_mask.block_q, block_mask.block_k
@@ -303,7 +306,8 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
                       block_q_fwd_long=None if long is None else long.block_m,
                       long_keys=None if long is None else LONG_KEYS,
                       block_q_dq_long=None if long_bwd is None else long_bwd[0],
-                      block_k_dkdv_long=None if long_bwd is None else long_bwd[1])
+                      block_k_dkdv_long=None if long_bwd is None else long_bwd[1],
+                      block_q_long=None if long_bwd is None or long_bwd[2] == block_q else long_bwd[2])
 
 
 def _check_choice(name, value, allowed):
@@ -836,7 +840,7 @@ def _gluon_backward(q: Layout, k: Layout, v: Layout, do: Layout, dq: Layout, dk:
     cfg, _, _ = _tiles(q.shape[3], v.shape[3], getattr(torch, q.dtype), 0, 0, list(tiles), interpret=False,
                        band=band, engine=engine, n_keys=k.shape[2])
     a, b = cfg.dkdv, cfg.dq
-    return (a if a.gluon and a.block_n == 128 and a.block_m in (32, 64) else None,
+    return (a if a.gluon and a.block_n == 128 and a.block_m in (32, 64, 128) else None,
             b if b.gluon and b.block_m == 128 and b.block_n in (64, 128) else None)
 
 

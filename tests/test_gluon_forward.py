@@ -216,11 +216,12 @@ _COMPILE_BWD = """
 import json, os, subprocess, sys, tempfile
 import triton
 from bench.compile_forward import compile_gluon_dkdv, compile_gluon_dq
-a = [int(x) for x in sys.argv[1:]]  # dQ's block_n, stages, then one (block_m, stages) pair per dK/dV tile
+a = [int(x) for x in sys.argv[1:]]  # dQ's block_n, stages, then one (head dim, block_m, stages) per dK/dV tile
 tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 out = {}
 for name, ck in [("dq", compile_gluon_dq("bfloat16", 128, True, 2, a[0], a[1]))] + [
-        (f"dkdv{m}", compile_gluon_dkdv("bfloat16", 128, True, 2, m, st)) for m, st in zip(a[2::2], a[3::2])]:
+        (f"dkdv{m}" + ("" if d == 128 else f"_d{d}"), compile_gluon_dkdv("bfloat16", d, True, 2, m, st))
+        for d, m, st in zip(a[2::3], a[3::3], a[4::3])]:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.cubin")
         with open(path, "wb") as f:
@@ -238,6 +239,9 @@ print(json.dumps(out))
 # on 3.6, none on 3.9; the hot loops reload a few loop-invariant values, none of the tile's). A change that spills more
 # is timed again before it lands.
 DKDV_LOCAL = {"3.6.0": 28, "3.9.0": 120}
+# The same count for the d = 64 kernel's 128-row tile, 2-deep ring (GQA 2, banded), taken 2026-11-27h as 1.04-1.18x the
+# 64-row tile (bench/NOTES.md): with 128 query columns Sᵀ, dPᵀ (64 registers each) beside dK, dV spill more.
+DKDV64_LOCAL = {"3.6.0": 252, "3.9.0": 303}
 
 
 def test_gluon_bwd_compiles_for_sm90_with_its_recorded_spills():
@@ -248,15 +252,22 @@ def test_gluon_bwd_compiles_for_sm90_with_its_recorded_spills():
 
     from tests.compiled_record import compiled
 
-    g = _gluon_tiles(128)
-    assert g.dkdv.block_m == 64
-    got = compiled(_COMPILE_BWD, g.dq.block_n, g.dq.num_stages, g.dkdv.block_m, g.dkdv.num_stages, 32, 4)
+    g, g64 = _gluon_tiles(128), _gluon_tiles(64)
+    assert (g.dkdv.block_m, g64.dkdv.block_m) == (64, 128)
+    got = compiled(_COMPILE_BWD, g.dq.block_n, g.dq.num_stages, 128, g.dkdv.block_m, g.dkdv.num_stages, 128, 32, 4,
+                   64, g64.dkdv.block_m, g64.dkdv.num_stages)
     assert got["dq"]["hgmma"] > 0 and got["dq"]["local"] == 0, got
     assert got["dkdv64"]["hgmma"] > 0, got
     if triton.__version__ in DKDV_LOCAL:
         assert got["dkdv64"]["local"] <= DKDV_LOCAL[triton.__version__], (
             f"dK/dV kernel: {got['dkdv64']['local']} local-memory instructions, recorded "
             f"{DKDV_LOCAL[triton.__version__]} for Triton {triton.__version__}")
+    d64 = got["dkdv128_d64"]
+    assert d64["hgmma"] > 0, got
+    if triton.__version__ in DKDV64_LOCAL:
+        assert d64["local"] <= DKDV64_LOCAL[triton.__version__], (
+            f"dK/dV kernel at d = 64: {d64['local']} local-memory instructions, recorded "
+            f"{DKDV64_LOCAL[triton.__version__]} for Triton {triton.__version__}")
     spill_free = got["dkdv32"]
     assert spill_free["hgmma"] > 0 and spill_free["local"] == 0, spill_free
 

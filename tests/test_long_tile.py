@@ -1,7 +1,8 @@
 """The tiles by key count (issue 10): the "auto" engine gives the Gluon kernels to fp16 / bf16 calls at head dim 64
 with at least LONG_KEYS keys (measured faster there, slower at N = 1k: bench/NOTES.md, "Session 2026-11-27g" for the
 forward, "Session 2026-11-28" for the backward), triton's below: gluon_fwd's 128 x 128 tile for triton_fwd's 64 x 64,
-and the Gluon backward's outer blocks (128-row dQ, 128-key dK/dV programs) over triton_bwd's inner tiles. The tiles are
+and the Gluon backward's outer blocks (128-row dQ, 128-key dK/dV programs) and 128-row dK/dV query tiles ("Session
+2026-11-27h") over triton_bwd's dQ key tile. The tiles are
 part of the arithmetic the bounds read, so the Precision states both (`Precision.long_forward`, `long_keys`) and the
 bounds take the call's (`Precision.for_call`) from its key count, as they take the band's tile from its causal /
 window arguments."""
@@ -30,10 +31,11 @@ def test_auto_gives_the_gluon_tiles_at_d64_from_long_keys_on(monkeypatch):
     assert not (short.dkdv.gluon or short.dq.gluon)
     assert long.fwd.gluon and (long.fwd.block_m, long.fwd.block_n, long.fwd.num_warps) == (128, 128, 8)
     assert long == _cfg(engine="gluon")  # the Gluon engine's tiles, forward and backward
-    assert long.dkdv.gluon and (long.dkdv.block_m, long.dkdv.block_n) == (64, 128)
+    assert long.dkdv.gluon and (long.dkdv.block_m, long.dkdv.block_n, long.dkdv.num_stages) == (128, 128, 2)
     assert long.dq.gluon and (long.dq.block_m, long.dq.block_n) == (128, 64)
-    # the backward's inner tiles (dK/dV's query tile, dQ's key tile) are triton_bwd's: only the programs differ
-    assert (long.dkdv.block_m, long.dq.block_n) == (short.dkdv.block_m, short.dq.block_n)
+    # the dQ kernel's key tile is triton_bwd's (Precision.for_call keeps it); the dK/dV query tile is not (128 rows:
+    # Arithmetic.block_q_long, BandForward.block_q)
+    assert long.dq.block_n == short.dq.block_n and (long.dkdv.block_m, short.dkdv.block_m) == (128, 64)
     assert _cfg(n_keys=LONG, band=True) == long  # banded or not
     assert _cfg(dtype=torch.float16, n_keys=10 * LONG).fwd.gluon
 
@@ -60,7 +62,7 @@ def test_long_calls_at_d64_run_the_gluon_kernels_and_short_ones_triton(monkeypat
         assert (c["BLOCK_M"], c["BLOCK_N"]) == ((128, 128) if gluon else (64, 64)), nk
     long = ka.Layout.dense("bfloat16", (1, 2, LONG, 64))
     short = ka.Layout.dense("bfloat16", (1, 2, LONG - 1, 64))
-    for kv, want in ((long, [(64, 128), (128, 64)]), (short, [(64, 64), (64, 64)])):
+    for kv, want in ((long, [(128, 128), (128, 64)]), (short, [(64, 64), (64, 64)])):
         got = [dict(x.constexprs) for x in ka.launches(q, kv, kv, grad=True, interpret=False)[2:]]  # dK/dV, dQ
         assert [(c["BLOCK_M"], c["BLOCK_N"]) for c in got] == want, kv.shape
         g = ka._gluon_backward(q, kv, kv, q, q, kv, kv, False, False, True, (), False, "auto")
@@ -74,13 +76,14 @@ def test_the_arithmetic_and_precision_state_the_long_tile(monkeypatch):
     a = ka.arithmetic(torch.bfloat16, head_dim=64, interpret=False)
     assert (a.block_k, a.block_q_fwd, a.block_k_long, a.block_q_fwd_long, a.long_keys) == (64, 64, 128, 128, LONG)
     assert (a.block_q_dq, a.block_k_dkdv, a.block_q_dq_long, a.block_k_dkdv_long) == (64, 64, 128, 128)
+    assert (a.block_q, a.block_q_long, a.block_k_dq) == (64, 128, 64)  # the dK/dV query tile; dQ's key tile stays
     p = ours_precision(torch.float16, head_dim=64, interpret=False)
     assert p.long_keys == LONG and (p.long_forward.block_k, p.long_forward.block_q_fwd) == (128, 128)
-    assert (p.long_forward.block_q_dq, p.long_forward.block_k_dkdv) == (128, 128)
+    assert (p.long_forward.block_q_dq, p.long_forward.block_k_dkdv, p.long_forward.block_q) == (128, 128, 128)
     for kw in (dict(head_dim=128), dict(head_dim=64, tiles=_cfg()), dict(head_dim=64, precision="accurate")):
         a = ka.arithmetic(torch.bfloat16, interpret=False, **kw)
-        assert (a.block_k_long, a.block_q_fwd_long, a.long_keys, a.block_q_dq_long, a.block_k_dkdv_long) == (
-            None, None, None, None, None), kw
+        assert (a.block_k_long, a.block_q_fwd_long, a.long_keys, a.block_q_dq_long, a.block_k_dkdv_long,
+                a.block_q_long) == (None,) * 6, kw
     assert ours_precision(torch.float32, head_dim=64, interpret=False).long_forward is None
     assert ka.arithmetic(torch.bfloat16, head_dim=64, interpret=True).long_keys is None
 
@@ -89,7 +92,7 @@ def _long_precision(**kw):
     return Precision("bfloat16", "bf16", block_k=64, block_q=64, block_q_fwd=64, rowsum_depth=6,
                      l_accumulate="float64", block_q_dq=64, block_k_dkdv=64,
                      long_forward=BandForward(block_k=128, block_q_fwd=128, rowsum_depth=None, block_q_dq=128,
-                                              block_k_dkdv=128), long_keys=300, **kw)
+                                              block_k_dkdv=128, block_q=128), long_keys=300, **kw)
 
 
 def test_for_call_substitutes_the_long_tile_from_long_keys_on_before_the_band():
@@ -100,8 +103,8 @@ def test_for_call_substitutes_the_long_tile_from_long_keys_on_before_the_band():
         b = p.for_call(causal, None, 300)
         assert (b.block_k, b.block_q_fwd, b.rowsum_depth, b.long_forward, b.band_forward) == (128, 128, None, None,
                                                                                             None), causal
-        assert b.dq_key_tile == 64 and b.block_q == 64  # the backward's inner tiles stay
-        assert (b.block_q_dq, b.block_k_dkdv) == (128, 128)  # its outer blocks are the long call's
+        assert b.dq_key_tile == 64  # the dQ kernel's key tile stays
+        assert (b.block_q_dq, b.block_k_dkdv, b.block_q) == (128, 128, 128)  # the rest is the long call's
     for kw in (dict(long_keys=None), dict(long_keys=0), dict(long_keys=True)):
         with pytest.raises(ValueError, match="long_keys"):
             Precision("bfloat16", "bf16", long_forward=BandForward(block_k=128), **kw)

@@ -96,17 +96,19 @@ class BandForward:
     flashcheck.kernels.attention.kernel_config): the Precision fields it replaces under a band (Precision.banded).
     block_k: its key tile (Precision.block_k); block_q_fwd: its query rows per program (Precision.block_q_fwd);
     rowsum_depth: its tile rowsum's addition-tree depth read off the compiled code, None: any order
-    (Precision.rowsum_depth). block_q_dq, block_k_dkdv: where the same call kind also runs a backward of its own
-    outer blocks (our "auto" engine's long calls at d = 64: the Gluon backward's 128-row dQ and 128-key dK/dV
-    programs over triton_bwd's inner tiles), those (Precision.block_q_dq, block_k_dkdv); None: the precision's own."""
+    (Precision.rowsum_depth). block_q_dq, block_k_dkdv, block_q: where the same call kind also runs a backward of
+    its own outer blocks or dK/dV query tile (our "auto" engine's long calls at d = 64: the Gluon backward's 128-row
+    dQ and 128-key dK/dV programs, its 128-row dK/dV query tiles, over triton_bwd's dQ key tile), those
+    (Precision.block_q_dq, block_k_dkdv, block_q); None: the precision's own."""
     block_k: int
     block_q_fwd: int | None = None
     rowsum_depth: int | None = None
     block_q_dq: int | None = None
     block_k_dkdv: int | None = None
+    block_q: int | None = None
 
     def __post_init__(self):
-        for name in ("block_k", "block_q_fwd", "rowsum_depth", "block_q_dq", "block_k_dkdv"):
+        for name in ("block_k", "block_q_fwd", "rowsum_depth", "block_q_dq", "block_k_dkdv", "block_q"):
             b = getattr(self, name)
             if (b is not None or name == "block_k") and (not isinstance(b, int) or isinstance(b, bool) or b < 1):
                 raise ValueError(f"BandForward.{name} must be a positive int{'' if name == 'block_k' else ' or None'}, "
@@ -406,10 +408,11 @@ class Precision:
 
     def _with_forward(self, b: BandForward, **spent) -> "Precision":
         """This precision with b's forward tile fields (block_k, block_q_fwd, rowsum_depth; lg2_known only where b's
-        rowsum depth is stated) and the backward's outer blocks b states (block_q_dq, block_k_dkdv), the backward's
-        inner tiles kept (a dQ loop that followed block_k keeps its width: block_k_dq set to it), and the `spent`
-        substitutions' fields cleared."""
-        outer = {name: getattr(b, name) for name in ("block_q_dq", "block_k_dkdv") if getattr(b, name) is not None}
+        rowsum depth is stated) and the backward's outer blocks and dK/dV query tile b states (block_q_dq,
+        block_k_dkdv, block_q), the dQ kernel's key tile kept (a dQ loop that followed block_k keeps its width:
+        block_k_dq set to it), and the `spent` substitutions' fields cleared."""
+        outer = {name: getattr(b, name) for name in ("block_q_dq", "block_k_dkdv", "block_q")
+                 if getattr(b, name) is not None}
         return replace(self, block_k=b.block_k, block_q_fwd=b.block_q_fwd, rowsum_depth=b.rowsum_depth,
                        block_k_dq=self.dq_key_tile, lg2_known=self.lg2_known and b.rowsum_depth is not None,
                        **outer, **spent)
