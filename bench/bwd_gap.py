@@ -130,7 +130,7 @@ def _measure(fn, row: dict) -> dict:
     torch.cuda.synchronize()
     row["host_ms"] = statistics.median(hosts)
     row["graph_ms"] = "not captured (autograd.grad's capture fails for both backends)"
-    if fn.__name__ == "fwd":  # the same call replayed from a CUDA graph: no host time between the start and end
+    if row["part"] == "fwd":  # the same call replayed from a CUDA graph: no host time between the start and end
         from triton.testing import do_bench_cudagraph
 
         row["graph_ms"] = do_bench_cudagraph(fn, rep=100, return_mode="median")

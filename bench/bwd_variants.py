@@ -129,7 +129,7 @@ def run(rounds: int, extra: list[str], edits=tuple(EDITS), stages=(), cells=tupl
         t = ka.kernel_config(d, torch.bfloat16, engine="gluon").dkdv
         band, off_lo, off_hi = ka._band("bottom_right" if causal else False, None, n, n)
         launch = ka._gluon_dkdv_launch(ka.Layout.of(q), ka.Layout.of(k), band, off_lo, off_hi, t)
-        half = 64  # HALF_N: K's, V's, dK's and dV's boxes, one consumer warpgroup's keys
+        half = mods["kernel"].HALF_N.value  # K's, V's, dK's and dV's boxes: one consumer warpgroup's keys
         dk, dv = torch.empty_like(k), torch.empty_like(v)
 
         def launcher(m, stages=None, fields=None):
