@@ -18,17 +18,22 @@ export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 # the property suite); the two cores are used by pytest-xdist workers instead.
 export OMP_NUM_THREADS ?= 1
 PYTEST_ARGS ?= -n 2
+# No pip cache: the venv is ~2.1 GB, and a cached copy of the triton wheel would add to it on a small disk
+# (a CI run once ran out of space installing triton).
+PIP = $(VENV)/bin/python -m pip install -q --no-cache-dir
 
 .PHONY: test audit setup clean test-gpu answer-key bench
 
 setup: $(SETUP)
 
 $(VENV)/.installed: pyproject.toml
+	@free=$$(df -Pm . | awk 'NR==2 {print $$4}'); if [ "$${free:-0}" -lt 2500 ]; then \
+	    echo "make setup: $$free MB free here; the venv takes about 2100 MB (triton 1000, torch 750): the install may run out of space" >&2; fi
 	$(SYS_PY) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q "torch==2.13.0"
-	$(VENV)/bin/python -m pip install -q triton numpy hypothesis mpmath pytest pytest-xdist sympy matplotlib
-	$(VENV)/bin/python -m pip install -q --no-deps -e .
+	$(PIP) --upgrade pip
+	$(PIP) "torch==2.13.0"
+	$(PIP) triton numpy hypothesis mpmath pytest pytest-xdist sympy matplotlib
+	$(PIP) --no-deps -e .
 	touch $@
 
 # The CPU suite: references, proofs, and the Triton kernel through the interpreter (fp32/fp16).
