@@ -1,0 +1,511 @@
+"""Prototype (bench only, not a kernel of the product): the backward in one Gluon kernel with 5 tensor-core products
+a tile pair, dQ's key-tile partials added into global memory in a fixed order (issue 10; bench/NOTES.md, "Session
+2026-11-28b").
+
+Today's backward is two kernels (kernels/gluon_bwd.py): dK/dV (Sᵀ, dPᵀ, dV += Pᵀ dO, dK += dSᵀ Q) and dQ (S, dP
+again, dQ += dS K): 7 products where FA3 and cuDNN do 5, because the issue keeps the backward deterministic and
+without atomic adds of the data. Here the dK/dV kernel keeps its schedule and adds a fifth product:
+
+- each consumer warpgroup writes its 64 keys' rows of dSᵀ (rounded into the input format, as the operand of dK's
+  product) into a shared 2-slot buffer [BLOCK_N, BLOCK_M]; once both halves are there (mbarrier `ds_full`, two
+  arrivals), warpgroup w computes the partial dQ[:, w-th half of d] = dS K[:, w-th half] over the program's 128 keys
+  (A = dS from shared memory, MN-major; B = K's column half), 32 fp32 registers a thread at d = 128 (FA3's split);
+- that partial is added into an fp32 accumulator in global memory, one query tile at a time, **in a fixed order of
+  key tiles**: descending key tile j among those that see the query tile. A per-(head, query tile) counter in global
+  memory says how many warpgroups have added; warpgroup w of key tile j waits (acquire) until 2·rank have, then
+  reads, adds and writes its 64 columns with plain loads and stores (L2 only: `.cg`), and releases the counter.
+  The first contributor stores without reading, the last one writes dQ · scale in the input format: no memset, no
+  pass after. Deterministic: each element is the same sum in the same order whatever the timing.
+- Key tiles are handed out highest first (program 0 runs key tile n_kt − 1), so a program waits only on programs
+  launched before it: no deadlock on a grid larger than the GPU; under a causal band a key tile's first query tile
+  was visited earlier by every higher key tile (FA3's descending order), so in the ideal timing nobody waits.
+
+Domain of the prototype: gluon_bwd's (fp16 / bf16, d in {64, 128}, any band: causal either way, windows, Nq != Nk,
+ragged N), contiguous (B, H, N, d) tensors. Query tiles start at multiples of BLOCK_M in every program
+(`_band_range`), so the counters count canonical tiles; under a band the key tiles visiting query tile i are a range
+[j_lo(i), j_hi(i)] (`_dq_add`), and tiles no key tile visits keep the zeros the launcher writes into dQ. dK and dV
+are computed exactly as gluon_bwd's (the same instructions in the same order: bit for bit); dQ's arithmetic differs
+from the dQ kernel's (128-key wgmma chains summed in descending key-tile order against one running chain of 64-key
+tiles), so the Precision would need a new description before this could ship.
+
+    PYTHONPATH=$PWD python3 bench/gluon/fused_bwd.py --compile          # CPU: spills and HGMMA counts, sm_90
+    PYTHONPATH=$PWD python3 bench/gluon/fused_bwd.py --check --time     # H100: against gluon_bwd, then timed
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[2]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(1, str(_ROOT))
+
+from triton.experimental import gluon  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,  # noqa: E402
+                                                             warpgroup_mma, warpgroup_mma_wait)
+
+from flashcheck.kernels.gluon_bwd import HALF_N, _producer, _query_tiles  # noqa: E402
+from flashcheck.kernels.gluon_fwd import CONSUMER_REGS, LOG2E, _tma_store, barriers  # noqa: E402
+from flashcheck.kernels.tiles import full_start, partial_start  # noqa: E402
+
+_thread_barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # renamed between Triton 3.6 and 3.9
+# shared_memory_descriptor's `_reinterpret` (Triton 3.6) is `reinterpret` in 3.9
+NEW_REINTERPRET: gl.constexpr = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
+DS_SLOTS: gl.constexpr = gl.constexpr(2)  # dSᵀ buffers: tile it writes slot it % 2 while tile it − 1's dQ reads
+
+
+@gluon.jit
+def _dq_add(part, DQacc, DQ, Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, sm_scale, WG: gl.constexpr,
+            BAND: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
+            dq_layout: gl.constexpr):
+    """Add this warpgroup's partial dQ (query rows start_m + [0, BLOCK_M), columns WG · HEAD_D / 2 + [0, HEAD_D / 2))
+    in its place in the fixed order: descending key tile among the key tiles that visit the query tile."""
+    HALF_D: gl.constexpr = HEAD_D // 2
+    i = start_m // BLOCK_M
+    j = start_n // BLOCK_N
+    j_hi = (Nk + BLOCK_N - 1) // BLOCK_N - 1
+    j_lo = 0
+    if BAND:
+        # the key tiles whose query range (kernels/tiles.py `_band_range`, the band transposed: lo(j) =
+        # ⌊max(j·BN − off_hi, 0) / BM⌋·BM, hi(j) = ⌈min(j·BN + BN − off_lo, Nq) / BM⌉·BM) holds tile i: lo(j) <= i·BM
+        # iff j·BN < (i + 1)·BM + off_hi; hi(j) > i·BM iff j >= ⌊(i·BM + off_lo) / BN⌋ (both monotone in j, so a
+        # range; a visited tile has a nonnegative numerator in the first, and the second is clamped at 0 where
+        # truncating and flooring division differ)
+        j_hi = gl.minimum(j_hi, ((i + 1) * BLOCK_M + off_hi - 1) // BLOCK_N)
+        j_lo = gl.maximum((i * BLOCK_M + off_lo) // BLOCK_N, 0)
+    rank = j_hi - j  # contributors before this one (key tiles j_hi, …, j + 1), two warpgroups each
+    n_qt = (Nq + BLOCK_M - 1) // BLOCK_M
+    sem = Sem + bh * n_qt + i
+    seen = gl.atomic_add(sem, 0, sem="acquire")  # lowered to one thread's ld.acquire.gpu, shared with the others
+    while seen < 2 * rank:
+        seen = gl.atomic_add(sem, 0, sem="acquire")
+    # one 64-bit base a tile, 32-bit offsets the same for every tile (ptxas folds them into the addresses' immediates)
+    base = (bh.to(gl.int64) * Nq + start_m) * HEAD_D + WG * HALF_D
+    r = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
+    c = gl.arange(0, HALF_D, layout=gl.SliceLayout(0, dq_layout))
+    offs = r[:, None] * HEAD_D + c[None, :]
+    inside = (r[:, None] < Nq - start_m) & (c[None, :] < HALF_D)
+    if rank > 0:  # not the first: what the contributors before added (from L2: `.cg`, L1 is not coherent)
+        part = part + gl.load(DQacc + base + offs, mask=inside, other=0.0, cache_modifier=".cg")
+    if j == j_lo:  # the last contributor: dQ = scale · Σ_j dS_j K_j in the input format
+        gl.store(DQ + base + offs, (part * sm_scale).to(DQ.dtype.element_ty), mask=inside)
+    else:
+        gl.store(DQacc + base + offs, part, mask=inside)
+    _thread_barrier()  # every thread's stores before the release
+    gl.atomic_add(sem, 1, sem="release")
+
+
+@gluon.jit
+def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready, do_ready,
+          tile_free, ds_full, ds_free, DQacc, DQ, Sem, bh, keys, start_m, start_n, qk_scale2, sm_scale, Nq, Nk,
+          off_lo, off_hi, WG: gl.constexpr, MASKED: gl.constexpr, BAND: gl.constexpr, BLOCK_M: gl.constexpr,
+          BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
+          a_layout: gl.constexpr, dq_layout: gl.constexpr):
+    """gluon_bwd `_ring_tile` (the same dK, dV arithmetic) plus dQ's partial over the program's keys."""
+    dtype: gl.constexpr = q_ring.dtype
+    HALF_D: gl.constexpr = HEAD_D // 2
+    slot = it % STAGES
+    phase = (it // STAGES) & 1
+    mbarrier.wait(q_ready.index(slot), phase)
+    mbarrier.wait(do_ready.index(slot), phase)
+    q_smem = q_ring.index(slot).reshape([BLOCK_M, HEAD_D])
+    do_smem = do_ring.index(slot).reshape([BLOCK_M, HEAD_D])
+    s_zero = gl.zeros([HALF_N, BLOCK_M], gl.float32, s_layout)
+    queries = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+    # Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, issued together
+    sT = warpgroup_mma(k_smem, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    dpT = warpgroup_mma(v_smem, do_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    lse = lse_ring.index(slot).reshape([BLOCK_M]).load(gl.SliceLayout(0, s_layout))
+    sT = warpgroup_mma_wait(1, deps=(sT, ))
+    # Pᵀ = exp2(min(S2ᵀ − LSE2, 0))   /   p[i,j] = 2^min(s2[i,j] − lse[i]·log2 e, 0)
+    pT = gl.exp2(gl.minimum(sT * qk_scale2 - (lse * LOG2E)[None, :], 0.0))
+    if MASKED:
+        vis = (queries[None, :] < Nq) & (keys[:, None] < Nk)
+        if BAND:
+            vis = vis & (keys[:, None] >= queries[None, :] + off_lo) & (keys[:, None] <= queries[None, :] + off_hi)
+        pT = gl.where(vis, pT, 0.0)
+    # dV = Pᵀ dO   /   dv[j,c] += Σ_i p[i,j] dO[i,c]
+    p_op = gl.convert_layout(pT.to(dtype), a_layout)
+    dv = warpgroup_mma(p_op, do_smem, dv, is_async=True)
+    dpT = warpgroup_mma_wait(1, deps=(dpT, ))
+    delta = delta_ring.index(slot).reshape([BLOCK_M]).load(gl.SliceLayout(0, s_layout))
+    # dS = P ∘ (dP − Δ)   /   dS[i,j] = P[i,j] * (dP[i,j] − Δ[i])
+    ds16 = (pT * (dpT - delta[None, :])).to(dtype)
+    # dSᵀ's 64 rows of this warpgroup into the shared slot (its previous tile's dQ products done with it)
+    b = it % DS_SLOTS
+    b_phase = (it // DS_SLOTS) & 1
+    mbarrier.wait(ds_free.index(b), b_phase ^ 1)  # fresh barrier: the first round never waits
+    ds_buf = ds_smem.index(b)
+    ds_buf.slice(WG * HALF_N, HALF_N, dim=0).store(ds16)
+    fence_async_shared()
+    mbarrier.arrive(ds_full.index(b))
+    # dK = dSᵀ Q (scale applied once at the end)   /   dk[j,c] += Σ_i dS[i,j] q[i,c]
+    ds_op = gl.convert_layout(ds16, a_layout)
+    dk = warpgroup_mma(ds_op, q_smem, dk, is_async=True)
+    # dQ's partial over the program's 128 keys, this warpgroup's half of d   /   dq[i,c] = Σ_j dS[i,j] k[j,c]
+    mbarrier.wait(ds_full.index(b), b_phase)
+    dq = warpgroup_mma(ds_buf.permute((1, 0)), k_all.slice(WG * HALF_D, HALF_D, dim=1),
+                       gl.zeros([BLOCK_M, HALF_D], gl.float32, dq_layout), use_acc=False, is_async=True)
+    dv, dk, dq, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv, dk, dq, p_op, ds_op))
+    mbarrier.arrive(ds_free.index(b))
+    mbarrier.arrive(tile_free.index(slot))
+    _dq_add(dq, DQacc, DQ, Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, sm_scale, WG, BAND, BLOCK_M, BLOCK_N, HEAD_D,
+            dq_layout)
+    return dk, dv
+
+
+@gluon.jit
+def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
+              kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, DQacc, DQ, Sem, sm_scale, off_b, off_hkv, Hq,
+              start_n, Nq, Nk, off_lo, off_hi, GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
+              BLOCK_M: gl.constexpr, STAGES: gl.constexpr, BAND: gl.constexpr):
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_M, 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, HEAD_D, 16])
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, HEAD_D // 2, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    k_smem = k_halves.index(WG).reshape([HALF_N, HEAD_D])
+    v_smem = v_halves.index(WG).reshape([HALF_N, HEAD_D])
+    # both halves as one [BLOCK_N, d] tile (the same bytes: the swizzle repeats every 8 rows): dQ's B operand over the
+    # program's 128 keys
+    k_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_D], k_halves.dtype)
+    if NEW_REINTERPRET:
+        k_all = k_halves.reinterpret(k_halves.dtype, [BLOCK_N, HEAD_D], k_layout)
+    else:
+        k_all = k_halves._reinterpret(k_halves.dtype, [BLOCK_N, HEAD_D], k_layout)
+    keys = start_n + WG * HALF_N + gl.arange(0, HALF_N, layout=gl.SliceLayout(1, s_layout))
+    dk = gl.zeros([HALF_N, HEAD_D], gl.float32, acc_layout)
+    dv = gl.zeros([HALF_N, HEAD_D], gl.float32, acc_layout)
+    qk_scale2 = sm_scale * LOG2E
+    mbarrier.wait(kv_ready, 0)
+    it = 0
+    for g in range(GROUP):
+        off_h, n_partial, n_tiles, lo, f_lo, f_hi = _query_tiles(off_hkv, g, GROUP, start_n, Nq, Nk, off_lo, off_hi,
+                                                                 BAND, BLOCK_N, BLOCK_M)
+        bh = off_b * Hq + off_h
+        for t in range(0, n_partial):
+            dk, dv = _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready,
+                           do_ready, tile_free, ds_full, ds_free, DQacc, DQ, Sem, bh, keys,
+                           partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M), start_n, qk_scale2, sm_scale, Nq,
+                           Nk, off_lo, off_hi, WG, True, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, s_layout, a_layout,
+                           dq_layout)
+            it += 1
+        for t in range(0, n_tiles - n_partial):
+            dk, dv = _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready,
+                           do_ready, tile_free, ds_full, ds_free, DQacc, DQ, Sem, bh, keys,
+                           full_start(t, None, f_lo, False, BLOCK_M), start_n, qk_scale2, sm_scale, Nq, Nk, off_lo,
+                           off_hi, WG, False, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, s_layout, a_layout, dq_layout)
+            it += 1
+    dk = dk * sm_scale
+    dtype: gl.constexpr = k_halves.dtype
+    # the other warpgroup's dQ products read both K halves until its last tile: wait for its last ds_free arrival
+    # before this half is overwritten with dK
+    if it > 0:
+        last = it - 1
+        mbarrier.wait(ds_free.index(last % DS_SLOTS), (last // DS_SLOTS) & 1)
+    k_smem.store(dk.to(dtype))
+    v_smem.store(dv.to(dtype))
+    fence_async_shared()
+    _tma_store(dk_desc, [off_b, off_hkv, start_n + WG * HALF_N, 0], k_halves.index(WG))
+    _tma_store(dv_desc, [off_b, off_hkv, start_n + WG * HALF_N, 0], v_halves.index(WG))
+    tma.store_wait(0)
+
+
+@gluon.jit
+def attn_bwd_fused_gluon_kernel(
+    q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc, DQacc, DQ, Sem,
+    sm_scale, Nq, Nk, Hkv, off_lo, off_hi,
+    GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, BAND: gl.constexpr,
+):
+    gl.static_assert(BLOCK_N == 2 * HALF_N, "two consumer warpgroups of HALF_N keys each")
+    gl.static_assert(HEAD_D == 64 or HEAD_D == 128, "head dims 64 and 128")
+    gl.static_assert(BLOCK_N % BLOCK_M == 0, "query tiles nest in key tiles: the counters' canonical tiles")
+    n_kt = (Nk + BLOCK_N - 1) // BLOCK_N
+    start_n = (n_kt - 1 - gl.program_id(0)) * BLOCK_N  # the highest key tile first: waits go to earlier programs
+    pid_bh = gl.program_id(1)
+    off_b = pid_bh // Hkv
+    off_hkv = pid_bh % Hkv
+    Hq = Hkv * GROUP
+
+    dtype: gl.constexpr = q_desc.dtype
+    k_halves = gl.allocate_shared_memory(dtype, [2, 1, 1, HALF_N, HEAD_D], k_desc.layout)
+    v_halves = gl.allocate_shared_memory(dtype, [2, 1, 1, HALF_N, HEAD_D], v_desc.layout)
+    q_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], q_desc.layout)
+    do_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], do_desc.layout)
+    lse_ring = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], lse_desc.layout)
+    delta_ring = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], delta_desc.layout)
+    ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
+    ds_smem = gl.allocate_shared_memory(dtype, [DS_SLOTS, BLOCK_N, BLOCK_M], ds_layout)
+    kv_ready = barriers(1, 1).index(0)
+    q_ready = barriers(STAGES, 1)
+    do_ready = barriers(STAGES, 1)
+    tile_free = barriers(STAGES, 2)
+    ds_full = barriers(DS_SLOTS, 2)  # both warpgroups' dSᵀ rows written
+    ds_free = barriers(DS_SLOTS, 2)  # both warpgroups' dQ products done reading the slot
+    fence_async_shared()
+
+    gl.warp_specialize([
+        (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
+                     kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, DQacc, DQ, Sem, sm_scale, off_b,
+                     off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M, STAGES, BAND)),
+        (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
+                     kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, DQacc, DQ, Sem, sm_scale, off_b,
+                     off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M, STAGES, BAND)),
+        (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
+                     lse_ring, delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
+                     off_lo, off_hi, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
+# ------------------------------------------------------------------------------------------------- CPU: compiled
+
+def compile_fused(dtype: str, d: int, band: bool, group: int, block_m: int, stages: int):
+    """The kernel compiled for sm_90 as gluon_bwd's dK/dV launch specializes it (bench/compile_forward.py)."""
+    from bench.compile_forward import _compile_gluon, _gluon_descriptor_type
+    from flashcheck.kernels import gluon_bwd
+
+    def desc(rows):
+        return _gluon_descriptor_type(dtype, d, rows)
+
+    def rows(cols):
+        return f"tensordesc<fp32[1, {cols}],{gluon_bwd.ROWS_LAYOUT!r}>"
+    short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
+    return _compile_gluon(attn_bwd_fused_gluon_kernel,
+                          {"q_desc": desc(block_m), "k_desc": desc(64), "v_desc": desc(64), "do_desc": desc(block_m),
+                           "dk_desc": desc(64), "dv_desc": desc(64), "lse_desc": rows(block_m),
+                           "delta_desc": rows(block_m), "DQacc": "*fp32", "DQ": f"*{short}", "Sem": "*i32",
+                           "sm_scale": "fp32", "Nq": "i32", "Nk": "i32", "Hkv": "i32", "off_lo": "i32",
+                           "off_hi": "i32"},
+                          dict(GROUP=group, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=128, STAGES=stages, BAND=band))
+
+
+def sass_counts(ck) -> dict:
+    """HGMMA and local-memory (LDL + STL: spills) instruction counts of a compiled kernel's SASS, and ptxas's C7512
+    warning (wgmma serialized for want of registers) on its PTX."""
+    import triton
+
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin, ptx = os.path.join(tmp, "k.cubin"), os.path.join(tmp, "k.ptx")
+        Path(cubin).write_bytes(ck.asm["cubin"])
+        Path(ptx).write_text(ck.asm["ptx"])
+        sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", cubin], capture_output=True,
+                              text=True).stdout
+        warn = subprocess.run([os.path.join(tools, "ptxas"), "-arch=sm_90a", "-v", ptx, "-o",
+                               os.path.join(tmp, "o.cubin")], capture_output=True, text=True).stderr
+    return {"hgmma": sass.count("HGMMA"), "local": sass.count("LDL") + sass.count("STL"),
+            "c7512": "C7512" in warn, "smem": ck.metadata.shared}
+
+
+# dK/dV tiles of kernel_config (d = 128: 64 query rows, 3-deep ring; d = 64: 128 rows, 2-deep), GQA 1 / 2, banded or not
+COMPILE_CASES = [(d, band, group) for d in (128, 64) for band in (False, True) for group in (1, 2)]
+TILES = {128: (64, 3), 64: (128, 2)}
+
+
+def compiled_table(dtype: str = "bfloat16") -> list[dict]:
+    from bench.compile_forward import compile_gluon_dkdv
+
+    out = []
+    for d, band, group in COMPILE_CASES:
+        block_m, stages = TILES[d]
+        row = {"d": d, "band": band, "group": group}
+        for name, fn in (("dkdv", compile_gluon_dkdv), ("fused", compile_fused)):
+            try:
+                row[name] = sass_counts(fn(dtype, d, band, group, block_m, stages))
+            except Exception as e:  # noqa: BLE001 (a compile failure is a result here)
+                row[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[-1][:300] if str(e) else ''}"}
+        print(json.dumps(row), flush=True)
+        out.append(row)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- GPU: checked, timed
+
+def _inputs(B, H, n, d, group, seed=0):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v, do = (torch.randn(B, H // (group if i in (1, 2) else 1), n, d, device="cuda", dtype=torch.bfloat16,
+                               generator=g) for i in range(4))
+    return q, k, v, do
+
+
+def launchers(q, k, v, do, causal=False, window=None):
+    """(fused, product, (o, lse, delta)): closures returning (dq, dk, dv) of this kernel (its counters zeroed in the
+    closure) and of the product's two Gluon kernels (kernels/gluon_bwd.py) on the same LSE and Δ; `causal`, `window`
+    as `attention()` takes them."""
+    import importlib
+
+    import torch
+
+    from flashcheck.kernels import gluon_bwd, gluon_fwd
+    ka = importlib.import_module("flashcheck.kernels.attention")
+    B, Hq, n, d = q.shape
+    nk = k.shape[2]
+    with torch.no_grad():
+        o, lse = ka.attention(q, k, v, causal=causal, window=window, return_lse=True)
+    delta = (do.float() * o.float()).sum(-1)
+    cfg = ka.kernel_config(d, torch.bfloat16, engine="gluon")
+    t, tq = cfg.dkdv, cfg.dq
+    band, off_lo, off_hi = ka._band(causal, window, n, nk)
+    lq, lk = ka.Layout.of(q), ka.Layout.of(k)
+    lau = ka._gluon_dkdv_launch(lq, lk, band, off_lo, off_hi, t)
+    lau_q = ka._gluon_dq_launch(lq, lk, band, off_lo, off_hi, tq)
+    half = t.block_n // 2
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    rows = (gluon_bwd.rows_descriptor(ka._per_row(lse), t.block_m),
+            gluon_bwd.rows_descriptor(ka._per_row(delta), t.block_m))
+    descs = (gluon_fwd.descriptor(q, t.block_m), gluon_fwd.descriptor(k, half), gluon_fwd.descriptor(v, half),
+             gluon_fwd.descriptor(do, t.block_m), gluon_fwd.descriptor(dk, half), gluon_fwd.descriptor(dv, half))
+    acc = torch.empty(q.shape, device="cuda", dtype=torch.float32)
+    n_qt = -(-n // t.block_m)
+    ints = lau.ints
+    constexprs = dict(lau.constexprs)
+
+    def fused():
+        sem = torch.zeros(B * Hq * n_qt, device="cuda", dtype=torch.int32)
+        if band:  # query tiles no key tile visits (fully masked rows) are never written
+            dq.zero_()
+        attn_bwd_fused_gluon_kernel[lau.grid](*descs, *rows, acc, dq, sem, d ** -0.5, *ints, **constexprs,
+                                              num_warps=4)
+        return dq, dk, dv
+
+    hq = tq.block_m // 2
+    q_args = (gluon_fwd.descriptor(q, hq), gluon_fwd.descriptor(k, tq.block_n), gluon_fwd.descriptor(v, tq.block_n),
+              gluon_fwd.descriptor(do, hq), gluon_fwd.descriptor(dq, hq), lse, delta, d ** -0.5, *lau_q.ints)
+
+    def product():
+        gluon_bwd.attn_bwd_dkdv_gluon_kernel[lau.grid](*descs, *rows, d ** -0.5, *ints, **constexprs, num_warps=4)
+        gluon_bwd.attn_bwd_dq_gluon_kernel[lau_q.grid](*q_args, **dict(lau_q.constexprs), num_warps=4)
+        return dq, dk, dv
+    return fused, product, (o, lse, delta)
+
+
+def _exact_dq(q, k, v, do, causal=False, window=None):
+    """dQ in float64 of the same (rounded) inputs; rows that see no key get 0."""
+    import importlib
+
+    import torch
+    ka = importlib.import_module("flashcheck.kernels.attention")
+    q64, k64, v64, do64 = (x.double() for x in (q, k, v, do))
+    group = q.shape[1] // k.shape[1]
+    k64, v64 = (x.repeat_interleave(group, dim=1) for x in (k64, v64))
+    nq, nk = q.shape[2], k.shape[2]
+    s = q64 @ k64.transpose(-1, -2) * q.shape[-1] ** -0.5
+    band, off_lo, off_hi = ka._band(causal, window, nq, nk)
+    if band:
+        i = torch.arange(nq, device=q.device)[:, None]
+        j = torch.arange(nk, device=q.device)[None, :]
+        s = s.masked_fill(~((j >= i + off_lo) & (j <= i + off_hi)), float("-inf"))
+    p = torch.nan_to_num(torch.softmax(s, -1), nan=0.0)
+    o = p @ v64
+    dp = do64 @ v64.transpose(-1, -2)
+    ds = p * (dp - (do64 * o).sum(-1, keepdim=True))
+    return ds @ k64 * q.shape[-1] ** -0.5
+
+
+# (d, Nq, Nk, causal, window, GQA): unmasked and causal, square and ragged, Nq != Nk both ways, a sliding window
+CHECK_CELLS = [(d, n, n, causal, None, group) for d in (128, 64) for n in (128, 1024, 4096)
+               for causal in (False, True) for group in (1, 2)] + [
+    (d, nq, nk, causal, window, 1) for d in (128, 64) for nq, nk, causal, window in (
+        (1000, 1300, "bottom_right", None), (1300, 1000, "bottom_right", None), (1300, 1000, "top_left", None),
+        (777, 777, False, None), (2048, 2048, False, (256, 0)), (1, 300, False, None))]
+
+
+def check() -> list[dict]:
+    """dK, dV bit for bit the product's; dQ the same run to run (bit for bit), finite, and as far from float64 as the
+    product's dQ kernel (the ratio of max errors printed)."""
+    import torch
+
+    out = []
+    for d, nq, nk, causal, window, group in CHECK_CELLS:
+        g = torch.Generator(device="cuda").manual_seed(0)
+        H = 4 if max(nq, nk) <= 1300 else 2
+        q, do = (torch.randn(1, H, nq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        k, v = (torch.randn(1, H // group, nk, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        fused, product, _ = launchers(q, k, v, do, causal, window)
+        want = tuple(x.clone() for x in product())
+        got = tuple(x.clone() for x in fused())
+        again = tuple(x.clone() for x in fused())
+        torch.cuda.synchronize()
+        exact = _exact_dq(q, k, v, do, causal, window)
+        err = float((got[0].double() - exact).abs().max())
+        err_product = float((want[0].double() - exact).abs().max())
+        row = dict(d=d, Nq=nq, Nk=nk, causal=causal, window=window, group=group,
+                   dk_dv_bitwise=all(bool(torch.equal(a, b)) for a, b in zip(got[1:], want[1:])),
+                   dq_deterministic=bool(torch.equal(got[0], again[0])), dq_finite=bool(got[0].isfinite().all()),
+                   dq_err=err, dq_err_product=err_product, ratio=err / err_product if err_product else float("nan"))
+        print(json.dumps(row), flush=True)
+        out.append(row)
+    return out
+
+
+TIME_CELLS = [(128, 16384, False), (128, 16384, True), (128, 4096, False), (128, 1024, False), (64, 16384, False),
+              (64, 16384, True), (64, 4096, False)]
+
+
+def _tflops(d, n, causal, ms):  # the backward counted as 2.5 forwards (issue 10's table)
+    B, H = 16384 // n, 2048 // d
+    return 2.5 * 4 * B * H * n * n * d / (2 if causal else 1) / (ms * 1e-3) / 1e12
+
+
+def timed(rounds: int) -> list[dict]:
+    import torch
+
+    from bench.fwd_variants import timed_row
+
+    rows = []
+    for d, n, causal in TIME_CELLS:
+        q, k, v, do = _inputs(16384 // n, 2048 // d, n, d, 1)
+        fused, product, _ = launchers(q, k, v, do, "bottom_right" if causal else False)
+        ref = tuple(x.clone() for x in product())
+        got = fused()
+        diff = {"fused": max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, ref))}
+        rows.append(timed_row(d, n, causal, {"kernel": product, "fused": fused}, rounds, diff, _tflops, "dQ,dK,dV"))
+        del q, k, v, do
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _sm90() -> bool:
+    import torch
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--compile", action="store_true", help="CPU: compile for sm_90, print spills beside gluon_bwd's")
+    p.add_argument("--check", action="store_true", help="GPU: outputs against the product's and float64")
+    p.add_argument("--time", action="store_true", help="GPU: timed against the product's two kernels")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    from bench.fwd_variants import save_rows
+
+    if (args.check or args.time) and not _sm90():
+        print("fused_bwd: --check and --time need an sm_90 GPU; --compile runs on the CPU")
+        return 0
+    if args.compile:
+        rows = compiled_table()
+        if args.out:
+            import triton
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            (Path(args.out) / f"compiled_{triton.__version__}.json").write_text(json.dumps(rows, indent=1))
+    if args.check:
+        save_rows(args.out, "check.json", check())
+    if args.time:
+        save_rows(args.out, "timed.json", timed(args.rounds))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
