@@ -16,6 +16,10 @@ without atomic adds of the data. Here the dK/dV kernel keeps its schedule and ad
   reads, adds and writes its 64 columns with plain loads and stores (L2 only: `.cg`), and releases the counter.
   The first contributor stores without reading, the last one writes dQ · scale in the input format: no memset, no
   pass after. Deterministic: each element is the same sum in the same order whatever the timing.
+- WRITER (a second variant): the consumers stage the partial (fp32, 32 KB: 231.4 KB of shared memory in all at
+  d = 128) and a 1-warp writer partition waits, reads, adds and writes, so the consumers never wait on the order.
+  Its registers come out of the default consumer warpgroup's (Triton 3.6 gives it 240 − (WRITER_REGS − 24)): FA3's
+  writer needs none because it reduce-adds through TMA, which 3.6's Gluon lacks.
 - Key tiles are handed out highest first (program 0 runs key tile n_kt − 1), so a program waits only on programs
   launched before it: no deadlock on a grid larger than the GPU; under a causal band a key tile's first query tile
   was visited earlier by every higher key tile (FA3's descending order), so in the ideal timing nobody waits.
@@ -51,7 +55,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                              warpgroup_mma, warpgroup_mma_wait)
 
 from flashcheck.kernels.gluon_bwd import HALF_N, _producer, _query_tiles  # noqa: E402
-from flashcheck.kernels.gluon_fwd import CONSUMER_REGS, LOG2E, _tma_store, barriers  # noqa: E402
+from flashcheck.kernels.gluon_fwd import CONSUMER_REGS, LOG2E, _tma_store, barriers, inner_start  # noqa: E402
 from flashcheck.kernels.tiles import full_start, partial_start  # noqa: E402
 
 _thread_barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # renamed between Triton 3.6 and 3.9
@@ -61,12 +65,11 @@ DS_SLOTS: gl.constexpr = gl.constexpr(2)  # dSᵀ buffers: tile it writes slot i
 
 
 @gluon.jit
-def _dq_add(part, DQacc, DQ, Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, sm_scale, WG: gl.constexpr,
-            BAND: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-            dq_layout: gl.constexpr):
-    """Add this warpgroup's partial dQ (query rows start_m + [0, BLOCK_M), columns WG · HEAD_D / 2 + [0, HEAD_D / 2))
-    in its place in the fixed order: descending key tile among the key tiles that visit the query tile."""
-    HALF_D: gl.constexpr = HEAD_D // 2
+def _dq_order(start_m, start_n, Nk, off_lo, off_hi, BAND: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr):
+    """(rank, last) of key tile start_n // BLOCK_N in the fixed order of query tile start_m // BLOCK_M's dQ adds:
+    descending key tile among the key tiles that visit the query tile (rank: how many add before it; last: it adds
+    last)."""
     i = start_m // BLOCK_M
     j = start_n // BLOCK_N
     j_hi = (Nk + BLOCK_N - 1) // BLOCK_N - 1
@@ -79,12 +82,28 @@ def _dq_add(part, DQacc, DQ, Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, 
         # truncating and flooring division differ)
         j_hi = gl.minimum(j_hi, ((i + 1) * BLOCK_M + off_hi - 1) // BLOCK_N)
         j_lo = gl.maximum((i * BLOCK_M + off_lo) // BLOCK_N, 0)
-    rank = j_hi - j  # contributors before this one (key tiles j_hi, …, j + 1), two warpgroups each
-    n_qt = (Nq + BLOCK_M - 1) // BLOCK_M
-    sem = Sem + bh * n_qt + i
-    seen = gl.atomic_add(sem, 0, sem="acquire")  # lowered to one thread's ld.acquire.gpu, shared with the others
-    while seen < 2 * rank:
+    return j_hi - j, j == j_lo
+
+
+@gluon.jit
+def _wait_turn(sem, target):
+    """Until the counter at `sem` reaches `target` (acquire): one thread's ld.acquire.gpu, shared with the others
+    through shared memory and a partition-local bar.sync (Triton's lowering of a scalar atomic)."""
+    seen = gl.atomic_add(sem, 0, sem="acquire")
+    while seen < target:
         seen = gl.atomic_add(sem, 0, sem="acquire")
+
+
+@gluon.jit
+def _dq_add(part, DQacc, DQ, Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, sm_scale, WG: gl.constexpr,
+            BAND: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
+            dq_layout: gl.constexpr):
+    """Add this warpgroup's partial dQ (query rows start_m + [0, BLOCK_M), columns WG · HEAD_D / 2 + [0, HEAD_D / 2))
+    in its place in the fixed order (`_dq_order`); the counter counts warpgroups (two a key tile)."""
+    HALF_D: gl.constexpr = HEAD_D // 2
+    rank, last = _dq_order(start_m, start_n, Nk, off_lo, off_hi, BAND, BLOCK_M, BLOCK_N)
+    sem = Sem + bh * ((Nq + BLOCK_M - 1) // BLOCK_M) + start_m // BLOCK_M
+    _wait_turn(sem, 2 * rank)
     # one 64-bit base a tile, 32-bit offsets the same for every tile (ptxas folds them into the addresses' immediates)
     base = (bh.to(gl.int64) * Nq + start_m) * HEAD_D + WG * HALF_D
     r = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
@@ -93,7 +112,7 @@ def _dq_add(part, DQacc, DQ, Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, 
     inside = (r[:, None] < Nq - start_m) & (c[None, :] < HALF_D)
     if rank > 0:  # not the first: what the contributors before added (from L2: `.cg`, L1 is not coherent)
         part = part + gl.load(DQacc + base + offs, mask=inside, other=0.0, cache_modifier=".cg")
-    if j == j_lo:  # the last contributor: dQ = scale · Σ_j dS_j K_j in the input format
+    if last:  # the last contributor: dQ = scale · Σ_j dS_j K_j in the input format
         gl.store(DQ + base + offs, (part * sm_scale).to(DQ.dtype.element_ty), mask=inside)
     else:
         gl.store(DQacc + base + offs, part, mask=inside)
@@ -101,12 +120,55 @@ def _dq_add(part, DQacc, DQ, Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, 
     gl.atomic_add(sem, 1, sem="release")
 
 
+WRITER_REGS: gl.constexpr = gl.constexpr(48)  # the default warpgroup gets 240 - (WRITER_REGS - 24): Triton's split
+
+
+@gluon.jit
+def _dq_writer(DQacc, DQ, Sem, dq_stage, stage_full, stage_free, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk,
+               off_lo, off_hi, GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
+               BLOCK_M: gl.constexpr, BAND: gl.constexpr):
+    # one warp (WRITER): each tile's dQ partial, staged in shared memory by both consumer warpgroups, added in its
+    # place in the fixed order (`_dq_order`; the counter counts key tiles), CHUNK rows at a time (16 fp32 a thread)
+    CHUNK: gl.constexpr = 512 // HEAD_D
+    layout: gl.constexpr = gl.BlockedLayout([1, HEAD_D // 32], [1, 32], [1, 1], [1, 0])
+    r = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, layout))
+    c = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, layout))
+    offs = r[:, None] * HEAD_D + c[None, :]
+    n_qt = (Nq + BLOCK_M - 1) // BLOCK_M
+    it = 0
+    for g in range(GROUP):
+        off_h, n_partial, n_tiles, lo, f_lo, f_hi = _query_tiles(off_hkv, g, GROUP, start_n, Nq, Nk, off_lo, off_hi,
+                                                                 BAND, BLOCK_N, BLOCK_M)
+        bh = off_b * Hq + off_h
+        for t in range(n_tiles):
+            start_m = inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M)  # the consumers' order
+            rank, last = _dq_order(start_m, start_n, Nk, off_lo, off_hi, BAND, BLOCK_M, BLOCK_N)
+            sem = Sem + bh * n_qt + start_m // BLOCK_M
+            mbarrier.wait(stage_full, it & 1)
+            _wait_turn(sem, rank)
+            base = (bh.to(gl.int64) * Nq + start_m) * HEAD_D
+            for r0 in gl.static_range(0, BLOCK_M, CHUNK):
+                inside = (r[:, None] < Nq - start_m - r0) & (c[None, :] < HEAD_D)
+                part = dq_stage.slice(r0, CHUNK, dim=0).load(layout)
+                if rank > 0:  # from L2 (`.cg`): L1 is not coherent
+                    part = part + gl.load(DQacc + base + r0 * HEAD_D + offs, mask=inside, other=0.0,
+                                          cache_modifier=".cg")
+                if last:
+                    gl.store(DQ + base + r0 * HEAD_D + offs, (part * sm_scale).to(DQ.dtype.element_ty), mask=inside)
+                else:
+                    gl.store(DQacc + base + r0 * HEAD_D + offs, part, mask=inside)
+            mbarrier.arrive(stage_free)  # the stage read: the consumers may write the next partial
+            _thread_barrier()  # every lane's stores before the release
+            gl.atomic_add(sem, 1, sem="release")
+            it += 1
+
+
 @gluon.jit
 def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready, do_ready,
-          tile_free, ds_full, ds_free, DQacc, DQ, Sem, bh, keys, start_m, start_n, qk_scale2, sm_scale, Nq, Nk,
-          off_lo, off_hi, WG: gl.constexpr, MASKED: gl.constexpr, BAND: gl.constexpr, BLOCK_M: gl.constexpr,
-          BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
-          a_layout: gl.constexpr, dq_layout: gl.constexpr):
+          tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem, bh, keys, start_m, start_n,
+          qk_scale2, sm_scale, Nq, Nk, off_lo, off_hi, WG: gl.constexpr, MASKED: gl.constexpr, BAND: gl.constexpr,
+          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr,
+          WRITER: gl.constexpr, s_layout: gl.constexpr, a_layout: gl.constexpr, dq_layout: gl.constexpr):
     """gluon_bwd `_ring_tile` (the same dK, dV arithmetic) plus dQ's partial over the program's keys."""
     dtype: gl.constexpr = q_ring.dtype
     HALF_D: gl.constexpr = HEAD_D // 2
@@ -155,16 +217,22 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
     dv, dk, dq, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv, dk, dq, p_op, ds_op))
     mbarrier.arrive(ds_free.index(b))
     mbarrier.arrive(tile_free.index(slot))
-    _dq_add(dq, DQacc, DQ, Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, sm_scale, WG, BAND, BLOCK_M, BLOCK_N, HEAD_D,
-            dq_layout)
+    if WRITER:  # staged for the writer warp (its previous tile's partial read out first)
+        mbarrier.wait(stage_free, (it & 1) ^ 1)
+        dq_stage.slice(WG * HALF_D, HALF_D, dim=1).store(dq)
+        mbarrier.arrive(stage_full)
+    else:
+        _dq_add(dq, DQacc, DQ, Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, sm_scale, WG, BAND, BLOCK_M, BLOCK_N,
+                HEAD_D, dq_layout)
     return dk, dv
 
 
 @gluon.jit
 def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
-              kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, DQacc, DQ, Sem, sm_scale, off_b, off_hkv, Hq,
-              start_n, Nq, Nk, off_lo, off_hi, GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
-              BLOCK_M: gl.constexpr, STAGES: gl.constexpr, BAND: gl.constexpr):
+              kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ,
+              Sem, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP: gl.constexpr,
+              HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+              BAND: gl.constexpr, WRITER: gl.constexpr):
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_M, 16])
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -193,16 +261,17 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
         bh = off_b * Hq + off_h
         for t in range(0, n_partial):
             dk, dv = _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready,
-                           do_ready, tile_free, ds_full, ds_free, DQacc, DQ, Sem, bh, keys,
+                           do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem, bh, keys,
                            partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M), start_n, qk_scale2, sm_scale, Nq,
-                           Nk, off_lo, off_hi, WG, True, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, s_layout, a_layout,
-                           dq_layout)
+                           Nk, off_lo, off_hi, WG, True, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, WRITER, s_layout,
+                           a_layout, dq_layout)
             it += 1
         for t in range(0, n_tiles - n_partial):
             dk, dv = _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready,
-                           do_ready, tile_free, ds_full, ds_free, DQacc, DQ, Sem, bh, keys,
+                           do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem, bh, keys,
                            full_start(t, None, f_lo, False, BLOCK_M), start_n, qk_scale2, sm_scale, Nq, Nk, off_lo,
-                           off_hi, WG, False, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, s_layout, a_layout, dq_layout)
+                           off_hi, WG, False, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, WRITER, s_layout, a_layout,
+                           dq_layout)
             it += 1
     dk = dk * sm_scale
     dtype: gl.constexpr = k_halves.dtype
@@ -224,7 +293,7 @@ def attn_bwd_fused_gluon_kernel(
     q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc, DQacc, DQ, Sem,
     sm_scale, Nq, Nk, Hkv, off_lo, off_hi,
     GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, BAND: gl.constexpr,
+    STAGES: gl.constexpr, BAND: gl.constexpr, WRITER: gl.constexpr,
 ):
     gl.static_assert(BLOCK_N == 2 * HALF_N, "two consumer warpgroups of HALF_N keys each")
     gl.static_assert(HEAD_D == 64 or HEAD_D == 128, "head dims 64 and 128")
@@ -251,24 +320,51 @@ def attn_bwd_fused_gluon_kernel(
     tile_free = barriers(STAGES, 2)
     ds_full = barriers(DS_SLOTS, 2)  # both warpgroups' dSᵀ rows written
     ds_free = barriers(DS_SLOTS, 2)  # both warpgroups' dQ products done reading the slot
+    if WRITER:
+        # the tile's dQ partial (fp32, both halves of d) for the writer warp: 32 KB (231.4 KB in all at d = 128)
+        stage_layout: gl.constexpr = gl.SwizzledSharedLayout(2, 1, 4, [1, 0])  # repeats every 4 rows: the writer slices 4 (d = 128) or 8
+        dq_stage = gl.allocate_shared_memory(gl.float32, [BLOCK_M, HEAD_D], stage_layout)
+        stage_full = barriers(1, 2).index(0)  # both warpgroups' halves staged
+        stage_free = barriers(1, 1).index(0)  # the writer has read the stage
+    else:
+        dq_stage, stage_full, stage_free = ds_smem, ds_full, ds_free  # not used
     fence_async_shared()
 
-    gl.warp_specialize([
-        (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
-                     kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, DQacc, DQ, Sem, sm_scale, off_b,
-                     off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M, STAGES, BAND)),
-        (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
-                     kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, DQacc, DQ, Sem, sm_scale, off_b,
-                     off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M, STAGES, BAND)),
-        (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
+    if WRITER:
+        gl.warp_specialize([
+            (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_ready,
+                     q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem,
+                     sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M,
+                     STAGES, BAND, WRITER)),
+            (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_ready,
+                     q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem,
+                     sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M,
+                     STAGES, BAND, WRITER)),
+            (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
                      lse_ring, delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
                      off_lo, off_hi, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES)),
-    ], [4, 1], [CONSUMER_REGS, 24])
+            (_dq_writer, (DQacc, DQ, Sem, dq_stage, stage_full, stage_free, sm_scale, off_b, off_hkv, Hq, start_n, Nq,
+                          Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M, BAND)),
+        ], [4, 1, 1], [CONSUMER_REGS, 24, WRITER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_ready,
+                     q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem,
+                     sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M,
+                     STAGES, BAND, WRITER)),
+            (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_ready,
+                     q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem,
+                     sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M,
+                     STAGES, BAND, WRITER)),
+            (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
+                     lse_ring, delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
+                     off_lo, off_hi, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES)),
+        ], [4, 1], [CONSUMER_REGS, 24])
 
 
 # ------------------------------------------------------------------------------------------------- CPU: compiled
 
-def compile_fused(dtype: str, d: int, band: bool, group: int, block_m: int, stages: int):
+def compile_fused(dtype: str, d: int, band: bool, group: int, block_m: int, stages: int, writer: bool = False):
     """The kernel compiled for sm_90 as gluon_bwd's dK/dV launch specializes it (bench/compile_forward.py)."""
     from bench.compile_forward import _compile_gluon, _gluon_descriptor_type
     from flashcheck.kernels import gluon_bwd
@@ -285,7 +381,8 @@ def compile_fused(dtype: str, d: int, band: bool, group: int, block_m: int, stag
                            "delta_desc": rows(block_m), "DQacc": "*fp32", "DQ": f"*{short}", "Sem": "*i32",
                            "sm_scale": "fp32", "Nq": "i32", "Nk": "i32", "Hkv": "i32", "off_lo": "i32",
                            "off_hi": "i32"},
-                          dict(GROUP=group, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=128, STAGES=stages, BAND=band))
+                          dict(GROUP=group, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=128, STAGES=stages, BAND=band,
+                               WRITER=writer))
 
 
 def sass_counts(ck) -> dict:
@@ -318,7 +415,8 @@ def compiled_table(dtype: str = "bfloat16") -> list[dict]:
     for d, band, group in COMPILE_CASES:
         block_m, stages = TILES[d]
         row = {"d": d, "band": band, "group": group}
-        for name, fn in (("dkdv", compile_gluon_dkdv), ("fused", compile_fused)):
+        for name, fn in (("dkdv", compile_gluon_dkdv), ("fused", compile_fused),
+                         ("fused_writer", lambda *a: compile_fused(*a, writer=True))):
             try:
                 row[name] = sass_counts(fn(dtype, d, band, group, block_m, stages))
             except Exception as e:  # noqa: BLE001 (a compile failure is a result here)
@@ -340,8 +438,8 @@ def _inputs(B, H, n, d, group, seed=0):
 
 
 def launchers(q, k, v, do, causal=False, window=None):
-    """(fused, product, (o, lse, delta)): closures returning (dq, dk, dv) of this kernel (its counters zeroed in the
-    closure) and of the product's two Gluon kernels (kernels/gluon_bwd.py) on the same LSE and Δ; `causal`, `window`
+    """(fused, product, (o, lse, delta)): closures returning (dq, dk, dv) of this kernel (`fused(writer=)`, its
+    counters zeroed in the closure) and of the product's two Gluon kernels (kernels/gluon_bwd.py) on the same LSE and Δ; `causal`, `window`
     as `attention()` takes them."""
     import importlib
 
@@ -371,12 +469,12 @@ def launchers(q, k, v, do, causal=False, window=None):
     ints = lau.ints
     constexprs = dict(lau.constexprs)
 
-    def fused():
+    def fused(writer=False):
         sem = torch.zeros(B * Hq * n_qt, device="cuda", dtype=torch.int32)
         if band:  # query tiles no key tile visits (fully masked rows) are never written
             dq.zero_()
         attn_bwd_fused_gluon_kernel[lau.grid](*descs, *rows, acc, dq, sem, d ** -0.5, *ints, **constexprs,
-                                              num_warps=4)
+                                              WRITER=writer, num_warps=4)
         return dq, dk, dv
 
     hq = tq.block_m // 2
@@ -434,18 +532,24 @@ def check() -> list[dict]:
         k, v = (torch.randn(1, H // group, nk, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
         fused, product, _ = launchers(q, k, v, do, causal, window)
         want = tuple(x.clone() for x in product())
-        got = tuple(x.clone() for x in fused())
-        again = tuple(x.clone() for x in fused())
-        torch.cuda.synchronize()
         exact = _exact_dq(q, k, v, do, causal, window)
-        err = float((got[0].double() - exact).abs().max())
         err_product = float((want[0].double() - exact).abs().max())
-        row = dict(d=d, Nq=nq, Nk=nk, causal=causal, window=window, group=group,
-                   dk_dv_bitwise=all(bool(torch.equal(a, b)) for a, b in zip(got[1:], want[1:])),
-                   dq_deterministic=bool(torch.equal(got[0], again[0])), dq_finite=bool(got[0].isfinite().all()),
-                   dq_err=err, dq_err_product=err_product, ratio=err / err_product if err_product else float("nan"))
-        print(json.dumps(row), flush=True)
-        out.append(row)
+        for writer in (False, True):
+            got = tuple(x.clone() for x in fused(writer))
+            again = tuple(x.clone() for x in fused(writer))
+            torch.cuda.synchronize()
+            err = float((got[0].double() - exact).abs().max())
+            row = dict(variant="fused_writer" if writer else "fused", d=d, Nq=nq, Nk=nk, causal=causal,
+                       window=window, group=group,
+                       dk_dv_bitwise=all(bool(torch.equal(a, b)) for a, b in zip(got[1:], want[1:])),
+                       dq_deterministic=bool(torch.equal(got[0], again[0])),
+                       dq_same_as_other_variant=bool(torch.equal(got[0], out[-1]["_dq"])) if writer else None,
+                       dq_finite=bool(got[0].isfinite().all()), dq_err=err, dq_err_product=err_product,
+                       ratio=err / err_product if err_product else float("nan"), _dq=got[0])
+            print(json.dumps({key: val for key, val in row.items() if key != "_dq"}), flush=True)
+            out.append(row)
+    for row in out:
+        row.pop("_dq")
     return out
 
 
@@ -468,9 +572,10 @@ def timed(rounds: int) -> list[dict]:
         q, k, v, do = _inputs(16384 // n, 2048 // d, n, d, 1)
         fused, product, _ = launchers(q, k, v, do, "bottom_right" if causal else False)
         ref = tuple(x.clone() for x in product())
-        got = fused()
-        diff = {"fused": max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, ref))}
-        rows.append(timed_row(d, n, causal, {"kernel": product, "fused": fused}, rounds, diff, _tflops, "dQ,dK,dV"))
+        fns = {"kernel": product, "fused": fused, "fused_writer": lambda: fused(True)}
+        diff = {name: max(float((a.float() - b.float()).abs().max()) for a, b in zip(fns[name](), ref))
+                for name in ("fused", "fused_writer")}
+        rows.append(timed_row(d, n, causal, fns, rounds, diff, _tflops, "dQ,dK,dV"))
         del q, k, v, do
         torch.cuda.empty_cache()
     return rows
