@@ -362,6 +362,57 @@ def attn_bwd_fused_gluon_kernel(
         ], [4, 1], [CONSUMER_REGS, 24])
 
 
+# ------------------------------------------------------------------------------------------------- CPU: the order
+
+
+def _tdiv(a: int, b: int) -> int:
+    """Integer division as the kernel's `//` on int32 (`arith.divsi`: truncation toward zero)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def visited_query_tiles(j: int, nq: int, nk: int, band: bool, off_lo: int, off_hi: int, block_m: int,
+                        block_n: int) -> range:
+    """The query tiles key tile j's program visits (kernels/tiles.py `_band_range` with the band transposed, as
+    gluon_bwd `_query_tiles` calls it: every tile of [lo, hi))."""
+    if not band:
+        return range(0, -(-nq // block_m))
+    a0, a1 = j * block_n, min(j * block_n + block_n, nk)
+    lo_e = max(a0 - off_hi, 0)
+    hi_e = min(max(a1 - 1 - off_lo + 1, 0), nq)
+    lo = lo_e // block_m * block_m
+    hi = max(-(-hi_e // block_m) * block_m, lo)
+    return range(lo // block_m, hi // block_m)
+
+
+def dq_order(i: int, j: int, nk: int, band: bool, off_lo: int, off_hi: int, block_m: int,
+             block_n: int) -> tuple[int, bool]:
+    """`_dq_order` in Python, with the kernel's truncating division: (rank, last)."""
+    j_hi, j_lo = -(-nk // block_n) - 1, 0
+    if band:
+        j_hi = min(j_hi, _tdiv((i + 1) * block_m + off_hi - 1, block_n))
+        j_lo = max(_tdiv(i * block_m + off_lo, block_n), 0)
+    return j_hi - j, j == j_lo
+
+
+def order_errors(nq: int, nk: int, band: bool, off_lo: int, off_hi: int, block_m: int, block_n: int = 128) -> list:
+    """Where the kernel's fixed order would be wrong for this call: for every query tile, the key tiles that visit it
+    must take ranks 0, 1, …, in descending key-tile order, exactly one of them last (a gap is a wait that never ends,
+    a repeat a lost or doubled add)."""
+    visitors: dict[int, list[int]] = {}
+    for j in range(-(-nk // block_n)):
+        for i in visited_query_tiles(j, nq, nk, band, off_lo, off_hi, block_m, block_n):
+            visitors.setdefault(i, []).append(j)
+    errors = []
+    for i, js in visitors.items():
+        got = sorted((dq_order(i, j, nk, band, off_lo, off_hi, block_m, block_n), j) for j in js)
+        ranks = [r for (r, _), _ in got]
+        lasts = [j for (_, last), j in got if last]
+        if ranks != list(range(len(js))) or [j for _, j in got] != sorted(js, reverse=True) or lasts != [min(js)]:
+            errors.append((i, sorted(js), got))
+    return errors
+
+
 # ------------------------------------------------------------------------------------------------- CPU: compiled
 
 def compile_fused(dtype: str, d: int, band: bool, group: int, block_m: int, stages: int, writer: bool = False):
