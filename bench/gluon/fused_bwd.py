@@ -570,13 +570,18 @@ CHECK_CELLS = [(d, n, n, causal, None, group) for d in (128, 64) for n in (128, 
         (777, 777, False, None), (2048, 2048, False, (256, 0)), (1, 300, False, None))]
 
 
-def check() -> list[dict]:
-    """dK, dV bit for bit the product's; dQ the same run to run (bit for bit), finite, and as far from float64 as the
-    product's dQ kernel (the ratio of max errors printed)."""
+VARIANTS = ("fused", "fused_writer")
+
+
+def check(start: int = 0, variants=VARIANTS) -> list[dict]:
+    """From CHECK_CELLS[start] on, each variant: dK, dV bit for bit the product's; dQ the same run to run (bit for
+    bit), finite, and as far from float64 as the product's dQ kernel (the ratio of max errors). One JSON line a
+    (cell, variant) as it completes (`check_guarded` reads them)."""
     import torch
 
     out = []
-    for d, nq, nk, causal, window, group in CHECK_CELLS:
+    for cell in range(start, len(CHECK_CELLS)):
+        d, nq, nk, causal, window, group = CHECK_CELLS[cell]
         g = torch.Generator(device="cuda").manual_seed(0)
         H = 4 if max(nq, nk) <= 1300 else 2
         q, do = (torch.randn(1, H, nq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
@@ -585,23 +590,68 @@ def check() -> list[dict]:
         want = tuple(x.clone() for x in product())
         exact = _exact_dq(q, k, v, do, causal, window)
         err_product = float((want[0].double() - exact).abs().max())
-        for writer in (False, True):
-            got = tuple(x.clone() for x in fused(writer))
-            again = tuple(x.clone() for x in fused(writer))
+        first = None
+        for variant in variants:
+            got = tuple(x.clone() for x in fused(variant == "fused_writer"))
+            again = tuple(x.clone() for x in fused(variant == "fused_writer"))
             torch.cuda.synchronize()
             err = float((got[0].double() - exact).abs().max())
-            row = dict(variant="fused_writer" if writer else "fused", d=d, Nq=nq, Nk=nk, causal=causal,
-                       window=window, group=group,
+            row = dict(cell=cell, variant=variant, d=d, Nq=nq, Nk=nk, causal=causal, window=window, group=group,
                        dk_dv_bitwise=all(bool(torch.equal(a, b)) for a, b in zip(got[1:], want[1:])),
                        dq_deterministic=bool(torch.equal(got[0], again[0])),
-                       dq_same_as_other_variant=bool(torch.equal(got[0], out[-1]["_dq"])) if writer else None,
+                       dq_same_as_first_variant=None if first is None else bool(torch.equal(got[0], first)),
                        dq_finite=bool(got[0].isfinite().all()), dq_err=err, dq_err_product=err_product,
-                       ratio=err / err_product if err_product else float("nan"), _dq=got[0])
-            print(json.dumps({key: val for key, val in row.items() if key != "_dq"}), flush=True)
+                       ratio=err / err_product if err_product else float("nan"))
+            first = got[0] if first is None else first
+            print(json.dumps(row), flush=True)
             out.append(row)
-    for row in out:
-        row.pop("_dq")
     return out
+
+
+def check_guarded(stall_s: float = 180.0) -> list[dict]:
+    """`check` in child processes, so that a wrong wait (a kernel that never ends) costs stall_s, not the device
+    call: a (cell, variant) that prints nothing for stall_s is recorded as a hang, its child killed (the GPU context
+    goes with it), and the check goes on from the next cell without that variant."""
+    import queue
+    import threading
+
+    rows, start, variants = [], 0, list(VARIANTS)
+    while start < len(CHECK_CELLS) and variants:
+        child = subprocess.Popen([sys.executable, __file__, "--check-child", str(start), ",".join(variants)],
+                                 stdout=subprocess.PIPE, text=True, cwd=_ROOT)
+        lines: queue.Queue = queue.Queue()
+
+        def pump(out=child.stdout, lines=lines):  # the child's lines, then "" at its end
+            for line in iter(out.readline, ""):
+                lines.put(line)
+            lines.put("")
+        threading.Thread(target=pump, daemon=True).start()
+        expected = (start, variants[0])
+        while True:
+            try:
+                line = lines.get(timeout=stall_s)
+            except queue.Empty:  # stalled
+                child.kill()
+                child.wait()
+                rows.append(dict(cell=expected[0], variant=expected[1], hang=True, stall_s=stall_s))
+                print(json.dumps(rows[-1]), flush=True)
+                variants.remove(expected[1])
+                start = expected[0] + 1  # the cell's other variants after it are skipped with it
+                break
+            if not line:  # the child ended
+                child.wait()
+                start = len(CHECK_CELLS) if child.returncode == 0 else expected[0] + 1
+                if child.returncode != 0:
+                    rows.append(dict(cell=expected[0], variant=expected[1], error=f"exit {child.returncode}"))
+                    print(json.dumps(rows[-1]), flush=True)
+                break
+            if line.startswith("{"):
+                row = json.loads(line)
+                rows.append(row)
+                print(line, end="", flush=True)
+                i = variants.index(row["variant"])
+                expected = (row["cell"], variants[i + 1]) if i + 1 < len(variants) else (row["cell"] + 1, variants[0])
+    return rows
 
 
 TIME_CELLS = [(128, 16384, False), (128, 16384, True), (128, 4096, False), (128, 1024, False), (64, 16384, False),
@@ -644,8 +694,13 @@ def main(argv=None) -> int:
     p.add_argument("--time", action="store_true", help="GPU: timed against the product's two kernels")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", default=None)
+    p.add_argument("--check-child", nargs=2, metavar=("START", "VARIANTS"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     from bench.fwd_variants import save_rows
+
+    if args.check_child:
+        check(int(args.check_child[0]), tuple(args.check_child[1].split(",")))
+        return 0
 
     if (args.check or args.time) and not _sm90():
         print("fused_bwd: --check and --time need an sm_90 GPU; --compile runs on the CPU")
@@ -657,7 +712,11 @@ def main(argv=None) -> int:
             Path(args.out).mkdir(parents=True, exist_ok=True)
             (Path(args.out) / f"compiled_{triton.__version__}.json").write_text(json.dumps(rows, indent=1))
     if args.check:
-        save_rows(args.out, "check.json", check())
+        rows = check_guarded()
+        save_rows(args.out, "check.json", rows)
+        if args.time and any(row.get("hang") or row.get("error") for row in rows):
+            print("fused_bwd: not timed (a variant hung or failed in the check)")
+            return 1
     if args.time:
         save_rows(args.out, "timed.json", timed(args.rounds))
     return 0
