@@ -8,12 +8,13 @@ without atomic adds of the data. Here the dK/dV kernel keeps its schedule and ad
 
 - each consumer warpgroup writes its 64 keys' rows of dSᵀ (rounded into the input format, as the operand of dK's
   product) into a shared 2-slot buffer [BLOCK_N, BLOCK_M]; once both halves are there (mbarrier `ds_full`, two
-  arrivals), warpgroup w computes the partial dQ[:, w-th half of d] = dS K[:, w-th half] over the program's 128 keys
-  (A = dS from shared memory, MN-major; B = K's column half), 32 fp32 registers a thread at d = 128 (FA3's split);
+  arrivals), each warpgroup computes its share of the partial dQ = dS K over the program's 128 keys (A = dS from
+  shared memory, MN-major): at d = 128 all 64 rows and its half of d (B = K's column half: FA3's split), at d = 64
+  its half of the 128 rows and all of d (`dq_share`), 32 fp32 registers a thread either way;
 - that partial is added into an fp32 accumulator in global memory, one query tile at a time, **in a fixed order of
   key tiles**: descending key tile j among those that see the query tile. A per-(head, query tile) counter in global
   memory says how many warpgroups have added; warpgroup w of key tile j waits (acquire) until 2·rank have, then
-  reads, adds and writes its 64 columns with plain loads and stores (L2 only: `.cg`), and releases the counter.
+  reads, adds and writes its share with plain loads and stores (L2 only: `.cg`), and releases the counter.
   The first contributor stores without reading, the last one writes dQ · scale in the input format: no memset, no
   pass after. Deterministic: each element is the same sum in the same order whatever the timing.
 - WRITER (a second variant): the consumers stage the partial (fp32, 32 KB: 231.4 KB of shared memory in all at
@@ -27,7 +28,7 @@ without atomic adds of the data. Here the dK/dV kernel keeps its schedule and ad
 Domain of the prototype: gluon_bwd's (fp16 / bf16, d in {64, 128}, any band: causal either way, windows, Nq != Nk,
 ragged N), contiguous (B, H, N, d) tensors. Query tiles start at multiples of BLOCK_M in every program
 (`_band_range`), so the counters count canonical tiles; under a band the key tiles visiting query tile i are a range
-[j_lo(i), j_hi(i)] (`_dq_add`), and tiles no key tile visits keep the zeros the launcher writes into dQ. dK and dV
+[j_lo(i), j_hi(i)] (`_dq_order`), and tiles no key tile visits keep the zeros the launcher writes into dQ. dK and dV
 are computed exactly as gluon_bwd's (the same instructions in the same order: bit for bit); dQ's arithmetic differs
 from the dQ kernel's (128-key wgmma chains summed in descending key-tile order against one running chain of 64-key
 tiles), so the Precision would need a new description before this could ship.
@@ -64,6 +65,16 @@ NEW_REINTERPRET: gl.constexpr = gl.constexpr(hasattr(gl.shared_memory_descriptor
 DS_SLOTS: gl.constexpr = gl.constexpr(2)  # dSᵀ buffers: tile it writes slot it % 2 while tile it − 1's dQ reads
 
 
+@gluon.constexpr_function
+def dq_share(HEAD_D, BLOCK_M):
+    """(rows, columns) of a query tile's dQ that each consumer warpgroup computes: at d = 128 (64 query rows) the
+    tile's rows and half of d each (FA3's split: B = K's column half, one 128-byte swizzle atom); at d = 64 (128
+    rows) half of the rows and all of d (A = dS's row half, again one atom: half of d = 64 bytes would cut the K
+    tile's swizzle atom)."""
+    HEAD_D, BLOCK_M = int(HEAD_D), int(BLOCK_M)
+    return (BLOCK_M, HEAD_D // 2) if HEAD_D == 128 else (BLOCK_M // 2, HEAD_D)
+
+
 @gluon.jit
 def _dq_order(start_m, start_n, Nk, off_lo, off_hi, BAND: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr):
@@ -98,18 +109,21 @@ def _wait_turn(sem, target):
 def _dq_add(part, DQacc, DQ, Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, sm_scale, WG: gl.constexpr,
             BAND: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
             dq_layout: gl.constexpr):
-    """Add this warpgroup's partial dQ (query rows start_m + [0, BLOCK_M), columns WG · HEAD_D / 2 + [0, HEAD_D / 2))
-    in its place in the fixed order (`_dq_order`); the counter counts warpgroups (two a key tile)."""
-    HALF_D: gl.constexpr = HEAD_D // 2
+    """Add this warpgroup's partial dQ (its share of query tile start_m: `dq_share`) in its place in the fixed order
+    (`_dq_order`); the counter counts warpgroups (two a key tile)."""
+    ROWS: gl.constexpr = dq_share(HEAD_D, BLOCK_M)[0]
+    COLS: gl.constexpr = dq_share(HEAD_D, BLOCK_M)[1]
+    row0: gl.constexpr = 0 if ROWS == BLOCK_M else WG * ROWS
+    col0: gl.constexpr = WG * COLS if ROWS == BLOCK_M else 0
     rank, last = _dq_order(start_m, start_n, Nk, off_lo, off_hi, BAND, BLOCK_M, BLOCK_N)
     sem = Sem + bh * ((Nq + BLOCK_M - 1) // BLOCK_M) + start_m // BLOCK_M
     _wait_turn(sem, 2 * rank)
     # one 64-bit base a tile, 32-bit offsets the same for every tile (ptxas folds them into the addresses' immediates)
-    base = (bh.to(gl.int64) * Nq + start_m) * HEAD_D + WG * HALF_D
-    r = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
-    c = gl.arange(0, HALF_D, layout=gl.SliceLayout(0, dq_layout))
+    base = (bh.to(gl.int64) * Nq + start_m + row0) * HEAD_D + col0
+    r = gl.arange(0, ROWS, layout=gl.SliceLayout(1, dq_layout))
+    c = gl.arange(0, COLS, layout=gl.SliceLayout(0, dq_layout))
     offs = r[:, None] * HEAD_D + c[None, :]
-    inside = (r[:, None] < Nq - start_m) & (c[None, :] < HALF_D)
+    inside = (r[:, None] < Nq - start_m - row0) & (c[None, :] < COLS)
     if rank > 0:  # not the first: what the contributors before added (from L2: `.cg`, L1 is not coherent)
         part = part + gl.load(DQacc + base + offs, mask=inside, other=0.0, cache_modifier=".cg")
     if last:  # the last contributor: dQ = scale · Σ_j dS_j K_j in the input format
@@ -171,7 +185,6 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
           WRITER: gl.constexpr, s_layout: gl.constexpr, a_layout: gl.constexpr, dq_layout: gl.constexpr):
     """gluon_bwd `_ring_tile` (the same dK, dV arithmetic) plus dQ's partial over the program's keys."""
     dtype: gl.constexpr = q_ring.dtype
-    HALF_D: gl.constexpr = HEAD_D // 2
     slot = it % STAGES
     phase = (it // STAGES) & 1
     mbarrier.wait(q_ready.index(slot), phase)
@@ -212,14 +225,24 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
     dk = warpgroup_mma(ds_op, q_smem, dk, is_async=True)
     # dQ's partial over the program's 128 keys, this warpgroup's half of d   /   dq[i,c] = Σ_j dS[i,j] k[j,c]
     mbarrier.wait(ds_full.index(b), b_phase)
-    dq = warpgroup_mma(ds_buf.permute((1, 0)), k_all.slice(WG * HALF_D, HALF_D, dim=1),
-                       gl.zeros([BLOCK_M, HALF_D], gl.float32, dq_layout), use_acc=False, is_async=True)
+    ROWS: gl.constexpr = dq_share(HEAD_D, BLOCK_M)[0]
+    COLS: gl.constexpr = dq_share(HEAD_D, BLOCK_M)[1]
+    dq_zero = gl.zeros([ROWS, COLS], gl.float32, dq_layout)
+    if ROWS == BLOCK_M:  # d = 128: all rows, this warpgroup's half of d
+        dq = warpgroup_mma(ds_buf.permute((1, 0)), k_all.slice(WG * COLS, COLS, dim=1), dq_zero, use_acc=False,
+                           is_async=True)
+    else:  # d = 64: this warpgroup's half of the rows, all of d
+        dq = warpgroup_mma(ds_buf.slice(WG * ROWS, ROWS, dim=1).permute((1, 0)), k_all, dq_zero, use_acc=False,
+                           is_async=True)
     dv, dk, dq, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv, dk, dq, p_op, ds_op))
     mbarrier.arrive(ds_free.index(b))
     mbarrier.arrive(tile_free.index(slot))
     if WRITER:  # staged for the writer warp (its previous tile's partial read out first)
         mbarrier.wait(stage_free, (it & 1) ^ 1)
-        dq_stage.slice(WG * HALF_D, HALF_D, dim=1).store(dq)
+        if ROWS == BLOCK_M:
+            dq_stage.slice(WG * COLS, COLS, dim=1).store(dq)
+        else:
+            dq_stage.slice(WG * ROWS, ROWS, dim=0).store(dq)
         mbarrier.arrive(stage_full)
     else:
         _dq_add(dq, DQacc, DQ, Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, sm_scale, WG, BAND, BLOCK_M, BLOCK_N,
@@ -238,7 +261,7 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, HEAD_D, 16])
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                        instr_shape=[16, HEAD_D // 2, 16])
+                                                        instr_shape=[16, dq_share(HEAD_D, BLOCK_M)[1], 16])
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
     k_smem = k_halves.index(WG).reshape([HALF_N, HEAD_D])
     v_smem = v_halves.index(WG).reshape([HALF_N, HEAD_D])
