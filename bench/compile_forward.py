@@ -929,23 +929,52 @@ def compile_gluon(dtype: str, d: int, band: bool, write_res: bool, stages: int):
                                WRITE_RES=write_res, HEAVY_FIRST=band))
 
 
-def compile_gluon_dkdv(dtype: str, d: int, band: bool, group: int, block_m: int, stages: int):
-    """Compile kernels/gluon_bwd.py's dK/dV kernel for sm_90 as the launcher specializes it (4-D tensor descriptors:
-    Q and dO boxes of block_m rows, K, V, dK, dV boxes of 64)."""
+def gluon_dkdv_signature(dtype: str, d: int, block_m: int) -> dict:
+    """kernels/gluon_bwd.py's dK/dV kernel's argument types as the launcher passes them (4-D tensor descriptors: Q and
+    dO boxes of block_m rows, K, V, dK, dV boxes of 64; LSE's and Delta's per-row slices: gluon_bwd.rows_descriptor),
+    in its argument order."""
     from flashcheck.kernels import gluon_bwd
 
     def desc(rows):
         return _gluon_descriptor_type(dtype, d, rows)
 
-    def rows(cols):  # LSE's and Delta's per-row slices (gluon_bwd.rows_descriptor)
+    def rows(cols):
         return f"tensordesc<fp32[1, {cols}],{gluon_bwd.ROWS_LAYOUT!r}>"
-    return _compile_gluon(gluon_bwd.attn_bwd_dkdv_gluon_kernel,
-                          {"q_desc": desc(block_m), "k_desc": desc(64), "v_desc": desc(64), "do_desc": desc(block_m),
-                           "dk_desc": desc(64), "dv_desc": desc(64), "lse_desc": rows(block_m),
-                           "delta_desc": rows(block_m),
-                           "sm_scale": "fp32", "Nq": "i32", "Nk": "i32", "Hkv": "i32", "off_lo": "i32",
-                           "off_hi": "i32"},
+    return {"q_desc": desc(block_m), "k_desc": desc(64), "v_desc": desc(64), "do_desc": desc(block_m),
+            "dk_desc": desc(64), "dv_desc": desc(64), "lse_desc": rows(block_m), "delta_desc": rows(block_m),
+            "sm_scale": "fp32", "Nq": "i32", "Nk": "i32", "Hkv": "i32", "off_lo": "i32", "off_hi": "i32"}
+
+
+def compile_gluon_dkdv(dtype: str, d: int, band: bool, group: int, block_m: int, stages: int):
+    """Compile kernels/gluon_bwd.py's dK/dV kernel for sm_90 as the launcher specializes it (gluon_dkdv_signature)."""
+    from flashcheck.kernels import gluon_bwd
+
+    return _compile_gluon(gluon_bwd.attn_bwd_dkdv_gluon_kernel, gluon_dkdv_signature(dtype, d, block_m),
                           dict(GROUP=group, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=128, STAGES=stages, BAND=band))
+
+
+def sass_counts(ck, c7512: bool = False) -> dict:
+    """HGMMA and local-memory (LDL + STL: spills) instruction counts in a compiled kernel's SASS (Triton's own
+    cuobjdump); with c7512, also whether Triton's ptxas warns C7512 on its PTX (wgmma serialized for want of
+    registers: Triton does not show that warning)."""
+    import subprocess
+    import tempfile
+
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin, ptx = os.path.join(tmp, "k.cubin"), os.path.join(tmp, "k.ptx")
+        with open(cubin, "wb") as f:
+            f.write(ck.asm["cubin"])
+        sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", cubin], capture_output=True,
+                              text=True).stdout
+        out = {"hgmma": sass.count("HGMMA"), "local": sass.count("LDL") + sass.count("STL")}
+        if c7512:
+            with open(ptx, "w") as f:
+                f.write(ck.asm["ptx"])
+            warn = subprocess.run([os.path.join(tools, "ptxas"), "-arch=sm_90a", "-v", ptx, "-o",
+                                   os.path.join(tmp, "o.cubin")], capture_output=True, text=True).stderr
+            out.update(c7512="C7512" in warn, smem=ck.metadata.shared)
+    return out
 
 
 def compile_gluon_dq(dtype: str, d: int, band: bool, group: int, block_n: int, stages: int):

@@ -30,5 +30,6 @@ def test_a_wrong_range_is_caught(monkeypatch):
     band, off_lo, off_hi = _band(False, (256, 0), 1024, 1024)
     assert fb.order_errors(1024, 1024, band, off_lo, off_hi, 64) == []
     original = fb.dq_order
-    monkeypatch.setattr(fb, "dq_order", lambda i, j, nk, band, lo, hi, bm, bn: original(i, j, nk, False, lo, hi, bm, bn))
+    monkeypatch.setattr(fb, "dq_order",
+                        lambda i, j, nk, band, lo, hi, bm, bn: original(i, j, nk, False, lo, hi, bm, bn))
     assert fb.order_errors(1024, 1024, band, off_lo, off_hi, 64)

@@ -213,21 +213,14 @@ def test_launches_with_gluon_are_the_records_the_launcher_makes_on_sm90(d, nk, c
 
 
 _COMPILE_BWD = """
-import json, os, subprocess, sys, tempfile
-import triton
-from bench.compile_forward import compile_gluon_dkdv, compile_gluon_dq
+import json, sys
+from bench.compile_forward import compile_gluon_dkdv, compile_gluon_dq, sass_counts
 a = [int(x) for x in sys.argv[1:]]  # dQ's block_n, stages, then one (head dim, block_m, stages) per dK/dV tile
-tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 out = {}
 for name, ck in [("dq", compile_gluon_dq("bfloat16", 128, True, 2, a[0], a[1]))] + [
         (f"dkdv{m}" + ("" if d == 128 else f"_d{d}"), compile_gluon_dkdv("bfloat16", d, True, 2, m, st))
         for d, m, st in zip(a[2::3], a[3::3], a[4::3])]:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(ck.asm["cubin"])
-        sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", path], capture_output=True, text=True).stdout
-    out[name] = {"hgmma": sass.count("HGMMA"), "local": sass.count("LDL") + sass.count("STL")}
+    out[name] = sass_counts(ck)
 print(json.dumps(out))
 """
 

@@ -28,7 +28,7 @@ without atomic adds of the data. Here the dK/dV kernel keeps its schedule and ad
 Domain of the prototype: gluon_bwd's (fp16 / bf16, d in {64, 128}, any band: causal either way, windows, Nq != Nk,
 ragged N), contiguous (B, H, N, d) tensors. Query tiles start at multiples of BLOCK_M in every program
 (`_band_range`), so the counters count canonical tiles; under a band the key tiles visiting query tile i are a range
-[j_lo(i), j_hi(i)] (`_dq_order`), and tiles no key tile visits keep the zeros the launcher writes into dQ. dK and dV
+[j_lo(i), j_hi(i)] (`_dq_turn`), and tiles no key tile visits keep the zeros the launcher writes into dQ. dK and dV
 are computed exactly as gluon_bwd's (the same instructions in the same order: bit for bit); dQ's arithmetic differs
 from the dQ kernel's (128-key wgmma chains summed in descending key-tile order against one running chain of 64-key
 tiles), so the Precision would need a new description before this could ship.
@@ -40,10 +40,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parents[2]
@@ -76,11 +74,11 @@ def dq_share(HEAD_D, BLOCK_M):
 
 
 @gluon.jit
-def _dq_order(start_m, start_n, Nk, off_lo, off_hi, BAND: gl.constexpr, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr):
-    """(rank, last) of key tile start_n // BLOCK_N in the fixed order of query tile start_m // BLOCK_M's dQ adds:
-    descending key tile among the key tiles that visit the query tile (rank: how many add before it; last: it adds
-    last)."""
+def _dq_turn(Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, BAND: gl.constexpr, BLOCK_M: gl.constexpr,
+             BLOCK_N: gl.constexpr):
+    """(counter, rank, last) of key tile start_n // BLOCK_N in the fixed order of query tile start_m // BLOCK_M's dQ
+    adds (head bh): descending key tile among the key tiles that visit the query tile. counter: the tile's int32 in
+    Sem ((B·H, query tiles)); rank: how many key tiles add before this one; last: it adds last."""
     i = start_m // BLOCK_M
     j = start_n // BLOCK_N
     j_hi = (Nk + BLOCK_N - 1) // BLOCK_N - 1
@@ -93,16 +91,35 @@ def _dq_order(start_m, start_n, Nk, off_lo, off_hi, BAND: gl.constexpr, BLOCK_M:
         # truncating and flooring division differ)
         j_hi = gl.minimum(j_hi, ((i + 1) * BLOCK_M + off_hi - 1) // BLOCK_N)
         j_lo = gl.maximum((i * BLOCK_M + off_lo) // BLOCK_N, 0)
-    return j_hi - j, j == j_lo
+    return Sem + bh * ((Nq + BLOCK_M - 1) // BLOCK_M) + i, j_hi - j, j == j_lo
 
 
 @gluon.jit
-def _wait_turn(sem, target):
-    """Until the counter at `sem` reaches `target` (acquire): one thread's ld.acquire.gpu, shared with the others
-    through shared memory and a partition-local bar.sync (Triton's lowering of a scalar atomic)."""
-    seen = gl.atomic_add(sem, 0, sem="acquire")
+def _wait_turn(counter, target):
+    """Until `counter` reaches `target` (acquire): one thread's ld.acquire.gpu, shared with the others through shared
+    memory and a partition-local bar.sync (Triton's lowering of a scalar atomic)."""
+    seen = gl.atomic_add(counter, 0, sem="acquire")
     while seen < target:
-        seen = gl.atomic_add(sem, 0, sem="acquire")
+        seen = gl.atomic_add(counter, 0, sem="acquire")
+
+
+@gluon.jit
+def _add_in_place(part, DQacc, DQ, offs, inside, rank, last, sm_scale):
+    """One contributor's add into dQ's tile, its turn come (DQacc, DQ point at the tile's first element, `offs` 32-bit):
+    the contributors' sum so far read back unless it is the first (from L2: `.cg`, L1 is not coherent), then the new
+    sum stored in fp32, or by the last as dQ = scale · Σ_j dS_j K_j in the input format."""
+    if rank > 0:
+        part = part + gl.load(DQacc + offs, mask=inside, other=0.0, cache_modifier=".cg")
+    if last:
+        gl.store(DQ + offs, (part * sm_scale).to(DQ.dtype.element_ty), mask=inside)
+    else:
+        gl.store(DQacc + offs, part, mask=inside)
+
+
+@gluon.jit
+def _release(counter):
+    _thread_barrier()  # every thread's stores before the release
+    gl.atomic_add(counter, 1, sem="release")
 
 
 @gluon.jit
@@ -110,28 +127,20 @@ def _dq_add(part, DQacc, DQ, Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, 
             BAND: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
             dq_layout: gl.constexpr):
     """Add this warpgroup's partial dQ (its share of query tile start_m: `dq_share`) in its place in the fixed order
-    (`_dq_order`); the counter counts warpgroups (two a key tile)."""
+    (`_dq_turn`); the counter counts warpgroups (two a key tile)."""
     ROWS: gl.constexpr = dq_share(HEAD_D, BLOCK_M)[0]
     COLS: gl.constexpr = dq_share(HEAD_D, BLOCK_M)[1]
     row0: gl.constexpr = 0 if ROWS == BLOCK_M else WG * ROWS
     col0: gl.constexpr = WG * COLS if ROWS == BLOCK_M else 0
-    rank, last = _dq_order(start_m, start_n, Nk, off_lo, off_hi, BAND, BLOCK_M, BLOCK_N)
-    sem = Sem + bh * ((Nq + BLOCK_M - 1) // BLOCK_M) + start_m // BLOCK_M
-    _wait_turn(sem, 2 * rank)
+    counter, rank, last = _dq_turn(Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M, BLOCK_N)
+    _wait_turn(counter, 2 * rank)
     # one 64-bit base a tile, 32-bit offsets the same for every tile (ptxas folds them into the addresses' immediates)
     base = (bh.to(gl.int64) * Nq + start_m + row0) * HEAD_D + col0
     r = gl.arange(0, ROWS, layout=gl.SliceLayout(1, dq_layout))
     c = gl.arange(0, COLS, layout=gl.SliceLayout(0, dq_layout))
-    offs = r[:, None] * HEAD_D + c[None, :]
     inside = (r[:, None] < Nq - start_m - row0) & (c[None, :] < COLS)
-    if rank > 0:  # not the first: what the contributors before added (from L2: `.cg`, L1 is not coherent)
-        part = part + gl.load(DQacc + base + offs, mask=inside, other=0.0, cache_modifier=".cg")
-    if last:  # the last contributor: dQ = scale · Σ_j dS_j K_j in the input format
-        gl.store(DQ + base + offs, (part * sm_scale).to(DQ.dtype.element_ty), mask=inside)
-    else:
-        gl.store(DQacc + base + offs, part, mask=inside)
-    _thread_barrier()  # every thread's stores before the release
-    gl.atomic_add(sem, 1, sem="release")
+    _add_in_place(part, DQacc + base, DQ + base, r[:, None] * HEAD_D + c[None, :], inside, rank, last, sm_scale)
+    _release(counter)
 
 
 WRITER_REGS: gl.constexpr = gl.constexpr(48)  # the default warpgroup gets 240 - (WRITER_REGS - 24): Triton's split
@@ -142,13 +151,12 @@ def _dq_writer(DQacc, DQ, Sem, dq_stage, stage_full, stage_free, sm_scale, off_b
                off_lo, off_hi, GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
                BLOCK_M: gl.constexpr, BAND: gl.constexpr):
     # one warp (WRITER): each tile's dQ partial, staged in shared memory by both consumer warpgroups, added in its
-    # place in the fixed order (`_dq_order`; the counter counts key tiles), CHUNK rows at a time (16 fp32 a thread)
+    # place in the fixed order (`_dq_turn`; the counter counts key tiles), CHUNK rows at a time (16 fp32 a thread)
     CHUNK: gl.constexpr = 512 // HEAD_D
     layout: gl.constexpr = gl.BlockedLayout([1, HEAD_D // 32], [1, 32], [1, 1], [1, 0])
     r = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, layout))
     c = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, layout))
     offs = r[:, None] * HEAD_D + c[None, :]
-    n_qt = (Nq + BLOCK_M - 1) // BLOCK_M
     it = 0
     for g in range(GROUP):
         off_h, n_partial, n_tiles, lo, f_lo, f_hi = _query_tiles(off_hkv, g, GROUP, start_n, Nq, Nk, off_lo, off_hi,
@@ -156,24 +164,18 @@ def _dq_writer(DQacc, DQ, Sem, dq_stage, stage_full, stage_free, sm_scale, off_b
         bh = off_b * Hq + off_h
         for t in range(n_tiles):
             start_m = inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M)  # the consumers' order
-            rank, last = _dq_order(start_m, start_n, Nk, off_lo, off_hi, BAND, BLOCK_M, BLOCK_N)
-            sem = Sem + bh * n_qt + start_m // BLOCK_M
+            counter, rank, last = _dq_turn(Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M,
+                                           BLOCK_N)
             mbarrier.wait(stage_full, it & 1)
-            _wait_turn(sem, rank)
+            _wait_turn(counter, rank)
             base = (bh.to(gl.int64) * Nq + start_m) * HEAD_D
             for r0 in gl.static_range(0, BLOCK_M, CHUNK):
                 inside = (r[:, None] < Nq - start_m - r0) & (c[None, :] < HEAD_D)
-                part = dq_stage.slice(r0, CHUNK, dim=0).load(layout)
-                if rank > 0:  # from L2 (`.cg`): L1 is not coherent
-                    part = part + gl.load(DQacc + base + r0 * HEAD_D + offs, mask=inside, other=0.0,
-                                          cache_modifier=".cg")
-                if last:
-                    gl.store(DQ + base + r0 * HEAD_D + offs, (part * sm_scale).to(DQ.dtype.element_ty), mask=inside)
-                else:
-                    gl.store(DQacc + base + r0 * HEAD_D + offs, part, mask=inside)
+                at = base + r0 * HEAD_D  # the chunk's first element: a scalar, the per-element offsets 32-bit
+                _add_in_place(dq_stage.slice(r0, CHUNK, dim=0).load(layout), DQacc + at, DQ + at, offs, inside, rank,
+                              last, sm_scale)
             mbarrier.arrive(stage_free)  # the stage read: the consumers may write the next partial
-            _thread_barrier()  # every lane's stores before the release
-            gl.atomic_add(sem, 1, sem="release")
+            _release(counter)
             it += 1
 
 
@@ -223,7 +225,7 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
     # dK = dSᵀ Q (scale applied once at the end)   /   dk[j,c] += Σ_i dS[i,j] q[i,c]
     ds_op = gl.convert_layout(ds16, a_layout)
     dk = warpgroup_mma(ds_op, q_smem, dk, is_async=True)
-    # dQ's partial over the program's 128 keys, this warpgroup's half of d   /   dq[i,c] = Σ_j dS[i,j] k[j,c]
+    # dQ's partial over the program's 128 keys, this warpgroup's share   /   dq[i,c] = Σ_j dS[i,j] k[j,c]
     mbarrier.wait(ds_full.index(b), b_phase)
     ROWS: gl.constexpr = dq_share(HEAD_D, BLOCK_M)[0]
     COLS: gl.constexpr = dq_share(HEAD_D, BLOCK_M)[1]
@@ -284,14 +286,16 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
         bh = off_b * Hq + off_h
         for t in range(0, n_partial):
             dk, dv = _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready,
-                           do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem, bh, keys,
+                           do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem, bh,
+                           keys,
                            partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M), start_n, qk_scale2, sm_scale, Nq,
                            Nk, off_lo, off_hi, WG, True, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, WRITER, s_layout,
                            a_layout, dq_layout)
             it += 1
         for t in range(0, n_tiles - n_partial):
             dk, dv = _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready,
-                           do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem, bh, keys,
+                           do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem, bh,
+                           keys,
                            full_start(t, None, f_lo, False, BLOCK_M), start_n, qk_scale2, sm_scale, Nq, Nk, off_lo,
                            off_hi, WG, False, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, WRITER, s_layout, a_layout,
                            dq_layout)
@@ -345,7 +349,8 @@ def attn_bwd_fused_gluon_kernel(
     ds_free = barriers(DS_SLOTS, 2)  # both warpgroups' dQ products done reading the slot
     if WRITER:
         # the tile's dQ partial (fp32, both halves of d) for the writer warp: 32 KB (231.4 KB in all at d = 128)
-        stage_layout: gl.constexpr = gl.SwizzledSharedLayout(2, 1, 4, [1, 0])  # repeats every 4 rows: the writer slices 4 (d = 128) or 8
+        # swizzled in groups of 4 rows: the writer reads 4 (d = 128) or 8 at a time
+        stage_layout: gl.constexpr = gl.SwizzledSharedLayout(2, 1, 4, [1, 0])
         dq_stage = gl.allocate_shared_memory(gl.float32, [BLOCK_M, HEAD_D], stage_layout)
         stage_full = barriers(1, 2).index(0)  # both warpgroups' halves staged
         stage_free = barriers(1, 1).index(0)  # the writer has read the stage
@@ -353,16 +358,18 @@ def attn_bwd_fused_gluon_kernel(
         dq_stage, stage_full, stage_free = ds_smem, ds_full, ds_free  # not used
     fence_async_shared()
 
+    # the argument lists written out in full in both branches: built as tuples (`(0, ) + args`) the constexprs among
+    # them reach the partitions as tensors
     if WRITER:
         gl.warp_specialize([
-            (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_ready,
-                     q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem,
-                     sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M,
-                     STAGES, BAND, WRITER)),
-            (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_ready,
-                     q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem,
-                     sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M,
-                     STAGES, BAND, WRITER)),
+            (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
+                     kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
+                     DQ, Sem, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N,
+                     BLOCK_M, STAGES, BAND, WRITER)),
+            (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
+                     kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
+                     DQ, Sem, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N,
+                     BLOCK_M, STAGES, BAND, WRITER)),
             (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
                      lse_ring, delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
                      off_lo, off_hi, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES)),
@@ -371,14 +378,14 @@ def attn_bwd_fused_gluon_kernel(
         ], [4, 1, 1], [CONSUMER_REGS, 24, WRITER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_ready,
-                     q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem,
-                     sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M,
-                     STAGES, BAND, WRITER)),
-            (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem, kv_ready,
-                     q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem,
-                     sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M,
-                     STAGES, BAND, WRITER)),
+            (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
+                     kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
+                     DQ, Sem, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N,
+                     BLOCK_M, STAGES, BAND, WRITER)),
+            (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
+                     kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
+                     DQ, Sem, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N,
+                     BLOCK_M, STAGES, BAND, WRITER)),
             (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
                      lse_ring, delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
                      off_lo, off_hi, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES)),
@@ -410,7 +417,7 @@ def visited_query_tiles(j: int, nq: int, nk: int, band: bool, off_lo: int, off_h
 
 def dq_order(i: int, j: int, nk: int, band: bool, off_lo: int, off_hi: int, block_m: int,
              block_n: int) -> tuple[int, bool]:
-    """`_dq_order` in Python, with the kernel's truncating division: (rank, last)."""
+    """`_dq_turn`'s (rank, last) in Python, with the kernel's truncating division."""
     j_hi, j_lo = -(-nk // block_n) - 1, 0
     if band:
         j_hi = min(j_hi, _tdiv((i + 1) * block_m + off_hi - 1, block_n))
@@ -439,42 +446,17 @@ def order_errors(nq: int, nk: int, band: bool, off_lo: int, off_hi: int, block_m
 # ------------------------------------------------------------------------------------------------- CPU: compiled
 
 def compile_fused(dtype: str, d: int, band: bool, group: int, block_m: int, stages: int, writer: bool = False):
-    """The kernel compiled for sm_90 as gluon_bwd's dK/dV launch specializes it (bench/compile_forward.py)."""
-    from bench.compile_forward import _compile_gluon, _gluon_descriptor_type
-    from flashcheck.kernels import gluon_bwd
+    """The kernel compiled for sm_90 as gluon_bwd's dK/dV launch specializes it (bench/compile_forward.py), with its
+    three more pointers after Delta's descriptor."""
+    from bench.compile_forward import _compile_gluon, gluon_dkdv_signature
 
-    def desc(rows):
-        return _gluon_descriptor_type(dtype, d, rows)
-
-    def rows(cols):
-        return f"tensordesc<fp32[1, {cols}],{gluon_bwd.ROWS_LAYOUT!r}>"
+    sig = list(gluon_dkdv_signature(dtype, d, block_m).items())
+    at = [name for name, _ in sig].index("sm_scale")
     short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
-    return _compile_gluon(attn_bwd_fused_gluon_kernel,
-                          {"q_desc": desc(block_m), "k_desc": desc(64), "v_desc": desc(64), "do_desc": desc(block_m),
-                           "dk_desc": desc(64), "dv_desc": desc(64), "lse_desc": rows(block_m),
-                           "delta_desc": rows(block_m), "DQacc": "*fp32", "DQ": f"*{short}", "Sem": "*i32",
-                           "sm_scale": "fp32", "Nq": "i32", "Nk": "i32", "Hkv": "i32", "off_lo": "i32",
-                           "off_hi": "i32"},
+    extra = [("DQacc", "*fp32"), ("DQ", f"*{short}"), ("Sem", "*i32")]
+    return _compile_gluon(attn_bwd_fused_gluon_kernel, dict(sig[:at] + extra + sig[at:]),
                           dict(GROUP=group, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=128, STAGES=stages, BAND=band,
                                WRITER=writer))
-
-
-def sass_counts(ck) -> dict:
-    """HGMMA and local-memory (LDL + STL: spills) instruction counts of a compiled kernel's SASS, and ptxas's C7512
-    warning (wgmma serialized for want of registers) on its PTX."""
-    import triton
-
-    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin, ptx = os.path.join(tmp, "k.cubin"), os.path.join(tmp, "k.ptx")
-        Path(cubin).write_bytes(ck.asm["cubin"])
-        Path(ptx).write_text(ck.asm["ptx"])
-        sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", cubin], capture_output=True,
-                              text=True).stdout
-        warn = subprocess.run([os.path.join(tools, "ptxas"), "-arch=sm_90a", "-v", ptx, "-o",
-                               os.path.join(tmp, "o.cubin")], capture_output=True, text=True).stderr
-    return {"hgmma": sass.count("HGMMA"), "local": sass.count("LDL") + sass.count("STL"),
-            "c7512": "C7512" in warn, "smem": ck.metadata.shared}
 
 
 # dK/dV tiles of kernel_config (d = 128: 64 query rows, 3-deep ring; d = 64: 128 rows, 2-deep), GQA 1 / 2, banded or not
@@ -483,7 +465,7 @@ TILES = {128: (64, 3), 64: (128, 2)}
 
 
 def compiled_table(dtype: str = "bfloat16") -> list[dict]:
-    from bench.compile_forward import compile_gluon_dkdv
+    from bench.compile_forward import compile_gluon_dkdv, sass_counts
 
     out = []
     for d, band, group in COMPILE_CASES:
@@ -492,7 +474,7 @@ def compiled_table(dtype: str = "bfloat16") -> list[dict]:
         for name, fn in (("dkdv", compile_gluon_dkdv), ("fused", compile_fused),
                          ("fused_writer", lambda *a: compile_fused(*a, writer=True))):
             try:
-                row[name] = sass_counts(fn(dtype, d, band, group, block_m, stages))
+                row[name] = sass_counts(fn(dtype, d, band, group, block_m, stages), c7512=True)
             except Exception as e:  # noqa: BLE001 (a compile failure is a result here)
                 row[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[-1][:300] if str(e) else ''}"}
         print(json.dumps(row), flush=True)
@@ -513,8 +495,8 @@ def _inputs(B, H, n, d, group, seed=0):
 
 def launchers(q, k, v, do, causal=False, window=None):
     """(fused, product, (o, lse, delta)): closures returning (dq, dk, dv) of this kernel (`fused(writer=)`, its
-    counters zeroed in the closure) and of the product's two Gluon kernels (kernels/gluon_bwd.py) on the same LSE and Δ; `causal`, `window`
-    as `attention()` takes them."""
+    counters zeroed in the closure) and of the product's two Gluon kernels (kernels/gluon_bwd.py) on the same LSE and
+    Δ; `causal`, `window` as `attention()` takes them."""
     import importlib
 
     import torch
