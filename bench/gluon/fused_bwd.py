@@ -125,7 +125,7 @@ def _release(counter):
 @gluon.jit
 def _dq_add(part, DQacc, DQ, Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, sm_scale, WG: gl.constexpr,
             BAND: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-            dq_layout: gl.constexpr):
+            DQ_MODE: gl.constexpr, dq_layout: gl.constexpr):
     """Add this warpgroup's partial dQ (its share of query tile start_m: `dq_share`) in its place in the fixed order
     (`_dq_turn`); the counter counts warpgroups (two a key tile)."""
     ROWS: gl.constexpr = dq_share(HEAD_D, BLOCK_M)[0]
@@ -133,14 +133,22 @@ def _dq_add(part, DQacc, DQ, Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, 
     row0: gl.constexpr = 0 if ROWS == BLOCK_M else WG * ROWS
     col0: gl.constexpr = WG * COLS if ROWS == BLOCK_M else 0
     counter, rank, last = _dq_turn(Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M, BLOCK_N)
-    _wait_turn(counter, 2 * rank)
+    if DQ_MODE == 0 or DQ_MODE == 3:
+        _wait_turn(counter, 2 * rank)
     # one 64-bit base a tile, 32-bit offsets the same for every tile (ptxas folds them into the addresses' immediates)
     base = (bh.to(gl.int64) * Nq + start_m + row0) * HEAD_D + col0
     r = gl.arange(0, ROWS, layout=gl.SliceLayout(1, dq_layout))
     c = gl.arange(0, COLS, layout=gl.SliceLayout(0, dq_layout))
     inside = (r[:, None] < Nq - start_m - row0) & (c[None, :] < COLS)
-    _add_in_place(part, DQacc + base, DQ + base, r[:, None] * HEAD_D + c[None, :], inside, rank, last, sm_scale)
-    _release(counter)
+    offs = r[:, None] * HEAD_D + c[None, :]
+    if DQ_MODE == 0 or DQ_MODE == 1:
+        _add_in_place(part, DQacc + base, DQ + base, offs, inside, rank, last, sm_scale)
+    elif DQ_MODE == 2:
+        gl.store(DQacc + base + offs, part, mask=inside)
+    elif DQ_MODE == 4:  # never true (Nq > 0): the product stays, its add does not
+        gl.store(DQacc + base + offs, part, mask=inside & (Nq < 0))
+    if DQ_MODE == 0 or DQ_MODE == 3:
+        _release(counter)
 
 
 WRITER_REGS: gl.constexpr = gl.constexpr(48)  # the default warpgroup gets 240 - (WRITER_REGS - 24): Triton's split
@@ -184,7 +192,8 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
           tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem, bh, keys, start_m, start_n,
           qk_scale2, sm_scale, Nq, Nk, off_lo, off_hi, WG: gl.constexpr, MASKED: gl.constexpr, BAND: gl.constexpr,
           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr,
-          WRITER: gl.constexpr, s_layout: gl.constexpr, a_layout: gl.constexpr, dq_layout: gl.constexpr):
+          WRITER: gl.constexpr, DQ_MODE: gl.constexpr, s_layout: gl.constexpr, a_layout: gl.constexpr,
+          dq_layout: gl.constexpr):
     """gluon_bwd `_ring_tile` (the same dK, dV arithmetic) plus dQ's partial over the program's keys."""
     dtype: gl.constexpr = q_ring.dtype
     slot = it % STAGES
@@ -230,9 +239,12 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
     ROWS: gl.constexpr = dq_share(HEAD_D, BLOCK_M)[0]
     COLS: gl.constexpr = dq_share(HEAD_D, BLOCK_M)[1]
     dq_zero = gl.zeros([ROWS, COLS], gl.float32, dq_layout)
-    if ROWS == BLOCK_M:  # d = 128: all rows, this warpgroup's half of d
-        dq = warpgroup_mma(ds_buf.permute((1, 0)), k_all.slice(WG * COLS, COLS, dim=1), dq_zero, use_acc=False,
-                           is_async=True)
+    if ROWS == BLOCK_M:  # d = 128: all rows, this warpgroup's half of d; one product per K half (k_all: the halves)
+        dq = warpgroup_mma(ds_buf.slice(0, HALF_N, dim=0).permute((1, 0)),
+                           k_all.index(0).reshape([HALF_N, HEAD_D]).slice(WG * COLS, COLS, dim=1), dq_zero,
+                           use_acc=False, is_async=True)
+        dq = warpgroup_mma(ds_buf.slice(HALF_N, HALF_N, dim=0).permute((1, 0)),
+                           k_all.index(1).reshape([HALF_N, HEAD_D]).slice(WG * COLS, COLS, dim=1), dq, is_async=True)
     else:  # d = 64: this warpgroup's half of the rows, all of d
         dq = warpgroup_mma(ds_buf.slice(WG * ROWS, ROWS, dim=1).permute((1, 0)), k_all, dq_zero, use_acc=False,
                            is_async=True)
@@ -248,7 +260,7 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
         mbarrier.arrive(stage_full)
     else:
         _dq_add(dq, DQacc, DQ, Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, sm_scale, WG, BAND, BLOCK_M, BLOCK_N,
-                HEAD_D, dq_layout)
+                HEAD_D, DQ_MODE, dq_layout)
     return dk, dv
 
 
@@ -257,7 +269,7 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
               kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ,
               Sem, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP: gl.constexpr,
               HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
-              BAND: gl.constexpr, WRITER: gl.constexpr):
+              BAND: gl.constexpr, WRITER: gl.constexpr, DQ_MODE: gl.constexpr):
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_M, 16])
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -267,10 +279,15 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
     k_smem = k_halves.index(WG).reshape([HALF_N, HEAD_D])
     v_smem = v_halves.index(WG).reshape([HALF_N, HEAD_D])
-    # both halves as one [BLOCK_N, d] tile (the same bytes: the swizzle repeats every 8 rows): dQ's B operand over the
-    # program's 128 keys
+    # dQ's B operand over the program's 128 keys. At d = 64 both halves are one [BLOCK_N, d] tile (a row is one
+    # 128-byte swizzle atom, which repeats every 8 rows: the same bytes). At d = 128 a half's rows span two atoms
+    # stored one after the other ([column half][row][64]), so the two halves are not one [128, 128] tile (read as one,
+    # its rows 64-127 of columns 0-63 are half 0's columns 64-127: the first GPU check's wrong dQ): the halves
+    # themselves, one product each.
     k_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_D], k_halves.dtype)
-    if NEW_REINTERPRET:
+    if HEAD_D == 128:
+        k_all = k_halves
+    elif NEW_REINTERPRET:
         k_all = k_halves.reinterpret(k_halves.dtype, [BLOCK_N, HEAD_D], k_layout)
     else:
         k_all = k_halves._reinterpret(k_halves.dtype, [BLOCK_N, HEAD_D], k_layout)
@@ -289,7 +306,7 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
                            do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem, bh,
                            keys,
                            partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M), start_n, qk_scale2, sm_scale, Nq,
-                           Nk, off_lo, off_hi, WG, True, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, WRITER, s_layout,
+                           Nk, off_lo, off_hi, WG, True, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, WRITER, DQ_MODE, s_layout,
                            a_layout, dq_layout)
             it += 1
         for t in range(0, n_tiles - n_partial):
@@ -297,7 +314,7 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
                            do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem, bh,
                            keys,
                            full_start(t, None, f_lo, False, BLOCK_M), start_n, qk_scale2, sm_scale, Nq, Nk, off_lo,
-                           off_hi, WG, False, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, WRITER, s_layout, a_layout,
+                           off_hi, WG, False, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, WRITER, DQ_MODE, s_layout, a_layout,
                            dq_layout)
             it += 1
     dk = dk * sm_scale
@@ -320,7 +337,7 @@ def attn_bwd_fused_gluon_kernel(
     q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc, DQacc, DQ, Sem,
     sm_scale, Nq, Nk, Hkv, off_lo, off_hi,
     GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, BAND: gl.constexpr, WRITER: gl.constexpr,
+    STAGES: gl.constexpr, BAND: gl.constexpr, WRITER: gl.constexpr, DQ_MODE: gl.constexpr = 0,
 ):
     gl.static_assert(BLOCK_N == 2 * HALF_N, "two consumer warpgroups of HALF_N keys each")
     gl.static_assert(HEAD_D == 64 or HEAD_D == 128, "head dims 64 and 128")
@@ -365,11 +382,11 @@ def attn_bwd_fused_gluon_kernel(
             (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
                      kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
                      DQ, Sem, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N,
-                     BLOCK_M, STAGES, BAND, WRITER)),
+                     BLOCK_M, STAGES, BAND, WRITER, DQ_MODE)),
             (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
                      kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
                      DQ, Sem, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N,
-                     BLOCK_M, STAGES, BAND, WRITER)),
+                     BLOCK_M, STAGES, BAND, WRITER, DQ_MODE)),
             (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
                      lse_ring, delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
                      off_lo, off_hi, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES)),
@@ -381,11 +398,11 @@ def attn_bwd_fused_gluon_kernel(
             (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
                      kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
                      DQ, Sem, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N,
-                     BLOCK_M, STAGES, BAND, WRITER)),
+                     BLOCK_M, STAGES, BAND, WRITER, DQ_MODE)),
             (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
                      kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
                      DQ, Sem, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N,
-                     BLOCK_M, STAGES, BAND, WRITER)),
+                     BLOCK_M, STAGES, BAND, WRITER, DQ_MODE)),
             (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
                      lse_ring, delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
                      off_lo, off_hi, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES)),
@@ -445,7 +462,8 @@ def order_errors(nq: int, nk: int, band: bool, off_lo: int, off_hi: int, block_m
 
 # ------------------------------------------------------------------------------------------------- CPU: compiled
 
-def compile_fused(dtype: str, d: int, band: bool, group: int, block_m: int, stages: int, writer: bool = False):
+def compile_fused(dtype: str, d: int, band: bool, group: int, block_m: int, stages: int, writer: bool = False,
+                  dq_mode: int = 0):
     """The kernel compiled for sm_90 as gluon_bwd's dK/dV launch specializes it (bench/compile_forward.py), with its
     three more pointers after Delta's descriptor."""
     from bench.compile_forward import _compile_gluon, gluon_dkdv_signature
@@ -456,7 +474,7 @@ def compile_fused(dtype: str, d: int, band: bool, group: int, block_m: int, stag
     extra = [("DQacc", "*fp32"), ("DQ", f"*{short}"), ("Sem", "*i32")]
     return _compile_gluon(attn_bwd_fused_gluon_kernel, dict(sig[:at] + extra + sig[at:]),
                           dict(GROUP=group, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=128, STAGES=stages, BAND=band,
-                               WRITER=writer))
+                               WRITER=writer, DQ_MODE=dq_mode))
 
 
 # dK/dV tiles of kernel_config (d = 128: 64 query rows, 3-deep ring; d = 64: 128 rows, 2-deep), GQA 1 / 2, banded or not
@@ -525,20 +543,22 @@ def launchers(q, k, v, do, causal=False, window=None):
     ints = lau.ints
     constexprs = dict(lau.constexprs)
 
-    def fused(writer=False):
+    def fused(writer=False, dq_mode=0):
         sem = torch.zeros(B * Hq * n_qt, device="cuda", dtype=torch.int32)
         if band:  # query tiles no key tile visits (fully masked rows) are never written
             dq.zero_()
         attn_bwd_fused_gluon_kernel[lau.grid](*descs, *rows, acc, dq, sem, d ** -0.5, *ints, **constexprs,
-                                              WRITER=writer, num_warps=4)
+                                              WRITER=writer, DQ_MODE=dq_mode, num_warps=4)
         return dq, dk, dv
 
     hq = tq.block_m // 2
     q_args = (gluon_fwd.descriptor(q, hq), gluon_fwd.descriptor(k, tq.block_n), gluon_fwd.descriptor(v, tq.block_n),
               gluon_fwd.descriptor(do, hq), gluon_fwd.descriptor(dq, hq), lse, delta, d ** -0.5, *lau_q.ints)
 
-    def product():
+    def product(dkdv_only=False):
         gluon_bwd.attn_bwd_dkdv_gluon_kernel[lau.grid](*descs, *rows, d ** -0.5, *ints, **constexprs, num_warps=4)
+        if dkdv_only:
+            return dq, dk, dv
         gluon_bwd.attn_bwd_dq_gluon_kernel[lau_q.grid](*q_args, **dict(lau_q.constexprs), num_warps=4)
         return dq, dk, dv
     return fused, product, (o, lse, delta)
@@ -687,6 +707,34 @@ def timed(rounds: int) -> list[dict]:
     return rows
 
 
+DQ_MODES = {0: "ordered", 1: "unordered", 2: "store_only", 3: "wait_only", 4: "no_add"}  # `_dq_add`'s DQ_MODE
+DIAG_CELLS = [(128, 16384, False), (128, 16384, True), (64, 16384, False)]
+
+
+def diagnosed(rounds: int) -> list[dict]:
+    """Where the fused kernel's time goes: its dQ add taken apart (DQ_MODE: the ordered read-add-write; without the
+    wait; a plain store; the wait and release alone; the product alone, its add never done) beside the product's two
+    kernels and its dK/dV kernel alone. Only `ordered` is right; the others are timings."""
+    import torch
+
+    from bench.fwd_variants import timed_row
+
+    rows = []
+    for d, n, causal in DIAG_CELLS:
+        q, k, v, do = _inputs(16384 // n, 2048 // d, n, d, 1)
+        fused, product, _ = launchers(q, k, v, do, "bottom_right" if causal else False)
+        ref = tuple(x.clone() for x in product())
+        fns = {"kernel": product, "dkdv_only": lambda: product(dkdv_only=True)}
+        for mode, name in DQ_MODES.items():
+            fns[name] = (lambda m: lambda: fused(dq_mode=m))(mode)
+        out = fused(dq_mode=0)
+        diff = {"ordered": max(float((a.float() - b.float()).abs().max()) for a, b in zip(out, ref))}
+        rows.append(timed_row(d, n, causal, fns, rounds, diff, _tflops, "dQ,dK,dV"))
+        del q, k, v, do
+        torch.cuda.empty_cache()
+    return rows
+
+
 def _sm90() -> bool:
     import torch
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
@@ -697,6 +745,7 @@ def main(argv=None) -> int:
     p.add_argument("--compile", action="store_true", help="CPU: compile for sm_90, print spills beside gluon_bwd's")
     p.add_argument("--check", action="store_true", help="GPU: outputs against the product's and float64")
     p.add_argument("--time", action="store_true", help="GPU: timed against the product's two kernels")
+    p.add_argument("--diag", action="store_true", help="GPU: the fused kernel's dQ add taken apart (DQ_MODE)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", default=None)
     p.add_argument("--check-child", nargs=2, metavar=("START", "VARIANTS"), help=argparse.SUPPRESS)
@@ -707,7 +756,7 @@ def main(argv=None) -> int:
         check(int(args.check_child[0]), tuple(args.check_child[1].split(",")))
         return 0
 
-    if (args.check or args.time) and not _sm90():
+    if (args.check or args.time or args.diag) and not _sm90():
         print("fused_bwd: --check and --time need an sm_90 GPU; --compile runs on the CPU")
         return 0
     if args.compile:
@@ -724,6 +773,8 @@ def main(argv=None) -> int:
             return 1
     if args.time:
         save_rows(args.out, "timed.json", timed(args.rounds))
+    if args.diag:
+        save_rows(args.out, "diag.json", diagnosed(args.rounds))
     return 0
 
 
