@@ -33,8 +33,17 @@ are computed exactly as gluon_bwd's (the same instructions in the same order: bi
 from the dQ kernel's (128-key wgmma chains summed in descending key-tile order against one running chain of 64-key
 tiles), so the Precision would need a new description before this could ship.
 
+Measured on the H100 (Triton 3.6; bench/NOTES.md, "Session 2026-11-28c"): right (after the d = 128 fix of K's
+halves) but **0.58-0.64x the product's two kernels** at N = 16k, the WRITER variant 0.20-0.35x. Taken apart
+(`--diag`, DQ_MODE): the fifth product with no add at all is 1.10x (d = 128) to 1.33x (d = 64) the product, a plain
+fp32 store of each partial from the consumers' registers already 0.82-1.03x, the read-add-write 0.60-0.71x without
+the order's waits and 0.58-0.64x with them. The partials' fp32 traffic from the consumer warpgroups costs more than
+the two products it saves; FA3 hands it to TMA's reduce-add (asynchronous, in L2), which Triton 3.6's Gluon lacks.
+Not taken.
+
     PYTHONPATH=$PWD python3 bench/gluon/fused_bwd.py --compile          # CPU: spills and HGMMA counts, sm_90
     PYTHONPATH=$PWD python3 bench/gluon/fused_bwd.py --check --time     # H100: against gluon_bwd, then timed
+    PYTHONPATH=$PWD python3 bench/gluon/fused_bwd.py --diag             # H100: the dQ add taken apart
 """
 from __future__ import annotations
 
@@ -306,16 +315,16 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
                            do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem, bh,
                            keys,
                            partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M), start_n, qk_scale2, sm_scale, Nq,
-                           Nk, off_lo, off_hi, WG, True, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, WRITER, DQ_MODE, s_layout,
-                           a_layout, dq_layout)
+                           Nk, off_lo, off_hi, WG, True, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, WRITER, DQ_MODE,
+                           s_layout, a_layout, dq_layout)
             it += 1
         for t in range(0, n_tiles - n_partial):
             dk, dv = _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready,
                            do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem, bh,
                            keys,
                            full_start(t, None, f_lo, False, BLOCK_M), start_n, qk_scale2, sm_scale, Nq, Nk, off_lo,
-                           off_hi, WG, False, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, WRITER, DQ_MODE, s_layout, a_layout,
-                           dq_layout)
+                           off_hi, WG, False, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, WRITER, DQ_MODE, s_layout,
+                           a_layout, dq_layout)
             it += 1
     dk = dk * sm_scale
     dtype: gl.constexpr = k_halves.dtype
