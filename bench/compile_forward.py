@@ -904,29 +904,32 @@ def _gluon_descriptor_type(dtype: str, d: int, rows: int) -> str:
             f"{gluon_fwd.shared_layout(rows, d, gdt)!r}>")
 
 
-def _compile_gluon(kernel, args: dict, constexprs: dict):
+def _compile_gluon(kernel, args: dict, constexprs: dict, maxnreg: int | None = None):
     """A Gluon kernel compiled for sm_90 (4 warps in its default partition) from its arguments' signature types and
-    its constexprs."""
+    its constexprs; maxnreg: the launch's registers a thread (ptx .maxnreg), None: Triton's."""
     from triton.experimental import gluon
 
     sig = {**args, **{k: "constexpr" for k in constexprs}}
     src = gluon._runtime.GluonASTSource(fn=kernel, signature=sig, constexprs=constexprs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    options = {"num_warps": 4} if maxnreg is None else {"num_warps": 4, "maxnreg": maxnreg}
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
-def compile_gluon(dtype: str, d: int, band: bool, write_res: bool, stages: int):
-    """Compile kernels/gluon_fwd.py's forward for sm_90 as its launcher specializes it (4-D tensor descriptors of
-    [1, 1, rows, d] boxes, 128 x 128 tiles, one query head per kv head)."""
+def compile_gluon(dtype: str, d: int, band: bool, write_res: bool, stages: int, block_n: int = 128,
+                  maxnreg: int | None = None, module=None):
+    """Compile kernels/gluon_fwd.py's forward (or `module`'s: a source variant, bench/fwd_variants.py) for sm_90 as
+    its launcher specializes it (4-D tensor descriptors of [1, 1, rows, d] boxes, 128-row query tiles, one query head
+    per kv head)."""
     from flashcheck.kernels import gluon_fwd
 
     def desc(rows):
         return _gluon_descriptor_type(dtype, d, rows)
-    return _compile_gluon(gluon_fwd.attn_fwd_gluon_kernel,
-                          {"q_desc": desc(64), "k_desc": desc(128), "v_desc": desc(128), "o_desc": desc(64),
+    return _compile_gluon((module or gluon_fwd).attn_fwd_gluon_kernel,
+                          {"q_desc": desc(64), "k_desc": desc(block_n), "v_desc": desc(block_n), "o_desc": desc(64),
                            "ores_desc": desc(64), "LSE": "*fp32", "sm_scale": "fp32", "Nq": "i32", "Nk": "i32",
                            "Hq": "i32", "off_lo": "i32", "off_hi": "i32"},
-                          dict(GROUP=1, HEAD_D=d, BLOCK_M=128, BLOCK_N=128, STAGES=stages, BAND=band,
-                               WRITE_RES=write_res, HEAVY_FIRST=band))
+                          dict(GROUP=1, HEAD_D=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, BAND=band,
+                               WRITE_RES=write_res, HEAVY_FIRST=band), maxnreg)
 
 
 def gluon_dkdv_signature(dtype: str, d: int, block_m: int) -> dict:

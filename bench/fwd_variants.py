@@ -10,6 +10,11 @@ Variants (source edits of gluon_fwd.py; the script stops if an edit no longer ap
 - l32: the running sum l in fp32 (FlashAttention-2's and -3's) instead of fp64: another arithmetic (the bounds
   read it: Precision.l_accumulate), a measurement only;
 - stages3: a 3-deep K / V ring at d = 128 (224 KB of shared memory; the kernel's table has 2).
+- two_cta: d = 64 only, two CTAs an SM so that one's prologue and epilogue run under the other's tiles (the N = 1k
+  forward: bench/NOTES.md, "Session 2026-11-28c"): 64-key tiles, a 2-deep ring (49.5 KB of shared memory), the
+  consumers at 120 registers and the launch capped at 112 a thread (2 x 288 threads x 112 <= 64K): compiled for
+  sm_90 on Triton 3.6 without a spill or C7512 (at 128-key tiles 439 spills; d = 128 at 64 keys 134). Another
+  arithmetic (64-key tiles: the Precision's forward key tile), a measurement only.
 Each variant's O is compared with the kernel's (max |difference|). Interleaved rounds, medians of
 triton.testing.do_bench; launched through Triton's JIT (the same host path for all).
 
@@ -26,13 +31,15 @@ import json
 import statistics
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.insert(1, str(_ROOT))
 
-CELLS = [(128, 16384, False), (128, 16384, True), (128, 4096, False), (128, 1024, False), (64, 16384, False)]
+CELLS = [(128, 16384, False), (128, 16384, True), (128, 4096, False), (128, 1024, False), (64, 16384, False),
+         (64, 4096, False), (64, 1024, False), (64, 1024, True)]
 
 _L64 = [("l_i = gl.zeros([HALF_M], gl.float64, gl.SliceLayout(1, s_layout))",
          "l_i = gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout))"),
@@ -48,13 +55,27 @@ def edit_source(src: str, pairs, what: str = "kernels/gluon_fwd.py") -> str:
     return src
 
 
-def variant_sources(base: str | None = None) -> dict[str, tuple[str, int | None]]:
-    """name -> (module source, the K / V ring's depth at d = 128 or None: the table's). base: a file holding an
-    earlier gluon_fwd.py to time beside (e.g. `git show REV:kernels/gluon_fwd.py > FILE`)."""
+_TWO_CTA = [("CONSUMER_REGS: gl.constexpr = gl.constexpr(240)", "CONSUMER_REGS: gl.constexpr = gl.constexpr(120)")]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One timed source: the module's text and what its launch changes (None: the kernel table's)."""
+    text: str
+    head_dims: tuple[int, ...] = (64, 128)  # the cells it runs on
+    stages: int | None = None  # the K / V ring's depth
+    block_n: int | None = None  # keys a tile
+    maxnreg: int | None = None  # registers a thread at launch (ptx .maxnreg)
+
+
+def variant_sources(base: str | None = None) -> dict[str, Variant]:
+    """name -> Variant. base: a file holding an earlier gluon_fwd.py to time beside (e.g. `git show
+    REV:kernels/gluon_fwd.py > FILE`)."""
     src = (_ROOT / "kernels" / "gluon_fwd.py").read_text()
-    out = {"kernel": (src, None), "l32": (edit_source(src, _L64), None), "stages3": (src, 3)}
+    out = {"kernel": Variant(src), "l32": Variant(edit_source(src, _L64)), "stages3": Variant(src, (128, ), stages=3),
+           "two_cta": Variant(edit_source(src, _TWO_CTA), (64, ), stages=2, block_n=64, maxnreg=112)}
     if base:
-        out = {"base": (Path(base).read_text(), None), **out}
+        out = {"base": Variant(Path(base).read_text()), **out}
     return out
 
 
@@ -93,8 +114,7 @@ def run(rounds: int, base: str | None = None) -> list[dict]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     ka = importlib.import_module("flashcheck.kernels.attention")
     tmp = Path(tempfile.mkdtemp(prefix="fwd_variants_"))
-    mods = {name: (load_variant("gluon_fwd", name, text, tmp), stages)
-            for name, (text, stages) in variant_sources(base).items()}
+    mods = {name: (load_variant("gluon_fwd", name, v.text, tmp), v) for name, v in variant_sources(base).items()}
     rows = []
     for d, n, causal in CELLS:
         B, H = 16384 // n, 2048 // d
@@ -104,9 +124,11 @@ def run(rounds: int, base: str | None = None) -> list[dict]:
         band, off_lo, off_hi = ka._band("bottom_right" if causal else False, None, n, n)
         lq, lk = ka.Layout.of(q), ka.Layout.of(k)
 
-        def launcher(m, stages):
-            t = base_t if stages is None or d != 128 else dataclasses.replace(base_t, num_stages=stages)
+        def launcher(m, v):
+            t = dataclasses.replace(base_t, num_stages=v.stages or base_t.num_stages,
+                                    block_n=v.block_n or base_t.block_n)
             launch = ka._gluon_launch(lq, lk, band, off_lo, off_hi, False, t)
+            options = {} if v.maxnreg is None else {"maxnreg": v.maxnreg}
             o = torch.empty_like(q)
             lse = torch.empty(B, H, n, device="cuda", dtype=torch.float32)
             half = t.block_m // 2
@@ -114,11 +136,11 @@ def run(rounds: int, base: str | None = None) -> list[dict]:
                     m.descriptor(o, half), m.descriptor(o, half), lse, d ** -0.5, *launch.ints)
 
             def go():
-                m.attn_fwd_gluon_kernel[launch.grid](*args, **dict(launch.constexprs), num_warps=4)
+                m.attn_fwd_gluon_kernel[launch.grid](*args, **dict(launch.constexprs), num_warps=4, **options)
                 return o
             return go
 
-        fns = {name: launcher(m, s) for name, (m, s) in mods.items() if not (s is not None and d != 128)}
+        fns = {name: launcher(m, v) for name, (m, v) in mods.items() if d in v.head_dims}
 
         def cudnn():
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -151,14 +173,35 @@ def timed_row(d: int, n: int, causal: bool, fns: dict, rounds: int, diff: dict, 
     return row
 
 
+def compiled(base: str | None = None) -> list[dict]:
+    """CPU: each variant compiled for sm_90 (bf16, unmasked) at each head dim it runs on, with the table's tiles where
+    it does not set them: spills, HGMMA, C7512, shared memory (bench/compile_forward.sass_counts)."""
+    from bench.compile_forward import compile_gluon, sass_counts
+
+    tmp = Path(tempfile.mkdtemp(prefix="fwd_variants_"))
+    rows = []
+    for name, v in variant_sources(base).items():
+        m = load_variant("gluon_fwd", name, v.text, tmp)
+        for d in v.head_dims:
+            ck = compile_gluon("bfloat16", d, False, False, v.stages or (2 if d == 128 else 3), v.block_n or 128,
+                               v.maxnreg, m)
+            rows.append(dict(variant=name, d=d, **sass_counts(ck, c7512=True)))
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
+    p.add_argument("--compile", action="store_true", help="CPU: each variant compiled for sm_90, spills and sizes")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", default=None)
     p.add_argument("--base", default=None, help="an earlier kernels/gluon_fwd.py to time beside the current one")
     args = p.parse_args(argv)
     import torch
 
+    if args.compile:
+        compiled(args.base)
+        return 0
     if not torch.cuda.is_available():
         variant_sources(args.base)
         print("fwd_variants: the edits apply; timing needs an sm_90 GPU")
