@@ -20,7 +20,7 @@ without atomic adds of the data. Here the dK/dV kernel keeps its schedule and ad
 - WRITER (a second variant): the consumers stage the partial (fp32, 32 KB: 231.4 KB of shared memory in all at
   d = 128) and a 1-warp writer partition waits, reads, adds and writes, so the consumers never wait on the order.
   Its registers come out of the default consumer warpgroup's (Triton 3.6 gives it 240 − (WRITER_REGS − 24)): FA3's
-  writer needs none because it reduce-adds through TMA, which 3.6's Gluon lacks.
+  writer needs none because it reduce-adds through TMA (DQ_MODE 5 below).
 - Key tiles are handed out highest first (program 0 runs key tile n_kt − 1), so a program waits only on programs
   launched before it: no deadlock on a grid larger than the GPU; under a causal band a key tile's first query tile
   was visited earlier by every higher key tile (FA3's descending order), so in the ideal timing nobody waits.
@@ -38,8 +38,8 @@ halves) but **0.58-0.64x the product's two kernels** at N = 16k, the WRITER vari
 (`--diag`, DQ_MODE): the fifth product with no add at all is 1.10x (d = 128) to 1.33x (d = 64) the product, a plain
 fp32 store of each partial from the consumers' registers already 0.82-1.03x, the read-add-write 0.60-0.71x without
 the order's waits and 0.58-0.64x with them. The partials' fp32 traffic from the consumer warpgroups costs more than
-the two products it saves; FA3 hands it to TMA's reduce-add (asynchronous, in L2), which Triton 3.6's Gluon lacks.
-Not taken.
+the two products it saves. Not taken as measured. FA3 hands the add to TMA's reduce-add (asynchronous, in L2):
+DQ_MODE 5 (`tma_unordered`, compiled on Triton 3.6 through its builder's op, `_tma_reduce_add`; not yet timed).
 
     PYTHONPATH=$PWD python3 bench/gluon/fused_bwd.py --compile          # CPU: spills and HGMMA counts, sm_90
     PYTHONPATH=$PWD python3 bench/gluon/fused_bwd.py --check --time     # H100: against gluon_bwd, then timed
@@ -67,9 +67,29 @@ from flashcheck.kernels.gluon_fwd import CONSUMER_REGS, LOG2E, _tma_store, barri
 from flashcheck.kernels.tiles import full_start, partial_start  # noqa: E402
 
 _thread_barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # renamed between Triton 3.6 and 3.9
+
+if hasattr(tma, "async_atomic_add"):  # Triton 3.9's Gluon
+    _tma_reduce_add = tma.async_atomic_add
+else:  # Triton 3.6: the op and its builder exist (nvidia_gpu AsyncTMAReduceOp), the Gluon wrapper does not
+    from triton._C.libtriton import ir as _ir
+    from triton.experimental.gluon.language._core import builtin as _builtin
+
+    @_builtin
+    def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+        """cp.reduce.async.bulk.tensor .add: shared memory `src` added into the global tile at `coord` by the TMA
+        unit (the add done in L2, fp32 here)."""
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
+                                                  src.handle)
 # shared_memory_descriptor's `_reinterpret` (Triton 3.6) is `reinterpret` in 3.9
 NEW_REINTERPRET: gl.constexpr = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
 DS_SLOTS: gl.constexpr = gl.constexpr(2)  # dSᵀ buffers: tile it writes slot it % 2 while tile it − 1's dQ reads
+
+
+def dq_desc_layout():
+    """DQdesc's shared layout: fp32, unswizzled (a 64-column fp32 row is 256 bytes, over the 128-byte swizzle's span);
+    the TMA reduce-add's source."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)
 
 
 @gluon.constexpr_function
@@ -198,7 +218,8 @@ def _dq_writer(DQacc, DQ, Sem, dq_stage, stage_full, stage_free, sm_scale, off_b
 
 @gluon.jit
 def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready, do_ready,
-          tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem, bh, keys, start_m, start_n,
+          tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem, DQdesc, bh, keys, start_m,
+          start_n,
           qk_scale2, sm_scale, Nq, Nk, off_lo, off_hi, WG: gl.constexpr, MASKED: gl.constexpr, BAND: gl.constexpr,
           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr,
           WRITER: gl.constexpr, DQ_MODE: gl.constexpr, s_layout: gl.constexpr, a_layout: gl.constexpr,
@@ -267,6 +288,15 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
         else:
             dq_stage.slice(WG * ROWS, ROWS, dim=0).store(dq)
         mbarrier.arrive(stage_full)
+    elif DQ_MODE == 5:  # unordered: staged, then added by the TMA unit (FA3's non-deterministic dQ)
+        tma.store_wait(0)  # this warpgroup's previous reduce has read its stage (the issuing thread's bulk group)
+        _thread_barrier()
+        stage = dq_stage.index(WG)
+        stage.reshape([ROWS, COLS]).store(dq)
+        fence_async_shared()
+        row0: gl.constexpr = 0 if ROWS == BLOCK_M else WG * ROWS
+        col0: gl.constexpr = WG * COLS if ROWS == BLOCK_M else 0
+        _tma_reduce_add(DQdesc, [bh, start_m + row0, col0], stage)
     else:
         _dq_add(dq, DQacc, DQ, Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, sm_scale, WG, BAND, BLOCK_M, BLOCK_N,
                 HEAD_D, DQ_MODE, dq_layout)
@@ -276,7 +306,7 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
 @gluon.jit
 def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
               kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ,
-              Sem, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP: gl.constexpr,
+              Sem, DQdesc, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP: gl.constexpr,
               HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
               BAND: gl.constexpr, WRITER: gl.constexpr, DQ_MODE: gl.constexpr):
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -312,16 +342,16 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
         bh = off_b * Hq + off_h
         for t in range(0, n_partial):
             dk, dv = _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready,
-                           do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem, bh,
-                           keys,
+                           do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem,
+                           DQdesc, bh, keys,
                            partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M), start_n, qk_scale2, sm_scale, Nq,
                            Nk, off_lo, off_hi, WG, True, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, WRITER, DQ_MODE,
                            s_layout, a_layout, dq_layout)
             it += 1
         for t in range(0, n_tiles - n_partial):
             dk, dv = _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready,
-                           do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem, bh,
-                           keys,
+                           do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc, DQ, Sem,
+                           DQdesc, bh, keys,
                            full_start(t, None, f_lo, False, BLOCK_M), start_n, qk_scale2, sm_scale, Nq, Nk, off_lo,
                            off_hi, WG, False, BAND, BLOCK_M, BLOCK_N, HEAD_D, STAGES, WRITER, DQ_MODE, s_layout,
                            a_layout, dq_layout)
@@ -336,6 +366,8 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
     k_smem.store(dk.to(dtype))
     v_smem.store(dv.to(dtype))
     fence_async_shared()
+    if DQ_MODE == 5:
+        tma.store_wait(0)
     _tma_store(dk_desc, [off_b, off_hkv, start_n + WG * HALF_N, 0], k_halves.index(WG))
     _tma_store(dv_desc, [off_b, off_hkv, start_n + WG * HALF_N, 0], v_halves.index(WG))
     tma.store_wait(0)
@@ -343,7 +375,7 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
 
 @gluon.jit
 def attn_bwd_fused_gluon_kernel(
-    q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc, DQacc, DQ, Sem,
+    q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc, DQacc, DQ, Sem, DQdesc,
     sm_scale, Nq, Nk, Hkv, off_lo, off_hi,
     GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, BAND: gl.constexpr, WRITER: gl.constexpr, DQ_MODE: gl.constexpr = 0,
@@ -380,6 +412,11 @@ def attn_bwd_fused_gluon_kernel(
         dq_stage = gl.allocate_shared_memory(gl.float32, [BLOCK_M, HEAD_D], stage_layout)
         stage_full = barriers(1, 2).index(0)  # both warpgroups' halves staged
         stage_free = barriers(1, 1).index(0)  # the writer has read the stage
+    elif DQ_MODE == 5:
+        # each warpgroup's partial (fp32, [ROWS, COLS], unswizzled: DQdesc's layout) for the TMA reduce-add
+        dq_stage = gl.allocate_shared_memory(gl.float32, [2, 1, dq_share(HEAD_D, BLOCK_M)[0],
+                                                          dq_share(HEAD_D, BLOCK_M)[1]], DQdesc.layout)
+        stage_full, stage_free = ds_full, ds_free  # not used
     else:
         dq_stage, stage_full, stage_free = ds_smem, ds_full, ds_free  # not used
     fence_async_shared()
@@ -390,12 +427,12 @@ def attn_bwd_fused_gluon_kernel(
         gl.warp_specialize([
             (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
                      kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
-                     DQ, Sem, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N,
-                     BLOCK_M, STAGES, BAND, WRITER, DQ_MODE)),
+                     DQ, Sem, DQdesc, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D,
+                     BLOCK_N, BLOCK_M, STAGES, BAND, WRITER, DQ_MODE)),
             (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
                      kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
-                     DQ, Sem, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N,
-                     BLOCK_M, STAGES, BAND, WRITER, DQ_MODE)),
+                     DQ, Sem, DQdesc, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D,
+                     BLOCK_N, BLOCK_M, STAGES, BAND, WRITER, DQ_MODE)),
             (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
                      lse_ring, delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
                      off_lo, off_hi, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES)),
@@ -406,12 +443,12 @@ def attn_bwd_fused_gluon_kernel(
         gl.warp_specialize([
             (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
                      kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
-                     DQ, Sem, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N,
-                     BLOCK_M, STAGES, BAND, WRITER, DQ_MODE)),
+                     DQ, Sem, DQdesc, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D,
+                     BLOCK_N, BLOCK_M, STAGES, BAND, WRITER, DQ_MODE)),
             (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
                      kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
-                     DQ, Sem, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N,
-                     BLOCK_M, STAGES, BAND, WRITER, DQ_MODE)),
+                     DQ, Sem, DQdesc, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D,
+                     BLOCK_N, BLOCK_M, STAGES, BAND, WRITER, DQ_MODE)),
             (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
                      lse_ring, delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
                      off_lo, off_hi, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES)),
@@ -480,7 +517,9 @@ def compile_fused(dtype: str, d: int, band: bool, group: int, block_m: int, stag
     sig = list(gluon_dkdv_signature(dtype, d, block_m).items())
     at = [name for name, _ in sig].index("sm_scale")
     short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
-    extra = [("DQacc", "*fp32"), ("DQ", f"*{short}"), ("Sem", "*i32")]
+    rows, cols = dq_share.fn(d, block_m) if hasattr(dq_share, "fn") else dq_share(d, block_m)
+    extra = [("DQacc", "*fp32"), ("DQ", f"*{short}"), ("Sem", "*i32"),
+             ("DQdesc", f"tensordesc<fp32[1, {rows}, {cols}],{dq_desc_layout()!r}>")]
     return _compile_gluon(attn_bwd_fused_gluon_kernel, dict(sig[:at] + extra + sig[at:]),
                           dict(GROUP=group, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=128, STAGES=stages, BAND=band,
                                WRITER=writer, DQ_MODE=dq_mode))
@@ -552,12 +591,22 @@ def launchers(q, k, v, do, causal=False, window=None):
     ints = lau.ints
     constexprs = dict(lau.constexprs)
 
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    share = dq_share.fn(d, t.block_m)
+    acc3 = acc.view(B * Hq, n, d)
+    dq_desc = TensorDescriptor(acc3, list(acc3.shape), list(acc3.stride()), [1, *share], dq_desc_layout())
+
     def fused(writer=False, dq_mode=0):
         sem = torch.zeros(B * Hq * n_qt, device="cuda", dtype=torch.int32)
-        if band:  # query tiles no key tile visits (fully masked rows) are never written
+        if dq_mode == 5:  # the TMA adds into zeros; dQ = scale · the sum, in the input format, after (FA3's)
+            acc.zero_()
+        elif band:  # query tiles no key tile visits (fully masked rows) are never written
             dq.zero_()
-        attn_bwd_fused_gluon_kernel[lau.grid](*descs, *rows, acc, dq, sem, d ** -0.5, *ints, **constexprs,
+        attn_bwd_fused_gluon_kernel[lau.grid](*descs, *rows, acc, dq, sem, dq_desc, d ** -0.5, *ints, **constexprs,
                                               WRITER=writer, DQ_MODE=dq_mode, num_warps=4)
+        if dq_mode == 5:
+            torch.mul(acc, d ** -0.5, out=acc)
+            dq.copy_(acc)
         return dq, dk, dv
 
     hq = tq.block_m // 2
@@ -716,14 +765,17 @@ def timed(rounds: int) -> list[dict]:
     return rows
 
 
-DQ_MODES = {0: "ordered", 1: "unordered", 2: "store_only", 3: "wait_only", 4: "no_add"}  # `_dq_add`'s DQ_MODE
+DQ_MODES = {0: "ordered", 1: "unordered", 2: "store_only", 3: "wait_only", 4: "no_add",
+            5: "tma_unordered"}  # `_dq_add`'s DQ_MODE; 5: the TMA reduce-add (`_tile`)
 DIAG_CELLS = [(128, 16384, False), (128, 16384, True), (64, 16384, False)]
 
 
 def diagnosed(rounds: int) -> list[dict]:
     """Where the fused kernel's time goes: its dQ add taken apart (DQ_MODE: the ordered read-add-write; without the
-    wait; a plain store; the wait and release alone; the product alone, its add never done) beside the product's two
-    kernels and its dK/dV kernel alone. Only `ordered` is right; the others are timings."""
+    wait; a plain store; the wait and release alone; the product alone, its add never done; the TMA unit's reduce-add
+    from shared memory, unordered, with the zeroing before and the scaling pass after) beside the product's two
+    kernels and its dK/dV kernel alone. `ordered` is right and deterministic, `tma_unordered` right up to the order
+    of its fp32 adds; the others are timings."""
     import torch
 
     from bench.fwd_variants import timed_row
@@ -736,8 +788,8 @@ def diagnosed(rounds: int) -> list[dict]:
         fns = {"kernel": product, "dkdv_only": lambda: product(dkdv_only=True)}
         for mode, name in DQ_MODES.items():
             fns[name] = (lambda m: lambda: fused(dq_mode=m))(mode)
-        out = fused(dq_mode=0)
-        diff = {"ordered": max(float((a.float() - b.float()).abs().max()) for a, b in zip(out, ref))}
+        diff = {name: max(float((a.float() - b.float()).abs().max()) for a, b in zip(fused(dq_mode=mode), ref))
+                for mode, name in ((0, "ordered"), (5, "tma_unordered"))}
         rows.append(timed_row(d, n, causal, fns, rounds, diff, _tflops, "dQ,dK,dV"))
         del q, k, v, do
         torch.cuda.empty_cache()
