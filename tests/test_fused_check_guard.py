@@ -22,7 +22,7 @@ def test_a_hang_is_recorded_and_the_check_goes_on_without_that_variant(tmp_path,
     child.write_text(FAKE_CHILD)
     monkeypatch.setattr(fb, "__file__", str(child))
     monkeypatch.setattr(fb, "CHECK_CELLS", list(range(6)))
-    rows = fb.check_guarded(stall_s=2.0)
+    rows = fb.check_guarded(stall_s=2.0, variants=("fused", "fused_writer"))
     got = [(r["cell"], r["variant"], "hang" if r.get("hang") else r.get("error", "ok")) for r in rows]
     assert got == [(0, "fused", "ok"), (0, "fused_writer", "ok"), (1, "fused", "ok"), (1, "fused_writer", "ok"),
                    (2, "fused", "ok"), (2, "fused_writer", "ok"), (3, "fused", "ok"), (3, "fused_writer", "hang"),

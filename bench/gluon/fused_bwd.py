@@ -39,7 +39,8 @@ halves) but **0.58-0.64x the product's two kernels** at N = 16k, the WRITER vari
 fp32 store of each partial from the consumers' registers already 0.82-1.03x, the read-add-write 0.60-0.71x without
 the order's waits and 0.58-0.64x with them. The partials' fp32 traffic from the consumer warpgroups costs more than
 the two products it saves. Not taken as measured. FA3 hands the add to TMA's reduce-add (asynchronous, in L2):
-DQ_MODE 5 (`tma_unordered`, compiled on Triton 3.6 through its builder's op, `_tma_reduce_add`; not yet timed).
+DQ_MODE 5 (`tma_unordered`, compiled on Triton 3.6 through its builder's op, `_tma_reduce_add`) and its ordered
+form, WRITER with DQ_MODE 6 (`tma_ordered`, `_dq_tma_writer`): compiled, not yet timed.
 
     PYTHONPATH=$PWD python3 bench/gluon/fused_bwd.py --compile          # CPU: spills and HGMMA counts, sm_90
     PYTHONPATH=$PWD python3 bench/gluon/fused_bwd.py --check --time     # H100: against gluon_bwd, then timed
@@ -213,6 +214,54 @@ def _dq_writer(DQacc, DQ, Sem, dq_stage, stage_full, stage_free, sm_scale, off_b
                               last, sm_scale)
             mbarrier.arrive(stage_free)  # the stage read: the consumers may write the next partial
             _release(counter)
+
+
+@gluon.jit
+def _bulk_complete(x):
+    """Until this thread's bulk copies have completed, their writes performed (`cp.async.bulk.wait_group 0`, not the
+    `.read` form `tma.store_wait` lowers to), then a proxy fence between them (async proxy) and the generic proxy's
+    release that follows. `x`: any scalar (inline asm wants an argument); returns 0."""
+    return gl.inline_asm_elementwise("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;\n\tmov.u32 $0, 0;",
+                                     "=r,r", [x], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _proxy_fence(x):
+    """fence.proxy.async.global: the acquire just made (generic proxy) ordered before the TMA's global accesses."""
+    return gl.inline_asm_elementwise("fence.proxy.async.global;\n\tmov.u32 $0, 0;", "=r,r", [x], dtype=gl.int32,
+                                     is_pure=False, pack=1)
+
+
+@gluon.jit
+def _dq_tma_writer(Sem, DQdesc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi,
+                   GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                   BAND: gl.constexpr):
+    # one warp (WRITER, DQ_MODE 6): each tile's two staged partials added by the TMA unit in the fixed order
+    # (`_dq_turn`; the counter counts key tiles): its turn come, the reduce-adds issued, waited for until performed,
+    # then the counter released. No data passes through its registers.
+    ROWS: gl.constexpr = dq_share(HEAD_D, BLOCK_M)[0]
+    COLS: gl.constexpr = dq_share(HEAD_D, BLOCK_M)[1]
+    it = 0
+    for g in range(GROUP):
+        off_h, n_partial, n_tiles, lo, f_lo, f_hi = _query_tiles(off_hkv, g, GROUP, start_n, Nq, Nk, off_lo, off_hi,
+                                                                 BAND, BLOCK_N, BLOCK_M)
+        bh = off_b * Hq + off_h
+        for t in range(n_tiles):
+            start_m = inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M)  # the consumers' order
+            counter, rank, last = _dq_turn(Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M,
+                                           BLOCK_N)
+            mbarrier.wait(stage_full, it & 1)
+            _wait_turn(counter, rank)
+            _proxy_fence(bh)
+            for w in gl.static_range(2):
+                if ROWS == BLOCK_M:
+                    _tma_reduce_add(DQdesc, [bh, start_m, w * COLS], dq_stage.index(w))
+                else:
+                    _tma_reduce_add(DQdesc, [bh, start_m + w * ROWS, 0], dq_stage.index(w))
+            _bulk_complete(bh)
+            mbarrier.arrive(stage_free)
+            _release(counter)
+            it += 1
             it += 1
 
 
@@ -283,7 +332,10 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
     mbarrier.arrive(tile_free.index(slot))
     if WRITER:  # staged for the writer warp (its previous tile's partial read out first)
         mbarrier.wait(stage_free, (it & 1) ^ 1)
-        if ROWS == BLOCK_M:
+        if DQ_MODE == 6:  # the TMA's source: each warpgroup's own [ROWS, COLS] stage
+            dq_stage.index(WG).reshape([ROWS, COLS]).store(dq)
+            fence_async_shared()
+        elif ROWS == BLOCK_M:
             dq_stage.slice(WG * COLS, COLS, dim=1).store(dq)
         else:
             dq_stage.slice(WG * ROWS, ROWS, dim=0).store(dq)
@@ -405,25 +457,45 @@ def attn_bwd_fused_gluon_kernel(
     tile_free = barriers(STAGES, 2)
     ds_full = barriers(DS_SLOTS, 2)  # both warpgroups' dSᵀ rows written
     ds_free = barriers(DS_SLOTS, 2)  # both warpgroups' dQ products done reading the slot
-    if WRITER:
+    if DQ_MODE == 5 or DQ_MODE == 6:
+        # each warpgroup's partial (fp32, [ROWS, COLS], unswizzled: DQdesc's layout) for the TMA reduce-add
+        dq_stage = gl.allocate_shared_memory(gl.float32, [2, 1, dq_share(HEAD_D, BLOCK_M)[0],
+                                                          dq_share(HEAD_D, BLOCK_M)[1]], DQdesc.layout)
+        if WRITER:
+            stage_full = barriers(1, 2).index(0)  # both warpgroups' partials staged
+            stage_free = barriers(1, 1).index(0)  # the writer's adds have completed
+        else:
+            stage_full, stage_free = ds_full, ds_free  # not used
+    elif WRITER:
         # the tile's dQ partial (fp32, both halves of d) for the writer warp: 32 KB (231.4 KB in all at d = 128)
         # swizzled in groups of 4 rows: the writer reads 4 (d = 128) or 8 at a time
         stage_layout: gl.constexpr = gl.SwizzledSharedLayout(2, 1, 4, [1, 0])
         dq_stage = gl.allocate_shared_memory(gl.float32, [BLOCK_M, HEAD_D], stage_layout)
         stage_full = barriers(1, 2).index(0)  # both warpgroups' halves staged
         stage_free = barriers(1, 1).index(0)  # the writer has read the stage
-    elif DQ_MODE == 5:
-        # each warpgroup's partial (fp32, [ROWS, COLS], unswizzled: DQdesc's layout) for the TMA reduce-add
-        dq_stage = gl.allocate_shared_memory(gl.float32, [2, 1, dq_share(HEAD_D, BLOCK_M)[0],
-                                                          dq_share(HEAD_D, BLOCK_M)[1]], DQdesc.layout)
-        stage_full, stage_free = ds_full, ds_free  # not used
     else:
         dq_stage, stage_full, stage_free = ds_smem, ds_full, ds_free  # not used
     fence_async_shared()
 
     # the argument lists written out in full in both branches: built as tuples (`(0, ) + args`) the constexprs among
     # them reach the partitions as tensors
-    if WRITER:
+    if WRITER and DQ_MODE == 6:  # the TMA writer holds no data: the consumers keep their registers
+        gl.warp_specialize([
+            (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
+                     kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
+                     DQ, Sem, DQdesc, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D,
+                     BLOCK_N, BLOCK_M, STAGES, BAND, WRITER, DQ_MODE)),
+            (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
+                     kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
+                     DQ, Sem, DQdesc, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D,
+                     BLOCK_N, BLOCK_M, STAGES, BAND, WRITER, DQ_MODE)),
+            (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
+                     lse_ring, delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
+                     off_lo, off_hi, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES)),
+            (_dq_tma_writer, (Sem, DQdesc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
+                              off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M, BAND)),
+        ], [4, 1, 1], [CONSUMER_REGS, 24, 24])
+    elif WRITER:
         gl.warp_specialize([
             (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
                      kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
@@ -538,7 +610,8 @@ def compiled_table(dtype: str = "bfloat16") -> list[dict]:
         block_m, stages = TILES[d]
         row = {"d": d, "band": band, "group": group}
         for name, fn in (("dkdv", compile_gluon_dkdv), ("fused", compile_fused),
-                         ("fused_writer", lambda *a: compile_fused(*a, writer=True))):
+                         ("fused_writer", lambda *a: compile_fused(*a, writer=True)),
+                         ("fused_tma", lambda *a: compile_fused(*a, writer=True, dq_mode=6))):
             try:
                 row[name] = sass_counts(fn(dtype, d, band, group, block_m, stages), c7512=True)
             except Exception as e:  # noqa: BLE001 (a compile failure is a result here)
@@ -598,13 +671,13 @@ def launchers(q, k, v, do, causal=False, window=None):
 
     def fused(writer=False, dq_mode=0):
         sem = torch.zeros(B * Hq * n_qt, device="cuda", dtype=torch.int32)
-        if dq_mode == 5:  # the TMA adds into zeros; dQ = scale · the sum, in the input format, after (FA3's)
+        if dq_mode in (5, 6):  # the TMA adds into zeros; dQ = scale · the sum, in the input format, after (FA3's)
             acc.zero_()
         elif band:  # query tiles no key tile visits (fully masked rows) are never written
             dq.zero_()
         attn_bwd_fused_gluon_kernel[lau.grid](*descs, *rows, acc, dq, sem, dq_desc, d ** -0.5, *ints, **constexprs,
                                               WRITER=writer, DQ_MODE=dq_mode, num_warps=4)
-        if dq_mode == 5:
+        if dq_mode in (5, 6):
             torch.mul(acc, d ** -0.5, out=acc)
             dq.copy_(acc)
         return dq, dk, dv
@@ -653,7 +726,8 @@ CHECK_CELLS = [(d, n, n, causal, None, group) for d in (128, 64) for n in (128, 
         (777, 777, False, None), (2048, 2048, False, (256, 0)), (1, 300, False, None))]
 
 
-VARIANTS = ("fused", "fused_writer")
+VARIANTS = ("fused", "fused_writer", "fused_tma")
+_VARIANT_ARGS = {"fused": {}, "fused_writer": {"writer": True}, "fused_tma": {"writer": True, "dq_mode": 6}}
 
 
 def check(start: int = 0, variants=VARIANTS) -> list[dict]:
@@ -675,8 +749,8 @@ def check(start: int = 0, variants=VARIANTS) -> list[dict]:
         err_product = float((want[0].double() - exact).abs().max())
         first = None
         for variant in variants:
-            got = tuple(x.clone() for x in fused(variant == "fused_writer"))
-            again = tuple(x.clone() for x in fused(variant == "fused_writer"))
+            got = tuple(x.clone() for x in fused(**_VARIANT_ARGS[variant]))
+            again = tuple(x.clone() for x in fused(**_VARIANT_ARGS[variant]))
             torch.cuda.synchronize()
             err = float((got[0].double() - exact).abs().max())
             row = dict(cell=cell, variant=variant, d=d, Nq=nq, Nk=nk, causal=causal, window=window, group=group,
@@ -691,14 +765,14 @@ def check(start: int = 0, variants=VARIANTS) -> list[dict]:
     return out
 
 
-def check_guarded(stall_s: float = 180.0) -> list[dict]:
+def check_guarded(stall_s: float = 180.0, variants=VARIANTS) -> list[dict]:
     """`check` in child processes, so that a wrong wait (a kernel that never ends) costs stall_s, not the device
     call: a (cell, variant) that prints nothing for stall_s is recorded as a hang, its child killed (the GPU context
     goes with it), and the check goes on from the next cell without that variant."""
     import queue
     import threading
 
-    rows, start, variants = [], 0, list(VARIANTS)
+    rows, start, variants = [], 0, list(variants)
     while start < len(CHECK_CELLS) and variants:
         child = subprocess.Popen([sys.executable, __file__, "--check-child", str(start), ",".join(variants)],
                                  stdout=subprocess.PIPE, text=True, cwd=_ROOT)
@@ -766,16 +840,17 @@ def timed(rounds: int) -> list[dict]:
 
 
 DQ_MODES = {0: "ordered", 1: "unordered", 2: "store_only", 3: "wait_only", 4: "no_add",
-            5: "tma_unordered"}  # `_dq_add`'s DQ_MODE; 5: the TMA reduce-add (`_tile`)
+            5: "tma_unordered"}  # `_dq_add`'s DQ_MODE; 5: the TMA reduce-add (`_tile`); 6 with WRITER: `tma_ordered`
 DIAG_CELLS = [(128, 16384, False), (128, 16384, True), (64, 16384, False)]
 
 
 def diagnosed(rounds: int) -> list[dict]:
     """Where the fused kernel's time goes: its dQ add taken apart (DQ_MODE: the ordered read-add-write; without the
     wait; a plain store; the wait and release alone; the product alone, its add never done; the TMA unit's reduce-add
-    from shared memory, unordered, with the zeroing before and the scaling pass after) beside the product's two
-    kernels and its dK/dV kernel alone. `ordered` is right and deterministic, `tma_unordered` right up to the order
-    of its fp32 adds; the others are timings."""
+    from shared memory, unordered, with the zeroing before and the scaling pass after; the same in the fixed order,
+    issued by a writer warp) beside the product's two kernels and its dK/dV kernel alone. `ordered` and
+    `tma_ordered` are right and meant deterministic (checked: dQ bit for bit over 3 runs), `tma_unordered` right up
+    to the order of its fp32 adds; the others are timings."""
     import torch
 
     from bench.fwd_variants import timed_row
@@ -788,9 +863,16 @@ def diagnosed(rounds: int) -> list[dict]:
         fns = {"kernel": product, "dkdv_only": lambda: product(dkdv_only=True)}
         for mode, name in DQ_MODES.items():
             fns[name] = (lambda m: lambda: fused(dq_mode=m))(mode)
-        diff = {name: max(float((a.float() - b.float()).abs().max()) for a, b in zip(fused(dq_mode=mode), ref))
-                for mode, name in ((0, "ordered"), (5, "tma_unordered"))}
+        fns["tma_ordered"] = lambda: fused(writer=True, dq_mode=6)
+        diff = {name: max(float((a.float() - b.float()).abs().max()) for a, b in zip(fns[name](), ref))
+                for name in ("ordered", "tma_unordered", "tma_ordered")}
+        same = {}
+        for name in ("ordered", "tma_unordered", "tma_ordered"):  # dQ bit for bit over 3 runs
+            first = fns[name]()[0].clone()
+            same[name] = all(bool(torch.equal(fns[name]()[0], first)) for _ in range(2))
         rows.append(timed_row(d, n, causal, fns, rounds, diff, _tflops, "dQ,dK,dV"))
+        rows[-1]["dq_bitwise_run_to_run"] = same
+        print(f"  dQ bit for bit run to run: {same}", flush=True)
         del q, k, v, do
         torch.cuda.empty_cache()
     return rows
@@ -808,6 +890,7 @@ def main(argv=None) -> int:
     p.add_argument("--time", action="store_true", help="GPU: timed against the product's two kernels")
     p.add_argument("--diag", action="store_true", help="GPU: the fused kernel's dQ add taken apart (DQ_MODE)")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--variants", default=",".join(VARIANTS), help="--check's variants, comma-separated")
     p.add_argument("--out", default=None)
     p.add_argument("--check-child", nargs=2, metavar=("START", "VARIANTS"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -827,7 +910,7 @@ def main(argv=None) -> int:
             Path(args.out).mkdir(parents=True, exist_ok=True)
             (Path(args.out) / f"compiled_{triton.__version__}.json").write_text(json.dumps(rows, indent=1))
     if args.check:
-        rows = check_guarded()
+        rows = check_guarded(variants=tuple(args.variants.split(",")))
         save_rows(args.out, "check.json", rows)
         if args.time and any(row.get("hang") or row.get("error") for row in rows):
             print("fused_bwd: not timed (a variant hung or failed in the check)")
