@@ -216,6 +216,26 @@ def _dq_writer(DQacc, DQ, Sem, dq_stage, stage_full, stage_free, sm_scale, off_b
             _release(counter)
 
 
+@gluon.constexpr_function
+def writer_regs(DQ_MODE):
+    """The writer warp's registers: the TMA writer (DQ_MODE 6) holds no data, so the consumers keep theirs (Triton
+    3.6 gives the default warpgroup 240 - (this - 24))."""
+    return 24 if int(DQ_MODE) == 6 else int(WRITER_REGS)
+
+
+@gluon.jit
+def _writer(DQacc, DQ, Sem, DQdesc, dq_stage, stage_full, stage_free, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk,
+            off_lo, off_hi, GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+            BAND: gl.constexpr, DQ_MODE: gl.constexpr):
+    """The WRITER partition: the TMA writer under DQ_MODE 6, else the read-add-write one."""
+    if DQ_MODE == 6:
+        _dq_tma_writer(Sem, DQdesc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo,
+                       off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M, BAND)
+    else:
+        _dq_writer(DQacc, DQ, Sem, dq_stage, stage_full, stage_free, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk,
+                   off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M, BAND)
+
+
 @gluon.jit
 def _bulk_complete(x):
     """Until this thread's bulk copies have completed, their writes performed (`cp.async.bulk.wait_group 0`, not the
@@ -479,7 +499,7 @@ def attn_bwd_fused_gluon_kernel(
 
     # the argument lists written out in full in both branches: built as tuples (`(0, ) + args`) the constexprs among
     # them reach the partitions as tensors
-    if WRITER and DQ_MODE == 6:  # the TMA writer holds no data: the consumers keep their registers
+    if WRITER:
         gl.warp_specialize([
             (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
                      kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
@@ -492,25 +512,9 @@ def attn_bwd_fused_gluon_kernel(
             (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
                      lse_ring, delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
                      off_lo, off_hi, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES)),
-            (_dq_tma_writer, (Sem, DQdesc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
-                              off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M, BAND)),
-        ], [4, 1, 1], [CONSUMER_REGS, 24, 24])
-    elif WRITER:
-        gl.warp_specialize([
-            (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
-                     kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
-                     DQ, Sem, DQdesc, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D,
-                     BLOCK_N, BLOCK_M, STAGES, BAND, WRITER, DQ_MODE)),
-            (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
-                     kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, DQacc,
-                     DQ, Sem, DQdesc, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi, GROUP, HEAD_D,
-                     BLOCK_N, BLOCK_M, STAGES, BAND, WRITER, DQ_MODE)),
-            (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
-                     lse_ring, delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
-                     off_lo, off_hi, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES)),
-            (_dq_writer, (DQacc, DQ, Sem, dq_stage, stage_full, stage_free, sm_scale, off_b, off_hkv, Hq, start_n, Nq,
-                          Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M, BAND)),
-        ], [4, 1, 1], [CONSUMER_REGS, 24, WRITER_REGS])
+            (_writer, (DQacc, DQ, Sem, DQdesc, dq_stage, stage_full, stage_free, sm_scale, off_b, off_hkv, Hq, start_n,
+                       Nq, Nk, off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M, BAND, DQ_MODE)),
+        ], [4, 1, 1], [CONSUMER_REGS, 24, writer_regs(DQ_MODE)])
     else:
         gl.warp_specialize([
             (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
