@@ -124,11 +124,11 @@ def run(rounds: int, base: str | None = None) -> list[dict]:
         band, off_lo, off_hi = ka._band("bottom_right" if causal else False, None, n, n)
         lq, lk = ka.Layout.of(q), ka.Layout.of(k)
 
-        def launcher(m, v):
-            t = dataclasses.replace(base_t, num_stages=v.stages or base_t.num_stages,
-                                    block_n=v.block_n or base_t.block_n)
+        def launcher(m, var):  # var: the Variant (v is the value tensor)
+            t = dataclasses.replace(base_t, num_stages=var.stages or base_t.num_stages,
+                                    block_n=var.block_n or base_t.block_n)
             launch = ka._gluon_launch(lq, lk, band, off_lo, off_hi, False, t)
-            options = {} if v.maxnreg is None else {"maxnreg": v.maxnreg}
+            options = {} if var.maxnreg is None else {"maxnreg": var.maxnreg}
             o = torch.empty_like(q)
             lse = torch.empty(B, H, n, device="cuda", dtype=torch.float32)
             half = t.block_m // 2
@@ -140,7 +140,7 @@ def run(rounds: int, base: str | None = None) -> list[dict]:
                 return o
             return go
 
-        fns = {name: launcher(m, v) for name, (m, v) in mods.items() if d in v.head_dims}
+        fns = {name: launcher(m, var) for name, (m, var) in mods.items() if d in var.head_dims}
 
         def cudnn():
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):

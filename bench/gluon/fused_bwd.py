@@ -214,6 +214,7 @@ def _dq_writer(DQacc, DQ, Sem, dq_stage, stage_full, stage_free, sm_scale, off_b
                               last, sm_scale)
             mbarrier.arrive(stage_free)  # the stage read: the consumers may write the next partial
             _release(counter)
+            it += 1
 
 
 @gluon.constexpr_function
@@ -281,7 +282,6 @@ def _dq_tma_writer(Sem, DQdesc, dq_stage, stage_full, stage_free, off_b, off_hkv
             _bulk_complete(bh)
             mbarrier.arrive(stage_free)
             _release(counter)
-            it += 1
             it += 1
 
 
@@ -769,24 +769,32 @@ def check(start: int = 0, variants=VARIANTS) -> list[dict]:
     return out
 
 
+def _child(argv: list):
+    """This script run again with argv in a child process: (the process, a queue of its stdout's lines, then "" at its
+    end), so that the parent can wait for a line with a time limit."""
+    import queue
+    import threading
+
+    child = subprocess.Popen([sys.executable, __file__, *argv], stdout=subprocess.PIPE, text=True, cwd=_ROOT)
+    lines: queue.Queue = queue.Queue()
+
+    def pump():
+        for line in iter(child.stdout.readline, ""):
+            lines.put(line)
+        lines.put("")
+    threading.Thread(target=pump, daemon=True).start()
+    return child, lines
+
+
 def check_guarded(stall_s: float = 180.0, variants=VARIANTS) -> list[dict]:
     """`check` in child processes, so that a wrong wait (a kernel that never ends) costs stall_s, not the device
     call: a (cell, variant) that prints nothing for stall_s is recorded as a hang, its child killed (the GPU context
     goes with it), and the check goes on from the next cell without that variant."""
     import queue
-    import threading
 
     rows, start, variants = [], 0, list(variants)
     while start < len(CHECK_CELLS) and variants:
-        child = subprocess.Popen([sys.executable, __file__, "--check-child", str(start), ",".join(variants)],
-                                 stdout=subprocess.PIPE, text=True, cwd=_ROOT)
-        lines: queue.Queue = queue.Queue()
-
-        def pump(out=child.stdout, lines=lines):  # the child's lines, then "" at its end
-            for line in iter(out.readline, ""):
-                lines.put(line)
-            lines.put("")
-        threading.Thread(target=pump, daemon=True).start()
+        child, lines = _child(["--check-child", str(start), ",".join(variants)])
         expected = (start, variants[0])
         while True:
             try:
@@ -848,19 +856,21 @@ DQ_MODES = {0: "ordered", 1: "unordered", 2: "store_only", 3: "wait_only", 4: "n
 DIAG_CELLS = [(128, 16384, False), (128, 16384, True), (64, 16384, False)]
 
 
-def diagnosed(rounds: int) -> list[dict]:
+def diagnosed(rounds: int, cells=None, without=()) -> list[dict]:
     """Where the fused kernel's time goes: its dQ add taken apart (DQ_MODE: the ordered read-add-write; without the
     wait; a plain store; the wait and release alone; the product alone, its add never done; the TMA unit's reduce-add
     from shared memory, unordered, with the zeroing before and the scaling pass after; the same in the fixed order,
     issued by a writer warp) beside the product's two kernels and its dK/dV kernel alone. `ordered` and
     `tma_ordered` are right and meant deterministic (checked: dQ bit for bit over 3 runs), `tma_unordered` right up
-    to the order of its fp32 adds; the others are timings."""
+    to the order of its fp32 adds; the others are timings. cells: indices into DIAG_CELLS; without: variants left
+    out. Before each variant's first run a `# run NAME` line, so that `diagnosed_guarded` knows which one hung."""
     import torch
 
     from bench.fwd_variants import timed_row
 
     rows = []
-    for d, n, causal in DIAG_CELLS:
+    for i in (range(len(DIAG_CELLS)) if cells is None else cells):
+        d, n, causal = DIAG_CELLS[i]
         q, k, v, do = _inputs(16384 // n, 2048 // d, n, d, 1)
         fused, product, _ = launchers(q, k, v, do, "bottom_right" if causal else False)
         ref = tuple(x.clone() for x in product())
@@ -868,17 +878,65 @@ def diagnosed(rounds: int) -> list[dict]:
         for mode, name in DQ_MODES.items():
             fns[name] = (lambda m: lambda: fused(dq_mode=m))(mode)
         fns["tma_ordered"] = lambda: fused(writer=True, dq_mode=6)
+        fns = {name: fn for name, fn in fns.items() if name not in without}
+        for name, fn in fns.items():  # each variant once, synchronized: a hang is named
+            print(f"# run {name}", flush=True)
+            fn()
+            torch.cuda.synchronize()
+        checked = [name for name in ("ordered", "tma_unordered", "tma_ordered") if name in fns]
         diff = {name: max(float((a.float() - b.float()).abs().max()) for a, b in zip(fns[name](), ref))
-                for name in ("ordered", "tma_unordered", "tma_ordered")}
+                for name in checked}
         same = {}
-        for name in ("ordered", "tma_unordered", "tma_ordered"):  # dQ bit for bit over 3 runs
+        for name in checked:  # dQ bit for bit over 3 runs
             first = fns[name]()[0].clone()
             same[name] = all(bool(torch.equal(fns[name]()[0], first)) for _ in range(2))
         rows.append(timed_row(d, n, causal, fns, rounds, diff, _tflops, "dQ,dK,dV"))
         rows[-1]["dq_bitwise_run_to_run"] = same
+        rows[-1]["without"] = list(without)
         print(f"  dQ bit for bit run to run: {same}", flush=True)
+        print(json.dumps(rows[-1]), flush=True)
         del q, k, v, do
         torch.cuda.empty_cache()
+    return rows
+
+
+def diagnosed_guarded(rounds: int, stall_s: float = 90.0) -> list[dict]:
+    """`diagnosed`, a cell a child process: a variant that runs for stall_s without a line (a wait that never ends)
+    is recorded as hung, its child killed, and the cell run again without it (and every later cell too)."""
+    import queue
+
+    rows, without = [], []
+    for i in range(len(DIAG_CELLS)):
+        while True:
+            child, lines = _child(["--diag-child", str(i), ",".join(without), "--rounds", str(rounds)])
+            running, hung = None, None
+            while True:
+                try:
+                    line = lines.get(timeout=stall_s)
+                except queue.Empty:
+                    child.kill()
+                    child.wait()
+                    hung = running
+                    break
+                if not line:
+                    child.wait()
+                    if child.returncode != 0:
+                        rows.append(dict(cell=DIAG_CELLS[i], error=f"exit {child.returncode}", during=running))
+                        print(json.dumps(rows[-1]), flush=True)
+                    break
+                if line.startswith("# run "):
+                    running = line[len("# run "):].strip()
+                elif line.startswith("{"):
+                    rows.append(json.loads(line))
+                else:
+                    print(line, end="", flush=True)
+            if hung is None:
+                break
+            rows.append(dict(cell=DIAG_CELLS[i], variant=hung, hang=True, stall_s=stall_s))
+            print(json.dumps(rows[-1]), flush=True)
+            if hung in ("kernel", "dkdv_only"):  # the product itself: nothing to time beside it
+                break
+            without.append(hung)
     return rows
 
 
@@ -897,11 +955,15 @@ def main(argv=None) -> int:
     p.add_argument("--variants", default=",".join(VARIANTS), help="--check's variants, comma-separated")
     p.add_argument("--out", default=None)
     p.add_argument("--check-child", nargs=2, metavar=("START", "VARIANTS"), help=argparse.SUPPRESS)
+    p.add_argument("--diag-child", nargs=2, metavar=("CELL", "WITHOUT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     from bench.fwd_variants import save_rows
 
     if args.check_child:
         check(int(args.check_child[0]), tuple(args.check_child[1].split(",")))
+        return 0
+    if args.diag_child:
+        diagnosed(args.rounds, [int(args.diag_child[0])], tuple(filter(None, args.diag_child[1].split(","))))
         return 0
 
     if (args.check or args.time or args.diag) and not _sm90():
@@ -922,7 +984,7 @@ def main(argv=None) -> int:
     if args.time:
         save_rows(args.out, "timed.json", timed(args.rounds))
     if args.diag:
-        save_rows(args.out, "diag.json", diagnosed(args.rounds))
+        save_rows(args.out, "diag.json", diagnosed_guarded(args.rounds))
     return 0
 
 
