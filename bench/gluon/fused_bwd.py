@@ -824,7 +824,7 @@ def check_guarded(stall_s: float = 180.0, variants=VARIANTS) -> list[dict]:
 
 
 TIME_CELLS = [(128, 16384, False), (128, 16384, True), (128, 4096, False), (128, 1024, False), (64, 16384, False),
-              (64, 16384, True), (64, 4096, False)]
+              (64, 16384, True), (64, 4096, False), (64, 4096, True), (64, 1024, False), (64, 1024, True)]
 
 
 def _tflops(d, n, causal, ms):  # the backward counted as 2.5 forwards (issue 10's table)
@@ -832,19 +832,20 @@ def _tflops(d, n, causal, ms):  # the backward counted as 2.5 forwards (issue 10
     return 2.5 * 4 * B * H * n * n * d / (2 if causal else 1) / (ms * 1e-3) / 1e12
 
 
-def timed(rounds: int) -> list[dict]:
+def timed(rounds: int, variants=("fused", "fused_writer"), cells=None) -> list[dict]:
+    """Each cell of TIME_CELLS (or `cells`): the product's two kernels and each variant, timed in one process."""
     import torch
 
     from bench.fwd_variants import timed_row
 
     rows = []
-    for d, n, causal in TIME_CELLS:
+    for d, n, causal in (TIME_CELLS if cells is None else cells):
         q, k, v, do = _inputs(16384 // n, 2048 // d, n, d, 1)
         fused, product, _ = launchers(q, k, v, do, "bottom_right" if causal else False)
         ref = tuple(x.clone() for x in product())
-        fns = {"kernel": product, "fused": fused, "fused_writer": lambda: fused(True)}
+        fns = {"kernel": product, **{name: (lambda a: lambda: fused(**a))(_VARIANT_ARGS[name]) for name in variants}}
         diff = {name: max(float((a.float() - b.float()).abs().max()) for a, b in zip(fns[name](), ref))
-                for name in ("fused", "fused_writer")}
+                for name in variants}
         rows.append(timed_row(d, n, causal, fns, rounds, diff, _tflops, "dQ,dK,dV"))
         del q, k, v, do
         torch.cuda.empty_cache()
@@ -952,7 +953,8 @@ def main(argv=None) -> int:
     p.add_argument("--time", action="store_true", help="GPU: timed against the product's two kernels")
     p.add_argument("--diag", action="store_true", help="GPU: the fused kernel's dQ add taken apart (DQ_MODE)")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--variants", default=",".join(VARIANTS), help="--check's variants, comma-separated")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="--check's and --time's variants, comma-separated")
+    p.add_argument("--head-dims", default="64,128", help="--time's cells of these head dims")
     p.add_argument("--out", default=None)
     p.add_argument("--check-child", nargs=2, metavar=("START", "VARIANTS"), help=argparse.SUPPRESS)
     p.add_argument("--diag-child", nargs=2, metavar=("CELL", "WITHOUT"), help=argparse.SUPPRESS)
@@ -982,7 +984,9 @@ def main(argv=None) -> int:
             print("fused_bwd: not timed (a variant hung or failed in the check)")
             return 1
     if args.time:
-        save_rows(args.out, "timed.json", timed(args.rounds))
+        dims = {int(x) for x in args.head_dims.split(",")}
+        save_rows(args.out, "timed.json", timed(args.rounds, tuple(args.variants.split(",")),
+                                                [c for c in TIME_CELLS if c[0] in dims]))
     if args.diag:
         save_rows(args.out, "diag.json", diagnosed_guarded(args.rounds))
     return 0
