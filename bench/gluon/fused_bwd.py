@@ -221,7 +221,14 @@ def _dq_writer(DQacc, DQ, Sem, dq_stage, stage_full, stage_free, sm_scale, off_b
 def writer_regs(DQ_MODE):
     """The writer warp's registers: the TMA writer (DQ_MODE 6) holds no data, so the consumers keep theirs (Triton
     3.6 gives the default warpgroup 240 - (this - 24))."""
-    return 24 if int(DQ_MODE) == 6 else int(WRITER_REGS)
+    return 24 if int(DQ_MODE) >= 6 else int(WRITER_REGS)
+
+
+@gluon.constexpr_function
+def tma_slots(DQ_MODE):
+    """The TMA writer's stage slots: 1 (DQ_MODE 6: the consumers' next partial waits for the previous tile's adds to
+    complete), 2 (DQ_MODE 7: they run a tile ahead; 64 KB of fp32 stages, room at d = 64 only)."""
+    return 2 if int(DQ_MODE) == 7 else 1
 
 
 @gluon.jit
@@ -229,9 +236,9 @@ def _writer(DQacc, DQ, Sem, DQdesc, dq_stage, stage_full, stage_free, sm_scale, 
             off_lo, off_hi, GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
             BAND: gl.constexpr, DQ_MODE: gl.constexpr):
     """The WRITER partition: the TMA writer under DQ_MODE 6, else the read-add-write one."""
-    if DQ_MODE == 6:
+    if DQ_MODE >= 6:
         _dq_tma_writer(Sem, DQdesc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo,
-                       off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M, BAND)
+                       off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M, BAND, tma_slots(DQ_MODE))
     else:
         _dq_writer(DQacc, DQ, Sem, dq_stage, stage_full, stage_free, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk,
                    off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M, BAND)
@@ -256,7 +263,7 @@ def _proxy_fence(x):
 @gluon.jit
 def _dq_tma_writer(Sem, DQdesc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi,
                    GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-                   BAND: gl.constexpr):
+                   BAND: gl.constexpr, SLOTS: gl.constexpr):
     # one warp (WRITER, DQ_MODE 6): each tile's two staged partials added by the TMA unit in the fixed order
     # (`_dq_turn`; the counter counts key tiles): its turn come, the reduce-adds issued, waited for until performed,
     # then the counter released. No data passes through its registers.
@@ -271,16 +278,17 @@ def _dq_tma_writer(Sem, DQdesc, dq_stage, stage_full, stage_free, off_b, off_hkv
             start_m = inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M)  # the consumers' order
             counter, rank, last = _dq_turn(Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M,
                                            BLOCK_N)
-            mbarrier.wait(stage_full, it & 1)
+            s = it % SLOTS
+            mbarrier.wait(stage_full.index(s), (it // SLOTS) & 1)
             _wait_turn(counter, rank)
             _proxy_fence(bh)
             for w in gl.static_range(2):
                 if ROWS == BLOCK_M:
-                    _tma_reduce_add(DQdesc, [bh, start_m, w * COLS], dq_stage.index(w))
+                    _tma_reduce_add(DQdesc, [bh, start_m, w * COLS], dq_stage.index(2 * s + w))
                 else:
-                    _tma_reduce_add(DQdesc, [bh, start_m + w * ROWS, 0], dq_stage.index(w))
+                    _tma_reduce_add(DQdesc, [bh, start_m + w * ROWS, 0], dq_stage.index(2 * s + w))
             _bulk_complete(bh)
-            mbarrier.arrive(stage_free)
+            mbarrier.arrive(stage_free.index(s))
             _release(counter)
             it += 1
 
@@ -350,12 +358,16 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
     dv, dk, dq, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv, dk, dq, p_op, ds_op))
     mbarrier.arrive(ds_free.index(b))
     mbarrier.arrive(tile_free.index(slot))
-    if WRITER:  # staged for the writer warp (its previous tile's partial read out first)
+    if WRITER and DQ_MODE >= 6:  # the TMA's source: each warpgroup's own [ROWS, COLS] stage in slot it % SLOTS
+        SLOTS: gl.constexpr = tma_slots(DQ_MODE)
+        s = it % SLOTS
+        mbarrier.wait(stage_free.index(s), ((it // SLOTS) & 1) ^ 1)  # the writer's adds from that slot completed
+        dq_stage.index(2 * s + WG).reshape([ROWS, COLS]).store(dq)
+        fence_async_shared()
+        mbarrier.arrive(stage_full.index(s))
+    elif WRITER:  # staged for the writer warp (its previous tile's partial read out first)
         mbarrier.wait(stage_free, (it & 1) ^ 1)
-        if DQ_MODE == 6:  # the TMA's source: each warpgroup's own [ROWS, COLS] stage
-            dq_stage.index(WG).reshape([ROWS, COLS]).store(dq)
-            fence_async_shared()
-        elif ROWS == BLOCK_M:
+        if ROWS == BLOCK_M:
             dq_stage.slice(WG * COLS, COLS, dim=1).store(dq)
         else:
             dq_stage.slice(WG * ROWS, ROWS, dim=0).store(dq)
@@ -477,13 +489,14 @@ def attn_bwd_fused_gluon_kernel(
     tile_free = barriers(STAGES, 2)
     ds_full = barriers(DS_SLOTS, 2)  # both warpgroups' dSᵀ rows written
     ds_free = barriers(DS_SLOTS, 2)  # both warpgroups' dQ products done reading the slot
-    if DQ_MODE == 5 or DQ_MODE == 6:
-        # each warpgroup's partial (fp32, [ROWS, COLS], unswizzled: DQdesc's layout) for the TMA reduce-add
-        dq_stage = gl.allocate_shared_memory(gl.float32, [2, 1, dq_share(HEAD_D, BLOCK_M)[0],
+    if DQ_MODE >= 5:
+        # each warpgroup's partial (fp32, [ROWS, COLS], unswizzled: DQdesc's layout) for the TMA reduce-add, in each
+        # of the writer's slots (index 2 · slot + warpgroup)
+        dq_stage = gl.allocate_shared_memory(gl.float32, [2 * tma_slots(DQ_MODE), 1, dq_share(HEAD_D, BLOCK_M)[0],
                                                           dq_share(HEAD_D, BLOCK_M)[1]], DQdesc.layout)
         if WRITER:
-            stage_full = barriers(1, 2).index(0)  # both warpgroups' partials staged
-            stage_free = barriers(1, 1).index(0)  # the writer's adds have completed
+            stage_full = barriers(tma_slots(DQ_MODE), 2)  # both warpgroups' partials staged in the slot
+            stage_free = barriers(tma_slots(DQ_MODE), 1)  # the writer's adds from the slot have completed
         else:
             stage_full, stage_free = ds_full, ds_free  # not used
     elif WRITER:
@@ -615,7 +628,10 @@ def compiled_table(dtype: str = "bfloat16") -> list[dict]:
         row = {"d": d, "band": band, "group": group}
         for name, fn in (("dkdv", compile_gluon_dkdv), ("fused", compile_fused),
                          ("fused_writer", lambda *a: compile_fused(*a, writer=True)),
-                         ("fused_tma", lambda *a: compile_fused(*a, writer=True, dq_mode=6))):
+                         ("fused_tma", lambda *a: compile_fused(*a, writer=True, dq_mode=6)),
+                         ("fused_tma2", lambda *a: compile_fused(*a, writer=True, dq_mode=7))):
+            if name == "fused_tma2" and d != 64:  # its two slots of fp32 stages fit at d = 64 only
+                continue
             try:
                 row[name] = sass_counts(fn(dtype, d, band, group, block_m, stages), c7512=True)
             except Exception as e:  # noqa: BLE001 (a compile failure is a result here)
@@ -675,13 +691,13 @@ def launchers(q, k, v, do, causal=False, window=None):
 
     def fused(writer=False, dq_mode=0):
         sem = torch.zeros(B * Hq * n_qt, device="cuda", dtype=torch.int32)
-        if dq_mode in (5, 6):  # the TMA adds into zeros; dQ = scale · the sum, in the input format, after (FA3's)
+        if dq_mode >= 5:  # the TMA adds into zeros; dQ = scale · the sum, in the input format, after (FA3's)
             acc.zero_()
         elif band:  # query tiles no key tile visits (fully masked rows) are never written
             dq.zero_()
         attn_bwd_fused_gluon_kernel[lau.grid](*descs, *rows, acc, dq, sem, dq_desc, d ** -0.5, *ints, **constexprs,
                                               WRITER=writer, DQ_MODE=dq_mode, num_warps=4)
-        if dq_mode in (5, 6):
+        if dq_mode >= 5:
             torch.mul(acc, d ** -0.5, out=acc)
             dq.copy_(acc)
         return dq, dk, dv
@@ -730,8 +746,9 @@ CHECK_CELLS = [(d, n, n, causal, None, group) for d in (128, 64) for n in (128, 
         (777, 777, False, None), (2048, 2048, False, (256, 0)), (1, 300, False, None))]
 
 
-VARIANTS = ("fused", "fused_writer", "fused_tma")
-_VARIANT_ARGS = {"fused": {}, "fused_writer": {"writer": True}, "fused_tma": {"writer": True, "dq_mode": 6}}
+VARIANTS = ("fused", "fused_writer", "fused_tma", "fused_tma2")  # fused_tma2: d = 64 only
+_VARIANT_ARGS = {"fused": {}, "fused_writer": {"writer": True}, "fused_tma": {"writer": True, "dq_mode": 6},
+                 "fused_tma2": {"writer": True, "dq_mode": 7}}
 
 
 def check(start: int = 0, variants=VARIANTS) -> list[dict]:
@@ -753,6 +770,10 @@ def check(start: int = 0, variants=VARIANTS) -> list[dict]:
         err_product = float((want[0].double() - exact).abs().max())
         first = None
         for variant in variants:
+            if variant == "fused_tma2" and d != 64:  # a row all the same: the guard counts the variants in order
+                out.append(dict(cell=cell, variant=variant, skipped="d = 64 only"))
+                print(json.dumps(out[-1]), flush=True)
+                continue
             got = tuple(x.clone() for x in fused(**_VARIANT_ARGS[variant]))
             again = tuple(x.clone() for x in fused(**_VARIANT_ARGS[variant]))
             torch.cuda.synchronize()
@@ -843,9 +864,10 @@ def timed(rounds: int, variants=("fused", "fused_writer"), cells=None) -> list[d
         q, k, v, do = _inputs(16384 // n, 2048 // d, n, d, 1)
         fused, product, _ = launchers(q, k, v, do, "bottom_right" if causal else False)
         ref = tuple(x.clone() for x in product())
-        fns = {"kernel": product, **{name: (lambda a: lambda: fused(**a))(_VARIANT_ARGS[name]) for name in variants}}
+        names = [name for name in variants if d == 64 or name != "fused_tma2"]
+        fns = {"kernel": product, **{name: (lambda a: lambda: fused(**a))(_VARIANT_ARGS[name]) for name in names}}
         diff = {name: max(float((a.float() - b.float()).abs().max()) for a, b in zip(fns[name](), ref))
-                for name in variants}
+                for name in names}
         rows.append(timed_row(d, n, causal, fns, rounds, diff, _tflops, "dQ,dK,dV"))
         del q, k, v, do
         torch.cuda.empty_cache()
@@ -879,12 +901,14 @@ def diagnosed(rounds: int, cells=None, without=()) -> list[dict]:
         for mode, name in DQ_MODES.items():
             fns[name] = (lambda m: lambda: fused(dq_mode=m))(mode)
         fns["tma_ordered"] = lambda: fused(writer=True, dq_mode=6)
+        if d == 64:
+            fns["tma_ordered2"] = lambda: fused(writer=True, dq_mode=7)
         fns = {name: fn for name, fn in fns.items() if name not in without}
         for name, fn in fns.items():  # each variant once, synchronized: a hang is named
             print(f"# run {name}", flush=True)
             fn()
             torch.cuda.synchronize()
-        checked = [name for name in ("ordered", "tma_unordered", "tma_ordered") if name in fns]
+        checked = [name for name in ("ordered", "tma_unordered", "tma_ordered", "tma_ordered2") if name in fns]
         diff = {name: max(float((a.float() - b.float()).abs().max()) for a, b in zip(fns[name](), ref))
                 for name in checked}
         same = {}
