@@ -39,12 +39,14 @@ halves) but **0.58-0.64x the product's two kernels** at N = 16k, the WRITER vari
 fp32 store of each partial from the consumers' registers already 0.82-1.03x, the read-add-write 0.60-0.71x without
 the order's waits and 0.58-0.64x with them. The partials' fp32 traffic from the consumer warpgroups costs more than
 the two products it saves. Not taken as measured. FA3 hands the add to TMA's reduce-add (asynchronous, in L2):
-DQ_MODE 5 (`tma_unordered`, compiled on Triton 3.6 through its builder's op, `_tma_reduce_add`) and its ordered
-form, WRITER with DQ_MODE 6 (`tma_ordered`, `_dq_tma_writer`): compiled, not yet timed.
+DQ_MODE 5 (`tma_unordered`, Triton 3.6 through its builder's op, `_tma_reduce_add`) and its ordered form, WRITER
+with DQ_MODE 6 (`tma_ordered`, `_dq_tma_writer`; `--check`'s `fused_tma`) or 7 (two stage slots, d = 64 only:
+`fused_tma2`). Measured on the H200 ("Session 2026-11-28d"): right on every check cell, dQ bit for bit the ordered
+read-add-write's; 1.09-1.10x the product at d = 64 N = 16k unmasked, 0.69-0.97x everywhere else. Not taken.
 
     PYTHONPATH=$PWD python3 bench/gluon/fused_bwd.py --compile          # CPU: spills and HGMMA counts, sm_90
     PYTHONPATH=$PWD python3 bench/gluon/fused_bwd.py --check --time     # H100: against gluon_bwd, then timed
-    PYTHONPATH=$PWD python3 bench/gluon/fused_bwd.py --diag             # H100: the dQ add taken apart
+    PYTHONPATH=$PWD python3 bench/gluon/fused_bwd.py --diag             # H100/H200: the dQ add taken apart
 """
 from __future__ import annotations
 
