@@ -23,16 +23,26 @@ CELLS = [(64, 16384, False), (64, 16384, True), (64, 4096, False), (64, 4096, Tr
          (64, 1024, True), (128, 16384, False), (128, 4096, False), (128, 1024, True)]
 
 
+def _kernel_tile(d: int):
+    """kernel_config's dQ tile at head dim d (a TileConfig), on the GPU or not."""
+    import importlib
+
+    import torch
+    ka = importlib.import_module("flashcheck.kernels.attention")
+    return ka.kernel_config(d, torch.bfloat16, engine="gluon", interpret=False).dq
+
+
 def compiled() -> list[dict]:
     from bench.compile_forward import compile_gluon_dq, sass_counts
 
     rows = []
     for d in (64, 128):
+        base = _kernel_tile(d)
         for band in (False, True):
             for name, tile in TILES.items():
-                bn, st = tile or (64, 3)
+                bn, st = tile or (base.block_n, base.num_stages)
                 ck = compile_gluon_dq("bfloat16", d, band, 1, bn, st)
-                rows.append(dict(d=d, band=band, tile=name, **sass_counts(ck, c7512=True), smem=ck.metadata.shared))
+                rows.append(dict(d=d, band=band, tile=name, **sass_counts(ck, c7512=True)))
                 print(rows[-1], flush=True)
     return rows
 
@@ -52,13 +62,11 @@ def run(rounds: int) -> list[dict]:
         q, k, v, do = _inputs(16384 // n, 2048 // d, n, d, 1)
         mask = "bottom_right" if causal else False
         _, product, (o, lse, delta) = launchers(q, k, v, do, mask)
-        base = ka.kernel_config(d, torch.bfloat16, engine="gluon").dq
+        base = _kernel_tile(d)
         band, off_lo, off_hi = ka._band(mask, None, n, n)
         lq, lk = ka.Layout.of(q), ka.Layout.of(k)
         fns, outs = {}, {}
         for name, tile in TILES.items():
-            if tile is None and name != "kernel":
-                continue
             t = base if tile is None else dataclasses.replace(base, block_n=tile[0], num_stages=tile[1])
             if t.num_stages * t.block_n * d * 4 + 4 * 64 * d * 2 > 220 * 1024:  # the K / V ring over shared memory
                 continue

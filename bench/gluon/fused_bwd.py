@@ -226,6 +226,9 @@ def writer_regs(DQ_MODE):
     return 24 if int(DQ_MODE) >= 6 else int(WRITER_REGS)
 
 
+TMA2_HEAD_DIMS = (64, )  # DQ_MODE 7's two slots of fp32 stages fit in shared memory at these head dims only
+
+
 @gluon.constexpr_function
 def tma_slots(DQ_MODE):
     """The TMA writer's stage slots: 1 (DQ_MODE 6: the consumers' next partial waits for the previous tile's adds to
@@ -632,7 +635,7 @@ def compiled_table(dtype: str = "bfloat16") -> list[dict]:
                          ("fused_writer", lambda *a: compile_fused(*a, writer=True)),
                          ("fused_tma", lambda *a: compile_fused(*a, writer=True, dq_mode=6)),
                          ("fused_tma2", lambda *a: compile_fused(*a, writer=True, dq_mode=7))):
-            if name == "fused_tma2" and d != 64:  # its two slots of fp32 stages fit at d = 64 only
+            if name == "fused_tma2" and d not in TMA2_HEAD_DIMS:
                 continue
             try:
                 row[name] = sass_counts(fn(dtype, d, band, group, block_m, stages), c7512=True)
@@ -748,7 +751,7 @@ CHECK_CELLS = [(d, n, n, causal, None, group) for d in (128, 64) for n in (128, 
         (777, 777, False, None), (2048, 2048, False, (256, 0)), (1, 300, False, None))]
 
 
-VARIANTS = ("fused", "fused_writer", "fused_tma", "fused_tma2")  # fused_tma2: d = 64 only
+VARIANTS = ("fused", "fused_writer", "fused_tma", "fused_tma2")  # fused_tma2: TMA2_HEAD_DIMS only
 _VARIANT_ARGS = {"fused": {}, "fused_writer": {"writer": True}, "fused_tma": {"writer": True, "dq_mode": 6},
                  "fused_tma2": {"writer": True, "dq_mode": 7}}
 
@@ -772,8 +775,8 @@ def check(start: int = 0, variants=VARIANTS) -> list[dict]:
         err_product = float((want[0].double() - exact).abs().max())
         first = None
         for variant in variants:
-            if variant == "fused_tma2" and d != 64:  # a row all the same: the guard counts the variants in order
-                out.append(dict(cell=cell, variant=variant, skipped="d = 64 only"))
+            if variant == "fused_tma2" and d not in TMA2_HEAD_DIMS:  # a row all the same: the guard counts them
+                out.append(dict(cell=cell, variant=variant, skipped=f"head dims {TMA2_HEAD_DIMS} only"))
                 print(json.dumps(out[-1]), flush=True)
                 continue
             got = tuple(x.clone() for x in fused(**_VARIANT_ARGS[variant]))
@@ -809,29 +812,39 @@ def _child(argv: list):
     return child, lines
 
 
+def _next_line(child, lines, stall_s: float):
+    """The child's next line from `_child`'s queue: "" at its end (the child waited for), None when it printed
+    nothing for stall_s (the child killed: a wait that never ends)."""
+    import queue
+
+    try:
+        line = lines.get(timeout=stall_s)
+    except queue.Empty:
+        child.kill()
+        child.wait()
+        return None
+    if not line:
+        child.wait()
+    return line
+
+
 def check_guarded(stall_s: float = 180.0, variants=VARIANTS) -> list[dict]:
     """`check` in child processes, so that a wrong wait (a kernel that never ends) costs stall_s, not the device
     call: a (cell, variant) that prints nothing for stall_s is recorded as a hang, its child killed (the GPU context
     goes with it), and the check goes on from the next cell without that variant."""
-    import queue
-
     rows, start, variants = [], 0, list(variants)
     while start < len(CHECK_CELLS) and variants:
         child, lines = _child(["--check-child", str(start), ",".join(variants)])
         expected = (start, variants[0])
         while True:
-            try:
-                line = lines.get(timeout=stall_s)
-            except queue.Empty:  # stalled
-                child.kill()
-                child.wait()
+            line = _next_line(child, lines, stall_s)
+            if line is None:  # stalled
                 rows.append(dict(cell=expected[0], variant=expected[1], hang=True, stall_s=stall_s))
                 print(json.dumps(rows[-1]), flush=True)
                 variants.remove(expected[1])
                 start = expected[0] + 1  # the cell's other variants after it are skipped with it
                 break
             if not line:  # the child ended
-                child.wait()
                 start = len(CHECK_CELLS) if child.returncode == 0 else expected[0] + 1
                 if child.returncode != 0:
                     rows.append(dict(cell=expected[0], variant=expected[1], error=f"exit {child.returncode}"))
@@ -866,7 +879,7 @@ def timed(rounds: int, variants=("fused", "fused_writer"), cells=None) -> list[d
         q, k, v, do = _inputs(16384 // n, 2048 // d, n, d, 1)
         fused, product, _ = launchers(q, k, v, do, "bottom_right" if causal else False)
         ref = tuple(x.clone() for x in product())
-        names = [name for name in variants if d == 64 or name != "fused_tma2"]
+        names = [name for name in variants if name != "fused_tma2" or d in TMA2_HEAD_DIMS]
         fns = {"kernel": product, **{name: (lambda a: lambda: fused(**a))(_VARIANT_ARGS[name]) for name in names}}
         diff = {name: max(float((a.float() - b.float()).abs().max()) for a, b in zip(fns[name](), ref))
                 for name in names}
@@ -903,7 +916,7 @@ def diagnosed(rounds: int, cells=None, without=()) -> list[dict]:
         for mode, name in DQ_MODES.items():
             fns[name] = (lambda m: lambda: fused(dq_mode=m))(mode)
         fns["tma_ordered"] = lambda: fused(writer=True, dq_mode=6)
-        if d == 64:
+        if d in TMA2_HEAD_DIMS:
             fns["tma_ordered2"] = lambda: fused(writer=True, dq_mode=7)
         fns = {name: fn for name, fn in fns.items() if name not in without}
         for name, fn in fns.items():  # each variant once, synchronized: a hang is named
@@ -930,23 +943,17 @@ def diagnosed(rounds: int, cells=None, without=()) -> list[dict]:
 def diagnosed_guarded(rounds: int, stall_s: float = 90.0) -> list[dict]:
     """`diagnosed`, a cell a child process: a variant that runs for stall_s without a line (a wait that never ends)
     is recorded as hung, its child killed, and the cell run again without it (and every later cell too)."""
-    import queue
-
     rows, without = [], []
     for i in range(len(DIAG_CELLS)):
         while True:
             child, lines = _child(["--diag-child", str(i), ",".join(without), "--rounds", str(rounds)])
             running, hung = None, None
             while True:
-                try:
-                    line = lines.get(timeout=stall_s)
-                except queue.Empty:
-                    child.kill()
-                    child.wait()
+                line = _next_line(child, lines, stall_s)
+                if line is None:
                     hung = running
                     break
                 if not line:
-                    child.wait()
                     if child.returncode != 0:
                         rows.append(dict(cell=DIAG_CELLS[i], error=f"exit {child.returncode}", during=running))
                         print(json.dumps(rows[-1]), flush=True)
