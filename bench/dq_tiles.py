@@ -53,15 +53,14 @@ def run(rounds: int) -> list[dict]:
     import torch
 
     from bench.fwd_variants import timed_row
-    from bench.gluon.fused_bwd import _inputs, _tflops, launchers
-    from flashcheck.kernels import gluon_bwd, gluon_fwd
+    from bench.gluon.fused_bwd import _inputs, _tflops, dq_launcher, launchers
     ka = importlib.import_module("flashcheck.kernels.attention")
 
     rows = []
     for d, n, causal in CELLS:
         q, k, v, do = _inputs(16384 // n, 2048 // d, n, d, 1)
         mask = "bottom_right" if causal else False
-        _, product, (o, lse, delta) = launchers(q, k, v, do, mask)
+        _, _, (_, lse, delta) = launchers(q, k, v, do, mask)
         base = _kernel_tile(d)
         band, off_lo, off_hi = ka._band(mask, None, n, n)
         lq, lk = ka.Layout.of(q), ka.Layout.of(k)
@@ -70,13 +69,8 @@ def run(rounds: int) -> list[dict]:
             t = base if tile is None else dataclasses.replace(base, block_n=tile[0], num_stages=tile[1])
             if t.num_stages * t.block_n * d * 4 + 4 * 64 * d * 2 > 220 * 1024:  # the K / V ring over shared memory
                 continue
-            lau = ka._gluon_dq_launch(lq, lk, band, off_lo, off_hi, t)
-            dq = torch.empty_like(q)
-            hq = t.block_m // 2
-            args = (gluon_fwd.descriptor(q, hq), gluon_fwd.descriptor(k, t.block_n), gluon_fwd.descriptor(v, t.block_n),
-                    gluon_fwd.descriptor(do, hq), gluon_fwd.descriptor(dq, hq), lse, delta, d ** -0.5, *lau.ints)
-            fns[name] = (lambda lau, args, dq: lambda: (gluon_bwd.attn_bwd_dq_gluon_kernel[lau.grid](
-                *args, **dict(lau.constexprs), num_warps=4), dq)[1])(lau, args, dq)
+            fns[name] = dq_launcher(q, k, v, do, torch.empty_like(q), lse, delta,
+                                    ka._gluon_dq_launch(lq, lk, band, off_lo, off_hi, t), t)
             outs[name] = fns[name]().clone()
         diff = {name: float((x.float() - outs["kernel"].float()).abs().max()) for name, x in outs.items()}
         # TFLOP/s of the dQ kernel's own 3 products (S, dP, dQ: 1.5 forwards; _tflops counts 2.5)

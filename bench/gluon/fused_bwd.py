@@ -657,6 +657,23 @@ def _inputs(B, H, n, d, group, seed=0):
     return q, k, v, do
 
 
+def dq_launcher(q, k, v, do, dq, lse, delta, launch, t):
+    """A closure launching the product's Gluon dQ kernel (kernels/gluon_bwd.py) into dq with `launch`
+    (attention._gluon_dq_launch) and tile t: its five TMA descriptors (Q, dO, dQ of half a query tile's rows; K, V of
+    t.block_n), LSE and Delta as the launcher passes them."""
+    from flashcheck.kernels import gluon_bwd, gluon_fwd
+
+    half = t.block_m // 2
+    args = (gluon_fwd.descriptor(q, half), gluon_fwd.descriptor(k, t.block_n), gluon_fwd.descriptor(v, t.block_n),
+            gluon_fwd.descriptor(do, half), gluon_fwd.descriptor(dq, half), lse, delta, q.shape[-1] ** -0.5,
+            *launch.ints)
+
+    def go():
+        gluon_bwd.attn_bwd_dq_gluon_kernel[launch.grid](*args, **dict(launch.constexprs), num_warps=4)
+        return dq
+    return go
+
+
 def launchers(q, k, v, do, causal=False, window=None):
     """(fused, product, (o, lse, delta)): closures returning (dq, dk, dv) of this kernel (`fused(writer=)`, its
     counters zeroed in the closure) and of the product's two Gluon kernels (kernels/gluon_bwd.py) on the same LSE and
@@ -707,15 +724,13 @@ def launchers(q, k, v, do, causal=False, window=None):
             dq.copy_(acc)
         return dq, dk, dv
 
-    hq = tq.block_m // 2
-    q_args = (gluon_fwd.descriptor(q, hq), gluon_fwd.descriptor(k, tq.block_n), gluon_fwd.descriptor(v, tq.block_n),
-              gluon_fwd.descriptor(do, hq), gluon_fwd.descriptor(dq, hq), lse, delta, d ** -0.5, *lau_q.ints)
+    dq_kernel = dq_launcher(q, k, v, do, dq, lse, delta, lau_q, tq)
 
     def product(dkdv_only=False):
         gluon_bwd.attn_bwd_dkdv_gluon_kernel[lau.grid](*descs, *rows, d ** -0.5, *ints, **constexprs, num_warps=4)
         if dkdv_only:
             return dq, dk, dv
-        gluon_bwd.attn_bwd_dq_gluon_kernel[lau_q.grid](*q_args, **dict(lau_q.constexprs), num_warps=4)
+        dq_kernel()
         return dq, dk, dv
     return fused, product, (o, lse, delta)
 
