@@ -11,9 +11,12 @@ ALL tiles, visited as our kernel does: per outer block (a program's query block,
 partial tiles first (any entry of block x tile masked: the ragged tile, a band's edges, a block-sparse mask's partial
 list), then its full ones ascending, tiles with nothing visible skipped (_outer_visits, ported from kernels/tiles.py;
 an unmasked head: the ragged tile first, then ascending, for every block); "blocked" sums each tile's product on its
-own, then adds it. What it cannot reproduce: the GPU's ex2.approx / div.full
-approximation errors (torch uses correctly rounded-ish libm) and tensor-core truncation (torch's fp32
-matmul rounds to nearest); so it is compared against bounds computed with exp="libm" as well.
+own, then adds it. fa2_backward(dq_accumulation="blocked") sums dQ as the fused backward does in its dK/dV kernel
+(fused_over_keys: per key tile one chain from zero, the partials added from the last tile down; Precision.fused_dq);
+mma="h100" puts the tensor-core products through the H100's measured truncating steps. What it cannot reproduce:
+the GPU's ex2.approx / div.full approximation errors (torch uses correctly rounded-ish libm) and, without mma,
+tensor-core truncation (torch's fp32 matmul rounds to nearest); so it is compared against bounds computed with
+exp="libm" as well.
 
     o, lse = fa2_forward(q, k, v, dtype="float16", dot="fp16")
     dq, dk, dv = fa2_backward(q, k, v, o, lse, do, dtype="float16", dot="fp16")
@@ -79,6 +82,20 @@ def _k_step(dot: str, k_step: int | None) -> int:
 
         return HARDWARE.mma_for(dot).k_step
     return 1
+
+
+def _resolve_mma(mma, dot: str, k_step: int | None):
+    """fa2_forward's / fa2_backward's `mma` argument as the MmaBehaviour of this dot (None: CUDA cores, or mma None)."""
+    if mma is None:
+        return None
+    if mma != "h100":
+        raise ValueError(f"mma must be None or 'h100', got {mma!r}")
+    from flashcheck.proofs.hardware import h100
+
+    mma = h100().mma_for(dot) if dot in ("fp16", "bf16", "tf32") else None
+    if mma is not None and k_step is not None and k_step != mma.k_step:
+        raise ValueError(f"k_step={k_step} contradicts the measured tensor-core step ({mma.k_step})")
+    return mma
 
 
 def _mma_dot(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, mma) -> torch.Tensor:
@@ -397,14 +414,7 @@ def fa2_forward(q, k, v, *, dtype: str = "float16", dot: str = "fp16", out: str 
     pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask, block_mask)
     _check_blocks(pb, block_q=block_q, block_k=block_k)
     tdt, acc_t, qk_scale, vis, kt, vt = pb.tdt, pb.acc_t, pb.qk_scale, pb.vis, pb.kt, pb.vt
-    if mma is not None:
-        if mma != "h100":
-            raise ValueError(f"mma must be None or 'h100', got {mma!r}")
-        from flashcheck.proofs.hardware import h100
-
-        mma = h100().mma_for(dot) if dot in ("fp16", "bf16", "tf32") else None
-        if mma is not None and k_step is not None and k_step != mma.k_step:
-            raise ValueError(f"k_step={k_step} contradicts the measured tensor-core step ({mma.k_step})")
+    mma = _resolve_mma(mma, dot, k_step)
     B, Hq, Nq, Nk = pb.B, pb.Hq, pb.Nq, pb.Nk
     qt = torch.as_tensor(q).to(tdt)
     qo = _operand(qt, dot, tdt).to(acc_t)
@@ -500,25 +510,57 @@ def delta_dot(do: torch.Tensor, o: torch.Tensor, tree: tuple | None = None) -> t
     return torch.from_numpy(np.ascontiguousarray(s[..., 0]))
 
 
+def _tiles_acc(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, starts, n: int, block: int, accumulation: str,
+               k_step: int, mma) -> torch.Tensor:
+    """acc + a @ b through the inner tiles of `block` at `starts` (visiting order; a[..., idx], b[idx] for the tile's
+    indices, cut at n), one tl.dot(a, b, acc) per tile: each tile's MMA k-steps start at the tile's first index
+    (the kernel pads a ragged tile with exact zeros at its end, which no step model changes)."""
+    for j0 in starts:
+        idx = torch.arange(j0, min(n, j0 + block))
+        acc = _dot_acc(a[..., idx], b[..., idx, :], acc, accumulation, k_step, mma)
+    return acc
+
+
 def over_keys(S: torch.Tensor, K: torch.Tensor, walks, block: int, accumulation: str = "recursive",
-              k_step: int = 1) -> torch.Tensor:
+              k_step: int = 1, mma=None) -> torch.Tensor:
     """S @ K (S (B, H, Nq, Nk), K (B, H, Nk, d)) as the dQ kernel accumulates it: each query block over its key tiles
-    in its order (walks: _outer_visits over the keys), from a zero accumulator (tl.dot(ds, k, dq))."""
+    in its order (walks: _outer_visits over the keys), from a zero accumulator (tl.dot(ds, k, dq)); with `mma` (an
+    MmaBehaviour) the tiles' k-steps through the tensor core's step model, tile by tile."""
     out = torch.zeros(S.shape[:-1] + (K.shape[-1],), dtype=S.dtype)
     for b, h, rows, (visits,) in walks:
         hb, hh = _heads_of(b, h)
+        if mma is not None:
+            out[hb, hh, rows] = _tiles_acc(S[hb, hh][..., rows, :], K[hb, hh], torch.zeros_like(out[hb, hh, rows]),
+                                           [j0 for j0, _ in visits], S.shape[-1], block, accumulation, k_step, mma)
+            continue
         keys = _visit_indices(visits, S.shape[-1], block)
         out[hb, hh, rows] = _dot_acc(S[hb, hh][..., rows, :][..., keys], K[hb, hh][..., keys, :],
                                      torch.zeros_like(out[hb, hh, rows]), accumulation, k_step)
     return out
 
 
+def fused_over_keys(S: torch.Tensor, K: torch.Tensor, block: int, k_step: int = 1, mma=None) -> torch.Tensor:
+    """S @ K (S (B, H, Nq, Nk), K (B, H, Nk, d), every entry visible) as the fused backward sums dQ in its dK/dV kernel
+    (Precision.fused_dq, dq_accumulation "blocked"; proofs/bounds.md sec. 8b): per key tile of `block` keys (the
+    dK/dV program's; the last one ragged), T_j = ONE chain from a zero fp32 accumulator over the tile's keys in
+    ascending k-steps (_dot_acc "recursive": one rounding per k_step products, or the tensor core's step model
+    with `mma`); then the T_j added into a zeroed fp32 accumulator from the LAST tile down to the first (the first
+    add 0 + T exact), each add ONE fp32 round-to-nearest addition (the TMA reduce-add; torch's float32 add). Each
+    query head's rows are their own sums (a GQA group's K is its kv head's, repeated)."""
+    n = S.shape[-1]
+    acc = torch.zeros(S.shape[:-1] + (K.shape[-1],), dtype=S.dtype)
+    for j0 in reversed(range(0, n, block)):
+        j1 = min(n, j0 + block)
+        acc = acc + _dot_acc(S[..., j0:j1], K[..., j0:j1, :], torch.zeros_like(acc), "recursive", k_step, mma)
+    return acc
+
+
 def over_rows(S: torch.Tensor, other: torch.Tensor, walks, group: int, block: int, accumulation: str = "recursive",
-              k_step: int = 1) -> torch.Tensor:
+              k_step: int = 1, mma=None) -> torch.Tensor:
     """S^T @ other summed over the GQA group's query heads (S (B, Hq, Nq, Nk), other (B, Hq, Nq, n) -> (B, Hkv, Nk,
     n)) as the dK/dV kernel accumulates it: each key block through the group's heads in turn, each head's query tiles
     in the block's order (walks: _outer_visits over the query rows, which "q"), one accumulator (kernel: g outer,
-    tiles inner)."""
+    tiles inner); with `mma` the tiles' k-steps through the tensor core's step model, tile by tile."""
     B, Hq, Nq, Nk = S.shape
     Hkv, n = Hq // group, other.shape[-1]
     aT = S.transpose(-1, -2).reshape(B, Hkv, group, Nk, Nq).permute(0, 1, 3, 2, 4).reshape(B, Hkv, Nk, group * Nq)
@@ -526,6 +568,13 @@ def over_rows(S: torch.Tensor, other: torch.Tensor, walks, group: int, block: in
     out = torch.zeros((B, Hkv, Nk, n), dtype=S.dtype)
     for b, h, keys, per_head in walks:
         hb, hh = _heads_of(b, h)
+        if mma is not None:
+            acc = torch.zeros_like(out[hb, hh, keys])
+            for g, vs in enumerate(per_head):
+                acc = _tiles_acc(aT[hb, hh][..., keys, g * Nq:(g + 1) * Nq], bb[hb, hh][..., g * Nq:(g + 1) * Nq, :],
+                                 acc, [j0 for j0, _ in vs], Nq, block, accumulation, k_step, mma)
+            out[hb, hh, keys] = acc
+            continue
         idx = torch.cat([g * Nq + _visit_indices(vs, Nq, block) for g, vs in enumerate(per_head)])
         out[hb, hh, keys] = _dot_acc(aT[hb, hh][..., keys, :][..., idx], bb[hb, hh][..., idx, :],
                                      torch.zeros_like(out[hb, hh, keys]), accumulation, k_step)
@@ -536,7 +585,7 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
                  scale=None, causal=False, window=None, mask=None, accumulation: str = "recursive",
                  k_step: int | None = None, delta_o=None, ieee_fma_chain: bool = False, block_k_dq: int = 64,
                  block_q: int = 64, ex2: str = "torch", block_q_dq: int = 64, block_k_dkdv: int = 64,
-                 block_mask=None, delta_tree: tuple | None = None):
+                 block_mask=None, delta_tree: tuple | None = None, dq_accumulation: str | None = None, mma=None):
     """(dQ, dK, dV) as the FA2 backward kernel computes them from its own (O, LSE): Delta from the
     stored O (or from `delta_o`, the fp32 O of fa2_forward(..., return_fp32_o=True), for
     delta_from="fp32"), P recomputed from the stored LSE in base 2, P and dS rounded to the operand dtype
@@ -555,16 +604,35 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     (fma.rn.f32) and ex2 the H100's ex2.approx.ftz.f32 bit for bit, flashcheck.proofs.ex2_model;
     Precision.bwd_p_known).
     delta_tree: Delta's fp32 dot in this leaf order of the preprocess kernel's tree (delta_dot; one of Precision.
-    delta_trees); None: torch's sum."""
+    delta_trees); None: torch's sum.
+    dq_accumulation: dQ's accumulation where it differs from `accumulation` (Precision.dq_accumulation; None: the
+    same). "blocked": dQ summed in the dK/dV kernel as the fused backward does (Precision.fused_dq, fused_over_keys):
+    per key tile of block_k_dq keys one chain from zero, the tiles' partials added into a zeroed fp32 accumulator from
+    the last tile down, then the scale and the store. The fused kernel runs unbanded calls only: no causal, no window
+    side, no mask, no block mask.
+    mma: None (tensor-core steps summed exactly, rounded to nearest) or "h100" (every tensor-core product of the
+    backward, the recomputed S = Q K^T, dP = dO V^T and the dV, dK, dQ chains, through the H100's measured truncating
+    step model, as fa2_forward's)."""
     _check_fma(ieee_fma_chain, dtype, dot)
     if ex2 not in ("torch", "h100"):
         raise ValueError(f"ex2 must be 'torch' or 'h100', got {ex2!r}")
     if ex2 == "h100" and not ieee_fma_chain:
         raise ValueError("ex2='h100' in the backward models the fused argument of the FMA-chain logits: it needs "
                          "ieee_fma_chain=True")
+    if dq_accumulation not in (None, "recursive", "blocked"):
+        raise ValueError(f"dq_accumulation must be None, 'recursive' or 'blocked', got {dq_accumulation!r}")
+    if dq_accumulation == "blocked":
+        from flashcheck.proofs.bounds.precision import is_band
+
+        if is_band(causal, window) or mask is not None or block_mask is not None:
+            raise ValueError("dq_accumulation='blocked' is the fused kernel's dQ, which runs unbanded calls without "
+                             f"masks only (got causal={causal!r}, window={window!r}, "
+                             f"mask={'given' if mask is not None else None}, "
+                             f"block_mask={'given' if block_mask is not None else None})")
     pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask, block_mask)
     _check_blocks(pb, block_q=block_q, block_q_dq=block_q_dq, block_k_dq=block_k_dq, block_k_dkdv=block_k_dkdv)
     tdt, acc_t, qk_scale, vis, sc = pb.tdt, pb.acc_t, pb.qk_scale, pb.vis, pb.sc
+    mma = _resolve_mma(mma, dot, k_step)
     B, Hkv, Nk, d, group = pb.B, pb.Hkv, pb.Nk, pb.d, pb.group
     qt = _operand(torch.as_tensor(q).to(tdt), dot, tdt).to(acc_t)
     kt = _operand(pb.kt, dot, tdt).to(acc_t)
@@ -581,6 +649,9 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     if ieee_fma_chain:
         s_fma, qk_scale = _fma_logits(qt, kt, sc)
         s = s_fma * qk_scale
+    elif mma is not None:  # the logit dot through the tensor core's steps, from a fresh accumulator
+        s = _mma_dot(qt, kt.transpose(-1, -2), torch.zeros(qt.shape[:-1] + (kt.shape[-2],), dtype=acc_t), mma)
+        s = s * qk_scale
     else:
         s = (qt @ kt.transpose(-1, -2)) * qk_scale
     if ex2 == "h100":
@@ -593,6 +664,8 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
         from flashcheck.proofs.fma_chain import fma_chain_dot
 
         dp = torch.as_tensor(fma_chain_dot(dop.double().numpy(), np.swapaxes(vt.double().numpy(), -1, -2))).to(acc_t)
+    elif mma is not None:
+        dp = _mma_dot(dop, vt.transpose(-1, -2), torch.zeros(dop.shape[:-1] + (vt.shape[-2],), dtype=acc_t), mma)
     else:
         dp = dop @ vt.transpose(-1, -2)
     ds = p * (dp - delta[..., None])
@@ -602,10 +675,13 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     # heads of its GQA group in turn, each head's query tiles in that block's order (partial first, kernels/tiles.py)
     key_walks = _outer_visits(Nk, block_k_dkdv, Nq, block_q, pb.band.transposed(), pb.block_mask, "q", (B, Hkv),
                               group)
-    dv = over_rows(pr, dop, key_walks, group, block_q, accumulation, ks)
-    # dQ: each query block of block_q_dq (the dQ kernel's program) over its own key tiles in its order
-    walks = _outer_visits(Nq, block_q_dq, Nk, block_k_dq, pb.band, pb.block_mask, "kv", (B, Hq))
-    dq = over_keys(dsr, kt, walks, block_k_dq, accumulation, ks) * torch.tensor(sc, dtype=acc_t)
-    dk = over_rows(dsr, qt, key_walks, group, block_q, accumulation, ks) * torch.tensor(sc, dtype=acc_t)
+    dv = over_rows(pr, dop, key_walks, group, block_q, accumulation, ks, mma)
+    if dq_accumulation == "blocked":  # dQ summed in the dK/dV kernel (the fused backward): tiles' partials, last first
+        dq = fused_over_keys(dsr, kt, block_k_dq, ks, mma)
+    else:  # dQ: each query block of block_q_dq (the dQ kernel's program) over its own key tiles in its order
+        walks = _outer_visits(Nq, block_q_dq, Nk, block_k_dq, pb.band, pb.block_mask, "kv", (B, Hq))
+        dq = over_keys(dsr, kt, walks, block_k_dq, dq_accumulation or accumulation, ks, mma)
+    dq = dq * torch.tensor(sc, dtype=acc_t)
+    dk = over_rows(dsr, qt, key_walks, group, block_q, accumulation, ks, mma) * torch.tensor(sc, dtype=acc_t)
     odt = _TORCH[out or dtype]
     return tuple(x.to(odt).double().numpy() for x in (dq, dk, dv))

@@ -25,7 +25,11 @@ from __future__ import annotations
 
 # The package is split along proofs/bounds.md: precision model, logits, forward (O, LSE), backward
 # (dQ, dK, dV and the float64 references), LSE gradient. This module re-exports the public API.
-from .precision import (INPUTS, DOTS, ACCUMULATORS, EXPS, KINDS, UNIT_ROUNDOFF, UNDERFLOW_FLOOR, TENSOR_CORE_DOTS, TRUNCATING_DOTS, TRUNCATION_ERROR, TRUNCATION_FLOOR, FAILURE_PROBABILITY, LAMBDA, ACCUMULATIONS, DELTA_SOURCES, EXP_ARGUMENTS, GQA_REDUCTIONS, TILE_ORDERS, HardwareConstants, HARDWARE, BandForward, Precision, REFERENCE_PRECISION, gamma, hoeffding_lambda, is_band)
+from .precision import (INPUTS, DOTS, ACCUMULATORS, EXPS, KINDS, UNIT_ROUNDOFF, UNDERFLOW_FLOOR, TENSOR_CORE_DOTS,
+                        TRUNCATING_DOTS, TRUNCATION_ERROR, TRUNCATION_FLOOR, FAILURE_PROBABILITY, LAMBDA,
+                        ACCUMULATIONS, DELTA_SOURCES, EXP_ARGUMENTS, GQA_REDUCTIONS, TILE_ORDERS, HardwareConstants,
+                        HARDWARE, BandForward, FusedDq, Precision, REFERENCE_PRECISION, gamma, hoeffding_lambda,
+                        is_band)
 from .results import BackwardBound, ForwardBound
 from .forward import ForwardTerms, LseTerms, OTerms, forward_bound, forward_terms
 from .backward import backward_bound, reference_bound
@@ -33,4 +37,9 @@ from .lse_gradient import lse_gradient_bound
 from .common import _weighted_dev, _weighted_exp_err  # used by tests
 from .precision import _conv, _model  # used by tests
 
-__all__ = ['INPUTS', 'DOTS', 'ACCUMULATORS', 'EXPS', 'KINDS', 'UNIT_ROUNDOFF', 'UNDERFLOW_FLOOR', 'TENSOR_CORE_DOTS', 'TRUNCATING_DOTS', 'TRUNCATION_ERROR', 'TRUNCATION_FLOOR', 'FAILURE_PROBABILITY', 'LAMBDA', 'ACCUMULATIONS', 'DELTA_SOURCES', 'EXP_ARGUMENTS', 'GQA_REDUCTIONS', 'TILE_ORDERS', 'HardwareConstants', 'HARDWARE', 'BandForward', 'Precision', 'is_band', 'REFERENCE_PRECISION', 'gamma', 'hoeffding_lambda', 'BackwardBound', 'ForwardBound', 'forward_bound', 'forward_terms', 'ForwardTerms', 'OTerms', 'LseTerms', 'backward_bound', 'reference_bound', 'lse_gradient_bound']
+__all__ = ['INPUTS', 'DOTS', 'ACCUMULATORS', 'EXPS', 'KINDS', 'UNIT_ROUNDOFF', 'UNDERFLOW_FLOOR', 'TENSOR_CORE_DOTS',
+           'TRUNCATING_DOTS', 'TRUNCATION_ERROR', 'TRUNCATION_FLOOR', 'FAILURE_PROBABILITY', 'LAMBDA',
+           'ACCUMULATIONS', 'DELTA_SOURCES', 'EXP_ARGUMENTS', 'GQA_REDUCTIONS', 'TILE_ORDERS', 'HardwareConstants',
+           'HARDWARE', 'BandForward', 'FusedDq', 'Precision', 'is_band', 'REFERENCE_PRECISION', 'gamma',
+           'hoeffding_lambda', 'BackwardBound', 'ForwardBound', 'forward_bound', 'forward_terms', 'ForwardTerms',
+           'OTerms', 'LseTerms', 'backward_bound', 'reference_bound', 'lse_gradient_bound']

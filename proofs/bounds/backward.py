@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from .precision import (_DOT_OPERAND, FAILURE_PROBABILITY, Precision, REFERENCE_PRECISION, UNDERFLOW_FLOOR, UNIT_ROUNDOFF, _Model, _check_kind, _conv, _dot_steps, _model, _within_dot, gamma, hoeffding_lambda, _for_call)
+from .precision import _dq_model
 from .results import (BackwardBound, ForwardBound)
 from .common import (_FP32_NORMAL_MIN, _SIGNIFICAND_BITS, _exp_err, _fix_bad, _half_ulp, _no_nan, _round_nearest,
                      _rounding_on_data, _rows_chunks, _weighted_exp_err)
@@ -692,8 +693,12 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     from flashcheck.reference.shapes import check_attention_args
 
     pr = check_attention_args(q, k, v, scale=scale, causal=causal, window=window, mask=mask, bias=bias)
-    precision = _for_call(precision, causal, window, pr.Nk)  # the forward's tile of this call (long N, band)
+    # the forward's tile of this call (long N, band), and dQ summed in the dK/dV kernel (Precision.fused_dq: unmasked
+    # calls only, so N_q is given without a mask; a dense mask runs the dQ kernel)
+    precision = _for_call(precision, causal, window, pr.Nk, pr.Nq if mask is None else None)
     M = _model(precision)  # after for_call: the tree depth of the call's forward tile (rowsum_depth, lg2_known)
+    # dQ's accumulation (Precision.dq_accumulation: the fused dQ's blocked sum) has its own model; the rest keeps M
+    M_dq = _dq_model(M, precision)
     given, precision = precision, precision.fitted(pr.Nq, pr.Nk)
     dof = np.asarray(do, dtype=np.float64)
     if dof.shape != (pr.B, pr.Hq, pr.Nq, pr.dv):
@@ -717,8 +722,9 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     # every key tile (recursive, sec. 4)
     n_q = _dot_steps(M, Nq, precision.block_q, repeats=group)
     # dQ's key loop has its own tile width (Precision.block_k_dq; ours: the dQ kernel's block_n): its steps, the
-    # ragged tile it visits first; Delta's P.V and the stored LSE are the forward's and keep block_k
-    n_k = _dot_steps(M, Nk, precision.dq_key_tile)
+    # ragged tile it visits first; Delta's P.V and the stored LSE are the forward's and keep block_k. A blocked dQ
+    # (Precision.dq_accumulation, the fused dQ): each tile one chain from zero, then T additions (_dot_steps)
+    n_k = _dot_steps(M_dq, Nk, precision.dq_key_tile, tile_chain=precision.dq_accumulation == "blocked")
     nu_q_wc = (1 + M.u_p) * (1 + M.u_in) * (1 + gamma(n_q, M.u_dacc)) - 1
     nu_q_lin = M.u_p + M.u_in + n_q * M.u_dacc
     rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
@@ -777,7 +783,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     fwd_blocks = (_forward_module._query_block_orders(F.problem, given, causal, window, mask, F.vis)
                   if M.tensor_core and M.recursive and M.pv_products == 1 else None)
     band_cls = _band_visibility(pr.Nq, pr.Nk, causal, window)
-    dq_order = dq_visits(band_cls, F.vis, precision, M.recursive)
+    dq_order = dq_visits(band_cls, F.vis, precision, M_dq.recursive)  # a blocked dQ: order-free (none known)
     for r in _rows_chunks(Nq, Nk, 1, budget=_forward_module.ROW_BLOCK_ENTRIES):
         Fr = _forward_rows_view(F, r)
         vis, A, qf, o, empty = Fr.vis, Fr.A, Fr.qf, Fr.o, Fr.empty
@@ -975,8 +981,8 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
         rel_A = _float64_rel_A(Fr.s, vis, sc * (np.abs(qf) @ np.swapaxes(abs_k, -1, -2)), d)
         f64 = _float64_dS_error(A, g, rel_A, vis, absdov, abs_do, o, A @ np.abs(vf))
         acc_sq, partial, tc_steps, acc_det = _dq_accumulation(
-            M, kind, dS, kf, tolS, vis, precision.dq_key_tile, head_full, precision.tile_order,  # the dQ kernel's tiles
-            precision.accumulate, f64, dq_order.rows(r))
+            M_dq, kind, dS, kf, tolS, vis, precision.dq_key_tile, head_full, precision.tile_order,  # the dQ tiles
+            precision.accumulate, f64, dq_order.rows(r), tile_chain=precision.dq_accumulation == "blocked")
         if rn_rows:
             row_blocks.append((dS, tolS, tolP, f64, A * rel_A))
         if tc_rows:
@@ -1035,7 +1041,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 (e_k,) = _products_over(mask, [e], kf)
                 known_k = np.abs(e_k) + ea + float(gamma(Nk + 1, 2.0**-53)) * e_sum
                 wc_all = wc_o + ea + e_sum
-            ge = _grad(M, sc, n_k, base, wc_all, lin_o, var_o, SS_k, det_o, dS_k, acc_sq=a_sq, acc_det=a_det,
+            ge = _grad(M_dq, sc, n_k, base, wc_all, lin_o, var_o, SS_k, det_o, dS_k, acc_sq=a_sq, acc_det=a_det,
                        trunc_S=trunc_k,
                        tc_steps=tc_steps, partial=partial,
                        conv_known=None if conv is None else (
@@ -1081,8 +1087,10 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                         kp_iv = ((lo_S, hi_S, Pt, Pt) if kp_iv is None else
                                  (np.minimum(kp_iv[0], lo_S), np.maximum(kp_iv[1], hi_S), np.minimum(kp_iv[2], Pt),
                                   np.maximum(kp_iv[3], Pt)))
+                    if chain_ok and M_dq.recursive:  # dQ's own chain (a blocked dQ keeps its order-free bound)
                         a_sq, _, _, a_det = _dq_accumulation(
-                            M, kind, 0.5 * (lo_S + hi_S), kf, 0.5 * (hi_S - lo_S) + 2.0**-52 * (np.abs(lo_S) + np.abs(hi_S)),
+                            M_dq, kind, 0.5 * (lo_S + hi_S), kf,
+                            0.5 * (hi_S - lo_S) + 2.0**-52 * (np.abs(lo_S) + np.abs(hi_S)),
                             vis, precision.dq_key_tile, head_full, precision.tile_order, precision.accumulate,
                             np.zeros_like(A), dq_order.rows(r))
                         acc_k = (a_sq, a_det)
@@ -1947,7 +1955,8 @@ def _rows_shared_visits(block_q: int, tile_order: str, vis, group: int, recursiv
 
 
 def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head_full=None,
-                     tile_order: str = "any", fmt: str | None = None, s64=None, visits: Visits | None = None):
+                     tile_order: str = "any", fmt: str | None = None, s64=None, visits: Visits | None = None,
+                     tile_chain: bool = False):
     """(acc_sq, partial, tc_steps, acc_det) of _grad for the accumulation dQ = dS @ K through key tiles of block_k: round to
     nearest grouped by products that can be equal as computed (probabilistic, no tensor core; tolS bounds
     the error of dS as computed), tensor-core steps from the partial sums (recursive tensor cores); None
@@ -1957,7 +1966,19 @@ def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head
     tile first) where nothing of the head is masked (`head_full`, (..., 1, 1): a partial tile of a row's query block
     is visited first even when that row sees every key); "any" (a kernel that does not state it: flash-attn's dQ is
     atomically added over key blocks in no fixed order): the order-free bounds. s64 (the float64 dS's own error per
-    entry): the fp32 FMA chain's roundings on the data where the order is known (acc_det, _rn_accumulation_sq)."""
+    entry): the fp32 FMA chain's roundings on the data where the order is known (acc_det, _rn_accumulation_sq).
+    tile_chain (a blocked dQ stated by Precision.dq_accumulation, the fused dQ; M not recursive): each tile of block_k
+    keys is one chain from zero, then the tiles' sums are added into the accumulator in ANY order; _blocked_tile_steps
+    bounds its steps order-free from the tiles' own sums, as tc_steps on tensor cores, else (the probabilistic kind)
+    times u_dacc as acc_det, nothing random (the per-product steps of _rn_accumulation_sq would not count the tiles'
+    additions, nor is each such addition within the |product| its cap reads)."""
+    if tile_chain and not M.recursive:
+        steps = _blocked_tile_steps(dS, kf, block_k, M.k_step)
+        if M.tensor_core:
+            return None, None, steps, None
+        if kind != "probabilistic":
+            return None, None, None, None
+        return np.zeros_like(steps), None, None, M.u_dacc * steps
     if visits is None:
         visits = _keys_shared_visits(kf.shape[-2], block_k, tile_order, vis, head_full, M.recursive)
     acc_sq = partial = tc_steps = acc_det = None
@@ -1970,6 +1991,29 @@ def _dq_accumulation(M: _Model, kind: str, dS, kf, tolS, vis, block_k: int, head
                                   axis=2)
         partial = tc_steps  # each step's |accumulator| + sum |products| bound: C1 of the step model
     return acc_sq, partial, tc_steps, acc_det
+
+
+def _blocked_tile_steps(S, other, block: int, k_step: int):
+    """(..., R, c): a bound on sum over the roundings of a blocked accumulation of S @ other (S (..., R, n), other
+    (..., n, c)) of the exact value each rounds, to first order (the quantity a step error u_dacc multiplies, as
+    _tensor_core_steps'), whatever the order of the tiles: each tile of `block` entries is one chain from zero in steps
+    of k_step products, ceil(min(n, block) / k_step) steps each <= the tile's sum |p|; then T = ceil(n / block)
+    additions of the tiles' sums into the accumulator, each rounding a sum of some of the tiles' sums, <= sum_j |T_j|
+    (T_j the exact sum of tile j; the first addition, into a zeroed accumulator, is exact: counted all the same). So
+    ceil(min(n, block) / k_step) sum |p| + T sum_j |T_j| <= _dot_steps(tile_chain=True) sum |p| (|T_j| <= its sum |p|).
+    The float64 tile sums err by <= gamma_{block}(2^-53) of their sum |p| (added), the sums of absolute values by
+    gamma_{n + T + 1}(2^-53) (the factor)."""
+    n = S.shape[-1]
+    block = max(1, min(block, n))
+    T = -(-n // block)
+    pad = T * block - n
+    base = np.abs(S) @ np.abs(other)
+    Sp = np.pad(S, [(0, 0)] * (S.ndim - 1) + [(0, pad)])
+    Op = np.pad(other, [(0, 0)] * (other.ndim - 2) + [(0, pad), (0, 0)])
+    Sp = np.moveaxis(Sp.reshape(*S.shape[:-1], T, block), -2, -3)  # (..., T, R, block)
+    Op = Op.reshape(*other.shape[:-2], T, block, other.shape[-1])  # (..., T, block, c)
+    tiles = np.abs(Sp @ Op).sum(axis=-3) + float(gamma(block, 2.0**-53)) * base  # sum_j |T_j| (..., R, c)
+    return (-(-min(n, block) // k_step) * base + T * tiles) * (1.0 + float(gamma(n + T + 1, 2.0**-53)))
 
 
 def _rows_accumulation(M: _Model, S, other, tolS, vis, block_q: int, group: int, tile_order: str = "any",

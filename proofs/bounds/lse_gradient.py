@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .precision import (FAILURE_PROBABILITY, Precision, _check_kind, _conv, _dot_steps, _model, gamma, hoeffding_lambda, _for_call)
+from .precision import (FAILURE_PROBABILITY, Precision, _check_kind, _conv, _dot_steps, _dq_model, _model, gamma,
+                         hoeffding_lambda, _for_call)
 from .common import (_exp_err, _fix_bad, _no_nan, _rows_chunks, _weighted_exp_err)
 from .logits import (_logit_errors)
 from . import forward as _forward_module
@@ -30,8 +31,11 @@ def lse_gradient_bound(q, k, *, scale=None, causal=False, window=None, mask=None
 
 def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision, kind):
     qa, ka = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
-    precision = _for_call(precision, causal, window, ka.shape[-2]).fitted(qa.shape[-2], ka.shape[-2])
+    # the call's tiles (long N, band) and its dQ sum (Precision.fused_dq, unmasked calls: the dK/dV kernel's blocked dQ)
+    nq = qa.shape[-2] if mask is None else None
+    precision = _for_call(precision, causal, window, ka.shape[-2], nq).fitted(qa.shape[-2], ka.shape[-2])
     M = _model(precision)  # after for_call: the tree depth of the call's forward tile (rowsum_depth, lg2_known)
+    M_dq = _dq_model(M, precision)  # dQ's accumulation (Precision.dq_accumulation); the rest keeps M
     v = np.zeros((*ka.shape[:-1], 1))  # the LSE bound does not depend on v
     F = _forward(qa, ka, v, scale, causal, window, mask, bias, precision, kind, eta=FAILURE_PROBABILITY / 2)
     pr = F.problem
@@ -40,7 +44,8 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
         raise ValueError(f"dlse must have LSE's shape {(pr.B, pr.Hq, pr.Nq)}, got {w.shape}")
     lam = hoeffding_lambda(2.0)
     u, sc, kf = M.u_w, F.scale, F.kf
-    n_k = _dot_steps(M, pr.Nk, precision.dq_key_tile)  # the backward's dQ loop computes it (Precision.block_k_dq)
+    blocked = precision.dq_accumulation == "blocked"  # the fused dQ: each tile one chain from zero (_dot_steps)
+    n_k = _dot_steps(M_dq, pr.Nk, precision.dq_key_tile, tile_chain=blocked)  # the dQ loop's (Precision.block_k_dq)
     # dS = P_hat * w_i (gamma_2 kept from backward_bound: conservative, the kernel rounds once),
     # then converted to the operand format (u_p: rounded, or truncated for tf32)
     rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
@@ -50,7 +55,7 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
     out, exact = [], []
     head_full = F.vis.all(axis=(-2, -1), keepdims=True)  # ascending key tiles: nothing of the head masked
     # the dQ kernel's key order per query block, masked heads included (proofs/bounds/visits.py, bounds.md sec. 8)
-    dq_order = dq_visits(_band_visibility(pr.Nq, pr.Nk, causal, window), F.vis, precision, M.recursive)
+    dq_order = dq_visits(_band_visibility(pr.Nq, pr.Nk, causal, window), F.vis, precision, M_dq.recursive)
     for r in _rows_chunks(pr.Nq, pr.Nk, 1, budget=_forward_module.ROW_BLOCK_ENTRIES):
         Fr = _forward_rows_view(F, r)
         vis, A, empty = Fr.vis, Fr.A, Fr.empty
@@ -83,10 +88,11 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
         # holds c_i; its bound is then multiplied by 1 + c_i below too, which only adds)
         tolS = (1 + M.u_p) * (1 + c_row) * (A * absg + wcS) - A * absg
         s64 = A * absg * _float64_rel_A(Fr.s, vis, sc * (np.abs(Fr.qf) @ np.swapaxes(abs_k, -1, -2)), pr.d)
-        acc_sq, partial, tc_steps, acc_det = _dq_accumulation(M, kind, dS, kf, tolS, vis, precision.dq_key_tile,
+        acc_sq, partial, tc_steps, acc_det = _dq_accumulation(M_dq, kind, dS, kf, tolS, vis, precision.dq_key_tile,
                                                               head_full, precision.tile_order, precision.accumulate,
-                                                              np.where(vis, s64, 0.0), dq_order.rows(r))
-        ge = _grad(M, sc, n_k, (A * absg) @ abs_k, wcS @ abs_k, linS @ abs_k,
+                                                              np.where(vis, s64, 0.0), dq_order.rows(r),
+                                                              tile_chain=blocked)
+        ge = _grad(M_dq, sc, n_k, (A * absg) @ abs_k, wcS @ abs_k, linS @ abs_k,
                    varS @ kk, (dS * dS) @ kk, detS @ abs_k, dS @ kf, acc_sq=acc_sq, tc_steps=tc_steps,
                    partial=partial, acc_det=acc_det)
         dQ = ge.exact

@@ -115,6 +115,32 @@ class BandForward:
                                  f"got {b!r}")
 
 
+@dataclass(frozen=True)
+class FusedDq:
+    """The calls whose dQ is summed inside the dK/dV kernel (our "auto" engine's long unbanded calls at d = 64 fp16 /
+    bf16: the Gluon backward's fused form, flashcheck.kernels.attention FUSED_QUERIES, FUSED_KEYS), where it replaces
+    the dQ kernel's chain (Precision.fused_dq; the bounds substitute it in Precision.for_call). Per element,
+        dQ[i, c] = fl_out(fl32(acc[i, c] scale)),  acc = the fp32 sum of T_j[i, c] over the key tiles j, DESCENDING
+        (tile n_kt - 1 first, into a zeroed fp32 accumulator: the first add exact, each later one ONE fp32 round-to-
+        nearest addition, the TMA reduce-add in L2), T_j[i, c] = sum over tile j's keys of dS[i, key] K[key, c]:
+        ONE tensor-core MMA chain FROM ZERO over the tile's keys in ascending k-steps (the measured step model);
+        the last tile ragged where block_k does not divide N_k (keys past N_k add exact zeros),
+    with dS the dK/dV kernel's own (the same dS, rounded into the operand format, its dK product reads). The bounds
+    analyse it as a "blocked" dQ over tiles of block_k (Precision.dq_accumulation; proofs/bounds.md sec. 8b).
+    queries, keys: the fused form runs for unbanded calls without a mask with N_q >= queries and N_k >= keys (the
+    bounds give for_call N_q only where no dense mask is given: a masked call runs the dQ kernel); block_k: its key
+    tile (the dK/dV program's keys)."""
+    queries: int
+    keys: int
+    block_k: int
+
+    def __post_init__(self):
+        for name in ("queries", "keys", "block_k"):
+            b = getattr(self, name)
+            if not isinstance(b, int) or isinstance(b, bool) or b < 1:
+                raise ValueError(f"FusedDq.{name} must be a positive int, got {b!r}")
+
+
 def is_band(causal, window) -> bool:
     """Whether a call with these arguments is banded as the kernels take it (flashcheck.kernels.attention._band):
     causal given (True, "top_left", "bottom_right"; numpy bools by their value, as check_causal admits them), or a
@@ -267,7 +293,20 @@ class Precision:
       gluon_fwd's 128 x 128 from flashcheck.kernels.attention.LONG_KEYS keys on, triton_fwd's 64 x 64 below), with
       those calls' backward outer blocks where they differ (BandForward.block_q_dq, block_k_dkdv). The
       bounds substitute it for such calls before the band's (Precision.for_call); set by
-      flashcheck.adapters.ours_precision from kernel_config(n_keys=)."""
+      flashcheck.adapters.ours_precision from kernel_config(n_keys=).
+    dq_accumulation: the backward's dQ accumulation where it differs from the other passes' (ACCUMULATIONS; default
+      None: `accumulation`). "blocked": each key tile's product dS K (dq_key_tile keys) summed on its own from a zero
+      accumulator, ONE tl.dot from zero (on tensor cores one MMA chain, each product through at most
+      ceil(dq_key_tile / k_step) steps; _dot_steps' tile_chain), then added once into the fp32 accumulator, the
+      tiles in any order: the bound is order-free (no visiting order read; its probabilistic charge from the tiles'
+      own sums, backward._blocked_tile_steps; bounds.md sec. 8b). What fused_dq states for the calls that run it
+      (for_call sets it); the forward, Delta and dK/dV keep `accumulation`. "recursive" with accumulation "blocked":
+      dQ's one chain through every tile, the other passes blocked.
+    fused_dq: the calls whose dQ is summed inside the dK/dV kernel (FusedDq; default None: none): for an unbanded call
+      with N_q >= fused_dq.queries and N_k >= fused_dq.keys, for_call states dq_accumulation "blocked" over key tiles
+      of fused_dq.block_k (block_k_dq), after the long tile's substitution (the fused calls are long calls); never for
+      banded calls or where N_q is not given (the bounds give it for calls without a dense mask only: the fused kernel
+      runs unmasked calls). Set by flashcheck.adapters.ours_precision (kernel_config's fused thresholds)."""
 
     input: str
     dot: str
@@ -299,6 +338,8 @@ class Precision:
     band_forward: BandForward | None = None
     long_forward: BandForward | None = None
     long_keys: int | None = None
+    dq_accumulation: str | None = None
+    fused_dq: FusedDq | None = None
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -316,6 +357,11 @@ class Precision:
         ):
             if value not in allowed:
                 raise ValueError(f"Precision.{name} must be one of {allowed}, got {value!r}")
+        if self.dq_accumulation is not None and self.dq_accumulation not in ACCUMULATIONS:
+            raise ValueError(f"Precision.dq_accumulation must be None or one of {ACCUMULATIONS}, "
+                             f"got {self.dq_accumulation!r}")
+        if self.fused_dq is not None and not isinstance(self.fused_dq, FusedDq):
+            raise ValueError(f"Precision.fused_dq must be None or a FusedDq, got {self.fused_dq!r}")
         if self.output is not None and self.output not in INPUTS:
             raise ValueError(f"Precision.output must be None or one of {INPUTS}, got {self.output!r}")
         for name in ("block_k", "block_q"):
@@ -395,16 +441,22 @@ class Precision:
             return self
         return self._with_forward(b, band_forward=None)
 
-    def for_call(self, causal, window, Nk: int) -> "Precision":
-        """This precision for a call with these causal / window arguments and Nk keys: with a long_forward stated and
-        Nk >= long_keys, the forward's tile fields are the long tile's, and the backward's outer blocks where it states
-        them (as `banded` substitutes the band's; the band tile then no longer applies); otherwise
-        `banded(causal, window)`. The bounds take it first, before
-        `fitted`."""
+    def for_call(self, causal, window, Nk: int, Nq: int | None = None) -> "Precision":
+        """This precision for a call with these causal / window arguments, Nk keys and Nq queries: with a long_forward
+        stated and Nk >= long_keys, the forward's tile fields are the long tile's, and the backward's outer blocks where
+        it states them (as `banded` substitutes the band's; the band tile then no longer applies); otherwise
+        `banded(causal, window)`. Then, with a fused_dq stated, Nq given, Nq >= fused_dq.queries, Nk >= fused_dq.keys
+        and the call not banded (`is_band`): dQ summed in the dK/dV kernel, dq_accumulation "blocked" over key tiles of
+        fused_dq.block_k (block_k_dq), fused_dq cleared. The bounds take it first, before `fitted`."""
         b = self.long_forward
         if b is None or Nk < self.long_keys:
-            return self.banded(causal, window)
-        return self._with_forward(b, band_forward=None, long_forward=None, long_keys=None)
+            p = self.banded(causal, window)
+        else:
+            p = self._with_forward(b, band_forward=None, long_forward=None, long_keys=None)
+        f = self.fused_dq
+        if f is None or Nq is None or Nq < f.queries or Nk < f.keys or is_band(causal, window):
+            return p
+        return replace(p, dq_accumulation="blocked", block_k_dq=f.block_k, fused_dq=None)
 
     def _with_forward(self, b: BandForward, **spent) -> "Precision":
         """This precision with b's forward tile fields (block_k, block_q_fwd, rowsum_depth; lg2_known only where b's
@@ -503,9 +555,9 @@ def _checked(precision) -> Precision:
     return precision
 
 
-def _for_call(precision, causal, window, Nk: int) -> Precision:
+def _for_call(precision, causal, window, Nk: int, Nq: int | None = None) -> Precision:
     """`Precision.for_call` of a bound's `precision` argument, checked to be a Precision first."""
-    return _checked(precision).for_call(causal, window, Nk)
+    return _checked(precision).for_call(causal, window, Nk, Nq)
 
 
 def _model(precision: Precision) -> _Model:
@@ -562,19 +614,37 @@ def _model(precision: Precision) -> _Model:
     )
 
 
-def _dot_steps(M: _Model, n: int, block: int, products: int = 1, repeats: int = 1) -> int:
+def _dot_steps(M: _Model, n: int, block: int, products: int = 1, repeats: int = 1, tile_chain: bool = False) -> int:
     """Roundings of the accumulator that one product of a length-n contraction, done in tiles of
     `block` (repeated `repeats` times into the same accumulator, e.g. a GQA group), can go through
     (proofs/bounds.md sec. 4).
 
     recursive (tl.dot(a, b, acc)): the accumulator runs through every tile: one rounding per product on
     CUDA cores (FMA), one per MMA k-step on tensor cores: T * ceil(min(n, block) / k_step) * products.
-    blocked: each tile's min(n, block) products summed, then one addition into the accumulator per tile."""
+    blocked: each tile's min(n, block) products summed, then one addition into the accumulator per tile.
+    tile_chain (blocked only; a stated property of the caller's pass: Precision.dq_accumulation "blocked", the fused
+    dQ's per-tile MMA chains from zero, Precision.fused_dq): each tile's product is ONE chain from a zero accumulator
+    in steps of k_step products, so a product passes at most ceil(min(n, block) / k_step) * products steps of its
+    tile, then the T additions: ceil(width / k_step) * products + T (k_step 1: width, as without it). Not assumed for
+    `accumulation` "blocked" (the forward's acc * alpha + tl.dot(p, v) and dK/dV's): there the tile's sum is taken
+    in any order (the CPU emulation's blocked tiles are float32 matmuls, not MMA chains). The additions are charged at
+    the step's error u_dacc too: the fused dQ's are fp32 round-to-nearest adds (u = 2^-24 <= u_dacc)."""
     T = max(1, -(-n // block)) * repeats
     width = min(n, block)
     if M.recursive:
         return T * (-(-width // M.k_step)) * products
+    if tile_chain:
+        return (-(-width // M.k_step)) * products + T
     return width * products + T
+
+
+def _dq_model(M: _Model, precision: Precision) -> _Model:
+    """The model of the backward's dQ accumulation: M with `recursive` from Precision.dq_accumulation where it is
+    stated (the fused dQ's "blocked" sum, Precision.fused_dq), else M itself. Every other part of the dQ bound (dS,
+    P, the store) and the forward, Delta, dK and dV keep M."""
+    if precision.dq_accumulation is None:
+        return M
+    return replace(M, recursive=precision.dq_accumulation == "recursive")
 
 
 def _within_dot(M: _Model, n: int) -> int:
