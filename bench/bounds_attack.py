@@ -98,12 +98,14 @@ def delta_claim(dtype: str, dot: str, head_dim: int) -> dict:
 
 
 def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=None, causal=False, mask=None,
-               window=None, block_mask=None):
+               window=None, block_mask=None, fused_dq: bool = False):
     """(o, lse, dq, dk, dv) as float64 arrays, and the Precision the bounds use for this source.
     mma="h100": the emulation's forward tensor-core dots through the H100's measured truncating steps.
     causal, window, mask (a bool array broadcastable to (B, Hq, Nq, Nk), True = attend): as the kernel's attention();
     block_mask (a flashcheck.kernels BlockSparseMask, in place of them): its lists and tiles (the bounds then read its
-    masking as causal=block_mask.causal, window=block_mask.window, mask=block_mask.dense)."""
+    masking as causal=block_mask.causal, window=block_mask.window, mask=block_mask.dense). fused_dq (the kernel, head
+    dim 64, fp16 / bf16): tiles that run the fused backward (kernels/gluon_bwd_fused.py) on every unbanded call, and
+    the Precision they state (FusedDq from one query and key on)."""
     if source == "emulation":
         from flashcheck.proofs.bounds import Precision
         from flashcheck.proofs.emulation import fa2_backward, fa2_forward
@@ -160,11 +162,20 @@ def run_source(source: str, device: str, dtype: str, dot: str, q, k, v, do, mma=
     t = [torch.as_tensor(a).to(device=device, dtype=tdt).requires_grad_(i < 3) for i, a in enumerate((q, k, v, do))]
     tm = block_mask if block_mask is not None else (
         None if mask is None else torch.as_tensor(np.asarray(mask, dtype=bool), device=device))
+    tiles = None
+    if fused_dq:
+        from flashcheck.kernels.attention import KernelConfig, TileConfig, kernel_config
+
+        g = kernel_config(q.shape[-1], tdt, interpret=False, engine="gluon")
+        tiles = KernelConfig(g.fwd, g.dkdv, TileConfig(128, 128, 8, 2, gluon=True, fused=True))
     o, lse = attention(t[0], t[1], t[2], return_lse=True, dot_precision=dp, causal=causal, window=window,
-                        mask=tm)
+                        mask=tm, tiles=tiles)
     o.backward(t[3])
     out = [x.detach().double().cpu().numpy() for x in (o, lse, t[0].grad, t[1].grad, t[2].grad)]
-    return out, ours_precision(tdt, dp, head_dim=q.shape[-1], interpret=device == "cpu", block_mask=block_mask)
+    pr = ours_precision(tdt, dp, head_dim=q.shape[-1], interpret=device == "cpu", block_mask=block_mask, tiles=tiles)
+    if fused_dq and pr.fused_dq is None:
+        raise ValueError(f"--fused-dq: tiles {tiles} do not run the fused backward at d = {q.shape[-1]}, {dtype}")
+    return out, pr
 
 
 def judge(source, dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, seconds, forward_only=False,
@@ -193,17 +204,19 @@ def judge(source, dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, se
     return Case(source, dtype, dot, family, nk, nq, h, d, seed, seconds + time.time() - t0, tuple(out), causal)
 
 
-def produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma=None, causal: str = "none"):
+def produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma=None, causal: str = "none",
+            fused_dq: bool = False):
     """Arguments of `judge` for one case: the inputs and what the source computed from them."""
     t0 = time.time()
     xs = inputs(family, dtype, nq, nk, h, d, seed)
-    got, precision = run_source(source, device, dtype, dot, *xs, mma=mma, causal=CAUSALS[causal])
-    return (source if mma is None else f"{source}-{mma}", dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, time.time() - t0)
+    got, precision = run_source(source, device, dtype, dot, *xs, mma=mma, causal=CAUSALS[causal], fused_dq=fused_dq)
+    label = source + ("-fused" if fused_dq else "")
+    return (label if mma is None else f"{label}-{mma}", dtype, dot, family, nk, nq, h, d, seed, xs, got, precision, time.time() - t0)
 
 
 def attack(source: str, device: str, dtype: str, dot: str, family: str, nk: int, nq: int, h: int, d: int,
-           seed: int, mma=None, forward_only=False, causal: str = "none") -> Case:
-    return judge(*produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma, causal),
+           seed: int, mma=None, forward_only=False, causal: str = "none", fused_dq: bool = False) -> Case:
+    return judge(*produce(source, device, dtype, dot, family, nk, nq, h, d, seed, mma, causal, fused_dq),
                  forward_only=forward_only, causal=causal)
 
 
@@ -364,6 +377,8 @@ def main(argv=None):
     ap.add_argument("--causal", choices=tuple(CAUSALS), default="none",
                     help="every case under this causal mask (bottom_right: with N_q < N_k each row sees nearly every "
                          "key; top_left sees the first N_q)")
+    ap.add_argument("--fused-dq", action="store_true",
+                    help="the kernel through the fused backward's tiles (head dim 64), on every unbanded call")
     ap.add_argument("--out", default=None)
     ap.add_argument("--table", default=None, help="write the markdown table here as well")
     a = ap.parse_args(argv)
@@ -403,7 +418,7 @@ def main(argv=None):
             for nk, pr, fam, seed in jobs:
                 dt, dot = pr.split(":")
                 report(attack(a.source, a.device, dt, dot, fam, nk, a.nq, a.h, a.d, seed, a.mma, a.forward_only,
-                              a.causal), f)
+                              a.causal, a.fused_dq), f)
         else:  # the source runs here (one GPU), the references and bounds in worker processes
             import multiprocessing as mp
             from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -417,7 +432,8 @@ def main(argv=None):
                 for nk, pr, fam, seed in jobs:
                     dt, dot = pr.split(":")
                     pending.add(pool.submit(judge, *produce(a.source, a.device, dt, dot, fam, nk, a.nq, a.h,
-                                                            a.d, seed, a.mma, a.causal), forward_only=a.forward_only,
+                                                            a.d, seed, a.mma, a.causal, a.fused_dq),
+                                                    forward_only=a.forward_only,
                                             causal=a.causal))
                     while len(pending) > 2 * a.workers:  # keep the inputs in flight bounded
                         done, pending = wait(pending, return_when=FIRST_COMPLETED)

@@ -385,7 +385,7 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
     `flashcheck.proofs.bounds.Precision` the bounds read: tile by tile into the accumulator ("recursive"), the
     measured H100 hardware on the GPU, the CPU's IEEE arithmetic in the interpreter (exp "libm")."""
     from flashcheck.kernels.attention import arithmetic
-    from flashcheck.proofs.bounds import BandForward
+    from flashcheck.proofs.bounds import BandForward, FusedDq
     from flashcheck.proofs.hardware import h100, interpreter
 
     a = arithmetic(dtype, dot_precision, head_dim=head_dim, interpret=interpret, block_mask=block_mask,
@@ -428,6 +428,10 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       long_keys=a.long_keys,
                       # banded calls' own forward tile (kernel_config(band=True)), its rowsum tree from its own record
                       band_forward=forward_tile(a.block_k_band, a.block_q_fwd_band, band=True),
+                      # unbanded calls from this many queries and keys on: dQ summed in the dK/dV kernel (128-key
+                      # partials added in descending order: kernels/gluon_bwd_fused.py)
+                      fused_dq=None if a.fused_dq_keys is None else FusedDq(
+                          queries=a.fused_dq_queries, keys=a.fused_dq_keys, block_k=a.block_k_dq_fused),
                       accumulation="recursive", p_split=a.p_split, delta_from=a.delta_from, l_accumulate=a.l_accumulate,
                       tile_order="partial_first",  # kernels/tiles.py visits a ragged last key tile first
                       hardware=hw, ieee_fma_chain=fma_chain,

@@ -54,7 +54,10 @@ class TileConfig:
     bench/NOTES.md, "Tiles and program order, 2026-11-26d"). gluon (forward only): the forward through
     `gluon_fwd` (Hopper: TMA producer warp, two consumer warpgroups, asynchronous wgmma; block_m = block_n = 128,
     d in {64, 128}) where the call is in its domain (`_gluon_forward`), else `triton_fwd` with the same tiles: the
-    same arithmetic either way (gluon_fwd's docstring)."""
+    same arithmetic either way (gluon_fwd's docstring). fused (the dQ kernel's TileConfig only): dQ's products inside
+    the dK/dV kernel (`gluon_bwd_fused`, Hopper: 128-key partials added in descending key-tile order, another
+    arithmetic than the dQ kernel's: flashcheck.proofs.bounds.FusedDq) for unbanded, unmasked fp16 / bf16 calls at
+    head dim 64 on an sm_90 device (`_fused_runs`); other calls run the dQ kernel with block_m x block_n."""
     block_m: int
     block_n: int
     num_warps: int = 4
@@ -64,9 +67,11 @@ class TileConfig:
     pipeline_qk: bool = False
     heavy_first: bool = False
     gluon: bool = False
+    fused: bool = False
 
 
-_TILE_FIELDS = 9  # ints per TileConfig in KernelConfig.flat()
+_TILE_FIELDS = 10  # ints per TileConfig in KernelConfig.flat()
+_GLUON_AT = 8  # the index of TileConfig.gluon among them
 
 
 @dataclass(frozen=True)
@@ -78,10 +83,10 @@ class KernelConfig:
     dq: TileConfig
 
     def flat(self) -> list[int]:
-        """3 × 9 ints, the form a torch custom op can carry."""
+        """3 × 10 ints, the form a torch custom op can carry."""
         return [int(x) for t in (self.fwd, self.dkdv, self.dq)
                 for x in (t.block_m, t.block_n, t.num_warps, t.num_stages, t.kv_desc,
-                          t.warp_specialize, t.pipeline_qk, t.heavy_first, t.gluon)]
+                          t.warp_specialize, t.pipeline_qk, t.heavy_first, t.gluon, t.fused)]
 
     @staticmethod
     def unflat(xs) -> "KernelConfig":
@@ -116,6 +121,13 @@ def forward_engine() -> str:
 # (bench/NOTES.md, "Session 2026-11-27g"); the backward, with LSE and Delta through the dK/dV kernel's ring, 0.99-1.06x
 # triton_bwd at N = 4k-32k, causal 1.08-1.16x ("Session 2026-11-28", `bench/run.py --grid d64`).
 LONG_KEYS = 4096
+# "auto" (and "gluon") give the fused backward (gluon_bwd_fused: dQ's products inside the dK/dV kernel) to unbanded,
+# unmasked calls at head dim 64 with at least this many queries and keys, measured on the H200 side by side with the
+# two Gluon kernels (bench/fused_threshold.py, bench/NOTES.md "Session 2026-11-28e"): 1.04x at N = 8k, 1.13x at 16k,
+# 1.09x at 32k, 1.02x at N_q = 16k, N_k = 2k; but 0.49x at N_q = 2k, N_k = 16k and 0.14x at N_q = 512, N_k = 32k
+# (each query tile's adds are a chain of N_k / 128 ordered waits: few query tiles leave nothing to run beside it).
+FUSED_QUERIES = 8192
+FUSED_KEYS = 8192
 
 
 def _gluon_asked(engine: str, head_dim: int, n_keys: int | None = None) -> bool:
@@ -129,16 +141,34 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def _fused_asked(head_dim: int, band: bool, n_queries: int | None, n_keys: int | None) -> bool:
+    """Whether kernel_config gives the fused backward's dQ tile (TileConfig.fused) to a call in the Gluon kernels'
+    domain: head dim 64, unbanded, at least FUSED_QUERIES x FUSED_KEYS (n_queries None: a masked call, or unknown),
+    and a process whose CUDA device, if it has one, runs it (`_fused_device`)."""
+    return (head_dim == 64 and not band and n_queries is not None and n_keys is not None
+            and n_queries >= FUSED_QUERIES and n_keys >= FUSED_KEYS and _fused_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _fused_device() -> bool:
+    """No CUDA device (the tiles describe what an sm_90 device runs: compile checks, the bounds' Precision), or an
+    sm_90 one: elsewhere the Gluon tiles run in triton_bwd, whose dQ loop is not the fused kernel's sum."""
+    return not torch.cuda.is_available() or gluon_device()
+
+
 def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None = None,
                   precision: str = "default", band: bool = False, engine: str | None = None,
-                  n_keys: int | None = None) -> KernelConfig:
+                  n_keys: int | None = None, n_queries: int | None = None) -> KernelConfig:
     """Tiles per head dim, dtype, forward precision mode and whether the call is banded (causal, or a window with a
     side given: `_band`) (H100 tuned; the interpreter uses 16 × 16 tiles so that small test shapes still cross
     several tile boundaries). engine: "triton" (triton_fwd, triton_bwd), "gluon" (gluon_fwd, gluon_bwd: fp16 / bf16,
     head dims 64 and 128, precision "default"; other calls keep triton's tiles) or "auto" (gluon at head dim 128,
     and at head dim 64 when n_keys >= LONG_KEYS); None: `forward_engine()`.
-    n_keys: the call's key count (None: fewer than LONG_KEYS). The Gluon tiles are given whatever the device: on one
-    that is not sm_90 (and for calls outside the Gluon kernels' domain) triton_fwd / triton_bwd run them."""
+    n_keys: the call's key count (None: fewer than LONG_KEYS); n_queries: its query count where the call has no dense
+    or block-sparse mask (None: masked, or fewer than FUSED_QUERIES): with both at least FUSED_QUERIES x FUSED_KEYS,
+    an unbanded head-dim-64 call in the Gluon domain gets the fused backward's dQ tile (TileConfig.fused). The Gluon
+    tiles are given whatever the device: on one that is not sm_90 (and for calls outside the Gluon kernels' domain)
+    triton_fwd / triton_bwd run them; the fused dQ tile only where no CUDA device or an sm_90 one (`_fused_device`)."""
     if interpret is None:
         interpret = _interpreting()
     if interpret:
@@ -158,8 +188,11 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
         # d = 64: 128 query rows, a 2-deep ring, 1.04-1.18x the 64-row tile (3 deep: 0.55-1.06x; "Session
         # 2026-11-27h"; bit for bit equal where the band's partial tiles are the same)
         dkdv = TileConfig(128, 128, 8, 2, gluon=True) if bd == 64 else TileConfig(64, 128, 8, 3, gluon=True)
-        # gluon_bwd's dQ: 128 query rows (two warpgroups of 64) x 64 keys, triton_bwd's d = 128 tiles
+        # gluon_bwd's dQ: 128 query rows (two warpgroups of 64) x 64 keys, triton_bwd's d = 128 tiles; or dQ inside
+        # the dK/dV kernel (gluon_bwd_fused: 128 query rows a tile, partials of the program's 128 keys)
         dq = TileConfig(128, 64, 8, 3, heavy_first=True, gluon=True)
+        if _fused_asked(head_dim, band, n_queries, n_keys):
+            dq = TileConfig(128, 128, 8, 2, gluon=True, fused=True)
         return KernelConfig(fwd, dkdv, dq)
     if dtype == torch.float32:  # 4-byte tiles: half the rows for the same shared memory
         if bd <= 64:
@@ -224,7 +257,12 @@ class Arithmetic:
     not, where `kernel_config` gives them one of their own (LONG_KEYS: "auto" at head dim 64, the Gluon kernels);
     None: no such tile; block_q_dq_long, block_k_dkdv_long, block_q_long: those calls' backward outer blocks and
     dK/dV query tile where they differ (the Gluon backward's 128-row dQ and 128-key dK/dV programs, its 128-row dK/dV
-    query tiles at head dim 64; its dQ key tile is triton_bwd's), else None."""
+    query tiles at head dim 64; its dQ key tile is triton_bwd's), else None;
+    fused_dq_queries, fused_dq_keys, block_k_dq_fused: unbanded, unmasked calls with at least this many queries and
+    keys run the fused backward (gluon_bwd_fused: dQ = scale · Σ_j T_j, each T_j one tensor-core chain from zero over
+    a key tile of block_k_dq_fused keys, the T_j added in fp32 in descending tile order: `fused_tiles`), else None
+    (FUSED_QUERIES x FUSED_KEYS under kernel_config's tiles; 1 x 1 under given fused tiles; never in the
+    interpreter). Those calls' dK/dV are the long calls' (block_k_dkdv_long, block_q_long)."""
     input: str
     dot: str
     output: str
@@ -247,6 +285,9 @@ class Arithmetic:
     block_q_dq_long: int | None = None
     block_k_dkdv_long: int | None = None
     block_q_long: int | None = None
+    fused_dq_queries: int | None = None
+    fused_dq_keys: int | None = None
+    block_k_dq_fused: int | None = None
 
 
 def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None = None,
@@ -290,11 +331,22 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
         long_bwd = (long_cfg.dq.block_m, long_cfg.dkdv.block_n, long_cfg.dkdv.block_m)
         if long_bwd == (block_q_dq, block_k_dkdv, block_q):
             long_bwd = None
+    # the fused backward (unbanded, unmasked calls): given fused tiles run it on every such call, kernel_config's
+    # from FUSED_QUERIES x FUSED_KEYS on; its dK/dV tile is then the one of those tiles
+    fused_cfg = tiles or (None if interpret else kernel_config(head_dim or 64, dtype, interpret=False,
+                                                               precision=precision, n_keys=FUSED_KEYS,
+                                                               n_queries=FUSED_QUERIES))
+    fused = None
+    if not interpret and fused_cfg is not None and fused_tiles(fused_cfg, head_dim or 64, dtype):
+        fused = (1, 1) if tiles else (FUSED_QUERIES, FUSED_KEYS)
+        if (fused_cfg.dkdv.block_n, fused_cfg.dkdv.block_m) != ((long_bwd or (0, block_k_dkdv, block_q))[1:]):
+            raise RuntimeError("the fused backward's dK/dV tile is not the long calls' (or the only) one, which no "
+                               "Precision field states per call")
     if block_mask is not None:  # its tile grid is every kernel's (_tiles: dq's block_n is its block_k too)
         block_k, block_q, block_k_dq = block_mask.block_k, block_mask.block_q, block_mask.block_k
         block_q_dq, block_k_dkdv = block_mask.block_q, block_mask.block_k
         block_q_fwd = block_mask.block_q
-        band = long = long_bwd = None
+        band = long = long_bwd = fused = None
     return Arithmetic(input=name, dot=dot, output=name, exp="libm" if interpret else "ex2.approx",
                       block_k=block_k, block_q=block_q, block_k_dq=block_k_dq, block_q_dq=block_q_dq,
                       block_k_dkdv=block_k_dkdv, block_q_fwd=block_q_fwd,
@@ -307,7 +359,10 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
                       long_keys=None if long is None else LONG_KEYS,
                       block_q_dq_long=None if long_bwd is None else long_bwd[0],
                       block_k_dkdv_long=None if long_bwd is None else long_bwd[1],
-                      block_q_long=None if long_bwd is None or long_bwd[2] == block_q else long_bwd[2])
+                      block_q_long=None if long_bwd is None or long_bwd[2] == block_q else long_bwd[2],
+                      fused_dq_queries=None if fused is None else fused[0],
+                      fused_dq_keys=None if fused is None else fused[1],
+                      block_k_dq_fused=None if fused is None else fused_cfg.dq.block_n)
 
 
 def _check_choice(name, value, allowed):
@@ -604,12 +659,14 @@ def _ptr(t: Layout) -> tuple:
 
 
 def _tiles(d: int, dv: int, dtype, block_q, block_k, tiles: list[int], precision: str = "default",
-           interpret: bool | None = None, band: bool = False, engine: str | None = None, n_keys: int | None = None):
+           interpret: bool | None = None, band: bool = False, engine: str | None = None, n_keys: int | None = None,
+           n_queries: int | None = None):
     # a block-sparse mask fixes the tile grid (below): its warps and stages follow the unbanded, short-N table
     cfg = KernelConfig.unflat(tiles) if tiles else kernel_config(max(d, dv), dtype, interpret=interpret,
                                                                  precision=precision, band=band and not block_q,
                                                                  engine=engine,
-                                                                 n_keys=None if block_q else n_keys)
+                                                                 n_keys=None if block_q else n_keys,
+                                                                 n_queries=None if block_q else n_queries)
     if block_q:  # a block-sparse mask fixes the tile grid
         w = cfg.fwd
         # 8 warps are two warpgroups of 64 rows each: only for tiles of 128 rows and more
@@ -680,7 +737,8 @@ def _backward_launches(q, k, v, o, do, grads, has_res, dense, sparse, band, off_
                        tiles: tuple, interpret: bool) -> tuple[Launch, Launch, Launch]:
     B, Hq, nq, d = q.shape
     Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
-    cfg, bd, bdv = _tiles(d, dv, getattr(torch, q.dtype), block_q, block_k, tiles, interpret=interpret, n_keys=nk)
+    cfg, bd, bdv = _tiles(d, dv, getattr(torch, q.dtype), block_q, block_k, tiles, interpret=interpret, n_keys=nk,
+                          n_queries=None if dense is not None or sparse else nq)
     lse = delta = Layout.dense("float32", (B, Hq, nq))
     dq, dk, dv_ = grads
     pre_m = 16 if interpret else 64
@@ -744,6 +802,11 @@ def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask
     if grad and B * Hq * nq * d and k.shape[0] * k.shape[1] * nk * d:
         grads = (q.like(), k.like(), v.like())
         pre, dkdv, dq = backward_launches(q, k, v, o, o, grads, save_res, dense, None, **kw)
+        if asked and dense is None and not band and _fused_shape(d, dv, dtype, nq, nk, (), engine):
+            # the fused backward (on TMA-readable copies where these layouts are not: `_fused_backward`)
+            cfg, _, _ = _tiles(d, dv, dtype, 0, 0, [], interpret=False, engine=engine, n_keys=nk, n_queries=nq)
+            return out + (pre, _gluon_fused_launch(Layout.dense(q.dtype, q.shape), Layout.dense(k.dtype, k.shape),
+                                                   cfg.dkdv))
         if asked:
             g_dkdv, g_dq = _gluon_backward(q, k, v, o, *grads, dense is not None, False, band, (), False, engine)
             dkdv = dkdv if g_dkdv is None else _gluon_dkdv_launch(q, k, band, off_lo, off_hi, g_dkdv)
@@ -769,10 +832,10 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     lse = torch.empty((B, Hq, nq), dtype=torch.float32, device=q.device)
     if o.numel() == 0:
         return o, lse.fill_(float("-inf")), o_res
-    # gluon_fwd where the tiles ask for it (the flag of the forward's TileConfig, flat() index _TILE_FIELDS - 1; or,
+    # gluon_fwd where the tiles ask for it (the flag of the forward's TileConfig, flat() index _GLUON_AT; or,
     # without tiles, the engine kernel_config gives) and the call is in its domain; looked up only then (host time)
     engine = forward_engine()
-    asked = (bool(tiles[_TILE_FIELDS - 1]) if tiles
+    asked = (bool(tiles[_GLUON_AT]) if tiles
              else _gluon_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2]))
     lq, lk = (Layout.of(q), Layout.of(k)) if asked else (None, None)
     gluon = (_gluon_forward(lq, lk, Layout.of(v), dense is not None, bool(sparse), band, p_split, tuple(tiles),
@@ -838,10 +901,22 @@ def _gluon_backward(q: Layout, k: Layout, v: Layout, do: Layout, dq: Layout, dk:
     if interpret or has_dense or sparse or not _gluon_tensors(q, k, v, do, dq, dk, dv):
         return None, None
     cfg, _, _ = _tiles(q.shape[3], v.shape[3], getattr(torch, q.dtype), 0, 0, list(tiles), interpret=False,
-                       band=band, engine=engine, n_keys=k.shape[2])
+                       band=band, engine=engine, n_keys=k.shape[2], n_queries=q.shape[2])
     a, b = cfg.dkdv, cfg.dq
+    if b.fused and (band or not fused_tiles(cfg, q.shape[3], q.dtype)):
+        b = replace(b, fused=False)  # the dQ kernel with these tiles (the Precision's for_call says the same)
     return (a if a.gluon and a.block_n == 128 and a.block_m in (32, 64, 128) else None,
             b if b.gluon and b.block_m == 128 and b.block_n in (64, 128) else None)
+
+
+def fused_tiles(cfg: KernelConfig, head_dim: int, dtype) -> bool:
+    """Whether tiles `cfg` run the fused backward (gluon_bwd_fused) on the unbanded, unmasked calls of this head dim
+    and dtype (fp16 / bf16 names or torch dtypes): a fused dQ tile of 128 x 128 over gluon_bwd's d = 64 dK/dV tile
+    (128 x 128, two warpgroups), at head dim 64. `arithmetic` states the same (Arithmetic.fused_dq_keys)."""
+    name = _DTYPES.get(dtype, dtype)
+    return (cfg.dq.fused and (cfg.dq.block_m, cfg.dq.block_n) == (128, 128) and cfg.dkdv.gluon
+            and (cfg.dkdv.block_m, cfg.dkdv.block_n) == (128, 128) and head_dim == 64
+            and name in ("float16", "bfloat16"))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -1031,9 +1106,13 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
     # gluon_bwd's kernels where their tiles ask for it (the dkdv and dq TileConfigs' flags in flat(); or, without
     # tiles, the engine kernel_config gives) and the backward is in their domain; looked up only then (host time)
     engine = forward_engine()
-    asked = (bool(tiles[2 * _TILE_FIELDS - 1] or tiles[3 * _TILE_FIELDS - 1]) if tiles
+    asked = (bool(tiles[_TILE_FIELDS + _GLUON_AT] or tiles[2 * _TILE_FIELDS + _GLUON_AT]) if tiles
              else _gluon_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2]))
     g_dkdv, g_dq = None, None
+    if asked and _fused_call(q, k, v, dense, sparse, band, tuple(tiles), engine):
+        # the fused backward's sum is what the Precision states for this call: it runs, on TMA-readable copies of
+        # the inputs where a stride or base is not (never triton_bwd's dQ loop, another sum)
+        return _fused_backward(q, k, v, do, lse, delta, scale, tuple(tiles), engine, dq, dk, dv_)
     if asked and _gluon_device(q.device):
         lays = tuple(Layout.of(t) for t in (q, k, v, do, dq, dk, dv_))
         g_dkdv, g_dq = _gluon_backward(*lays, dense is not None, bool(sparse), band, tuple(tiles), _interpreting(),
@@ -1060,6 +1139,69 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
     else:
         _launch(attn_bwd_dq_kernel, dq_launch, q, k, v, do, lse, delta, dq, mask_t, num, idx, fnum, fidx, scale)
     return dq, dk, dv_
+
+
+def _fused_call(q, k, v, dense, sparse, band: bool, tiles: tuple, engine: str) -> bool:
+    """Whether this backward runs the fused kernel (gluon_bwd_fused): its tiles (given, or kernel_config's for this
+    call) fused (`fused_tiles`), unbanded, no dense or block-sparse mask, not in the interpreter; on a device that
+    is not sm_90 such tiles are refused (ValueError), since triton_bwd's dQ loop is another sum than the one they
+    state."""
+    if band or dense is not None or sparse or _interpreting():
+        return False
+    if not _fused_shape(q.shape[3], v.shape[3], q.dtype, q.shape[2], k.shape[2], tiles, engine):
+        return False
+    if not _gluon_device(q.device):
+        raise ValueError("tiles: a fused dQ tile (TileConfig.fused) runs on an sm_90 device only (gluon_bwd_fused), "
+                         f"got a {q.device} tensor")
+    return True
+
+
+@functools.lru_cache(maxsize=1024)
+def _fused_shape(d: int, dv: int, dtype, nq: int, nk: int, tiles: tuple, engine: str) -> bool:
+    """`fused_tiles` of the tiles an unbanded, unmasked call of this shape runs (given, or kernel_config's)."""
+    cfg, _, _ = _tiles(d, dv, dtype, 0, 0, list(tiles), interpret=False, engine=engine, n_keys=nk, n_queries=nq)
+    return dv == d and fused_tiles(cfg, d, dtype)
+
+
+def _fused_backward(q, k, v, do, lse, delta, scale, tiles: tuple, engine: str, dq, dk, dv):
+    """(dQ, dK, dV) of the fused backward (kernels/gluon_bwd_fused.py) into dq, dk, dv where TMA can write them (else
+    new contiguous tensors), from TMA-readable copies of q, k, v, do where a stride or base is not: dK, dV from its
+    dK/dV part, dQ summed in a zeroed fp32 accumulator by TMA reduce-adds in descending key-tile order under
+    per-(head, query tile) counters, then dQ = fl32(acc · scale) rounded into the input format."""
+    from flashcheck.kernels import gluon_bwd, gluon_bwd_fused, gluon_fwd
+
+    q, k, v, do = (x if _gluon_tensors(Layout.of(x)) else x.contiguous() for x in (q, k, v, do))
+    dq, dk, dv = (x if _gluon_tensors(Layout.of(x)) else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+                  for x in (dq, dk, dv))
+    B, Hq, nq, d = q.shape
+    cfg, _, _ = _tiles(d, d, q.dtype, 0, 0, list(tiles), interpret=False, engine=engine, n_keys=k.shape[2],
+                       n_queries=nq)
+    t = cfg.dkdv
+    launch = _gluon_fused_launch(Layout.of(q), Layout.of(k), t)
+    acc = torch.zeros((B * Hq, nq, d), dtype=torch.float32, device=q.device)
+    sem = torch.zeros(B * Hq * triton.cdiv(nq, t.block_m), dtype=torch.int32, device=q.device)
+    half = t.block_n // 2
+    _launch(gluon_bwd_fused.attn_bwd_fused_gluon_kernel, launch, gluon_fwd.descriptor(q, t.block_m),
+            gluon_fwd.descriptor(k, half), gluon_fwd.descriptor(v, half), gluon_fwd.descriptor(do, t.block_m),
+            gluon_fwd.descriptor(dk, half), gluon_fwd.descriptor(dv, half),
+            gluon_bwd.rows_descriptor(_per_row(lse), t.block_m), gluon_bwd.rows_descriptor(_per_row(delta), t.block_m),
+            gluon_bwd_fused.dq_acc_descriptor(acc), sem, scale)
+    # dQ = scale · Σ_j T_j: one fp32 product (the kernels' fp32 sm_scale), then the rounding into the input format
+    torch.mul(acc, scale, out=acc)
+    dq.copy_(acc.view(B, Hq, nq, d))
+    return dq, dk, dv
+
+
+@functools.lru_cache(maxsize=1024)
+def _gluon_fused_launch(q: Layout, k: Layout, t: TileConfig) -> Launch:
+    """gluon_bwd_fused's launch over the dK/dV tile t: eight TMA descriptors as gluon_bwd's dK/dV launch, the fp32
+    accumulator's, the counters (one int32 per head and query tile of t.block_m rows), then sm_scale."""
+    B, Hq, nq, d = q.shape
+    Hkv, nk = k.shape[1], k.shape[2]
+    return Launch("attn_bwd_fused_gluon_kernel", (triton.cdiv(nk, t.block_n), B * Hkv),
+                  ((q.dtype, True),) * 6 + (("float32", True),) * 3 + (("int32", True),), (nq, nk, Hkv),
+                  (("GROUP", Hq // Hkv), ("HEAD_D", d), ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n),
+                   ("STAGES", t.num_stages)), 4, None)
 
 
 # --------------------------------------------------------------------------- custom ops

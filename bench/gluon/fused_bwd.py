@@ -1,6 +1,6 @@
-"""Prototype (bench only, not a kernel of the product): the backward in one Gluon kernel with 5 tensor-core products
-a tile pair, dQ's key-tile partials added into global memory in a fixed order (issue 10; bench/NOTES.md, "Session
-2026-11-28b").
+"""Prototype (bench only; one variant of it is the product's kernels/gluon_bwd_fused.py): the backward in one Gluon
+kernel with 5 tensor-core products a tile pair, dQ's key-tile partials added into global memory in a fixed order
+(issue 10; bench/NOTES.md, "Session 2026-11-28b").
 
 Today's backward is two kernels (kernels/gluon_bwd.py): dK/dV (Sᵀ, dPᵀ, dV += Pᵀ dO, dK += dSᵀ Q) and dQ (S, dP
 again, dQ += dS K): 7 products where FA3 and cuDNN do 5, because the issue keeps the backward deterministic and
@@ -42,7 +42,9 @@ the two products it saves. Not taken as measured. FA3 hands the add to TMA's red
 DQ_MODE 5 (`tma_unordered`, Triton 3.6 through its builder's op, `_tma_reduce_add`) and its ordered form, WRITER
 with DQ_MODE 6 (`tma_ordered`, `_dq_tma_writer`; `--check`'s `fused_tma`) or 7 (two stage slots, d = 64 only:
 `fused_tma2`). Measured on the H200 ("Session 2026-11-28d"): right on every check cell, dQ bit for bit the ordered
-read-add-write's; 1.09-1.10x the product at d = 64 N = 16k unmasked, 0.69-0.97x everywhere else. Not taken.
+read-add-write's; 1.09-1.10x the product at d = 64 N = 16k unmasked, 0.69-0.97x everywhere else. `fused_tma2` at
+d = 64, unbanded, is the product's fused backward since 2026-11-28e (kernels/gluon_bwd_fused.py, its TMA helpers
+imported here; kernel_config gives it from N_q, N_k >= 8192: bench/fused_threshold.py).
 
     PYTHONPATH=$PWD python3 bench/gluon/fused_bwd.py --compile          # CPU: spills and HGMMA counts, sm_90
     PYTHONPATH=$PWD python3 bench/gluon/fused_bwd.py --check --time     # H100: against gluon_bwd, then timed
@@ -69,30 +71,11 @@ from flashcheck.kernels.gluon_bwd import HALF_N, _producer, _query_tiles  # noqa
 from flashcheck.kernels.gluon_fwd import CONSUMER_REGS, LOG2E, _tma_store, barriers, inner_start  # noqa: E402
 from flashcheck.kernels.tiles import full_start, partial_start  # noqa: E402
 
-_thread_barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # renamed between Triton 3.6 and 3.9
-
-if hasattr(tma, "async_atomic_add"):  # Triton 3.9's Gluon
-    _tma_reduce_add = tma.async_atomic_add
-else:  # Triton 3.6: the op and its builder exist (nvidia_gpu AsyncTMAReduceOp), the Gluon wrapper does not
-    from triton._C.libtriton import ir as _ir
-    from triton.experimental.gluon.language._core import builtin as _builtin
-
-    @_builtin
-    def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
-        """cp.reduce.async.bulk.tensor .add: shared memory `src` added into the global tile at `coord` by the TMA
-        unit (the add done in L2, fp32 here)."""
-        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
-        _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
-                                                  src.handle)
-# shared_memory_descriptor's `_reinterpret` (Triton 3.6) is `reinterpret` in 3.9
-NEW_REINTERPRET: gl.constexpr = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
-DS_SLOTS: gl.constexpr = gl.constexpr(2)  # dSᵀ buffers: tile it writes slot it % 2 while tile it − 1's dQ reads
-
-
-def dq_desc_layout():
-    """DQdesc's shared layout: fp32, unswizzled (a 64-column fp32 row is 256 bytes, over the 128-byte swizzle's span);
-    the TMA reduce-add's source."""
-    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)
+# the TMA reduce-add (a shim on Triton 3.6), the fixed order's wait, release and completion, shared with the product's
+# fused kernel (kernels/gluon_bwd_fused.py: this file's `fused_tma2` at d = 64, unbanded)
+from flashcheck.kernels.gluon_bwd_fused import (DS_SLOTS, NEW_REINTERPRET, _bulk_complete, _proxy_fence,  # noqa: E402
+                                                _release, _thread_barrier, _tma_reduce_add, _wait_turn,
+                                                dq_stage_layout)
 
 
 @gluon.constexpr_function
@@ -127,15 +110,6 @@ def _dq_turn(Sem, bh, start_m, start_n, Nq, Nk, off_lo, off_hi, BAND: gl.constex
 
 
 @gluon.jit
-def _wait_turn(counter, target):
-    """Until `counter` reaches `target` (acquire): one thread's ld.acquire.gpu, shared with the others through shared
-    memory and a partition-local bar.sync (Triton's lowering of a scalar atomic)."""
-    seen = gl.atomic_add(counter, 0, sem="acquire")
-    while seen < target:
-        seen = gl.atomic_add(counter, 0, sem="acquire")
-
-
-@gluon.jit
 def _add_in_place(part, DQacc, DQ, offs, inside, rank, last, sm_scale):
     """One contributor's add into dQ's tile, its turn come (DQacc, DQ point at the tile's first element, `offs` 32-bit):
     the contributors' sum so far read back unless it is the first (from L2: `.cg`, L1 is not coherent), then the new
@@ -146,12 +120,6 @@ def _add_in_place(part, DQacc, DQ, offs, inside, rank, last, sm_scale):
         gl.store(DQ + offs, (part * sm_scale).to(DQ.dtype.element_ty), mask=inside)
     else:
         gl.store(DQacc + offs, part, mask=inside)
-
-
-@gluon.jit
-def _release(counter):
-    _thread_barrier()  # every thread's stores before the release
-    gl.atomic_add(counter, 1, sem="release")
 
 
 @gluon.jit
@@ -247,22 +215,6 @@ def _writer(DQacc, DQ, Sem, DQdesc, dq_stage, stage_full, stage_free, sm_scale, 
     else:
         _dq_writer(DQacc, DQ, Sem, dq_stage, stage_full, stage_free, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk,
                    off_lo, off_hi, GROUP, HEAD_D, BLOCK_N, BLOCK_M, BAND)
-
-
-@gluon.jit
-def _bulk_complete(x):
-    """Until this thread's bulk copies have completed, their writes performed (`cp.async.bulk.wait_group 0`, not the
-    `.read` form `tma.store_wait` lowers to), then a proxy fence between them (async proxy) and the generic proxy's
-    release that follows. `x`: any scalar (inline asm wants an argument); returns 0."""
-    return gl.inline_asm_elementwise("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;\n\tmov.u32 $0, 0;",
-                                     "=r,r", [x], dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
-def _proxy_fence(x):
-    """fence.proxy.async.global: the acquire just made (generic proxy) ordered before the TMA's global accesses."""
-    return gl.inline_asm_elementwise("fence.proxy.async.global;\n\tmov.u32 $0, 0;", "=r,r", [x], dtype=gl.int32,
-                                     is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -613,7 +565,7 @@ def compile_fused(dtype: str, d: int, band: bool, group: int, block_m: int, stag
     short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
     rows, cols = dq_share.fn(d, block_m) if hasattr(dq_share, "fn") else dq_share(d, block_m)
     extra = [("DQacc", "*fp32"), ("DQ", f"*{short}"), ("Sem", "*i32"),
-             ("DQdesc", f"tensordesc<fp32[1, {rows}, {cols}],{dq_desc_layout()!r}>")]
+             ("DQdesc", f"tensordesc<fp32[1, {rows}, {cols}],{dq_stage_layout()!r}>")]
     return _compile_gluon(attn_bwd_fused_gluon_kernel, dict(sig[:at] + extra + sig[at:]),
                           dict(GROUP=group, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=128, STAGES=stages, BAND=band,
                                WRITER=writer, DQ_MODE=dq_mode))
@@ -709,7 +661,7 @@ def launchers(q, k, v, do, causal=False, window=None):
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     share = dq_share.fn(d, t.block_m)
     acc3 = acc.view(B * Hq, n, d)
-    dq_desc = TensorDescriptor(acc3, list(acc3.shape), list(acc3.stride()), [1, *share], dq_desc_layout())
+    dq_desc = TensorDescriptor(acc3, list(acc3.shape), list(acc3.stride()), [1, *share], dq_stage_layout())
 
     def fused(writer=False, dq_mode=0):
         sem = torch.zeros(B * Hq * n_qt, device="cuda", dtype=torch.int32)

@@ -1,0 +1,312 @@
+"""The FlashAttention-2 backward in one Gluon kernel for Hopper (sm_90), head dim 64, unbanded calls: gluon_bwd's dK/dV
+kernel with dQ's products inside it, five tensor-core products a tile pair where the two kernels do seven (the
+default for long unbanded d = 64 calls: kernel_config's "auto" engine, `FUSED_QUERIES` x `FUSED_KEYS`).
+
+Why (bench/NOTES.md, "Session 2026-11-28d" and after): at d = 64 the backward is limited by its elementwise work, and
+the dQ kernel recomputes S, P, dP and dS for every tile pair. Here the dK/dV kernel's dSᵀ (already rounded into the
+input format as dK's operand) is also the A operand of dQ's partial over the program's 128 keys. Measured on an H200
+side by side with the two kernels (bench/fused_threshold.py): 1.04x at N = 8k, 1.13x at 16k, 1.09x at 32k; but 0.49x
+at N_q = 2k, N_k = 16k and 0.14x at N_q = 512, N_k = 32k (below).
+
+What it computes. dK and dV: gluon_bwd's dK/dV kernel's arithmetic, the same instructions in the same order (bit for
+bit its outputs). dQ, for each query row i and column c:
+- per key tile j of the program's 128 keys, T_j[i, c] = Σ_{key in tile j} dS[i, key] K[key, c]: ONE wgmma chain from
+  zero over the 128 keys (eight k16 steps; keys past N_k are TMA's zeros with P = 0, so exact zeros);
+- the T_j added into a zeroed fp32 accumulator in global memory in DESCENDING key-tile order (the last tile first:
+  that first add is exact), one fp32 addition each, by the TMA unit's reduce-add (`cp.reduce.async.bulk.tensor .add`,
+  done in L2);
+- dQ = fl32(acc · scale), rounded into the input format (the launcher: kernels/attention.py).
+The order is fixed whatever the timing (deterministic, run to run bit for bit): a counter per (head, query tile) in
+global memory says how many key tiles have added; the writer warp of key tile j waits (acquire) until the n_kt − 1 − j
+higher tiles have, issues its two reduce-adds, waits until they are performed and releases the counter. Programs take
+the key tiles from the highest one (program 0 runs tile n_kt − 1), so a program waits only on programs launched
+before it: no deadlock on a grid larger than the GPU. Each query tile's adds are a chain of n_kt waits: with few
+query tiles and many key tiles nothing runs beside the chain (the 0.14x above), hence the launcher's threshold on
+both N_q and N_k. The Precision states this sum (flashcheck.proofs.bounds.FusedDq: 128-key partials, blocked).
+
+Partitions (gl.warp_specialize):
+- two consumer warpgroups (gluon_bwd's), 64 keys each: Sᵀ, dPᵀ, Pᵀ, dV += Pᵀ dO, dSᵀ, dK += dSᵀ Q; each writes its 64
+  rows of dSᵀ into a shared two-slot buffer [128 keys, 128 queries] and, once both halves are there (mbarrier
+  `ds_full`), computes its half of the query tile's rows of the partial (A = dSᵀ's column half from shared memory,
+  B = the program's K: 64 x 64 fp32, 32 registers a thread) and stages it (fp32) in one of two stage slots;
+- gluon_bwd's producer warp (K, V once; then the (Q, dO) ring with LSE's and Δ's slices);
+- the writer warp: the fixed order's waits and the TMA reduce-adds (no data in its registers).
+
+Domain: fp16 / bf16, d = dv = 64, no band, no dense or block-sparse mask, TMA-readable strides (gluon_bwd's).
+"""
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                             warpgroup_mma_wait)
+
+from flashcheck.kernels.gluon_bwd import HALF_N, _producer, _query_tiles
+from flashcheck.kernels.gluon_fwd import CONSUMER_REGS, LOG2E, _tma_store, barriers, cached_descriptor, inner_start
+from flashcheck.kernels.tiles import full_start, partial_start
+
+_thread_barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # renamed between Triton 3.6 and 3.9
+
+if hasattr(tma, "async_atomic_add"):  # Triton 3.9's Gluon
+    _tma_reduce_add = tma.async_atomic_add
+else:  # Triton 3.6: the op and its builder exist (nvidia_gpu AsyncTMAReduceOp), the Gluon wrapper does not
+    from triton._C.libtriton import ir as _ir
+    from triton.experimental.gluon.language._core import builtin as _builtin
+
+    @_builtin
+    def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+        """cp.reduce.async.bulk.tensor .add: shared memory `src` added into the global tile at `coord` by the TMA
+        unit (the add done in L2, fp32 here)."""
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
+                                                  src.handle)
+
+# shared_memory_descriptor's `_reinterpret` (Triton 3.6) is `reinterpret` in 3.9
+NEW_REINTERPRET: gl.constexpr = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
+DS_SLOTS: gl.constexpr = gl.constexpr(2)  # dSᵀ buffers: tile it writes slot it % 2 while tile it − 1's dQ reads
+STAGE_SLOTS: gl.constexpr = gl.constexpr(2)  # fp32 partial stages: the consumers run a tile ahead of the writer
+BLOCK_M_FUSED = 128  # query rows a tile (gluon_bwd's d = 64 dK/dV tile): the counters count tiles of this height
+BLOCK_N_FUSED = 128  # keys a program: the partials' key tile (FusedDq.block_k)
+
+
+def dq_stage_layout():
+    """The fp32 partial's shared layout, unswizzled (a 64-column fp32 row is 256 bytes, over the 128-byte swizzle's
+    span): the TMA reduce-add's source, and the accumulator descriptor's layout."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)
+
+
+def dq_acc_descriptor(acc):
+    """The host-side TMA descriptor of the fp32 dQ accumulator viewed as (B·H, N_q, 64): boxes of one head's 64 rows
+    (one consumer warpgroup's half of a query tile)."""
+    return cached_descriptor(acc, [1, BLOCK_M_FUSED // 2, acc.shape[-1]], dq_stage_layout())
+
+
+@gluon.jit
+def _wait_turn(counter, target):
+    """Until `counter` reaches `target` (acquire): one thread's ld.acquire.gpu, shared with the others through shared
+    memory and a partition-local bar.sync (Triton's lowering of a scalar atomic)."""
+    seen = gl.atomic_add(counter, 0, sem="acquire")
+    while seen < target:
+        seen = gl.atomic_add(counter, 0, sem="acquire")
+
+
+@gluon.jit
+def _release(counter):
+    _thread_barrier()  # every thread's part done before the release
+    gl.atomic_add(counter, 1, sem="release")
+
+
+@gluon.jit
+def _bulk_complete(x):
+    """Until this thread's bulk copies have completed, their writes performed (`cp.async.bulk.wait_group 0`, not the
+    `.read` form `tma.store_wait` lowers to), then a proxy fence between them (async proxy) and the generic proxy's
+    release that follows. `x`: any scalar (inline asm wants an argument); returns 0."""
+    return gl.inline_asm_elementwise("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;\n\tmov.u32 $0, 0;",
+                                     "=r,r", [x], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _proxy_fence(x):
+    """fence.proxy.async.global: the acquire just made (generic proxy) ordered before the TMA's global accesses."""
+    return gl.inline_asm_elementwise("fence.proxy.async.global;\n\tmov.u32 $0, 0;", "=r,r", [x], dtype=gl.int32,
+                                     is_pure=False, pack=1)
+
+
+@gluon.jit
+def _writer(Sem, acc_desc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
+            GROUP: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr):
+    # one warp: each tile's two staged partials added by the TMA unit in the fixed order: its turn come (the n_kt − 1 −
+    # j higher key tiles have added), the reduce-adds issued, waited for until performed, then the counter released
+    ROWS: gl.constexpr = BLOCK_M // 2
+    n_kt = (Nk + BLOCK_N - 1) // BLOCK_N
+    rank = n_kt - 1 - start_n // BLOCK_N
+    n_qt = (Nq + BLOCK_M - 1) // BLOCK_M
+    it = 0
+    for g in range(GROUP):
+        off_h, n_partial, n_tiles, lo, f_lo, f_hi = _query_tiles(off_hkv, g, GROUP, start_n, Nq, Nk, 0, 0, False,
+                                                                 BLOCK_N, BLOCK_M)
+        bh = off_b * Hq + off_h
+        for t in range(n_tiles):
+            start_m = inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M)  # the consumers' order
+            counter = Sem + bh * n_qt + start_m // BLOCK_M
+            s = it % STAGE_SLOTS
+            mbarrier.wait(stage_full.index(s), (it // STAGE_SLOTS) & 1)
+            _wait_turn(counter, rank)
+            _proxy_fence(bh)
+            for w in gl.static_range(2):
+                _tma_reduce_add(acc_desc, [bh, start_m + w * ROWS, 0], dq_stage.index(2 * s + w))
+            _bulk_complete(bh)
+            mbarrier.arrive(stage_free.index(s))
+            _release(counter)
+            it += 1
+
+
+@gluon.jit
+def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready, do_ready,
+          tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, keys, start_m, qk_scale2, Nq, Nk,
+          WG: gl.constexpr, MASKED: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+          STAGES: gl.constexpr, s_layout: gl.constexpr, a_layout: gl.constexpr, dq_layout: gl.constexpr):
+    """gluon_bwd `_ring_tile` (the same dK, dV arithmetic) plus this warpgroup's half of dQ's partial over the
+    program's keys, staged for the writer."""
+    dtype: gl.constexpr = q_ring.dtype
+    slot = it % STAGES
+    phase = (it // STAGES) & 1
+    mbarrier.wait(q_ready.index(slot), phase)
+    mbarrier.wait(do_ready.index(slot), phase)
+    q_smem = q_ring.index(slot).reshape([BLOCK_M, HEAD_D])
+    do_smem = do_ring.index(slot).reshape([BLOCK_M, HEAD_D])
+    s_zero = gl.zeros([HALF_N, BLOCK_M], gl.float32, s_layout)
+    # Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, issued together
+    sT = warpgroup_mma(k_smem, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    dpT = warpgroup_mma(v_smem, do_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    lse = lse_ring.index(slot).reshape([BLOCK_M]).load(gl.SliceLayout(0, s_layout))
+    sT = warpgroup_mma_wait(1, deps=(sT, ))
+    # Pᵀ = exp2(min(S2ᵀ − LSE2, 0))   /   p[i,j] = 2^min(s2[i,j] − lse[i]·log2 e, 0)
+    pT = gl.exp2(gl.minimum(sT * qk_scale2 - (lse * LOG2E)[None, :], 0.0))
+    if MASKED:  # unbanded: only the ragged tiles' rows past Nq and keys past Nk are invisible
+        queries = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+        pT = gl.where((queries[None, :] < Nq) & (keys[:, None] < Nk), pT, 0.0)
+    # dV = Pᵀ dO   /   dv[j,c] += Σ_i p[i,j] dO[i,c]
+    p_op = gl.convert_layout(pT.to(dtype), a_layout)
+    dv = warpgroup_mma(p_op, do_smem, dv, is_async=True)
+    dpT = warpgroup_mma_wait(1, deps=(dpT, ))
+    delta = delta_ring.index(slot).reshape([BLOCK_M]).load(gl.SliceLayout(0, s_layout))
+    # dS = P ∘ (dP − Δ)   /   dS[i,j] = P[i,j] * (dP[i,j] − Δ[i]), rounded into the input format (dK's and dQ's
+    # operand)
+    ds16 = (pT * (dpT - delta[None, :])).to(dtype)
+    # dSᵀ's 64 rows of this warpgroup into the shared slot (its previous use's dQ products done with it)
+    b = it % DS_SLOTS
+    b_phase = (it // DS_SLOTS) & 1
+    mbarrier.wait(ds_free.index(b), b_phase ^ 1)  # fresh barrier: the first round never waits
+    ds_buf = ds_smem.index(b)
+    ds_buf.slice(WG * HALF_N, HALF_N, dim=0).store(ds16)
+    fence_async_shared()
+    mbarrier.arrive(ds_full.index(b))
+    # dK = dSᵀ Q (scale applied once at the end)   /   dk[j,c] += Σ_i dS[i,j] q[i,c]
+    ds_op = gl.convert_layout(ds16, a_layout)
+    dk = warpgroup_mma(ds_op, q_smem, dk, is_async=True)
+    # dQ's partial over the program's 128 keys, this warpgroup's half of the rows: one chain from zero
+    #   T = dS K   /   T[i,c] = Σ_{j in the program's keys} dS[i,j] k[j,c]
+    mbarrier.wait(ds_full.index(b), b_phase)
+    ROWS: gl.constexpr = BLOCK_M // 2
+    dq_zero = gl.zeros([ROWS, HEAD_D], gl.float32, dq_layout)
+    dq = warpgroup_mma(ds_buf.slice(WG * ROWS, ROWS, dim=1).permute((1, 0)), k_all, dq_zero, use_acc=False,
+                       is_async=True)
+    dv, dk, dq, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv, dk, dq, p_op, ds_op))
+    mbarrier.arrive(ds_free.index(b))
+    mbarrier.arrive(tile_free.index(slot))
+    # the TMA's source: this warpgroup's own [ROWS, d] stage in slot it % STAGE_SLOTS, once the writer's adds from
+    # that slot have completed
+    s = it % STAGE_SLOTS
+    mbarrier.wait(stage_free.index(s), ((it // STAGE_SLOTS) & 1) ^ 1)
+    dq_stage.index(2 * s + WG).reshape([ROWS, HEAD_D]).store(dq)
+    fence_async_shared()
+    mbarrier.arrive(stage_full.index(s))
+    return dk, dv
+
+
+@gluon.jit
+def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
+              kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, sm_scale,
+              off_b, off_hkv, start_n, Nq, Nk, GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
+              BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_M, 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, HEAD_D, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    k_smem = k_halves.index(WG).reshape([HALF_N, HEAD_D])
+    v_smem = v_halves.index(WG).reshape([HALF_N, HEAD_D])
+    # dQ's B operand over the program's 128 keys: at d = 64 both halves are one [BLOCK_N, d] tile (a row is one
+    # 128-byte swizzle atom, which repeats every 8 rows: the same bytes)
+    k_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_D], k_halves.dtype)
+    if NEW_REINTERPRET:
+        k_all = k_halves.reinterpret(k_halves.dtype, [BLOCK_N, HEAD_D], k_layout)
+    else:
+        k_all = k_halves._reinterpret(k_halves.dtype, [BLOCK_N, HEAD_D], k_layout)
+    keys = start_n + WG * HALF_N + gl.arange(0, HALF_N, layout=gl.SliceLayout(1, s_layout))
+    dk = gl.zeros([HALF_N, HEAD_D], gl.float32, acc_layout)
+    dv = gl.zeros([HALF_N, HEAD_D], gl.float32, acc_layout)
+    qk_scale2 = sm_scale * LOG2E
+    mbarrier.wait(kv_ready, 0)
+    it = 0
+    for g in range(GROUP):  # GQA: dK, dV of kv head h sum over its query heads, in turn
+        off_h, n_partial, n_tiles, lo, f_lo, f_hi = _query_tiles(off_hkv, g, GROUP, start_n, Nq, Nk, 0, 0, False,
+                                                                 BLOCK_N, BLOCK_M)
+        # the partial tiles (masked), then the full ones: gluon_bwd's two loops
+        for t in range(0, n_partial):
+            dk, dv = _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready,
+                           do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, keys,
+                           partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M), qk_scale2, Nq, Nk, WG, True,
+                           BLOCK_M, HEAD_D, STAGES, s_layout, a_layout, acc_layout)
+            it += 1
+        for t in range(0, n_tiles - n_partial):
+            dk, dv = _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready,
+                           do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, keys,
+                           full_start(t, None, f_lo, False, BLOCK_M), qk_scale2, Nq, Nk, WG, False, BLOCK_M, HEAD_D,
+                           STAGES, s_layout, a_layout, acc_layout)
+            it += 1
+    dk = dk * sm_scale
+    dtype: gl.constexpr = k_halves.dtype
+    # the other warpgroup's dQ products read both K halves until its last tile: wait for its last ds_free arrival
+    # before this half is overwritten with dK
+    if it > 0:
+        last = it - 1
+        mbarrier.wait(ds_free.index(last % DS_SLOTS), (last // DS_SLOTS) & 1)
+    k_smem.store(dk.to(dtype))
+    v_smem.store(dv.to(dtype))
+    fence_async_shared()
+    _tma_store(dk_desc, [off_b, off_hkv, start_n + WG * HALF_N, 0], k_halves.index(WG))
+    _tma_store(dv_desc, [off_b, off_hkv, start_n + WG * HALF_N, 0], v_halves.index(WG))
+    tma.store_wait(0)
+
+
+@gluon.jit
+def attn_bwd_fused_gluon_kernel(
+    q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc, acc_desc, Sem,
+    sm_scale, Nq, Nk, Hkv,
+    GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+):
+    gl.static_assert(BLOCK_N == 2 * HALF_N, "two consumer warpgroups of HALF_N keys each")
+    gl.static_assert(HEAD_D == 64, "head dim 64: two stage slots of fp32 partials fit in shared memory there only")
+    gl.static_assert(BLOCK_M == 2 * HALF_N, "each warpgroup's dQ share is half of a 128-row query tile")
+    n_kt = (Nk + BLOCK_N - 1) // BLOCK_N
+    start_n = (n_kt - 1 - gl.program_id(0)) * BLOCK_N  # the highest key tile first: waits go to earlier programs
+    pid_bh = gl.program_id(1)
+    off_b = pid_bh // Hkv
+    off_hkv = pid_bh % Hkv
+    Hq = Hkv * GROUP
+
+    dtype: gl.constexpr = q_desc.dtype
+    k_halves = gl.allocate_shared_memory(dtype, [2, 1, 1, HALF_N, HEAD_D], k_desc.layout)
+    v_halves = gl.allocate_shared_memory(dtype, [2, 1, 1, HALF_N, HEAD_D], v_desc.layout)
+    q_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], q_desc.layout)
+    do_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_D], do_desc.layout)
+    lse_ring = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], lse_desc.layout)
+    delta_ring = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], delta_desc.layout)
+    ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
+    ds_smem = gl.allocate_shared_memory(dtype, [DS_SLOTS, BLOCK_N, BLOCK_M], ds_layout)
+    # each warpgroup's fp32 partial [64, d] in each stage slot (index 2 · slot + warpgroup): 64 KB
+    dq_stage = gl.allocate_shared_memory(gl.float32, [2 * STAGE_SLOTS, 1, BLOCK_M // 2, HEAD_D], acc_desc.layout)
+    kv_ready = barriers(1, 1).index(0)
+    q_ready = barriers(STAGES, 1)
+    do_ready = barriers(STAGES, 1)
+    tile_free = barriers(STAGES, 2)
+    ds_full = barriers(DS_SLOTS, 2)  # both warpgroups' dSᵀ rows written
+    ds_free = barriers(DS_SLOTS, 2)  # both warpgroups' dQ products done reading the slot
+    stage_full = barriers(STAGE_SLOTS, 2)  # both warpgroups' partials staged in the slot
+    stage_free = barriers(STAGE_SLOTS, 1)  # the writer's adds from the slot have completed
+    fence_async_shared()
+
+    gl.warp_specialize([
+        (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
+                     kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free,
+                     sm_scale, off_b, off_hkv, start_n, Nq, Nk, GROUP, HEAD_D, BLOCK_N, BLOCK_M, STAGES)),
+        (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
+                     kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free,
+                     sm_scale, off_b, off_hkv, start_n, Nq, Nk, GROUP, HEAD_D, BLOCK_N, BLOCK_M, STAGES)),
+        (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
+                     lse_ring, delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
+                     0, 0, GROUP, False, BLOCK_N, BLOCK_M, STAGES)),
+        (_writer, (Sem, acc_desc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq, start_n, Nq, Nk, GROUP,
+                   BLOCK_N, BLOCK_M)),
+    ], [4, 1, 1], [CONSUMER_REGS, 24, 24])

@@ -1,0 +1,238 @@
+"""The fused backward (kernels/gluon_bwd_fused.py, issue 10): dQ's products inside the dK/dV kernel, the 128-key
+partials added in descending key-tile order. Which calls run it, what the Precision states for them
+(flashcheck.proofs.bounds.FusedDq; the bound's side: tests/test_bounds_fused_dq.py), and, on an sm_90 GPU, its
+outputs within the derived bounds (unbanded calls: ragged N, Nq != Nk, GQA, N = 1, strided layouts), dK and dV bit for
+bit the two Gluon kernels', dQ the same run to run.
+
+kernel_config gives it ("auto" and "gluon") to unbanded, unmasked calls at head dim 64 with at least FUSED_QUERIES x
+FUSED_KEYS; the GPU cases below force it on small shapes with given tiles (the kernel is right for any shape; the
+threshold is speed: bench/fused_threshold.py)."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from flashcheck.strategies import Case, Shape, materialize
+from tests.test_gluon_forward import _assert_all_within, needs_sm90
+from tests.test_kernel_support import kernel_precision, run_kernel, to_numpy
+
+ka = importlib.import_module("flashcheck.kernels.attention")  # the module (the package exports the function)
+
+
+def _config(d=64, dtype=torch.bfloat16, **kw):
+    return ka.kernel_config(d, dtype, interpret=False, **kw)
+
+
+def _fused_tiles(dtype=torch.bfloat16):
+    """Given tiles that run the fused backward on every unbanded call (the Gluon d = 64 tiles, dQ's flagged)."""
+    g = _config(dtype=dtype, engine="gluon")
+    return ka.KernelConfig(g.fwd, g.dkdv, ka.TileConfig(128, 128, 8, 2, gluon=True, fused=True))
+
+
+# ------------------------------------------------------------------------------------------------ CPU: the dispatch
+
+@pytest.mark.parametrize("engine", ["auto", "gluon"])
+def test_kernel_config_gives_the_fused_tile_to_long_unbanded_d64_calls_only(engine):
+    long = dict(n_queries=ka.FUSED_QUERIES, n_keys=ka.FUSED_KEYS, engine=engine)
+    dq = _config(**long).dq
+    assert (dq.block_m, dq.block_n, dq.gluon, dq.fused) == (128, 128, True, True), dq
+    assert ka.fused_tiles(_config(**long), 64, torch.bfloat16)
+    assert ka.fused_tiles(_config(64, torch.float16, **long), 64, torch.float16)
+    for what, cfg in [
+            ("banded", _config(band=True, **long)),
+            ("fewer queries", _config(**{**long, "n_queries": ka.FUSED_QUERIES - 1})),
+            ("fewer keys", _config(**{**long, "n_keys": ka.FUSED_KEYS - 1})),
+            ("masked (no query count)", _config(**{**long, "n_queries": None})),
+            ("head dim 128", _config(128, **long)),
+            ("fp32", _config(dtype=torch.float32, **long)),
+            ("precision accurate", _config(precision="accurate", **long)),
+            ("triton engine", _config(**{**long, "engine": "triton"})),
+            ("interpreter", ka.kernel_config(64, torch.bfloat16, interpret=True, **long))]:
+        assert not cfg.dq.fused, f"{what}: {cfg.dq}"
+
+
+def test_the_fused_flag_travels_in_the_tiles_the_op_carries():
+    cfg = _fused_tiles()
+    flat = cfg.flat()
+    assert len(flat) == 3 * ka._TILE_FIELDS and ka.KernelConfig.unflat(flat) == cfg
+    assert flat[2 * ka._TILE_FIELDS + ka._GLUON_AT] == 1 and flat[-1] == 1  # dQ's gluon and fused flags
+
+
+def test_arithmetic_states_the_fused_calls():
+    """Arithmetic.fused_dq_*: kernel_config's threshold by default, every unbanded call under given fused tiles, none
+    in the interpreter, at head dim 128 or with the flag off; those calls' dK/dV tile is the long calls'."""
+    a = ka.arithmetic(torch.bfloat16, head_dim=64, interpret=False)
+    assert (a.fused_dq_queries, a.fused_dq_keys, a.block_k_dq_fused) == (ka.FUSED_QUERIES, ka.FUSED_KEYS, 128), a
+    assert (a.block_k_dkdv_long, a.block_q_long) == (128, 128), a
+    a = ka.arithmetic(torch.float16, head_dim=64, interpret=False, tiles=_fused_tiles(torch.float16))
+    assert (a.fused_dq_queries, a.fused_dq_keys, a.block_k_dq_fused) == (1, 1, 128), a
+    for what, a in [("interpreter", ka.arithmetic(torch.bfloat16, head_dim=64, interpret=True)),
+                    ("d = 128", ka.arithmetic(torch.bfloat16, head_dim=128, interpret=False)),
+                    ("fp32", ka.arithmetic(torch.float32, head_dim=64, interpret=False)),
+                    ("flag off", ka.arithmetic(torch.bfloat16, head_dim=64, interpret=False,
+                                               tiles=_config(engine="gluon")))]:
+        assert a.fused_dq_keys is None and a.block_k_dq_fused is None, f"{what}: {a}"
+
+
+def test_ours_precision_states_the_fused_dq_sum_for_the_calls_that_run_it():
+    from flashcheck.adapters import ours_precision
+    from flashcheck.proofs.bounds import FusedDq
+
+    p = ours_precision(torch.bfloat16, head_dim=64, interpret=False)
+    assert p.fused_dq == FusedDq(queries=ka.FUSED_QUERIES, keys=ka.FUSED_KEYS, block_k=128), p.fused_dq
+    n = ka.FUSED_KEYS
+    fused = p.for_call(False, None, n, n)
+    assert (fused.dq_accumulation, fused.dq_key_tile) == ("blocked", 128), fused
+    assert fused.block_k == 128 and fused.block_k_dkdv == 128  # the long calls' forward and dK/dV tiles
+    for what, call in [("causal", p.for_call(True, None, n, n)), ("fewer queries", p.for_call(False, None, n, n - 1)),
+                       ("no query count", p.for_call(False, None, n))]:
+        assert call.dq_accumulation is None, f"{what}: {call}"
+    assert ours_precision(torch.bfloat16, head_dim=64, interpret=True).fused_dq is None
+
+
+def test_the_fused_launch_lists_the_kernel_arguments_in_order():
+    from flashcheck.kernels import gluon_bwd_fused
+
+    q, kv = ka.Layout.dense("bfloat16", (2, 4, 300, 64)), ka.Layout.dense("bfloat16", (2, 2, 257, 64))
+    g = _fused_tiles()
+    launch = ka._gluon_fused_launch(q, kv, g.dkdv)
+    assert ka._arguments_in_order(gluon_bwd_fused.attn_bwd_fused_gluon_kernel, launch, 11)
+    assert launch.grid == (3, 4) and dict(launch.constexprs)["GROUP"] == 2, launch
+
+
+def test_a_fused_tile_runs_the_fused_kernel_on_unbanded_unmasked_calls_only(monkeypatch):
+    """Simulated on the CPU (the device check says sm_90, nothing runs): the fused tiles' unbanded call launches the
+    fused kernel alone after the preprocess; a banded call the two Gluon kernels with the same dQ tile (what the
+    Precision's for_call states there: the dQ kernel's chain over 128-key tiles); another device is refused."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(ka, "_gluon_device", lambda device: True)
+    made = []
+    monkeypatch.setattr(ka, "_launch", lambda kernel, launch, *leading, fitting=False: made.append(launch))
+    q, do = (torch.randn(1, 4, 130, 64, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(1, 2, 200, 64, dtype=torch.bfloat16) for _ in range(2))
+    lse = torch.zeros(1, 4, 130)
+    tiles = _fused_tiles().flat()
+    for causal, want in [(False, ["attn_bwd_preprocess_kernel", "attn_bwd_fused_gluon_kernel"]),
+                         ("bottom_right", ["attn_bwd_preprocess_kernel", "attn_bwd_dkdv_gluon_kernel",
+                                           "attn_bwd_dq_gluon_kernel"])]:
+        made.clear()
+        band = ka._band(causal, None, 130, 200)
+        ka._bwd_impl(q, k, v, q, None, lse, do, None, None, [], 0.125, *band, 0, 0, "bf16", tiles)
+        assert [x.kernel for x in made] == want, (causal, made)
+    assert dict(made[-1].constexprs)["BLOCK_N"] == 128  # the dQ kernel over 128-key tiles
+    monkeypatch.setattr(ka, "_gluon_device", lambda device: False)
+    with pytest.raises(ValueError, match="tiles: a fused dQ tile"):
+        ka._bwd_impl(q, k, v, q, None, lse, do, None, None, [], 0.125, False, 0, 0, 0, 0, "bf16", tiles)
+
+
+def test_launches_with_gluon_predict_the_fused_records_on_sm90(monkeypatch):
+    """launches(gluon=True) (what validate's warm-up compiles) lists the fused launch for a call kernel_config gives
+    it, the record attention()'s backward makes on an sm_90 device (simulated on the CPU, nothing runs)."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
+    monkeypatch.setattr(ka, "_gluon_device", lambda device: True)
+    made = []
+    monkeypatch.setattr(ka, "_launch", lambda kernel, launch, *leading, fitting=False: made.append(launch))
+    n = ka.FUSED_KEYS
+    q, k, v = (torch.randn(1, 2, n, 64, dtype=torch.bfloat16) for _ in range(3))
+    dot, p_split, save_res = ka._modes(torch.bfloat16, None, "default", "fp32", True)
+    o, lse, o_res = ka._fwd_impl(q, k, v, None, [], 0.125, False, 0, 0, 0, 0, dot, p_split, save_res, [])
+    ka._bwd_impl(q, k, v, o, o_res, lse, torch.randn_like(o), None, None, [], 0.125, False, 0, 0, 0, 0, dot, [])
+    want = ka.launches(*(ka.Layout.of(x) for x in (q, k, v)), grad=True, interpret=False, gluon=True)
+    assert tuple(made) == want
+    assert [x.kernel for x in want] == ["attn_fwd_gluon_kernel", "attn_bwd_preprocess_kernel",
+                                        "attn_bwd_fused_gluon_kernel"], want
+
+
+_COMPILE_FUSED = """
+import json, sys
+from bench.compile_forward import compile_gluon_fused, sass_counts
+print(json.dumps({f"g{g}": sass_counts(compile_gluon_fused("bfloat16", g)) for g in (1, 2)}))
+"""
+# Local-memory instructions (LDL + STL) in the fused kernel's SASS, GQA 1 and 2, as compiled by each Triton version
+# when it landed (2026-11-28e; its dK/dV part alone spills 28 / 66 unbanded on 3.6 / 3.9: the partial's 32 registers
+# a thread and the stage's store come on top), timed then at 1.04-1.13x the two kernels (bench/fused_threshold.py).
+# A change that spills more is timed again before it lands.
+FUSED_LOCAL = {"3.6.0": {"g1": 59, "g2": 152}, "3.9.0": {"g1": 64, "g2": 345}}
+
+
+def test_the_fused_backward_compiles_for_sm90_with_its_recorded_spills():
+    import triton
+
+    from tests.compiled_record import compiled
+
+    got = compiled(_COMPILE_FUSED)
+    for name, counts in got.items():
+        assert counts["hgmma"] > 0, got
+        if triton.__version__ in FUSED_LOCAL:
+            assert counts["local"] <= FUSED_LOCAL[triton.__version__][name], (
+                f"fused kernel {name}: {counts['local']} local-memory instructions, recorded "
+                f"{FUSED_LOCAL[triton.__version__][name]} for Triton {triton.__version__}")
+
+
+# ------------------------------------------------------------------------------------------------ GPU: the outputs
+
+CASES = [
+    Case(Shape(2, 4, 4, 256, 256, 64), seed=11),
+    Case(Shape(1, 4, 2, 200, 333, 64), seed=12),  # GQA 2, ragged, Nq != Nk
+    Case(Shape(1, 2, 2, 390, 130, 64), seed=13),  # more queries than keys
+    Case(Shape(1, 2, 2, 1, 129, 64), seed=14),  # one query row
+    Case(Shape(1, 2, 2, 129, 1, 64), seed=15),  # one key
+]
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_the_fused_backward_is_within_bound(case, dtype):
+    tiles = _fused_tiles(getattr(torch, dtype))
+    inp = materialize(case, dtype)
+    out = run_kernel(inp, case, dtype, backward=True, tiles=tiles)
+    prec = kernel_precision(dtype, case.shape.d, tiles=tiles)
+    assert prec.for_call(case.causal, case.window, case.shape.Nk, case.shape.Nq).dq_accumulation == "blocked"
+    _assert_all_within(inp, case, dtype, out, prec)
+
+
+def _grads(q, k, v, do, tiles):
+    from flashcheck.kernels import attention
+
+    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+    o = attention(q, k, v, tiles=tiles)
+    return torch.autograd.grad(o, (q, k, v), do)
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_fused_dk_dv_are_the_two_kernels_and_dq_is_the_same_run_to_run():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, do = (torch.randn(2, 4, 700, 64, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    k, v = (torch.randn(2, 2, 1000, 64, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    fused = _fused_tiles()
+    plain = ka.KernelConfig(fused.fwd, fused.dkdv, replace(fused.dq, fused=False))
+    a, b, c = _grads(q, k, v, do, fused), _grads(q, k, v, do, fused), _grads(q, k, v, do, plain)
+    for name, x, y, z in zip(("dQ", "dK", "dV"), a, b, c):
+        np.testing.assert_array_equal(to_numpy(x), to_numpy(y), err_msg=f"{name}: fused, run to run")
+        if name != "dQ":
+            np.testing.assert_array_equal(to_numpy(x), to_numpy(z), err_msg=f"{name}: fused against the two kernels")
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_the_fused_backward_reads_strided_layouts_as_their_values():
+    """(B, N, H, d) storage seen as (B, H, N, d), and a view at an odd offset (not TMA-readable: copied): the
+    gradients are the contiguous copy's, bit for bit."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v, do = (torch.randn(2, 300, 4, 64, device="cuda", dtype=torch.bfloat16, generator=g).transpose(1, 2)
+                   for _ in range(4))
+    odd = torch.randn(2 * 4 * 300 * 64 + 1, device="cuda", dtype=torch.bfloat16, generator=g)[1:].view(2, 4, 300, 64)
+    fused = _fused_tiles()
+    for x in (q, odd):
+        got = _grads(x, k, v, do, fused)
+        want = _grads(x.contiguous(), k.contiguous(), v.contiguous(), do.contiguous(), fused)
+        for name, a, b in zip(("dQ", "dK", "dV"), got, want):
+            np.testing.assert_array_equal(to_numpy(a), to_numpy(b), err_msg=name)
