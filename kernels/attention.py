@@ -1170,7 +1170,9 @@ def _fused_backward(q, k, v, do, lse, delta, scale, tiles: tuple, engine: str, d
     per-(head, query tile) counters, then dQ = fl32(acc · scale) rounded into the input format."""
     from flashcheck.kernels import gluon_bwd, gluon_bwd_fused, gluon_fwd
 
-    q, k, v, do = (x if _gluon_tensors(Layout.of(x)) else x.contiguous() for x in (q, k, v, do))
+    # a fresh copy: .contiguous() of a contiguous view at an unaligned offset is the view itself
+    q, k, v, do = (x if _gluon_tensors(Layout.of(x)) else torch.empty(x.shape, dtype=x.dtype, device=x.device).copy_(x)
+                   for x in (q, k, v, do))
     dq, dk, dv = (x if _gluon_tensors(Layout.of(x)) else torch.empty(x.shape, dtype=x.dtype, device=x.device)
                   for x in (dq, dk, dv))
     B, Hq, nq, d = q.shape
