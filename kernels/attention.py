@@ -57,7 +57,7 @@ class TileConfig:
     same arithmetic either way (gluon_fwd's docstring). fused (the dQ kernel's TileConfig only): dQ's products inside
     the dK/dV kernel (`gluon_bwd_fused`, Hopper: 128-key partials added in descending key-tile order, another
     arithmetic than the dQ kernel's: flashcheck.proofs.bounds.FusedDq) for unbanded, unmasked fp16 / bf16 calls at
-    head dim 64 on an sm_90 device (`_fused_runs`); other calls run the dQ kernel with block_m x block_n."""
+    head dim 64 on an sm_90 device (`_fused_call`); other calls run the dQ kernel with block_m x block_n."""
     block_m: int
     block_n: int
     num_warps: int = 4
@@ -802,11 +802,11 @@ def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask
     if grad and B * Hq * nq * d and k.shape[0] * k.shape[1] * nk * d:
         grads = (q.like(), k.like(), v.like())
         pre, dkdv, dq = backward_launches(q, k, v, o, o, grads, save_res, dense, None, **kw)
-        if asked and dense is None and not band and _fused_shape(d, dv, dtype, nq, nk, (), engine):
+        fused = asked and dense is None and not band and _fused_dkdv(d, dv, dtype, nq, nk, (), engine)
+        if fused:
             # the fused backward (on TMA-readable copies where these layouts are not: `_fused_backward`)
-            cfg, _, _ = _tiles(d, dv, dtype, 0, 0, [], interpret=False, engine=engine, n_keys=nk, n_queries=nq)
             return out + (pre, _gluon_fused_launch(Layout.dense(q.dtype, q.shape), Layout.dense(k.dtype, k.shape),
-                                                   cfg.dkdv))
+                                                   fused))
         if asked:
             g_dkdv, g_dq = _gluon_backward(q, k, v, o, *grads, dense is not None, False, band, (), False, engine)
             dkdv = dkdv if g_dkdv is None else _gluon_dkdv_launch(q, k, band, off_lo, off_hi, g_dkdv)
@@ -1109,10 +1109,11 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
     asked = (bool(tiles[_TILE_FIELDS + _GLUON_AT] or tiles[2 * _TILE_FIELDS + _GLUON_AT]) if tiles
              else _gluon_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2]))
     g_dkdv, g_dq = None, None
-    if asked and _fused_call(q, k, v, dense, sparse, band, tuple(tiles), engine):
+    fused = asked and _fused_call(q, k, v, dense, sparse, band, tuple(tiles), engine)
+    if fused:
         # the fused backward's sum is what the Precision states for this call: it runs, on TMA-readable copies of
         # the inputs where a stride or base is not (never triton_bwd's dQ loop, another sum)
-        return _fused_backward(q, k, v, do, lse, delta, scale, tuple(tiles), engine, dq, dk, dv_)
+        return _fused_backward(q, k, v, do, lse, delta, scale, fused, dq, dk, dv_)
     if asked and _gluon_device(q.device):
         lays = tuple(Layout.of(t) for t in (q, k, v, do, dq, dk, dv_))
         g_dkdv, g_dq = _gluon_backward(*lays, dense is not None, bool(sparse), band, tuple(tiles), _interpreting(),
@@ -1141,31 +1142,34 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
     return dq, dk, dv_
 
 
-def _fused_call(q, k, v, dense, sparse, band: bool, tiles: tuple, engine: str) -> bool:
-    """Whether this backward runs the fused kernel (gluon_bwd_fused): its tiles (given, or kernel_config's for this
-    call) fused (`fused_tiles`), unbanded, no dense or block-sparse mask, not in the interpreter; on a device that
-    is not sm_90 such tiles are refused (ValueError), since triton_bwd's dQ loop is another sum than the one they
-    state."""
+def _fused_call(q, k, v, dense, sparse, band: bool, tiles: tuple, engine: str) -> TileConfig | None:
+    """The dK/dV tile of the fused kernel (gluon_bwd_fused) where this backward runs it, else None: its tiles (given,
+    or kernel_config's for this call) fused (`fused_tiles`), unbanded, no dense or block-sparse mask, not in the
+    interpreter; on a device that is not sm_90 such tiles are refused (ValueError), since triton_bwd's dQ loop is
+    another sum than the one they state."""
     if band or dense is not None or sparse or _interpreting():
-        return False
-    if not _fused_shape(q.shape[3], v.shape[3], q.dtype, q.shape[2], k.shape[2], tiles, engine):
-        return False
+        return None
+    t = _fused_dkdv(q.shape[3], v.shape[3], q.dtype, q.shape[2], k.shape[2], tiles, engine)
+    if t is None:
+        return None
     if not _gluon_device(q.device):
         raise ValueError("tiles: a fused dQ tile (TileConfig.fused) runs on an sm_90 device only (gluon_bwd_fused), "
                          f"got a {q.device} tensor")
-    return True
+    return t
 
 
 @functools.lru_cache(maxsize=1024)
-def _fused_shape(d: int, dv: int, dtype, nq: int, nk: int, tiles: tuple, engine: str) -> bool:
-    """`fused_tiles` of the tiles an unbanded, unmasked call of this shape runs (given, or kernel_config's)."""
+def _fused_dkdv(d: int, dv: int, dtype, nq: int, nk: int, tiles: tuple, engine: str) -> TileConfig | None:
+    """The dK/dV tile of the tiles an unbanded, unmasked call of this shape runs (given, or kernel_config's) where they
+    are `fused_tiles`, else None."""
     cfg, _, _ = _tiles(d, dv, dtype, 0, 0, list(tiles), interpret=False, engine=engine, n_keys=nk, n_queries=nq)
-    return dv == d and fused_tiles(cfg, d, dtype)
+    return cfg.dkdv if dv == d and fused_tiles(cfg, d, dtype) else None
 
 
-def _fused_backward(q, k, v, do, lse, delta, scale, tiles: tuple, engine: str, dq, dk, dv):
-    """(dQ, dK, dV) of the fused backward (kernels/gluon_bwd_fused.py) into dq, dk, dv where TMA can write them (else
-    new contiguous tensors), from TMA-readable copies of q, k, v, do where a stride or base is not: dK, dV from its
+def _fused_backward(q, k, v, do, lse, delta, scale, t: TileConfig, dq, dk, dv):
+    """(dQ, dK, dV) of the fused backward (kernels/gluon_bwd_fused.py) over dK/dV tile t (`_fused_call`) into dq, dk,
+    dv where TMA can write them (else new contiguous tensors), from TMA-readable copies of q, k, v, do where a stride
+    or base is not: dK, dV from its
     dK/dV part, dQ summed in a zeroed fp32 accumulator by TMA reduce-adds in descending key-tile order under
     per-(head, query tile) counters, then dQ = fl32(acc · scale) rounded into the input format."""
     from flashcheck.kernels import gluon_bwd, gluon_bwd_fused, gluon_fwd
@@ -1176,9 +1180,6 @@ def _fused_backward(q, k, v, do, lse, delta, scale, tiles: tuple, engine: str, d
     dq, dk, dv = (x if _gluon_tensors(Layout.of(x)) else torch.empty(x.shape, dtype=x.dtype, device=x.device)
                   for x in (dq, dk, dv))
     B, Hq, nq, d = q.shape
-    cfg, _, _ = _tiles(d, d, q.dtype, 0, 0, list(tiles), interpret=False, engine=engine, n_keys=k.shape[2],
-                       n_queries=nq)
-    t = cfg.dkdv
     launch = _gluon_fused_launch(Layout.of(q), Layout.of(k), t)
     acc = torch.zeros((B * Hq, nq, d), dtype=torch.float32, device=q.device)
     sem = torch.zeros(B * Hq * triton.cdiv(nq, t.block_m), dtype=torch.int32, device=q.device)
