@@ -135,6 +135,24 @@ def _ring_tile(dk, dv, it, k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring
 
 
 @gluon.jit
+def _write_dkdv(WG: gl.constexpr, dk, dv, sm_scale, dk_desc, dv_desc, k_halves, v_halves, off_b, off_hkv, start_n,
+                HEAD_D: gl.constexpr):
+    """The consumer warpgroup WG's epilogue (this kernel's and gluon_bwd_fused's): its keys' dK and dV rounded into
+    the input format and stored. The caller has seen the last read of WG's K / V halves (they are overwritten)."""
+    # dK = scale · dSᵀ Q: the logit scale, applied once
+    # dK[key, c] = scale · Σ_i dS[i, key] Q[i, c]
+    dk = dk * sm_scale
+    dtype: gl.constexpr = k_halves.dtype
+    # through this warpgroup's K / V halves and TMA, which writes no row past Nk
+    k_halves.index(WG).reshape([HALF_N, HEAD_D]).store(dk.to(dtype))
+    v_halves.index(WG).reshape([HALF_N, HEAD_D]).store(dv.to(dtype))
+    fence_async_shared()
+    _tma_store(dk_desc, [off_b, off_hkv, start_n + WG * HALF_N, 0], k_halves.index(WG))
+    _tma_store(dv_desc, [off_b, off_hkv, start_n + WG * HALF_N, 0], v_halves.index(WG))
+    tma.store_wait(0)
+
+
+@gluon.jit
 def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring,
               kv_ready, q_ready, do_ready, tile_free, sm_scale, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi,
               GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
@@ -172,16 +190,7 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
                                 do_ready, tile_free, keys, full_start(t, None, f_lo, False, BLOCK_M), qk_scale2, Nq,
                                 Nk, off_lo, off_hi, False, BAND, BLOCK_M, HEAD_D, STAGES, s_layout, a_layout)
             it += 1
-    # dK = scale · dSᵀ Q: the logit scale, applied once; dK and dV through this warpgroup's K / V halves (their
-    # last reads are done) and TMA, which writes no row past Nk
-    dk = dk * sm_scale
-    dtype: gl.constexpr = k_halves.dtype
-    k_smem.store(dk.to(dtype))
-    v_smem.store(dv.to(dtype))
-    fence_async_shared()
-    _tma_store(dk_desc, [off_b, off_hkv, start_n + WG * HALF_N, 0], k_halves.index(WG))
-    _tma_store(dv_desc, [off_b, off_hkv, start_n + WG * HALF_N, 0], v_halves.index(WG))
-    tma.store_wait(0)
+    _write_dkdv(WG, dk, dv, sm_scale, dk_desc, dv_desc, k_halves, v_halves, off_b, off_hkv, start_n, HEAD_D)
 
 
 @gluon.jit

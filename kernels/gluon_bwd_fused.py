@@ -39,8 +39,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                              warpgroup_mma_wait)
 
-from flashcheck.kernels.gluon_bwd import HALF_N, _producer, _query_tiles
-from flashcheck.kernels.gluon_fwd import CONSUMER_REGS, LOG2E, _tma_store, barriers, cached_descriptor, inner_start
+from flashcheck.kernels.gluon_bwd import HALF_N, _producer, _query_tiles, _write_dkdv
+from flashcheck.kernels.gluon_fwd import CONSUMER_REGS, LOG2E, barriers, cached_descriptor, inner_start
 from flashcheck.kernels.tiles import full_start, partial_start
 
 _thread_barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # renamed between Triton 3.6 and 3.9
@@ -244,19 +244,12 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
                            full_start(t, None, f_lo, False, BLOCK_M), qk_scale2, Nq, Nk, WG, False, BLOCK_M, HEAD_D,
                            STAGES, s_layout, a_layout, acc_layout)
             it += 1
-    dk = dk * sm_scale
-    dtype: gl.constexpr = k_halves.dtype
     # the other warpgroup's dQ products read both K halves until its last tile: wait for its last ds_free arrival
     # before this half is overwritten with dK
     if it > 0:
         last = it - 1
         mbarrier.wait(ds_free.index(last % DS_SLOTS), (last // DS_SLOTS) & 1)
-    k_smem.store(dk.to(dtype))
-    v_smem.store(dv.to(dtype))
-    fence_async_shared()
-    _tma_store(dk_desc, [off_b, off_hkv, start_n + WG * HALF_N, 0], k_halves.index(WG))
-    _tma_store(dv_desc, [off_b, off_hkv, start_n + WG * HALF_N, 0], v_halves.index(WG))
-    tma.store_wait(0)
+    _write_dkdv(WG, dk, dv, sm_scale, dk_desc, dv_desc, k_halves, v_halves, off_b, off_hkv, start_n, HEAD_D)
 
 
 @gluon.jit
