@@ -429,9 +429,11 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       # banded calls' own forward tile (kernel_config(band=True)), its rowsum tree from its own record
                       band_forward=forward_tile(a.block_k_band, a.block_q_fwd_band, band=True),
                       # unbanded calls from this many queries and keys on: dQ summed in the dK/dV kernel (128-key
-                      # partials added in descending order: kernels/gluon_bwd_fused.py)
+                      # partials added in descending order: kernels/gluon_bwd_fused.py), for dv = d only (calls
+                      # with another dv run the dQ kernel: kernels/attention.py _fused_dkdv)
                       fused_dq=None if a.fused_dq_keys is None else FusedDq(
-                          queries=a.fused_dq_queries, keys=a.fused_dq_keys, block_k=a.block_k_dq_fused),
+                          queries=a.fused_dq_queries, keys=a.fused_dq_keys, block_k=a.block_k_dq_fused,
+                          value_dim=head_dim or 64),
                       accumulation="recursive", p_split=a.p_split, delta_from=a.delta_from, l_accumulate=a.l_accumulate,
                       tile_order="partial_first",  # kernels/tiles.py visits a ragged last key tile first
                       hardware=hw, ieee_fma_chain=fma_chain,

@@ -80,12 +80,28 @@ def test_for_call_combines_the_long_tile_and_the_fused_dq():
         assert (call.dq_accumulation, call.dq_key_tile) == (None, 64), f"{what}: {call}"
 
 
-@pytest.mark.parametrize("field", ["queries", "keys", "block_k"])
+def test_for_call_states_the_fused_dq_only_for_its_value_dim():
+    """A FusedDq with a value_dim (ours: the kernel fuses dv = d only) applies to calls of that V head dim; another
+    dv, or none given, leaves the precision as it was (the dQ kernel's chain). Without one, any dv (or none)."""
+    p = Precision("bfloat16", "bf16", block_k_dq=64, fused_dq=FusedDq(queries=300, keys=400, block_k=TILE,
+                                                                      value_dim=64))
+    want = dataclasses.replace(p, dq_accumulation="blocked", block_k_dq=TILE, fused_dq=None)
+    assert p.for_call(False, None, 400, 300, 64) == want
+    for dv in (32, 128, None):
+        assert p.for_call(False, None, 400, 300, dv) is p, f"dv {dv}"
+    any_dv = dataclasses.replace(p, fused_dq=FusedDq(queries=300, keys=400, block_k=TILE))
+    for dv in (32, 64, None):
+        assert any_dv.for_call(False, None, 400, 300, dv) == want, f"dv {dv}"
+
+
+@pytest.mark.parametrize("field", ["queries", "keys", "block_k", "value_dim"])
 def test_bad_fused_dq_values_are_refused_naming_the_field(field):
     good = dict(queries=8192, keys=8192, block_k=TILE)
-    for bad in (0, -1, 128.0, True, "128", None):
+    for bad in (0, -1, 128.0, True, "128") + ((None,) if field != "value_dim" else ()):
         with pytest.raises(ValueError, match=f"FusedDq.{field}"):
             FusedDq(**{**good, field: bad})
+    if field == "value_dim":
+        assert FusedDq(**good, value_dim=None).value_dim is None
 
 
 def test_bad_dq_accumulation_and_fused_dq_are_refused_naming_the_field():
@@ -214,6 +230,29 @@ def test_the_fused_precision_bounds_dq_as_the_blocked_sum_and_leaves_dk_dv():
         for what, kw in (("causal", dict(causal=True)), ("dense mask", dict(mask=mask))):
             np.testing.assert_array_equal(lse_gradient_bound(q, k_, precision=fused, kind=kind, **kw),
                                           lse_gradient_bound(q, k_, precision=kernel, kind=kind, **kw), err_msg=what)
+
+
+def test_a_fused_dq_for_one_value_dim_bounds_other_calls_as_the_dq_kernel():
+    """Ours fuses dv = d only (FusedDq.value_dim): backward_bound reads V's head dim, lse_gradient_bound its `dv`
+    argument (default q's d). A call with V of d columns is bounded as the blocked sum; with another dv, as the dQ
+    kernel's chain, bit for bit."""
+    q, k, v, do = _problem()
+    d = q.shape[-1]
+    kernel = Precision("bfloat16", "bf16", exp="libm", block_k_dq=64)
+    fused = dataclasses.replace(kernel, fused_dq=dataclasses.replace(FUSED, value_dim=d))
+    blocked = dataclasses.replace(kernel, dq_accumulation="blocked", block_k_dq=TILE)
+    v8, do8 = v[..., :8], do[..., :8]
+    for kind in KINDS:
+        np.testing.assert_array_equal(backward_bound(q, k, v, do, precision=fused, kind=kind).dq,
+                                      backward_bound(q, k, v, do, precision=blocked, kind=kind).dq, err_msg=kind)
+        np.testing.assert_array_equal(backward_bound(q, k, v8, do8, precision=fused, kind=kind).dq,
+                                      backward_bound(q, k, v8, do8, precision=kernel, kind=kind).dq, err_msg=kind)
+        for dv, want in ((None, blocked), (d, blocked), (8, kernel)):
+            np.testing.assert_array_equal(lse_gradient_bound(q, k, precision=fused, kind=kind, dv=dv),
+                                          lse_gradient_bound(q, k, precision=want, kind=kind), err_msg=f"{kind} dv {dv}")
+    for bad in (0, -3, 2.5, True, "64"):
+        with pytest.raises(ValueError, match="dv"):
+            lse_gradient_bound(q, k, precision=fused, dv=bad)
 
 
 # ---- the emulation -----------------------------------------------------------------------------------------------

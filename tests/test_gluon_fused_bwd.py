@@ -83,13 +83,16 @@ def test_ours_precision_states_the_fused_dq_sum_for_the_calls_that_run_it():
     from flashcheck.proofs.bounds import FusedDq
 
     p = ours_precision(torch.bfloat16, head_dim=64, interpret=False)
-    assert p.fused_dq == FusedDq(queries=ka.FUSED_QUERIES, keys=ka.FUSED_KEYS, block_k=128), p.fused_dq
+    assert p.fused_dq == FusedDq(queries=ka.FUSED_QUERIES, keys=ka.FUSED_KEYS, block_k=128, value_dim=64), p.fused_dq
     n = ka.FUSED_KEYS
-    fused = p.for_call(False, None, n, n)
+    fused = p.for_call(False, None, n, n, 64)
     assert (fused.dq_accumulation, fused.dq_key_tile) == ("blocked", 128), fused
     assert fused.block_k == 128 and fused.block_k_dkdv == 128  # the long calls' forward and dK/dV tiles
-    for what, call in [("causal", p.for_call(True, None, n, n)), ("fewer queries", p.for_call(False, None, n, n - 1)),
-                       ("no query count", p.for_call(False, None, n))]:
+    # the kernel runs the fused form for dv = d only (_fused_dkdv): another dv, or none given, is the dQ kernel's sum
+    for what, call in [("causal", p.for_call(True, None, n, n, 64)),
+                       ("fewer queries", p.for_call(False, None, n, n - 1, 64)),
+                       ("no query count", p.for_call(False, None, n)), ("dv 32", p.for_call(False, None, n, n, 32)),
+                       ("no dv", p.for_call(False, None, n, n))]:
         assert call.dq_accumulation is None, f"{what}: {call}"
     assert ours_precision(torch.bfloat16, head_dim=64, interpret=True).fused_dq is None
 
@@ -194,7 +197,8 @@ def test_the_fused_backward_is_within_bound(case, dtype):
     inp = materialize(case, dtype)
     out = run_kernel(inp, case, dtype, backward=True, tiles=tiles)
     prec = kernel_precision(dtype, case.shape.d, tiles=tiles)
-    assert prec.for_call(case.causal, case.window, case.shape.Nk, case.shape.Nq).dq_accumulation == "blocked"
+    assert prec.for_call(case.causal, case.window, case.shape.Nk, case.shape.Nq,
+                         case.shape.dv).dq_accumulation == "blocked"
     _assert_all_within(inp, case, dtype, out, prec)
 
 

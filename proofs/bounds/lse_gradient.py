@@ -15,7 +15,7 @@ from .visits import dq_visits
 
 
 def lse_gradient_bound(q, k, *, scale=None, causal=False, window=None, mask=None, bias=None, dlse=None,
-                       precision: Precision, kind: str = "probabilistic") -> np.ndarray:
+                       precision: Precision, kind: str = "probabilistic", dv: int | None = None) -> np.ndarray:
     """Elementwise bound (q's shape) on |dQ_kernel - dQ| for dQ = d(sum_i w_i LSE_i)/dq = scale w_i
     sum_j A_ij k_j, w = `dlse` (B, Hq, Nq) (default ones; values exact in fp32), and dO = 0
     (proofs/bounds.md, sec. 8a).
@@ -23,17 +23,23 @@ def lse_gradient_bound(q, k, *, scale=None, causal=False, window=None, mask=None
     The dQ kernel then has dP = 0, Delta = -w_i exactly, so dS = P_hat o w_i (one fp32 rounding):
     the dQ analysis of backward_bound with g_ij = w_i, no dP and no Delta error. P_hat is recomputed
     from the kernel's own stored LSE (error forward_bound(...).lse, one factor (1 + c_i) per row).
-    "probabilistic": two events per entry (the row's LSE bound and the entry's Azuma sum)."""
+    "probabilistic": two events per entry (the row's LSE bound and the entry's Azuma sum).
+    dv: the head dim of the V the kernel was called with (default: q's), which picks its dQ sum where the precision
+    states a fused dQ for one dv only (FusedDq.value_dim)."""
     kind = _check_kind(kind)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # as in _forward
-        return _no_nan(_lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision, kind)[0])
+        return _no_nan(_lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision, kind, dv)[0])
 
 
-def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision, kind):
+def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision, kind, dv=None):
     qa, ka = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
-    # the call's tiles (long N, band) and its dQ sum (Precision.fused_dq, unmasked calls: the dK/dV kernel's blocked dQ)
+    if dv is not None and (not isinstance(dv, (int, np.integer)) or isinstance(dv, bool) or dv < 1):
+        raise ValueError(f"dv must be a positive int (V's head dim) or None, got {dv!r}")
+    # the call's tiles (long N, band) and its dQ sum (Precision.fused_dq, unmasked calls of the fused dv: the dK/dV
+    # kernel's blocked dQ)
     nq = qa.shape[-2] if mask is None else None
-    precision = _for_call(precision, causal, window, ka.shape[-2], nq).fitted(qa.shape[-2], ka.shape[-2])
+    precision = _for_call(precision, causal, window, ka.shape[-2], nq,
+                          qa.shape[-1] if dv is None else int(dv)).fitted(qa.shape[-2], ka.shape[-2])
     M = _model(precision)  # after for_call: the tree depth of the call's forward tile (rowsum_depth, lg2_known)
     M_dq = _dq_model(M, precision)  # dQ's accumulation (Precision.dq_accumulation); the rest keeps M
     v = np.zeros((*ka.shape[:-1], 1))  # the LSE bound does not depend on v

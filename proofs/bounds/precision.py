@@ -129,16 +129,19 @@ class FusedDq:
     analyse it as a "blocked" dQ over tiles of block_k (Precision.dq_accumulation; proofs/bounds.md sec. 8b).
     queries, keys: the fused form runs for unbanded calls without a mask with N_q >= queries and N_k >= keys (the
     bounds give for_call N_q only where no dense mask is given: a masked call runs the dQ kernel); block_k: its key
-    tile (the dK/dV program's keys)."""
+    tile (the dK/dV program's keys); value_dim: the only V head dim it runs for (ours: dv = d, the Precision's head
+    dim: a call with another dv runs the dQ kernel), None: any (for_call then needs no dv)."""
     queries: int
     keys: int
     block_k: int
+    value_dim: int | None = None
 
     def __post_init__(self):
-        for name in ("queries", "keys", "block_k"):
+        for name in ("queries", "keys", "block_k", "value_dim"):
             b = getattr(self, name)
-            if not isinstance(b, int) or isinstance(b, bool) or b < 1:
-                raise ValueError(f"FusedDq.{name} must be a positive int, got {b!r}")
+            if (b is not None or name != "value_dim") and (not isinstance(b, int) or isinstance(b, bool) or b < 1):
+                raise ValueError(f"FusedDq.{name} must be a positive int{' or None' if name == 'value_dim' else ''}, "
+                                 f"got {b!r}")
 
 
 def is_band(causal, window) -> bool:
@@ -305,8 +308,8 @@ class Precision:
     fused_dq: the calls whose dQ is summed inside the dK/dV kernel (FusedDq; default None: none): for an unbanded call
       with N_q >= fused_dq.queries and N_k >= fused_dq.keys, for_call states dq_accumulation "blocked" over key tiles
       of fused_dq.block_k (block_k_dq), after the long tile's substitution (the fused calls are long calls); never for
-      banded calls or where N_q is not given (the bounds give it for calls without a dense mask only: the fused kernel
-      runs unmasked calls). Set by flashcheck.adapters.ours_precision (kernel_config's fused thresholds)."""
+      banded calls, where N_q is not given (the bounds give it for calls without a dense mask only: the fused kernel
+      runs unmasked calls) or where the call's dv is not fused_dq.value_dim. Set by flashcheck.adapters.ours_precision (kernel_config's fused thresholds)."""
 
     input: str
     dot: str
@@ -441,13 +444,14 @@ class Precision:
             return self
         return self._with_forward(b, band_forward=None)
 
-    def for_call(self, causal, window, Nk: int, Nq: int | None = None) -> "Precision":
-        """This precision for a call with these causal / window arguments, Nk keys and Nq queries: with a long_forward
-        stated and Nk >= long_keys, the forward's tile fields are the long tile's, and the backward's outer blocks where
-        it states them (as `banded` substitutes the band's; the band tile then no longer applies); otherwise
-        `banded(causal, window)`. Then, with a fused_dq stated, Nq given, Nq >= fused_dq.queries, Nk >= fused_dq.keys
-        and the call not banded (`is_band`): dQ summed in the dK/dV kernel, dq_accumulation "blocked" over key tiles of
-        fused_dq.block_k (block_k_dq), fused_dq cleared. The bounds take it first, before `fitted`."""
+    def for_call(self, causal, window, Nk: int, Nq: int | None = None, Dv: int | None = None) -> "Precision":
+        """This precision for a call with these causal / window arguments, Nk keys, Nq queries and V head dim Dv: with
+        a long_forward stated and Nk >= long_keys, the forward's tile fields are the long tile's, and the backward's
+        outer blocks where it states them (as `banded` substitutes the band's; the band tile then no longer applies);
+        otherwise `banded(causal, window)`. Then, with a fused_dq stated, Nq given, Nq >= fused_dq.queries,
+        Nk >= fused_dq.keys, Dv = fused_dq.value_dim where that is stated, and the call not banded (`is_band`): dQ
+        summed in the dK/dV kernel, dq_accumulation "blocked" over key tiles of fused_dq.block_k (block_k_dq),
+        fused_dq cleared. The bounds take it first, before `fitted`."""
         b = self.long_forward
         if b is None or Nk < self.long_keys:
             p = self.banded(causal, window)
@@ -455,6 +459,8 @@ class Precision:
             p = self._with_forward(b, band_forward=None, long_forward=None, long_keys=None)
         f = self.fused_dq
         if f is None or Nq is None or Nq < f.queries or Nk < f.keys or is_band(causal, window):
+            return p
+        if f.value_dim is not None and Dv != f.value_dim:  # not the fused kernel's dv (or none given)
             return p
         return replace(p, dq_accumulation="blocked", block_k_dq=f.block_k, fused_dq=None)
 
@@ -555,9 +561,9 @@ def _checked(precision) -> Precision:
     return precision
 
 
-def _for_call(precision, causal, window, Nk: int, Nq: int | None = None) -> Precision:
+def _for_call(precision, causal, window, Nk: int, Nq: int | None = None, Dv: int | None = None) -> Precision:
     """`Precision.for_call` of a bound's `precision` argument, checked to be a Precision first."""
-    return _checked(precision).for_call(causal, window, Nk, Nq)
+    return _checked(precision).for_call(causal, window, Nk, Nq, Dv)
 
 
 def _model(precision: Precision) -> _Model:
