@@ -539,19 +539,28 @@ def over_keys(S: torch.Tensor, K: torch.Tensor, walks, block: int, accumulation:
     return out
 
 
-def fused_over_keys(S: torch.Tensor, K: torch.Tensor, block: int, k_step: int = 1, mma=None) -> torch.Tensor:
+def _flush(x: torch.Tensor) -> torch.Tensor:
+    """fp32 values below the smallest normal (2^-126) flushed to sign-preserving zero (PTX's .ftz)."""
+    return torch.where(x.abs() < 2.0**-126, x * 0.0, x)
+
+
+def fused_over_keys(S: torch.Tensor, K: torch.Tensor, block: int, k_step: int = 1, mma=None,
+                    ftz: bool = False) -> torch.Tensor:
     """S @ K (S (B, H, Nq, Nk), K (B, H, Nk, d), every entry visible) as the fused backward sums dQ in its dK/dV kernel
     (Precision.fused_dq, dq_accumulation "blocked"; proofs/bounds.md sec. 8b): per key tile of `block` keys (the
     dK/dV program's; the last one ragged), T_j = ONE chain from a zero fp32 accumulator over the tile's keys in
     ascending k-steps (_dot_acc "recursive": one rounding per k_step products, or the tensor core's step model
     with `mma`); then the T_j added into a zeroed fp32 accumulator from the LAST tile down to the first (the first
     add 0 + T exact), each add ONE fp32 round-to-nearest addition (the TMA reduce-add; torch's float32 add). Each
-    query head's rows are their own sums (a GQA group's K is its kv head's, repeated)."""
+    query head's rows are their own sums (a GQA group's K is its kv head's, repeated). ftz: each add flushes its
+    subnormal operands and result to zero, as PTX's fp32 reduction adds do (red / atom .add.f32; the TMA reduce-add
+    is taken to, not measured: Precision's _dq_tile_add_flush charges it)."""
     n = S.shape[-1]
     acc = torch.zeros(S.shape[:-1] + (K.shape[-1],), dtype=S.dtype)
     for j0 in reversed(range(0, n, block)):
         j1 = min(n, j0 + block)
-        acc = acc + _dot_acc(S[..., j0:j1], K[..., j0:j1, :], torch.zeros_like(acc), "recursive", k_step, mma)
+        part = _dot_acc(S[..., j0:j1], K[..., j0:j1, :], torch.zeros_like(acc), "recursive", k_step, mma)
+        acc = _flush(_flush(acc) + _flush(part)) if ftz else acc + part
     return acc
 
 
@@ -585,7 +594,8 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
                  scale=None, causal=False, window=None, mask=None, accumulation: str = "recursive",
                  k_step: int | None = None, delta_o=None, ieee_fma_chain: bool = False, block_k_dq: int = 64,
                  block_q: int = 64, ex2: str = "torch", block_q_dq: int = 64, block_k_dkdv: int = 64,
-                 block_mask=None, delta_tree: tuple | None = None, dq_accumulation: str | None = None, mma=None):
+                 block_mask=None, delta_tree: tuple | None = None, dq_accumulation: str | None = None, mma=None,
+                 dq_ftz: bool = False):
     """(dQ, dK, dV) as the FA2 backward kernel computes them from its own (O, LSE): Delta from the
     stored O (or from `delta_o`, the fp32 O of fa2_forward(..., return_fp32_o=True), for
     delta_from="fp32"), P recomputed from the stored LSE in base 2, P and dS rounded to the operand dtype
@@ -609,7 +619,7 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     same). "blocked": dQ summed in the dK/dV kernel as the fused backward does (Precision.fused_dq, fused_over_keys):
     per key tile of block_k_dq keys one chain from zero, the tiles' partials added into a zeroed fp32 accumulator from
     the last tile down, then the scale and the store. The fused kernel runs unbanded calls only: no causal, no window
-    side, no mask, no block mask.
+    side, no mask, no block mask. dq_ftz (blocked only): those adds flush subnormals (fused_over_keys' ftz).
     mma: None (tensor-core steps summed exactly, rounded to nearest) or "h100" (every tensor-core product of the
     backward, the recomputed S = Q K^T, dP = dO V^T and the dV, dK, dQ chains, through the H100's measured truncating
     step model, as fa2_forward's)."""
@@ -677,7 +687,7 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
                               group)
     dv = over_rows(pr, dop, key_walks, group, block_q, accumulation, ks, mma)
     if dq_accumulation == "blocked":  # dQ summed in the dK/dV kernel (the fused backward): tiles' partials, last first
-        dq = fused_over_keys(dsr, kt, block_k_dq, ks, mma)
+        dq = fused_over_keys(dsr, kt, block_k_dq, ks, mma, ftz=dq_ftz)
     else:  # dQ: each query block of block_q_dq (the dQ kernel's program) over its own key tiles in its order
         walks = _outer_visits(Nq, block_q_dq, Nk, block_k_dq, pb.band, pb.block_mask, "kv", (B, Hq))
         dq = over_keys(dsr, kt, walks, block_k_dq, dq_accumulation or accumulation, ks, mma)

@@ -287,6 +287,32 @@ def test_the_emulated_fused_dq_runs_unbanded_unmasked_calls_only():
         fa2_backward(q, k, v, o, lse, do, dtype="bfloat16", dot="bf16", mma="a100")
 
 
+def test_a_flushing_tile_sum_is_within_bound_by_its_flush_charge(monkeypatch):
+    """PTX's fp32 reduction adds flush subnormal operands and results to zero, and the fused dQ's TMA reduce-adds are
+    taken to (not measured): the bound charges 3 T 2^-126 |scale| per dQ entry (precision._dq_tile_add_flush). On
+    gradients near fp32's normal range (bf16, dO ~ 2^-122: tile partials around 2^-126, N_k = 1024, T = 8), the
+    emulated sum with flushing adds (emulation.fused_over_keys' ftz) exceeds the bound without that charge (1.07
+    worst case, 1.16 probabilistic when written) and stays within the bound with it (0.14)."""
+    from flashcheck.proofs.bounds import backward as backward_module
+
+    rng = np.random.default_rng(0)
+    q, k, v = (round_to(rng.standard_normal(s), "bfloat16") for s in ((1, 1, 16, D), (1, 1, 1024, D), (1, 1, 1024, D)))
+    do = round_to(rng.standard_normal((1, 1, 16, D)) * 2.0**-122, "bfloat16")
+    o, lse = fa2_forward(q, k, v, dtype="bfloat16", dot="bf16", mma="h100")
+    dq = fa2_backward(q, k, v, o, lse, do, dtype="bfloat16", dot="bf16", dq_accumulation="blocked", block_k_dq=TILE,
+                      mma="h100", dq_ftz=True)[0]
+    O, L = attention(q, k, v)
+    err = np.abs(dq - attention_backward(q, k, v, O, L, do)[0])
+    p = _precision("bfloat16")
+    bounds = {kind: backward_bound(q, k, v, do, precision=p, kind=kind).dq for kind in KINDS}
+    monkeypatch.setattr(backward_module, "_dq_tile_add_flush", lambda precision, nk: 0.0)
+    for kind in KINDS:
+        within = worst_ratio(err, bounds[kind])
+        assert within <= 1.0, f"{kind}: the flushing sum's worst error is {within:.3f} of the bound"
+        without = worst_ratio(err, backward_bound(q, k, v, do, precision=p, kind=kind).dq)
+        assert without > 1.0, f"{kind}: the bound without the flush charge holds too ({without:.3f}): no evidence"
+
+
 def _inputs(family: str, dtype: str, nq: int, nk: int, hq: int, hkv: int, seed: int):
     """q, k, v, do rounded to dtype: "random" (N(0, 1)), "large_logits" (q scaled by 8: logits with std ~8, as
     proofs/tightness.py), or a family of flashcheck/structured.py."""
@@ -378,7 +404,7 @@ def _buggy_sum(bug: str):
     """fused_over_keys with one planted bug: "dropped" (the second tile added, key tiles 1..., loses its partial),
     "twice" (that partial added twice), "scale_twice" (the sum scaled here too: fa2_backward scales it again),
     "bf16_partials" (each partial rounded to bfloat16 before its add: staged through a bf16 buffer)."""
-    def fused(S, K, block, k_step=1, mma=None):
+    def fused(S, K, block, k_step=1, mma=None, ftz=False):  # ftz: not flushed (the calls here pass False)
         n = S.shape[-1]
         acc = torch.zeros(S.shape[:-1] + (K.shape[-1],), dtype=S.dtype)
         for i, j0 in enumerate(reversed(range(0, n, block))):

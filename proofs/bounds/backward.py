@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from .precision import (_DOT_OPERAND, FAILURE_PROBABILITY, Precision, REFERENCE_PRECISION, UNDERFLOW_FLOOR, UNIT_ROUNDOFF, _Model, _check_kind, _conv, _dot_steps, _model, _within_dot, gamma, hoeffding_lambda, _for_call)
-from .precision import _dq_model
+from .precision import _dq_model, _dq_tile_add_flush
 from .results import (BackwardBound, ForwardBound)
 from .common import (_FP32_NORMAL_MIN, _SIGNIFICAND_BITS, _exp_err, _fix_bad, _half_ulp, _no_nan, _round_nearest,
                      _rounding_on_data, _rows_chunks, _weighted_exp_err)
@@ -725,6 +725,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     # ragged tile it visits first; Delta's P.V and the stored LSE are the forward's and keep block_k. A blocked dQ
     # (Precision.dq_accumulation, the fused dQ): each tile one chain from zero, then T additions (_dot_steps)
     n_k = _dot_steps(M_dq, Nk, precision.dq_key_tile, tile_chain=precision.dq_accumulation == "blocked")
+    dq_flush = _dq_tile_add_flush(precision, Nk)  # those additions' subnormal flushes (before the scale)
     nu_q_wc = (1 + M.u_p) * (1 + M.u_in) * (1 + gamma(n_q, M.u_dacc)) - 1
     nu_q_lin = M.u_p + M.u_in + n_q * M.u_dacc
     rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
@@ -1180,8 +1181,12 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 worst.add(dq_bound(unknown, np.maximum(np.abs(d0), np.abs(d1)), trunc_S, (known, e, e_abs)))
             row_terms = worst.where_smaller(row_terms, worst.bound < dq_err)
             dq_err = np.minimum(dq_err, worst.bound)
+        # a blocked dQ's tile additions (the fused dQ's TMA reduce-adds) may flush subnormals: an absolute floor
+        flush = np.abs(sc) * dq_flush * np.ones_like(dq_err)
+        dq_err = dq_err + flush
         if detail is not None:
             dq_terms.append(row_terms + [
+                Term("dQ tile adds' subnormal flush", "other", flush),
                 Term("store and scale", "other", _store(dq_err, np.abs(dQ_exact), g2, M) - dq_err)]
                 + [Term("dS var: " + name, "sub", lam * sc * np.sqrt(np.where(vis, A * A * x, 0.0) @ (kf * kf)))
                    for name, x in (("dS roundings", (2 * u**2 + r_p**2) * absg**2),)]

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .precision import (FAILURE_PROBABILITY, Precision, _check_kind, _conv, _dot_steps, _dq_model, _model, gamma,
-                         hoeffding_lambda, _for_call)
+from .precision import (FAILURE_PROBABILITY, Precision, _check_kind, _conv, _dot_steps, _dq_model, _dq_tile_add_flush,
+                         _model, gamma, hoeffding_lambda, _for_call)
 from .common import (_exp_err, _fix_bad, _no_nan, _rows_chunks, _weighted_exp_err)
 from .logits import (_logit_errors)
 from . import forward as _forward_module
@@ -103,6 +103,7 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
                    partial=partial, acc_det=acc_det)
         dQ = ge.exact
         err = (1 + c_row) * _combine(ge.wc, ge.rem, ge.var, ge.det, lam, kind) + c_row * np.abs(dQ)
+        err = err + np.abs(sc) * _dq_tile_add_flush(precision, pr.Nk)  # a blocked dQ's adds may flush subnormals
         err = _store(err, np.abs(dQ), float(gamma(2, u)), M)
         out.append(np.where(empty[..., None], 0.0, err))
         exact.append(dQ)
