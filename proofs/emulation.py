@@ -553,8 +553,9 @@ def fused_over_keys(S: torch.Tensor, K: torch.Tensor, block: int, k_step: int = 
     with `mma`); then the T_j added into a zeroed fp32 accumulator from the LAST tile down to the first (the first
     add 0 + T exact), each add ONE fp32 round-to-nearest addition (the TMA reduce-add; torch's float32 add). Each
     query head's rows are their own sums (a GQA group's K is its kv head's, repeated). ftz: each add flushes its
-    subnormal operands and result to zero, as PTX's fp32 reduction adds do (red / atom .add.f32; the TMA reduce-add
-    is taken to, not measured: Precision's _dq_tile_add_flush charges it)."""
+    subnormal operands and result to zero, as PTX's fp32 reduction adds (red / atom .add.f32) are documented to; the
+    TMA reduce-add was measured not to (HardwareConstants.tma_add "nearest"): what the bound charges where that is
+    not measured (precision._dq_tile_add_flush)."""
     n = S.shape[-1]
     acc = torch.zeros(S.shape[:-1] + (K.shape[-1],), dtype=S.dtype)
     for j0 in reversed(range(0, n, block)):

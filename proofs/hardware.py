@@ -45,6 +45,13 @@ rules below, so that it is >= the measured maximum with a stated margin:
   with a mismatch: "unknown" (nothing assumed). ieee_dot_k: the padded head dims (the dot's K) the record
   covers. The bounds use it only through Precision.ieee_fma_chain, which flashcheck.adapters.ours_precision sets
   for our kernel on the GPU where this is "fma_chain" and the head dim's padded width is in ieee_dot_k.
+- tma_add: the fp32 TMA reduce-add (cp.reduce.async.bulk.tensor .add: the fused dQ's tile additions,
+  kernels/gluon_bwd_fused.py). "nearest" if bench/probe_tma_add.py, run on the GPU, found every one of its
+  additions (ties, subnormal operands and results, random pairs over wide exponents, a quarter subnormal) bit for
+  bit IEEE round to nearest even with gradual underflow (no flush); the record is
+  proofs/measurements/h100_tma_add.json. No record or any mismatch: "unknown", and the bounds then charge a flush of
+  every operand and result (bounds.md sec. 8b, precision._dq_tile_add_flush), as PTX documents for red / atom
+  .add.f32.
 """
 from __future__ import annotations
 
@@ -57,6 +64,8 @@ from pathlib import Path
 MEASUREMENTS = Path(__file__).resolve().parent / "measurements"
 H100_JSON = MEASUREMENTS / "h100.json"
 H100_FMA_DOT_JSON = MEASUREMENTS / "h100_fma_dot.json"  # bench/probe_fma_dot.py --out, on the GPU
+H100_TMA_ADD_JSON = MEASUREMENTS / "h100_tma_add.json"  # bench/probe_tma_add.py --out, on the GPU
+TMA_ADDS = ("nearest", "unknown")
 IEEE_DOTS = ("unknown", "fma_chain")
 
 # PTX ISA, "Floating point instructions": documented maximum relative errors of fp32 division
@@ -114,10 +123,14 @@ class HardwareConstants:
     ieee_dot: str = "unknown"
     # the padded head dims (the dot's K, BLOCK_D) that record covers: the claim holds for those only
     ieee_dot_k: tuple = ()
+    # the fp32 TMA reduce-add: "nearest" (measured: IEEE round to nearest even, no flush) or "unknown"
+    tma_add: str = "unknown"
 
     def __post_init__(self):
         if self.ieee_dot not in IEEE_DOTS:
             raise ValueError(f"HardwareConstants.ieee_dot must be one of {IEEE_DOTS}, got {self.ieee_dot!r}")
+        if self.tma_add not in TMA_ADDS:
+            raise ValueError(f"HardwareConstants.tma_add must be one of {TMA_ADDS}, got {self.tma_add!r}")
 
     @property
     def worst_mma(self) -> MmaBehaviour:
@@ -261,6 +274,17 @@ def ieee_dot_from(report: dict | None) -> str:
     return "fma_chain" if gpu and full and exact else "unknown"
 
 
+def tma_add_from(report: dict | None) -> str:
+    """HardwareConstants.tma_add from a bench/probe_tma_add.py report (None: no record): "nearest" only for a GPU run
+    of at least one tile in which every addition was round to nearest even with no flush, bit for bit."""
+    if not report:
+        return "unknown"
+    runs = report.get("runs", ())
+    ok = bool(report.get("device")) and len(runs) > 0 and all(
+        r.get("pairs", 0) > 0 and r.get("mismatches", {}).get("nearest") == 0 for r in runs)
+    return "nearest" if ok else "unknown"
+
+
 def ieee_dot_k_from(report: dict | None) -> tuple:
     """The padded head dims (block_d) a passing bench/probe_fma_dot.py record covers (() unless ieee_dot_from says
     "fma_chain")."""
@@ -278,7 +302,8 @@ def h100() -> HardwareConstants:
           f"triton {v.get('triton')} {v.get('date')}"
     fma = load_report(H100_FMA_DOT_JSON) if H100_FMA_DOT_JSON.exists() else None
     c = constants_from(measured_from(report), source=src)
-    return replace(c, ieee_dot=ieee_dot_from(fma), ieee_dot_k=ieee_dot_k_from(fma))
+    tma = load_report(H100_TMA_ADD_JSON) if H100_TMA_ADD_JSON.exists() else None
+    return replace(c, ieee_dot=ieee_dot_from(fma), ieee_dot_k=ieee_dot_k_from(fma), tma_add=tma_add_from(tma))
 
 
 @lru_cache(maxsize=None)

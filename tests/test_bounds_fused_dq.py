@@ -287,29 +287,59 @@ def test_the_emulated_fused_dq_runs_unbanded_unmasked_calls_only():
         fa2_backward(q, k, v, o, lse, do, dtype="bfloat16", dot="bf16", mma="a100")
 
 
-def test_a_flushing_tile_sum_is_within_bound_by_its_flush_charge(monkeypatch):
-    """PTX's fp32 reduction adds flush subnormal operands and results to zero, and the fused dQ's TMA reduce-adds are
-    taken to (not measured): the bound charges 3 T 2^-126 |scale| per dQ entry (precision._dq_tile_add_flush). On
-    gradients near fp32's normal range (bf16, dO ~ 2^-122: tile partials around 2^-126, N_k = 1024, T = 8), the
-    emulated sum with flushing adds (emulation.fused_over_keys' ftz) exceeds the bound without that charge (1.07
-    worst case, 1.16 probabilistic when written) and stays within the bound with it (0.14)."""
-    from flashcheck.proofs.bounds import backward as backward_module
-
+def _tiny_gradient_case(ftz: bool):
+    """bf16, dO ~ 2^-122 (tile partials around fp32's smallest normal), N_k = 1024 (T = 8): the inputs and the
+    emulated fused dQ's error against the float64 reference, its adds flushing subnormals (ftz) or not."""
     rng = np.random.default_rng(0)
     q, k, v = (round_to(rng.standard_normal(s), "bfloat16") for s in ((1, 1, 16, D), (1, 1, 1024, D), (1, 1, 1024, D)))
     do = round_to(rng.standard_normal((1, 1, 16, D)) * 2.0**-122, "bfloat16")
     o, lse = fa2_forward(q, k, v, dtype="bfloat16", dot="bf16", mma="h100")
     dq = fa2_backward(q, k, v, o, lse, do, dtype="bfloat16", dot="bf16", dq_accumulation="blocked", block_k_dq=TILE,
-                      mma="h100", dq_ftz=True)[0]
+                      mma="h100", dq_ftz=ftz)[0]
     O, L = attention(q, k, v)
-    err = np.abs(dq - attention_backward(q, k, v, O, L, do)[0])
-    p = _precision("bfloat16")
-    bounds = {kind: backward_bound(q, k, v, do, precision=p, kind=kind).dq for kind in KINDS}
+    return (q, k, v, do), np.abs(dq - attention_backward(q, k, v, O, L, do)[0])
+
+
+def test_the_measured_tma_add_is_round_to_nearest_without_flush():
+    """The committed record (bench/probe_tma_add.py on the GPU: proofs/measurements/h100_tma_add.json) makes h100()'s
+    tma_add "nearest", and the rule asks for a GPU record whose every addition was round to nearest: no record, no
+    device, no runs, or one mismatch give "unknown"."""
+    from flashcheck.proofs import hardware as hw
+
+    assert hw.h100().tma_add == "nearest"
+    good = hw.load_report(hw.H100_TMA_ADD_JSON)
+    assert hw.tma_add_from(good) == "nearest" and all(r["pairs"] >= 4096 for r in good["runs"])
+    bad_run = {**good["runs"][0], "mismatches": {**good["runs"][0]["mismatches"], "nearest": 1}}
+    for bad in (None, {}, {**good, "device": ""}, {**good, "runs": []}, {**good, "runs": good["runs"] + [bad_run]}):
+        assert hw.tma_add_from(bad) == "unknown", bad
+    with pytest.raises(ValueError, match="HardwareConstants.tma_add"):
+        dataclasses.replace(hw.h100(), tma_add="ftz")
+
+
+def test_a_flushing_tile_sum_needs_the_flush_charge_where_the_add_is_not_measured(monkeypatch):
+    """Where the TMA add is not measured (HardwareConstants.tma_add "unknown") the bound charges a flush of every
+    operand and result, 3 T 2^-126 |scale| per dQ entry (precision._dq_tile_add_flush), as PTX documents for its fp32
+    reduction adds. It is needed: on gradients near fp32's normal range the emulated sum with flushing adds
+    (fused_over_keys' ftz) exceeds the bound without that charge (1.07 worst case, 1.16 probabilistic when written)
+    and stays within it with the charge (0.14). The measured add ("nearest": no flush) gets no charge, and the
+    emulated sum without flushes is within that bound."""
+    from flashcheck.proofs import hardware as hw
+    from flashcheck.proofs.bounds import backward as backward_module
+
+    xs, err = _tiny_gradient_case(ftz=True)
+    measured = _precision("bfloat16")
+    assert measured.hardware.tma_add == "nearest"
+    unknown = dataclasses.replace(measured, hardware=dataclasses.replace(hw.h100(), tma_add="unknown"))
+    charged = {kind: backward_bound(*xs, precision=unknown, kind=kind).dq for kind in KINDS}
+    _, err_rn = _tiny_gradient_case(ftz=False)
+    for kind in KINDS:
+        within = worst_ratio(err_rn, backward_bound(*xs, precision=measured, kind=kind).dq)
+        assert within <= 1.0, f"{kind}: the sum without flushes is {within:.3f} of the measured add's bound"
     monkeypatch.setattr(backward_module, "_dq_tile_add_flush", lambda precision, nk: 0.0)
     for kind in KINDS:
-        within = worst_ratio(err, bounds[kind])
+        within = worst_ratio(err, charged[kind])
         assert within <= 1.0, f"{kind}: the flushing sum's worst error is {within:.3f} of the bound"
-        without = worst_ratio(err, backward_bound(q, k, v, do, precision=p, kind=kind).dq)
+        without = worst_ratio(err, backward_bound(*xs, precision=unknown, kind=kind).dq)
         assert without > 1.0, f"{kind}: the bound without the flush charge holds too ({without:.3f}): no evidence"
 
 

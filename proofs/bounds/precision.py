@@ -646,12 +646,14 @@ def _dot_steps(M: _Model, n: int, block: int, products: int = 1, repeats: int = 
 
 def _dq_tile_add_flush(precision: Precision, Nk: int) -> float:
     """The absolute error, before the scale, that subnormal flushes in a blocked dQ's tile additions can add to one
-    dQ entry (Precision.dq_accumulation "blocked": the fused dQ's TMA reduce-adds; proofs/bounds.md sec. 8b): PTX's
-    fp32 reduction adds (red, atom .add.f32) flush subnormal inputs and results to sign-preserving zero, and the TMA
-    reduce-add is taken to do the same (not measured). Each of the T = ceil(N_k / block_k_dq) additions, the first
-    (0 + T_{n-1}) included, then errs by < 2^-126 per operand and per result beyond its rounding: 3 T 2^-126 in all.
-    0 for any other dQ accumulation."""
-    if precision.dq_accumulation != "blocked":
+    dQ entry (Precision.dq_accumulation "blocked": the fused dQ's TMA reduce-adds; proofs/bounds.md sec. 8b). 0 where
+    the hardware's TMA add is measured round to nearest with gradual underflow (HardwareConstants.tma_add
+    "nearest": an addition with a subnormal result is then exact, a normal one errs by <= u |result|, charged with
+    the adds' roundings) and for any other dQ accumulation. Otherwise flushes are assumed, as PTX documents for its
+    fp32 reduction adds (red, atom .add.f32: subnormal inputs and results to sign-preserving zero): each of the
+    T = ceil(N_k / block_k_dq) additions, the first (0 + T_{n-1}) included, errs by < 2^-126 per operand and per
+    result beyond its rounding: 3 T 2^-126 in all."""
+    if precision.dq_accumulation != "blocked" or precision.hardware.tma_add == "nearest":
         return 0.0
     return 3.0 * max(1, -(-Nk // precision.dq_key_tile)) * 2.0**-126
 
