@@ -117,7 +117,7 @@ def _run(seed: int, verbose: bool) -> dict:
     return run
 
 
-def main():
+def main(argv=None):
     import subprocess
 
     import triton
@@ -125,7 +125,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None, help="directory for tma_add.json (proofs/measurements/h100_tma_add.json)")
     ap.add_argument("--seeds", type=int, default=3, help="tiles of random pairs (seeds 0 ...)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
                             text=True).stdout.strip()
     report = {"device": torch.cuda.get_device_name(), "driver": driver, "torch": torch.__version__,

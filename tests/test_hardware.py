@@ -108,3 +108,23 @@ def test_fma_chain_claim_still_holds(tmp_path):
         assert rc == 0 and hw.ieee_dot_from(report) == "fma_chain", "the recorded FMA-chain claim no longer holds"
     else:
         pytest.skip(f"no FMA-chain claim recorded (this run: {hw.ieee_dot_from(report)})")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                    reason="needs an sm_90 GPU (the TMA reduce-add of the fused backward)")
+def test_tma_add_claim_still_holds(tmp_path):
+    """The committed record claims the fp32 TMA reduce-add rounds to nearest without flushing (tma_add "nearest": the
+    fused dQ's adds get no flush charge, proofs/bounds.md sec. 8b): a fresh bench/probe_tma_add.py run on this GPU
+    (seconds) must parse to "nearest" too."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "probe_tma_add.py"
+    spec = importlib.util.spec_from_file_location("probe_tma_add", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.main(["--out", str(tmp_path), "--seeds", "2"])
+    report = hw.load_report(tmp_path / "tma_add.json")
+    assert hw.h100().tma_add == "nearest"
+    assert hw.tma_add_from(report) == "nearest", f"the recorded round-to-nearest TMA add no longer holds: {report}"
