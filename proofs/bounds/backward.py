@@ -1181,12 +1181,13 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
                 worst.add(dq_bound(unknown, np.maximum(np.abs(d0), np.abs(d1)), trunc_S, (known, e, e_abs)))
             row_terms = worst.where_smaller(row_terms, worst.bound < dq_err)
             dq_err = np.minimum(dq_err, worst.bound)
-        # a blocked dQ's tile additions (the fused dQ's TMA reduce-adds) may flush subnormals: an absolute floor
-        flush = np.abs(sc) * dq_flush * np.ones_like(dq_err)
+        # a blocked dQ's tile additions (the fused dQ's TMA reduce-adds), where not measured, may flush subnormals:
+        # an absolute floor (a scalar: 0 for every other dQ and for the measured add)
+        flush = abs(sc) * dq_flush
         dq_err = dq_err + flush
         if detail is not None:
             dq_terms.append(row_terms + [
-                Term("dQ tile adds' subnormal flush", "other", flush),
+                Term("dQ tile adds' subnormal flush", "other", np.full_like(dq_err, flush)),
                 Term("store and scale", "other", _store(dq_err, np.abs(dQ_exact), g2, M) - dq_err)]
                 + [Term("dS var: " + name, "sub", lam * sc * np.sqrt(np.where(vis, A * A * x, 0.0) @ (kf * kf)))
                    for name, x in (("dS roundings", (2 * u**2 + r_p**2) * absg**2),)]

@@ -52,6 +52,7 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
     u, sc, kf = M.u_w, F.scale, F.kf
     blocked = precision.dq_accumulation == "blocked"  # the fused dQ: each tile one chain from zero (_dot_steps)
     n_k = _dot_steps(M_dq, pr.Nk, precision.dq_key_tile, tile_chain=blocked)  # the dQ loop's (Precision.block_k_dq)
+    dq_flush = abs(sc) * _dq_tile_add_flush(precision, pr.Nk)  # a blocked dQ's adds' flushes, where not measured
     # dS = P_hat * w_i (gamma_2 kept from backward_bound: conservative, the kernel rounds once),
     # then converted to the operand format (u_p: rounded, or truncated for tf32)
     rho_wc = (1 + gamma(2, u)) * (1 + M.u_p) - 1.0
@@ -103,7 +104,7 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
                    partial=partial, acc_det=acc_det)
         dQ = ge.exact
         err = (1 + c_row) * _combine(ge.wc, ge.rem, ge.var, ge.det, lam, kind) + c_row * np.abs(dQ)
-        err = err + np.abs(sc) * _dq_tile_add_flush(precision, pr.Nk)  # a blocked dQ's adds may flush subnormals
+        err = err + dq_flush
         err = _store(err, np.abs(dQ), float(gamma(2, u)), M)
         out.append(np.where(empty[..., None], 0.0, err))
         exact.append(dQ)
