@@ -916,7 +916,7 @@ def _compile_gluon(kernel, args: dict, constexprs: dict, maxnreg: int | None = N
 
 
 def compile_gluon(dtype: str, d: int, band: bool, write_res: bool, stages: int, block_n: int = 128,
-                  maxnreg: int | None = None, module=None):
+                  maxnreg: int | None = None, module=None, paired: bool = False):
     """Compile kernels/gluon_fwd.py's forward (or `module`'s: a source variant, bench/fwd_variants.py) for sm_90 as
     its launcher specializes it (4-D tensor descriptors of [1, 1, rows, d] boxes, 128-row query tiles, one query head
     per kv head)."""
@@ -929,7 +929,7 @@ def compile_gluon(dtype: str, d: int, band: bool, write_res: bool, stages: int, 
                            "ores_desc": desc(64), "LSE": "*fp32", "sm_scale": "fp32", "Nq": "i32", "Nk": "i32",
                            "Hq": "i32", "off_lo": "i32", "off_hi": "i32"},
                           dict(GROUP=1, HEAD_D=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, BAND=band,
-                               WRITE_RES=write_res, HEAVY_FIRST=band), maxnreg)
+                               WRITE_RES=write_res, HEAVY_FIRST=band, PAIRED=paired), maxnreg)
 
 
 def gluon_dkdv_signature(dtype: str, d: int, block_m: int) -> dict:

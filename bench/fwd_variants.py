@@ -15,6 +15,11 @@ Variants (source edits of gluon_fwd.py; the script stops if an edit no longer ap
   consumers at 120 registers and the launch capped at 112 a thread (2 x 288 threads x 112 <= 64K): compiled for
   sm_90 on Triton 3.6 without a spill or C7512 (at 128-key tiles 439 spills; d = 128 at 64 keys 134). Another
   arithmetic (64-key tiles: the Precision's forward key tile), a measurement only.
+- unpaired / paired: the kernel with one query block a program, or two (PAIRED: block n_blocks − 1 − p, then p;
+  the second block's Q and first K / V tiles load under the first's last tiles and epilogue), whatever the
+  launcher's rule (attention._gluon_paired) gives; the same arithmetic, O bit for bit.
+- product (d = 64 only): what the product runs on the call (below LONG_KEYS keys triton_fwd), to see whether a
+  variant would beat it there.
 Each variant's O is compared with the kernel's (max |difference|). Interleaved rounds, medians of
 triton.testing.do_bench; launched through Triton's JIT (the same host path for all).
 
@@ -25,6 +30,7 @@ first and keeps l in fp64, its update moved under the products.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import importlib.util
 import json
@@ -38,8 +44,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.insert(1, str(_ROOT))
 
-CELLS = [(128, 16384, False), (128, 16384, True), (128, 4096, False), (128, 1024, False), (64, 16384, False),
-         (64, 4096, False), (64, 1024, False), (64, 1024, True)]
+CELLS = [(d, n, causal) for d in (128, 64) for n in (16384, 4096, 1024) for causal in (False, True)]  # issue 10's
 
 _L64 = [("l_i = gl.zeros([HALF_M], gl.float64, gl.SliceLayout(1, s_layout))",
          "l_i = gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout))"),
@@ -66,6 +71,7 @@ class Variant:
     stages: int | None = None  # the K / V ring's depth
     block_n: int | None = None  # keys a tile
     maxnreg: int | None = None  # registers a thread at launch (ptx .maxnreg)
+    paired: bool | None = None  # two query blocks a program (None: the launcher's rule)
 
 
 def variant_sources(base: str | None = None) -> dict[str, Variant]:
@@ -73,7 +79,8 @@ def variant_sources(base: str | None = None) -> dict[str, Variant]:
     REV:kernels/gluon_fwd.py > FILE`)."""
     src = (_ROOT / "kernels" / "gluon_fwd.py").read_text()
     out = {"kernel": Variant(src), "l32": Variant(edit_source(src, _L64)), "stages3": Variant(src, (128, ), stages=3),
-           "two_cta": Variant(edit_source(src, _TWO_CTA), (64, ), stages=2, block_n=64, maxnreg=112)}
+           "two_cta": Variant(edit_source(src, _TWO_CTA), (64, ), stages=2, block_n=64, maxnreg=112),
+           "unpaired": Variant(src, paired=False), "paired": Variant(src, paired=True)}
     if base:
         out = {"base": Variant(Path(base).read_text()), **out}
     return out
@@ -107,16 +114,17 @@ def _tflops(d, n, causal, ms):
     return 4 * B * H * n * n * d / (2 if causal else 1) / (ms * 1e-3) / 1e12
 
 
-def run(rounds: int, base: str | None = None) -> list[dict]:
+def run(rounds: int, base: str | None = None, only: list[str] | None = None, cells=CELLS) -> list[dict]:
     import dataclasses
 
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
     ka = importlib.import_module("flashcheck.kernels.attention")
     tmp = Path(tempfile.mkdtemp(prefix="fwd_variants_"))
-    mods = {name: (load_variant("gluon_fwd", name, v.text, tmp), v) for name, v in variant_sources(base).items()}
+    mods = {name: (load_variant("gluon_fwd", name, v.text, tmp), v) for name, v in variant_sources(base).items()
+            if only is None or name in only or name == "kernel"}
     rows = []
-    for d, n, causal in CELLS:
+    for d, n, causal in cells:
         B, H = 16384 // n, 2048 // d
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
@@ -128,6 +136,11 @@ def run(rounds: int, base: str | None = None) -> list[dict]:
             t = dataclasses.replace(base_t, num_stages=var.stages or base_t.num_stages,
                                     block_n=var.block_n or base_t.block_n)
             launch = ka._gluon_launch(lq, lk, band, off_lo, off_hi, False, t)
+            constexprs, grid = dict(launch.constexprs), launch.grid
+            if var.paired is not None:
+                n_blocks = -(-n // t.block_m)
+                constexprs["PAIRED"] = var.paired
+                grid = (-(-n_blocks // 2) if var.paired else n_blocks, grid[1])
             options = {} if var.maxnreg is None else {"maxnreg": var.maxnreg}
             o = torch.empty_like(q)
             lse = torch.empty(B, H, n, device="cuda", dtype=torch.float32)
@@ -136,11 +149,13 @@ def run(rounds: int, base: str | None = None) -> list[dict]:
                     m.descriptor(o, half), m.descriptor(o, half), lse, d ** -0.5, *launch.ints)
 
             def go():
-                m.attn_fwd_gluon_kernel[launch.grid](*args, **dict(launch.constexprs), num_warps=4, **options)
+                m.attn_fwd_gluon_kernel[grid](*args, **constexprs, num_warps=4, **options)
                 return o
             return go
 
         fns = {name: launcher(m, var) for name, (m, var) in mods.items() if d in var.head_dims}
+        if d == 64:
+            fns["product"] = functools.partial(ka.attention, q, k, v, causal="bottom_right" if causal else False)
 
         def cudnn():
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -196,6 +211,8 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", default=None)
     p.add_argument("--base", default=None, help="an earlier kernels/gluon_fwd.py to time beside the current one")
+    p.add_argument("--variants", default=None, help="comma-separated variant names (the kernel always), default all")
+    p.add_argument("--cells", default=None, help="d:N:causal,... (e.g. 128:1024:1), default issue 10's table")
     args = p.parse_args(argv)
     import torch
 
@@ -206,7 +223,10 @@ def main(argv=None) -> int:
         variant_sources(args.base)
         print("fwd_variants: the edits apply; timing needs an sm_90 GPU")
         return 0
-    save_rows(args.out, "fwd_variants.json", run(args.rounds, args.base))
+    cells = CELLS if not args.cells else [(int(d), int(n), c == "1") for d, n, c in
+                                          (x.split(":") for x in args.cells.split(","))]
+    save_rows(args.out, "fwd_variants.json",
+              run(args.rounds, args.base, args.variants.split(",") if args.variants else None, cells))
     return 0
 
 

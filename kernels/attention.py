@@ -954,10 +954,20 @@ def _gluon_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, sa
     lse = Layout.dense("float32", (B, Hq, nq))
     pointers = ((q.dtype, True),) * 5 + (_ptr(lse),)
     ints = (nq, k.shape[2], Hq, off_lo, off_hi)
+    n_blocks = triton.cdiv(nq, t.block_m)
+    paired = _gluon_paired(n_blocks, k.shape[2])
     constexprs = (("GROUP", Hq // k.shape[1]), ("HEAD_D", d), ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n),
                   ("STAGES", t.num_stages), ("BAND", band), ("WRITE_RES", save_res),
-                  ("HEAVY_FIRST", t.heavy_first and band))
-    return Launch("attn_fwd_gluon_kernel", (triton.cdiv(nq, t.block_m), B * Hq), pointers, ints, constexprs, 4, None)
+                  ("HEAVY_FIRST", t.heavy_first and band), ("PAIRED", paired))
+    grid = (triton.cdiv(n_blocks, 2) if paired else n_blocks, B * Hq)
+    return Launch("attn_fwd_gluon_kernel", grid, pointers, ints, constexprs, 4, None)
+
+
+def _gluon_paired(n_blocks: int, n_keys: int) -> bool:
+    """Whether gluon_fwd's programs run two query blocks each (PAIRED: block n_blocks − 1 − p, then p; the second's
+    loads under the first's last tiles and epilogue) for a call of n_blocks query blocks a head and n_keys keys.
+    Which program computes a block changes nothing in a row's arithmetic (O and LSE bit for bit)."""
+    return False
 
 
 @functools.lru_cache(maxsize=None)

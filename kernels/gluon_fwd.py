@@ -76,30 +76,60 @@ def query_block_tiles(Nq, Nk, Hq, off_lo, off_hi, GROUP: gl.constexpr, BAND: gl.
     pid_m = gl.program_id(0)
     if HEAVY_FIRST:
         pid_m = gl.num_programs(0) - 1 - pid_m
+    pid_bh, off_b, off_h, off_hkv = head_of(Hq, GROUP)
+    start_m, n_partial, n_tiles, lo, f_lo, f_hi = block_tiles(pid_m, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M, BLOCK_N)
+    return pid_bh, off_b, off_h, off_hkv, start_m, lo, f_lo, f_hi, n_partial, n_tiles
+
+
+@gluon.jit
+def head_of(Hq, GROUP: gl.constexpr):
+    """This program's (batch, head) pair, program_id(1): (pid_bh, off_b, off_h, off_hkv)."""
     pid_bh = gl.program_id(1)
     off_b = pid_bh // Hq
     off_h = pid_bh % Hq
     off_hkv = off_h // GROUP  # GQA: query head h reads kv head h // (Hq // Hkv)
+    return pid_bh, off_b, off_h, off_hkv
+
+
+@gluon.jit
+def block_tiles(pid_m, Nq, Nk, off_lo, off_hi, BAND: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Query block pid_m's key tiles: (start_m, n_partial, n_tiles, lo, f_lo, f_hi), kernels/tiles.py's
+    `_band_range`: n_partial masked tiles ([lo, f_lo) then [f_hi, hi)), then the full ones [f_lo, f_hi)."""
     start_m = pid_m * BLOCK_M
     lo, f_lo, f_hi, hi = _band_range(start_m, gl.minimum(start_m + BLOCK_M, Nq), Nk, off_lo, off_hi, BAND, BLOCK_N)
     n_partial = (f_lo - lo + hi - f_hi) // BLOCK_N
-    return pid_bh, off_b, off_h, off_hkv, start_m, lo, f_lo, f_hi, n_partial, n_partial + (f_hi - f_lo) // BLOCK_N
+    return start_m, n_partial, n_partial + (f_hi - f_lo) // BLOCK_N, lo, f_lo, f_hi
 
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
-              off_b, off_h, off_hkv, start_m, n_partial, n_tiles, lo, f_lo, f_hi,
-              BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    # one warp: Q's two halves on one barrier, then K_t and V_t into slot t % STAGES once both consumers let go
-    # (a query block that sees no key loads nothing: no copy may still be landing when the program ends)
+              off_b, off_h, off_hkv, block_a, block_b, has_b,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAIRED: gl.constexpr):
+    # one warp: block A's loads, then (PAIRED) block B's, which land while the consumers finish A's last tiles
+    _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready.index(0) if PAIRED else q_ready, k_ready,
+                    v_ready, k_free, v_free, off_b, off_h, off_hkv, block_a, 0, 0, BLOCK_N, STAGES)
+    if PAIRED:
+        if has_b:
+            _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready.index(1), k_ready, v_ready,
+                            k_free, v_free, off_b, off_h, off_hkv, block_b, block_a[2], 1, BLOCK_N, STAGES)
+
+
+@gluon.jit
+def _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
+                    off_b, off_h, off_hkv, block, t_base, QB: gl.constexpr,
+                    BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    # Q's two halves (into Q buffer QB) on one barrier, then K_t and V_t into ring position t_base + t once both
+    # consumers let go of it (a query block that sees no key loads nothing: no copy may still be landing when the
+    # program ends)
+    start_m, n_partial, n_tiles, lo, f_lo, f_hi = block
     if n_tiles > 0:
         mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes)
-        _tma_load(q_desc, [off_b, off_h, start_m, 0], q_ready, q_halves.index(0))
-        _tma_load(q_desc, [off_b, off_h, start_m + HALF_M, 0], q_ready, q_halves.index(1))
+        _tma_load(q_desc, [off_b, off_h, start_m, 0], q_ready, q_halves.index(2 * QB))
+        _tma_load(q_desc, [off_b, off_h, start_m + HALF_M, 0], q_ready, q_halves.index(2 * QB + 1))
     for t in range(n_tiles):
         start_n = inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_N)
-        slot = t % STAGES
-        phase = (t // STAGES) & 1
+        slot = (t_base + t) % STAGES
+        phase = ((t_base + t) // STAGES) & 1
         # a fresh barrier counts its parity-1 phase complete: the first round through the ring never waits
         mbarrier.wait(k_free.index(slot), phase ^ 1)
         mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
@@ -149,11 +179,31 @@ def _l_update(l_i, alpha, rowsum):
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
-              pid_bh, off_b, off_h, start_m, n_partial, n_tiles, lo, f_lo, f_hi, qk_scale2, Nq, Nk, off_lo, off_hi,
-              HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, BAND: gl.constexpr, WRITE_RES: gl.constexpr):
-    # warpgroup WG: query rows start_m + WG * HALF_M + [0, HALF_M); its accumulators in wgmma's register layout
+def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free,
+              v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
+              HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BAND: gl.constexpr,
+              WRITE_RES: gl.constexpr, PAIRED: gl.constexpr):
+    # warpgroup WG: its half of block A, then (PAIRED) of block B, whose first tiles the producer loads under A's
+    # last ones and A's epilogue; A's O store is waited for only at the end (B writes through its own Q buffer)
+    _consumer_block(WG, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready.index(0) if PAIRED else q_ready,
+                    k_ready, v_ready, k_free, v_free, pid_bh, off_b, off_h, block_a, 0, 0, qk_scale2, Nq, Nk, off_lo,
+                    off_hi, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES)
+    if PAIRED:
+        if has_b:
+            _consumer_block(WG, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready.index(1), k_ready, v_ready,
+                            k_free, v_free, pid_bh, off_b, off_h, block_b, block_a[2], 1, qk_scale2, Nq, Nk, off_lo,
+                            off_hi, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _consumer_block(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready,
+                    k_free, v_free, pid_bh, off_b, off_h, block, t_base, QB: gl.constexpr, qk_scale2, Nq, Nk, off_lo,
+                    off_hi, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BAND: gl.constexpr,
+                    WRITE_RES: gl.constexpr):
+    # warpgroup WG: query rows start_m + WG * HALF_M + [0, HALF_M) of `block` (Q in buffer QB, its key tiles at ring
+    # positions t_base + t); its accumulators in wgmma's register layout
+    start_m, n_partial, n_tiles, lo, f_lo, f_hi = block
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -162,7 +212,7 @@ def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     dtype: gl.constexpr = q_halves.dtype
-    q_smem = q_halves.index(WG).reshape([HALF_M, HEAD_D])
+    q_smem = q_halves.index(2 * QB + WG).reshape([HALF_M, HEAD_D])
     rows = start_m + WG * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
 
     m2_i = gl.full([HALF_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
@@ -173,8 +223,8 @@ def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring
         mbarrier.wait(q_ready, 0)
     # the partial tiles (at most a few per query block), masked, one after the other: S, softmax step, P̃ V
     for t in range(0, n_partial):
-        slot = t % STAGES
-        phase = (t // STAGES) & 1
+        slot = (t_base + t) % STAGES
+        phase = ((t_base + t) // STAGES) & 1
         mbarrier.wait(k_ready.index(slot), phase)
         qk = warpgroup_mma(q_smem, k_ring.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
                            use_acc=False, is_async=True)
@@ -193,7 +243,7 @@ def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring
         mbarrier.arrive(v_free.index(slot))
     # the full tiles, unmasked, pipelined: S_t issued with P̃_{t-1} V_{t-1}, tile t's softmax under the latter
     if n_tiles > n_partial:
-        t0 = n_partial
+        t0 = t_base + n_partial  # ring positions from here on
         mbarrier.wait(k_ready.index(t0 % STAGES), (t0 // STAGES) & 1)
         qk = warpgroup_mma(q_smem, k_ring.index(t0 % STAGES).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
                            use_acc=False, is_async=True)
@@ -203,7 +253,7 @@ def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring
                                                BAND, BLOCK_N, s_layout)
         acc = acc * gl.convert_layout(alpha, o_rows)[:, None]  # what the partial tiles left, to the new maximum
         p_op = gl.convert_layout(p.to(dtype), p_layout)
-        for t in range(t0 + 1, n_tiles):
+        for t in range(t0 + 1, t_base + n_tiles):
             slot = t % STAGES
             prev = (t - 1) % STAGES
             mbarrier.wait(k_ready.index(slot), (t // STAGES) & 1)
@@ -227,8 +277,8 @@ def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring
             # acc = diag(alpha) acc, before P̃_t V_t adds into it (triton_fwd _fwd_pv's order)
             acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
             p_op = gl.convert_layout(p.to(dtype), p_layout)
-        last = (n_tiles - 1) % STAGES
-        mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
+        last = (t_base + n_tiles - 1) % STAGES
+        mbarrier.wait(v_ready.index(last), ((t_base + n_tiles - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_ring.index(last).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
         l_i = _l_update(l_i, alpha, rowsum)  # the last tile's
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
@@ -245,15 +295,14 @@ def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring
     o = acc.to(dtype)
     q_smem.store(o)
     fence_async_shared()
-    _tma_store(o_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(WG))
+    _tma_store(o_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(2 * QB + WG))
     if WRITE_RES:
         # O_res = round(O_fp32 − round(O_fp32)): exact difference in fp32 (triton_fwd WRITE_RES)
         tma.store_wait(0)  # O has left the buffer
         q_smem.store((acc - o.to(gl.float32)).to(dtype))
         fence_async_shared()
-        _tma_store(ores_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(WG))
+        _tma_store(ores_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(2 * QB + WG))
     gl.store(LSE + pid_bh.to(gl.int64) * Nq + rows, lse, mask=rows < Nq)
-    tma.store_wait(0)
 
 
 @gluon.jit
@@ -262,19 +311,32 @@ def attn_fwd_gluon_kernel(
     sm_scale, Nq, Nk, Hq, off_lo, off_hi,
     GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, BAND: gl.constexpr, WRITE_RES: gl.constexpr, HEAVY_FIRST: gl.constexpr,
+    PAIRED: gl.constexpr,
 ):
     gl.static_assert(BLOCK_M == 2 * HALF_M, "two consumer warpgroups of HALF_M rows each")
     gl.static_assert(HEAD_D == 64 or HEAD_D == 128, "head dims 64 and 128 (one wgmma N per tile)")
-    pid_bh, off_b, off_h, off_hkv, start_m, lo, f_lo, f_hi, n_partial, n_tiles = query_block_tiles(
-        Nq, Nk, Hq, off_lo, off_hi, GROUP, BAND, BLOCK_M, BLOCK_N, HEAVY_FIRST)
+    if PAIRED:
+        # program p runs query blocks A = n_blocks − 1 − p, then B = p (none if A = B): under a band the heaviest
+        # block with the lightest, every program's keys about the same
+        pid_bh, off_b, off_h, off_hkv = head_of(Hq, GROUP)
+        pid_a = gl.cdiv(Nq, BLOCK_M) - 1 - gl.program_id(0)
+        has_b = gl.program_id(0) < pid_a
+        block_a = block_tiles(pid_a, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M, BLOCK_N)
+        block_b = block_tiles(gl.program_id(0), Nq, Nk, off_lo, off_hi, BAND, BLOCK_M, BLOCK_N)
+    else:
+        pid_bh, off_b, off_h, off_hkv, start_m, lo, f_lo, f_hi, n_partial, n_tiles = query_block_tiles(
+            Nq, Nk, Hq, off_lo, off_hi, GROUP, BAND, BLOCK_M, BLOCK_N, HEAVY_FIRST)
+        block_a = (start_m, n_partial, n_tiles, lo, f_lo, f_hi)
+        block_b = ()  # unused (PAIRED is a constexpr): nothing captured for it
+        has_b = False
     qk_scale2 = sm_scale * LOG2E
 
     dtype: gl.constexpr = q_desc.dtype
     # TMA's boxes are one head's rows (4-D: [1, 1, rows, d]), the wgmma operands their 2-D views
-    q_halves = gl.allocate_shared_memory(dtype, [2, 1, 1, HALF_M, HEAD_D], q_desc.layout)
+    q_halves = gl.allocate_shared_memory(dtype, [4 if PAIRED else 2, 1, 1, HALF_M, HEAD_D], q_desc.layout)
     k_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], k_desc.layout)
     v_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], v_desc.layout)
-    q_ready = barriers(1, 1).index(0)
+    q_ready = barriers(2, 1) if PAIRED else barriers(1, 1).index(0)  # one a block: Q landed
     k_ready = barriers(STAGES, 1)
     v_ready = barriers(STAGES, 1)
     k_free = barriers(STAGES, 2)  # both consumer warpgroups let go of a slot before its refill
@@ -282,14 +344,14 @@ def attn_fwd_gluon_kernel(
     fence_async_shared()
 
     gl.warp_specialize([
-        (_consumer, (0, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free, pid_bh,
-                     off_b, off_h, start_m, n_partial, n_tiles, lo, f_lo, f_hi, qk_scale2, Nq, Nk, off_lo, off_hi,
-                     HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES)),
-        (_consumer, (1, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free, pid_bh,
-                     off_b, off_h, start_m, n_partial, n_tiles, lo, f_lo, f_hi, qk_scale2, Nq, Nk, off_lo, off_hi,
-                     HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES)),
+        (_consumer, (0, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
+                     pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
+                     HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED)),
+        (_consumer, (1, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
+                     pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
+                     HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED)),
         (_producer, (q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
-                     off_b, off_h, off_hkv, start_m, n_partial, n_tiles, lo, f_lo, f_hi, BLOCK_N, STAGES)),
+                     off_b, off_h, off_hkv, block_a, block_b, has_b, BLOCK_N, STAGES, PAIRED)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 

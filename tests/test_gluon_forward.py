@@ -10,6 +10,7 @@ run triton_fwd with those tiles, so the arithmetic the bounds read is one, and t
 tiles holds for both engines' code (flashcheck.adapters._compiled_record)."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 from dataclasses import replace
 
@@ -80,6 +81,33 @@ def test_the_gluon_launch_lists_the_kernel_arguments_in_order():
     launch = ka._gluon_launch(q, k, True, 0, 0, True, t)
     assert ka._arguments_in_order(gluon_fwd.attn_fwd_gluon_kernel, launch, 7)
     assert dict(launch.constexprs)["GROUP"] == 2 and launch.grid == (3, 8)
+
+
+def test_a_paired_launch_runs_two_query_blocks_a_program(monkeypatch):
+    """PAIRED programs (attention._gluon_paired) take blocks n_blocks − 1 − p and p: ceil(n_blocks / 2) programs a
+    head, the flag among the constexprs in the kernel's order; unpaired, one program a block."""
+    from flashcheck.kernels import gluon_fwd
+
+    q, k = _layout((2, 4, 300, 128)), _layout((2, 2, 257, 128))
+    t = _gluon_tiles(128).fwd
+    for paired, grid in ((True, (2, 8)), (False, (3, 8))):
+        with _pairing(monkeypatch, paired):
+            launch = ka._gluon_launch(q, k, True, 0, 0, True, t)
+        assert ka._arguments_in_order(gluon_fwd.attn_fwd_gluon_kernel, launch, 7)
+        assert dict(launch.constexprs)["PAIRED"] is paired and launch.grid == grid
+
+
+@contextlib.contextmanager
+def _pairing(monkeypatch, paired: bool):
+    """attention._gluon_paired's answer forced to `paired` inside (the cached launch records cleared on the way in
+    and out: no other test sees a forced record)."""
+    monkeypatch.setattr(ka, "_gluon_paired", lambda n_blocks, n_keys: paired)
+    ka._gluon_launch.cache_clear()
+    try:
+        yield
+    finally:
+        monkeypatch.undo()
+        ka._gluon_launch.cache_clear()
 
 
 def test_gluon_runs_the_calls_in_its_domain_and_only_those():
@@ -347,6 +375,32 @@ def test_gluon_tiles_at_a_scale_not_above_zero_run_triton_fwd(scale):
     o2, l2 = attention(q, k, v, scale=scale, return_lse=True, tiles=plain)
     np.testing.assert_array_equal(to_numpy(o1), to_numpy(o2))
     np.testing.assert_array_equal(to_numpy(l1), to_numpy(l2))
+
+
+PAIR_CASES = CASES + [
+    Case(Shape(2, 2, 1, 1000, 1000, 128), causal="bottom_right", seed=11),  # 8 blocks of 1-8 tiles: the ring's phases
+    Case(Shape(1, 2, 2, 1000, 1100, 64), seed=12),  # run on across a program's two blocks (3-deep ring at d = 64)
+    Case(Shape(1, 2, 2, 700, 900, 64), window=(200, 0), seed=13),
+]
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", PAIR_CASES, ids=str)
+def test_paired_programs_give_every_row_what_one_block_programs_give(case, dtype, monkeypatch):
+    """Two query blocks a program (PAIRED) or one: O, LSE and the gradients (the backward reads O_res) bit for bit:
+    which program computes a block changes nothing in its arithmetic, odd block counts and blocks without a key
+    (rows with nothing visible) included."""
+    tiles = _gluon_tiles(case.shape.d, dtype)
+    inp = materialize(case, dtype)
+    got = []
+    for paired in (False, True):
+        with _pairing(monkeypatch, paired):
+            got.append(run_kernel(inp, case, dtype, backward=True, tiles=tiles))
+    for name, a, b in zip(("O", "LSE", "dQ", "dK", "dV"), *got):
+        assert not np.isnan(a).any(), f"{name}: NaN (unpaired)"  # NaN is never agreement
+        np.testing.assert_array_equal(b, a, err_msg=f"{name}: paired != unpaired")
 
 
 LONG_CASES = [
