@@ -15,6 +15,7 @@ Variants (source edits of gluon_fwd.py; the script stops if an edit no longer ap
   consumers at 120 registers and the launch capped at 112 a thread (2 x 288 threads x 112 <= 64K): compiled for
   sm_90 on Triton 3.6 without a spill or C7512 (at 128-key tiles 439 spills; d = 128 at 64 keys 134). Another
   arithmetic (64-key tiles: the Precision's forward key tile), a measurement only.
+- base_paired: the --base file launched with PAIRED (when it has it);
 - unpaired / paired: the kernel with one query block a program, or two (PAIRED: block n_blocks − 1 − p, then p;
   the second block's Q and first K / V tiles load under the first's last tiles and epilogue), whatever the
   launcher's rule (attention._gluon_paired) gives; the same arithmetic, O bit for bit.
@@ -45,6 +46,8 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(1, str(_ROOT))
 
 CELLS = [(d, n, causal) for d in (128, 64) for n in (16384, 4096, 1024) for causal in (False, True)]  # issue 10's
+# PAIR_KEYS's cells: unmasked, the keys a program's query block sees from 4 to 32 tiles
+PAIR_CELLS = [(128, n, False) for n in (512, 1024, 2048, 4096)] + [(64, n, False) for n in (1024, 2048)]
 
 _L64 = [("l_i = gl.zeros([HALF_M], gl.float64, gl.SliceLayout(1, s_layout))",
          "l_i = gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout))"),
@@ -82,7 +85,10 @@ def variant_sources(base: str | None = None) -> dict[str, Variant]:
            "two_cta": Variant(edit_source(src, _TWO_CTA), (64, ), stages=2, block_n=64, maxnreg=112),
            "unpaired": Variant(src, paired=False), "paired": Variant(src, paired=True)}
     if base:
-        out = {"base": Variant(Path(base).read_text()), **out}
+        text = Path(base).read_text()
+        out = {"base": Variant(text), **out}
+        if "PAIRED" in text:  # an earlier PAIRED kernel, launched paired beside the current one
+            out["base_paired"] = Variant(text, paired=True)
     return out
 
 
@@ -114,7 +120,8 @@ def _tflops(d, n, causal, ms):
     return 4 * B * H * n * n * d / (2 if causal else 1) / (ms * 1e-3) / 1e12
 
 
-def run(rounds: int, base: str | None = None, only: list[str] | None = None, cells=CELLS) -> list[dict]:
+def run(rounds: int, base: str | None = None, only: list[str] | None = None, cells=CELLS,
+        once: bool = False) -> list[dict]:
     import dataclasses
 
     import torch
@@ -162,6 +169,13 @@ def run(rounds: int, base: str | None = None, only: list[str] | None = None, cel
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
         ref = fns["kernel"]().clone()
         diff = {name: float((fn().float() - ref.float()).abs().max()) for name, fn in fns.items()}
+        if once:  # under a profiler: each variant's kernel launched twice (the second the one to read), in order
+            for name, fn in fns.items():
+                if name != "product":
+                    fn(), fn()
+                    torch.cuda.synchronize()
+                    print(f"once: d={d} N={n} causal={causal} {name}", flush=True)
+            continue
         fns["cudnn"] = cudnn
         rows.append(timed_row(d, n, causal, fns, rounds, diff, _tflops, "O"))
     return rows
@@ -212,7 +226,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--base", default=None, help="an earlier kernels/gluon_fwd.py to time beside the current one")
     p.add_argument("--variants", default=None, help="comma-separated variant names (the kernel always), default all")
-    p.add_argument("--cells", default=None, help="d:N:causal,... (e.g. 128:1024:1), default issue 10's table")
+    p.add_argument("--once", action="store_true", help="launch each variant twice a cell, untimed (for ncu)")
+    p.add_argument("--cells", default=None,
+                   help="d:N:causal,... (e.g. 128:1024:1) or pair (PAIR_CELLS), default issue 10's table")
     args = p.parse_args(argv)
     import torch
 
@@ -223,10 +239,13 @@ def main(argv=None) -> int:
         variant_sources(args.base)
         print("fwd_variants: the edits apply; timing needs an sm_90 GPU")
         return 0
-    cells = CELLS if not args.cells else [(int(d), int(n), c == "1") for d, n, c in
-                                          (x.split(":") for x in args.cells.split(","))]
+    if args.cells == "pair":
+        cells = PAIR_CELLS
+    else:
+        cells = CELLS if not args.cells else [(int(d), int(n), c == "1") for d, n, c in
+                                              (x.split(":") for x in args.cells.split(","))]
     save_rows(args.out, "fwd_variants.json",
-              run(args.rounds, args.base, args.variants.split(",") if args.variants else None, cells))
+              run(args.rounds, args.base, args.variants.split(",") if args.variants else None, cells, args.once))
     return 0
 
 

@@ -127,6 +127,8 @@ LONG_KEYS = 4096
 # 1.09x at 32k, 1.02x at N_q = 16k, N_k = 2k; but 0.49x at N_q = 2k, N_k = 16k and 0.14x at N_q = 512, N_k = 32k
 # (each query tile's adds are a chain of N_k / 128 ordered waits: few query tiles leave nothing to run beside it).
 FUSED_QUERIES = 8192
+# gluon_fwd's programs run two query blocks each (PAIRED) on unbanded calls with at most this many keys: placeholder
+PAIR_KEYS = 2048
 FUSED_KEYS = 8192
 
 
@@ -955,7 +957,7 @@ def _gluon_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, sa
     pointers = ((q.dtype, True),) * 5 + (_ptr(lse),)
     ints = (nq, k.shape[2], Hq, off_lo, off_hi)
     n_blocks = triton.cdiv(nq, t.block_m)
-    paired = _gluon_paired(n_blocks, k.shape[2])
+    paired = _gluon_paired(n_blocks, k.shape[2], band)
     constexprs = (("GROUP", Hq // k.shape[1]), ("HEAD_D", d), ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n),
                   ("STAGES", t.num_stages), ("BAND", band), ("WRITE_RES", save_res),
                   ("HEAVY_FIRST", t.heavy_first and band), ("PAIRED", paired))
@@ -963,11 +965,11 @@ def _gluon_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, sa
     return Launch("attn_fwd_gluon_kernel", grid, pointers, ints, constexprs, 4, None)
 
 
-def _gluon_paired(n_blocks: int, n_keys: int) -> bool:
+def _gluon_paired(n_blocks: int, n_keys: int, band: bool) -> bool:
     """Whether gluon_fwd's programs run two query blocks each (PAIRED: block n_blocks − 1 − p, then p; the second's
     loads under the first's last tiles and epilogue) for a call of n_blocks query blocks a head and n_keys keys.
     Which program computes a block changes nothing in a row's arithmetic (O and LSE bit for bit)."""
-    return False
+    return n_blocks > 1 and not band and n_keys <= PAIR_KEYS
 
 
 @functools.lru_cache(maxsize=None)

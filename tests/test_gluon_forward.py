@@ -101,7 +101,7 @@ def test_a_paired_launch_runs_two_query_blocks_a_program(monkeypatch):
 def _pairing(monkeypatch, paired: bool):
     """attention._gluon_paired's answer forced to `paired` inside (the cached launch records cleared on the way in
     and out: no other test sees a forced record)."""
-    monkeypatch.setattr(ka, "_gluon_paired", lambda n_blocks, n_keys: paired)
+    monkeypatch.setattr(ka, "_gluon_paired", lambda n_blocks, n_keys, band: paired)
     ka._gluon_launch.cache_clear()
     try:
         yield
