@@ -127,7 +127,11 @@ LONG_KEYS = 4096
 # 1.09x at 32k, 1.02x at N_q = 16k, N_k = 2k; but 0.49x at N_q = 2k, N_k = 16k and 0.14x at N_q = 512, N_k = 32k
 # (each query tile's adds are a chain of N_k / 128 ordered waits: few query tiles leave nothing to run beside it).
 FUSED_QUERIES = 8192
-# gluon_fwd's programs run two query blocks each (PAIRED) on unbanded calls with at most this many keys: placeholder
+# gluon_fwd's programs run two query blocks each (PAIRED) on unbanded calls with at most this many keys, measured on the
+# H200 side by side (bench/fwd_variants.py --cells pair, bench/NOTES.md "Session 2026-11-29b"): d = 128 unmasked
+# paired / unpaired 1.11x at N = 512, 1.07x at 1k, 1.02x at 2k, 0.99x at 4k (d = 64: 1.06x at 1k). Banded calls are
+# not paired: 0.68x at d = 128 N = 1k causal (the two copies of the block's partial and full tile code overflow the
+# instruction cache: ncu's "no instruction" stalls 3.98 cycles an issue against 0.66)
 PAIR_KEYS = 2048
 FUSED_KEYS = 8192
 
