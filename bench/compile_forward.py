@@ -919,17 +919,20 @@ def compile_gluon(dtype: str, d: int, band: bool, write_res: bool, stages: int, 
                   maxnreg: int | None = None, module=None, paired: bool = False):
     """Compile kernels/gluon_fwd.py's forward (or `module`'s: a source variant, bench/fwd_variants.py) for sm_90 as
     its launcher specializes it (4-D tensor descriptors of [1, 1, rows, d] boxes, 128-row query tiles, one query head
-    per kv head)."""
+    per kv head); paired: the PAIRED build (two query blocks a program: attention._gluon_paired)."""
     from flashcheck.kernels import gluon_fwd
 
     def desc(rows):
         return _gluon_descriptor_type(dtype, d, rows)
-    return _compile_gluon((module or gluon_fwd).attn_fwd_gluon_kernel,
+    kernel = (module or gluon_fwd).attn_fwd_gluon_kernel
+    constexprs = dict(GROUP=1, HEAD_D=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, BAND=band, WRITE_RES=write_res,
+                      HEAVY_FIRST=band)
+    if "PAIRED" in kernel.arg_names:  # (a variant from before it has not)
+        constexprs["PAIRED"] = paired
+    return _compile_gluon(kernel,
                           {"q_desc": desc(64), "k_desc": desc(block_n), "v_desc": desc(block_n), "o_desc": desc(64),
                            "ores_desc": desc(64), "LSE": "*fp32", "sm_scale": "fp32", "Nq": "i32", "Nk": "i32",
-                           "Hq": "i32", "off_lo": "i32", "off_hi": "i32"},
-                          dict(GROUP=1, HEAD_D=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, BAND=band,
-                               WRITE_RES=write_res, HEAVY_FIRST=band, PAIRED=paired), maxnreg)
+                           "Hq": "i32", "off_lo": "i32", "off_hi": "i32"}, constexprs, maxnreg)
 
 
 def gluon_dkdv_signature(dtype: str, d: int, block_m: int) -> dict:

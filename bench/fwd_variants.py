@@ -144,6 +144,8 @@ def run(rounds: int, base: str | None = None, only: list[str] | None = None, cel
                                     block_n=var.block_n or base_t.block_n)
             launch = ka._gluon_launch(lq, lk, band, off_lo, off_hi, False, t)
             constexprs, grid = dict(launch.constexprs), launch.grid
+            if "PAIRED" not in m.attn_fwd_gluon_kernel.arg_names:  # a --base kernel from before PAIRED
+                constexprs.pop("PAIRED")
             if var.paired is not None:
                 n_blocks = -(-n // t.block_m)
                 constexprs["PAIRED"] = var.paired
@@ -213,7 +215,7 @@ def compiled(base: str | None = None) -> list[dict]:
         m = load_variant("gluon_fwd", name, v.text, tmp)
         for d in v.head_dims:
             ck = compile_gluon("bfloat16", d, False, False, v.stages or (2 if d == 128 else 3), v.block_n or 128,
-                               v.maxnreg, m)
+                               v.maxnreg, m, paired=bool(v.paired))
             rows.append(dict(variant=name, d=d, **sass_counts(ck, c7512=True)))
             print(json.dumps(rows[-1]), flush=True)
     return rows

@@ -163,29 +163,37 @@ def test_the_rowsum_claim_for_gluon_tiles_holds_for_both_engines(monkeypatch):
 
 _COMPILE = """
 import json
-from bench.compile_forward import compile_gluon, rowsum_depths
-ptx = compile_gluon("bfloat16", 128, True, True, 2).asm["ptx"]
-print(json.dumps({"wgmma": ptx.count("wgmma.mma_async"), "setmaxnreg": "setmaxnreg" in ptx,
-                  "rowsum": rowsum_depths(ptx)}))
+from bench.compile_forward import compile_gluon, rowsum_depths, sass_counts
+out = {}
+for name, band, paired in (("banded", True, False), ("paired", False, True)):
+    ck = compile_gluon("bfloat16", 128, band, True, 2, paired=paired)
+    ptx = ck.asm["ptx"]
+    out[name] = {"wgmma": ptx.count("wgmma.mma_async"), "setmaxnreg": "setmaxnreg" in ptx,
+                 "rowsum": rowsum_depths(ptx), **sass_counts(ck)}
+print(json.dumps(out))
 """
 
 
 def test_gluon_forward_compiles_for_sm90_with_the_recorded_rowsum_tree():
     """The kernel builds for sm_90 without a GPU (in a process of its own: under TRITON_INTERPRET tiles.py's
     functions are the interpreter's, which Gluon cannot call), and its tile rowsum is the record's tree: every rowsum
-    covers the 128 keys of the tile (plus alpha's depth-0 sinks), no deeper than the record says."""
+    covers the 128 keys of the tile (plus alpha's depth-0 sinks), no deeper than the record says. The PAIRED build
+    (two copies of the block code, attention._gluon_paired) likewise, and keeps everything in registers (a
+    local-memory load or store in the SASS is a spill)."""
     import triton
 
     from flashcheck import adapters
     from tests.compiled_record import compiled
 
     got = compiled(_COMPILE)
-    assert got["wgmma"] > 0 and got["setmaxnreg"], got
-    r = got["rowsum"]
-    assert set(r["widths"]) == {1, 128}, r
     configs = adapters._compiled_configs(triton.__version__) or ()
     (entry,) = [c for c in configs if c.get("engine") == "gluon" and (c["dtype"], c["block_d"]) == ("bfloat16", 128)]
-    assert max(r["depths"]) <= entry["rowsum_depth"], (r, entry)
+    for name, g in got.items():
+        assert g["wgmma"] > 0 and g["setmaxnreg"], (name, g)
+        r = g["rowsum"]
+        assert set(r["widths"]) == {1, 128}, (name, r)
+        assert max(r["depths"]) <= entry["rowsum_depth"], (name, r, entry)
+    assert got["paired"]["local"] == 0, got["paired"]
 
 
 def test_gluon_bwd_runs_the_backwards_in_its_domain_and_lists_its_arguments_in_order():
