@@ -142,14 +142,11 @@ def run(rounds: int, base: str | None = None, only: list[str] | None = None, cel
         def launcher(m, var):  # var: the Variant (v is the value tensor)
             t = dataclasses.replace(base_t, num_stages=var.stages or base_t.num_stages,
                                     block_n=var.block_n or base_t.block_n)
-            launch = ka._gluon_launch(lq, lk, band, off_lo, off_hi, False, t)
+            launch = ka._gluon_launch(lq, lk, band, off_lo, off_hi, False, t, var.paired)
             constexprs, grid = dict(launch.constexprs), launch.grid
             if "PAIRED" not in m.attn_fwd_gluon_kernel.arg_names:  # a --base kernel from before PAIRED
                 constexprs.pop("PAIRED")
-            if var.paired is not None:
-                n_blocks = -(-n // t.block_m)
-                constexprs["PAIRED"] = var.paired
-                grid = (-(-n_blocks // 2) if var.paired else n_blocks, grid[1])
+                grid = (-(-n // t.block_m), grid[1])  # one block a program
             options = {} if var.maxnreg is None else {"maxnreg": var.maxnreg}
             o = torch.empty_like(q)
             lse = torch.empty(B, H, n, device="cuda", dtype=torch.float32)

@@ -127,13 +127,13 @@ LONG_KEYS = 4096
 # 1.09x at 32k, 1.02x at N_q = 16k, N_k = 2k; but 0.49x at N_q = 2k, N_k = 16k and 0.14x at N_q = 512, N_k = 32k
 # (each query tile's adds are a chain of N_k / 128 ordered waits: few query tiles leave nothing to run beside it).
 FUSED_QUERIES = 8192
+FUSED_KEYS = 8192
 # gluon_fwd's programs run two query blocks each (PAIRED) on unbanded calls with at most this many keys, measured on the
 # H200 side by side (bench/fwd_variants.py --cells pair, bench/NOTES.md "Session 2026-11-29b"): d = 128 unmasked
 # paired / unpaired 1.11x at N = 512, 1.07x at 1k, 1.02x at 2k, 0.99x at 4k (d = 64: 1.06x at 1k). Banded calls are
 # not paired: 0.68x at d = 128 N = 1k causal (the two copies of the block's partial and full tile code overflow the
 # instruction cache: ncu's "no instruction" stalls 3.98 cycles an issue against 0.66)
 PAIR_KEYS = 2048
-FUSED_KEYS = 8192
 
 
 def _gluon_asked(engine: str, head_dim: int, n_keys: int | None = None) -> bool:
@@ -952,16 +952,17 @@ def _gluon_dq_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int,
 
 @functools.lru_cache(maxsize=1024)
 def _gluon_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, save_res: bool,
-                  t: TileConfig) -> Launch:
+                  t: TileConfig, paired: bool | None = None) -> Launch:
     """gluon_fwd's launch (`_gluon_forward` said it runs the call): five TMA descriptors (q's, O's and O_res's of
     64-row boxes, k's and v's of block_n rows; the binary depends on their dtype, box and layout, set by the dtype,
-    HEAD_D and the tiles) as its leading "pointers", then LSE, sm_scale."""
+    HEAD_D and the tiles) as its leading "pointers", then LSE, sm_scale. paired: two query blocks a program or one
+    (None: `_gluon_paired`'s rule; a value: bench/fwd_variants.py's side-by-side runs)."""
     B, Hq, nq, d = q.shape
     lse = Layout.dense("float32", (B, Hq, nq))
     pointers = ((q.dtype, True),) * 5 + (_ptr(lse),)
     ints = (nq, k.shape[2], Hq, off_lo, off_hi)
     n_blocks = triton.cdiv(nq, t.block_m)
-    paired = _gluon_paired(n_blocks, k.shape[2], band)
+    paired = _gluon_paired(n_blocks, k.shape[2], band) if paired is None else paired
     constexprs = (("GROUP", Hq // k.shape[1]), ("HEAD_D", d), ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n),
                   ("STAGES", t.num_stages), ("BAND", band), ("WRITE_RES", save_res),
                   ("HEAVY_FIRST", t.heavy_first and band), ("PAIRED", paired))
