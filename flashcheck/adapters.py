@@ -426,6 +426,10 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                                                 (a.block_q_dq_long, a.block_k_dkdv_long, a.block_q_long),
                                                 n_keys=a.long_keys),
                       long_keys=a.long_keys,
+                      # short unbanded calls' own forward tile (kernel_config(n_keys=SHORT_KEYS)), the backward's as
+                      # the other short calls'
+                      short_forward=forward_tile(a.block_k_short, a.block_q_fwd_short, n_keys=a.short_keys),
+                      short_keys=a.short_keys,
                       # banded calls' own forward tile (kernel_config(band=True)), its rowsum tree from its own record
                       band_forward=forward_tile(a.block_k_band, a.block_q_fwd_band, band=True),
                       # unbanded calls from this many queries and keys on: dQ summed in the dK/dV kernel (128-key

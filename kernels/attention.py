@@ -105,8 +105,8 @@ _ENGINES = ("auto", "triton", "gluon")
 
 def forward_engine() -> str:
     """The engine kernel_config gives by default: FLASHCHECK_FORWARD_ENGINE, "auto" unless set. "auto": the Gluon
-    kernels (gluon_fwd, gluon_bwd) at head dim 128, and at head dim 64 for calls with at least LONG_KEYS keys,
-    triton_fwd / triton_bwd elsewhere; "gluon": the Gluon kernels at head dims 64 and 128
+    kernels (gluon_fwd, gluon_bwd) at head dim 128, and at head dim 64 for calls with at least LONG_KEYS keys
+    (gluon_fwd alone for unbanded calls from SHORT_KEYS keys on), triton_fwd / triton_bwd elsewhere; "gluon": the Gluon kernels at head dims 64 and 128
     whatever N; "triton": triton_fwd / triton_bwd everywhere. Measured on the H100 (bench/NOTES.md, "Session
     2026-11-27g"): at d = 128 the Gluon kernels are 1.06-1.30x triton's speed forward and 1.13-1.18x backward on
     every cell of issue 10's table; at d = 64 the Gluon forward 1.07-1.19x at N >= 4k but 0.78-0.94x at N = 1k, and
@@ -121,6 +121,12 @@ def forward_engine() -> str:
 # (bench/NOTES.md, "Session 2026-11-27g"); the backward, with LSE and Delta through the dK/dV kernel's ring, 0.99-1.06x
 # triton_bwd at N = 4k-32k, causal 1.08-1.16x ("Session 2026-11-28", `bench/run.py --grid d64`).
 LONG_KEYS = 4096
+# "auto" gives gluon_fwd's tile, the forward only, to unbanded calls at head dim 64 with at least this many keys (and
+# fewer than LONG_KEYS, where the backward follows), measured on the H200 side by side with the product's triton_fwd
+# (bench/fwd_variants.py --cells pair, "product"; bench/NOTES.md "Session 2026-11-29b"): the Gluon forward, paired,
+# 1.065x at N = 1k and 1.13x at 2k unmasked; banded calls keep triton_fwd below LONG_KEYS (the Gluon forward 0.76-0.78x
+# at N = 1k causal: "Session 2026-11-27g")
+SHORT_KEYS = 1024
 # "auto" (and "gluon") give the fused backward (gluon_bwd_fused: dQ's products inside the dK/dV kernel) to unbanded,
 # unmasked calls at head dim 64 with at least this many queries and keys, measured on the H200 side by side with the
 # two Gluon kernels (bench/fused_threshold.py, bench/NOTES.md "Session 2026-11-28e"): 1.04x at N = 8k, 1.13x at 16k,
@@ -141,6 +147,14 @@ def _gluon_asked(engine: str, head_dim: int, n_keys: int | None = None) -> bool:
     keys (None: fewer than LONG_KEYS); their domain is checked apart."""
     return engine == "gluon" or (engine == "auto" and (head_dim == 128 or (
         head_dim == 64 and n_keys is not None and n_keys >= LONG_KEYS)))
+
+
+def _gluon_fwd_asked(engine: str, head_dim: int, n_keys: int | None, band: bool) -> bool:
+    """Whether `engine` gives gluon_fwd's tile to the forward of a call at this head dim with n_keys keys (None: fewer
+    than SHORT_KEYS), banded or not: the Gluon kernels' calls (`_gluon_asked`), and under "auto" the unbanded ones
+    at head dim 64 from SHORT_KEYS keys on (their backward stays triton_bwd's below LONG_KEYS)."""
+    return _gluon_asked(engine, head_dim, n_keys) or (
+        engine == "auto" and head_dim == 64 and not band and n_keys is not None and n_keys >= SHORT_KEYS)
 
 
 def _interpreting() -> bool:
@@ -169,8 +183,9 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     side given: `_band`) (H100 tuned; the interpreter uses 16 × 16 tiles so that small test shapes still cross
     several tile boundaries). engine: "triton" (triton_fwd, triton_bwd), "gluon" (gluon_fwd, gluon_bwd: fp16 / bf16,
     head dims 64 and 128, precision "default"; other calls keep triton's tiles) or "auto" (gluon at head dim 128,
-    and at head dim 64 when n_keys >= LONG_KEYS); None: `forward_engine()`.
-    n_keys: the call's key count (None: fewer than LONG_KEYS); n_queries: its query count where the call has no dense
+    and at head dim 64 when n_keys >= LONG_KEYS; gluon_fwd's tile alone to unbanded head-dim-64 calls with
+    SHORT_KEYS to LONG_KEYS keys); None: `forward_engine()`.
+    n_keys: the call's key count (None: fewer than SHORT_KEYS); n_queries: its query count where the call has no dense
     or block-sparse mask (None: masked, or fewer than FUSED_QUERIES): with both at least FUSED_QUERIES x FUSED_KEYS,
     an unbanded head-dim-64 call in the Gluon domain gets the fused backward's dQ tile (TileConfig.fused). The Gluon
     tiles are given whatever the device: on one that is not sm_90 (and for calls outside the Gluon kernels' domain)
@@ -200,6 +215,10 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
         if _fused_asked(head_dim, band, n_queries, n_keys):
             dq = TileConfig(128, 128, 8, 2, gluon=True, fused=True)
         return KernelConfig(fwd, dkdv, dq)
+    if _gluon_fwd_asked(engine, head_dim, n_keys, band) and gluon_domain:
+        # the forward alone (short unbanded calls at d = 64: SHORT_KEYS); the backward triton_bwd's tiles
+        return replace(kernel_config(head_dim, dtype, interpret=False, precision=precision, band=band,
+                                     engine="triton"), fwd=fwd)
     if dtype == torch.float32:  # 4-byte tiles: half the rows for the same shared memory
         if bd <= 64:
             return KernelConfig(TileConfig(64, 32, 4, 2), TileConfig(32, 64, 4, 2), TileConfig(64, 32, 4, 2))
@@ -264,6 +283,9 @@ class Arithmetic:
     None: no such tile; block_q_dq_long, block_k_dkdv_long, block_q_long: those calls' backward outer blocks and
     dK/dV query tile where they differ (the Gluon backward's 128-row dQ and 128-key dK/dV programs, its 128-row dK/dV
     query tiles at head dim 64; its dQ key tile is triton_bwd's), else None;
+    block_k_short, block_q_fwd_short, short_keys: the forward's tile for unbanded calls with at least short_keys keys
+    (and fewer than long_keys where that is stated) where `kernel_config` gives them one of their own (SHORT_KEYS:
+    "auto" at head dim 64, gluon_fwd's tile; their backward's tiles are the short calls'); None: no such tile;
     fused_dq_queries, fused_dq_keys, block_k_dq_fused: unbanded, unmasked calls with at least this many queries and
     keys run the fused backward (gluon_bwd_fused: dQ = scale · Σ_j T_j, each T_j one tensor-core chain from zero over
     a key tile of block_k_dq_fused keys, the T_j added in fp32 in descending tile order: `fused_tiles`), else None
@@ -291,6 +313,9 @@ class Arithmetic:
     block_q_dq_long: int | None = None
     block_k_dkdv_long: int | None = None
     block_q_long: int | None = None
+    block_k_short: int | None = None
+    block_q_fwd_short: int | None = None
+    short_keys: int | None = None
     fused_dq_queries: int | None = None
     fused_dq_keys: int | None = None
     block_k_dq_fused: int | None = None
@@ -337,6 +362,15 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
         long_bwd = (long_cfg.dq.block_m, long_cfg.dkdv.block_n, long_cfg.dkdv.block_m)
         if long_bwd == (block_q_dq, block_k_dkdv, block_q):
             long_bwd = None
+    short_cfg = None if tiles else kernel_config(head_dim or 64, dtype, interpret=interpret, precision=precision,
+                                                 n_keys=SHORT_KEYS)
+    short = None if short_cfg is None else short_cfg.fwd
+    if short is not None and (short.block_m, short.block_n, short.num_warps, short.gluon) == (
+            block_q_fwd, block_k, cfg.fwd.num_warps, cfg.fwd.gluon):
+        short = None  # the same tile and engine
+    if short is not None and (short_cfg.dq, short_cfg.dkdv) != (cfg.dq, cfg.dkdv):
+        raise RuntimeError("kernel_config's short unbanded tiles change the backward's, which no Precision field "
+                           "states per call")
     # the fused backward (unbanded, unmasked calls): given fused tiles run it on every such call, kernel_config's
     # from FUSED_QUERIES x FUSED_KEYS on; its dK/dV tile is then the one of those tiles
     fused_cfg = tiles or (None if interpret else kernel_config(head_dim or 64, dtype, interpret=False,
@@ -352,7 +386,7 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
         block_k, block_q, block_k_dq = block_mask.block_k, block_mask.block_q, block_mask.block_k
         block_q_dq, block_k_dkdv = block_mask.block_q, block_mask.block_k
         block_q_fwd = block_mask.block_q
-        band = long = long_bwd = fused = None
+        band = long = long_bwd = fused = short = None
     return Arithmetic(input=name, dot=dot, output=name, exp="libm" if interpret else "ex2.approx",
                       block_k=block_k, block_q=block_q, block_k_dq=block_k_dq, block_q_dq=block_q_dq,
                       block_k_dkdv=block_k_dkdv, block_q_fwd=block_q_fwd,
@@ -366,6 +400,9 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
                       block_q_dq_long=None if long_bwd is None else long_bwd[0],
                       block_k_dkdv_long=None if long_bwd is None else long_bwd[1],
                       block_q_long=None if long_bwd is None or long_bwd[2] == block_q else long_bwd[2],
+                      block_k_short=None if short is None else short.block_n,
+                      block_q_fwd_short=None if short is None else short.block_m,
+                      short_keys=None if short is None else SHORT_KEYS,
                       fused_dq_queries=None if fused is None else fused[0],
                       fused_dq_keys=None if fused is None else fused[1],
                       block_k_dq_fused=None if fused is None else fused_cfg.dq.block_n)
@@ -801,8 +838,8 @@ def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask
     engine = forward_engine()
     # as _fwd_impl and _bwd_impl choose (the default scale is positive: gluon_fwd's raw-logit max holds)
     asked = gluon and not interpret and _gluon_asked(engine, max(d, dv), nk)
-    g_fwd = (_gluon_forward(q, k, v, dense is not None, False, band, p_split, (), False, engine) if asked
-             else None)
+    g_fwd = (_gluon_forward(q, k, v, dense is not None, False, band, p_split, (), False, engine)
+             if gluon and not interpret and _gluon_fwd_asked(engine, max(d, dv), nk, band) else None)
     out = ((_gluon_launch(q, k, band, off_lo, off_hi, save_res, g_fwd) if g_fwd is not None else
             forward_launch(q, k, v, o, dense, None, p_split=p_split, save_res=save_res, **kw)),)
     if grad and B * Hq * nq * d and k.shape[0] * k.shape[1] * nk * d:
@@ -842,7 +879,7 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     # without tiles, the engine kernel_config gives) and the call is in its domain; looked up only then (host time)
     engine = forward_engine()
     asked = (bool(tiles[_GLUON_AT]) if tiles
-             else _gluon_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2]))
+             else _gluon_fwd_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2], band))
     lq, lk = (Layout.of(q), Layout.of(k)) if asked else (None, None)
     gluon = (_gluon_forward(lq, lk, Layout.of(v), dense is not None, bool(sparse), band, p_split, tuple(tiles),
                             _interpreting(), engine) if asked else None)

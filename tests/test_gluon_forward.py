@@ -436,3 +436,29 @@ def test_auto_runs_the_gluon_kernels_on_long_d64_calls_within_bound(case, dtype,
     prec = kernel_precision(dtype, case.shape.d)
     assert prec.long_keys == ka.LONG_KEYS <= case.shape.Nk
     _assert_all_within(inp, case, dtype, out, prec)
+
+
+SHORT_CASES = [
+    Case(Shape(1, 4, 2, 300, ka.SHORT_KEYS, 64), seed=14),
+    Case(Shape(1, 2, 1, 1024, 2100, 64), seed=15),  # paired programs (N_k <= PAIR_KEYS), a ragged last key tile
+]
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", SHORT_CASES, ids=str)
+def test_auto_runs_gluon_fwd_on_short_unbanded_d64_calls_within_bound(case, dtype, monkeypatch):
+    """The default engine at d = 64 on unbanded calls with SHORT_KEYS to LONG_KEYS keys: gluon_fwd's 128 x 128 tile,
+    triton_bwd after it; the outputs within the bounds of the Precision the adapter states for the default tiles
+    (Precision.for_call takes the short tile from the key count and the band: tests/test_short_tile.py)."""
+    monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
+    q = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hq, case.shape.Nq, case.shape.d))
+    kv = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hkv, case.shape.Nk, case.shape.d))
+    assert ka._gluon_forward(q, kv, kv, False, False, False, False, (), False, "auto") is not None
+    assert ka._gluon_backward(q, kv, kv, q, q, kv, kv, False, False, False, (), False, "auto") == (None, None)
+    inp = materialize(case, dtype)
+    out = run_kernel(inp, case, dtype, backward=True)
+    prec = kernel_precision(dtype, case.shape.d)
+    assert prec.short_keys == ka.SHORT_KEYS <= case.shape.Nk < ka.LONG_KEYS
+    _assert_all_within(inp, case, dtype, out, prec)

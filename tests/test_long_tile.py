@@ -26,7 +26,7 @@ def _cfg(d=64, dtype=torch.bfloat16, **kw):
 
 def test_auto_gives_the_gluon_tiles_at_d64_from_long_keys_on(monkeypatch):
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
-    short, long = _cfg(n_keys=LONG - 1), _cfg(n_keys=LONG)
+    short, long = _cfg(n_keys=LONG - 1, band=True), _cfg(n_keys=LONG)  # (unbanded: tests/test_short_tile.py)
     assert _cfg() == short and not short.fwd.gluon and (short.fwd.block_m, short.fwd.block_n) == (64, 64)
     assert not (short.dkdv.gluon or short.dq.gluon)
     assert long.fwd.gluon and (long.fwd.block_m, long.fwd.block_n, long.fwd.num_warps) == (128, 128, 8)
