@@ -440,7 +440,8 @@ def test_auto_runs_the_gluon_kernels_on_long_d64_calls_within_bound(case, dtype,
 
 SHORT_CASES = [
     Case(Shape(1, 4, 2, 300, ka.SHORT_KEYS, 64), seed=14),
-    Case(Shape(1, 2, 1, 1024, 2100, 64), seed=15),  # paired programs (N_k <= PAIR_KEYS), a ragged last key tile
+    Case(Shape(1, 2, 1, 1024, 2000, 64), seed=15),  # paired programs (N_k <= PAIR_KEYS), a ragged last key tile
+    Case(Shape(1, 2, 1, 256, 2100, 64), seed=16),  # one block a program (N_k > PAIR_KEYS)
 ]
 
 
@@ -461,4 +462,31 @@ def test_auto_runs_gluon_fwd_on_short_unbanded_d64_calls_within_bound(case, dtyp
     out = run_kernel(inp, case, dtype, backward=True)
     prec = kernel_precision(dtype, case.shape.d)
     assert prec.short_keys == ka.SHORT_KEYS <= case.shape.Nk < ka.LONG_KEYS
+    _assert_all_within(inp, case, dtype, out, prec)
+
+
+SHORT_MASKED_CASES = [
+    Case(Shape(1, 2, 1, 200, ka.SHORT_KEYS + 70, 64), mask="random", seed=17),
+    Case(Shape(1, 2, 2, 130, 3000, 64), mask="fully_masked_rows", seed=18),
+]
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", SHORT_MASKED_CASES, ids=str)
+def test_auto_runs_triton_fwd_at_the_short_tile_on_dense_masked_d64_calls_within_bound(case, dtype, monkeypatch):
+    """A dense mask keeps gluon_fwd out (it takes none): the short unbanded calls' 128 x 128 tile then runs in
+    triton_fwd, whose compile record the short tile's rowsum claim also covers (adapters._compiled_record); the
+    outputs within the bounds of the Precision the adapter states (Precision.for_call: the short tile)."""
+    monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
+    q = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hq, case.shape.Nq, case.shape.d))
+    kv = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hkv, case.shape.Nk, case.shape.d))
+    assert ka._gluon_forward(q, kv, kv, True, False, False, False, (), False, "auto") is None
+    fwd = ka.kernel_config(64, getattr(torch, dtype), interpret=False, n_keys=case.shape.Nk).fwd
+    assert (fwd.block_m, fwd.block_n) == (128, 128)
+    inp = materialize(case, dtype)
+    out = run_kernel(inp, case, dtype, backward=True)
+    prec = kernel_precision(dtype, case.shape.d)
+    assert prec.for_call(False, None, case.shape.Nk).block_k == 128
     _assert_all_within(inp, case, dtype, out, prec)

@@ -1,0 +1,46 @@
+"""Forward time of d = 64 calls with SHORT_KEYS to LONG_KEYS keys under the "auto" engine against "triton" (the
+engine read per call: FLASHCHECK_FORWARD_ENGINE), side by side in one process, with and without a dense mask.
+Unmasked, "auto" runs gluon_fwd's 128 x 128 tile (attention.SHORT_KEYS); a dense mask keeps gluon_fwd out, so "auto"
+then runs triton_fwd at that tile where "triton" runs its 64 x 64 one. bf16, B * N = 16k tokens, 32 heads.
+
+    PYTHONPATH=. python3 bench/dense_short.py [--rounds 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+import triton
+
+from flashcheck.kernels.attention import attention
+
+NS = (1024, 2048, 4000)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args()
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for n in NS:
+        b = max(1, 16384 // n)
+        q, k, v = (torch.randn(b, 32, n, 64, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+        mask = torch.rand(n, n, device="cuda", generator=g) < 0.9
+        for name, m in (("unmasked", None), ("dense mask", mask)):
+            times = {"auto": [], "triton": []}
+            for _ in range(args.rounds):
+                for engine in times:
+                    os.environ["FLASHCHECK_FORWARD_ENGINE"] = engine
+                    with torch.no_grad():
+                        times[engine].append(triton.testing.do_bench(lambda: attention(q, k, v, mask=m)))
+            best = {e: min(t) for e, t in times.items()}
+            flops = 4.0 * b * 32 * n * n * 64
+            print(f"N={n:5d} {name:10s} auto {best['auto'] * 1e3:8.1f} us ({flops / best['auto'] / 1e9:5.0f} TFLOP/s)"
+                  f"  triton {best['triton'] * 1e3:8.1f} us  auto/triton speed {best['triton'] / best['auto']:.3f}")
+    os.environ.pop("FLASHCHECK_FORWARD_ENGINE")
+
+
+if __name__ == "__main__":
+    main()
