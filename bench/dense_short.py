@@ -1,7 +1,8 @@
 """Forward time of d = 64 calls with SHORT_KEYS to LONG_KEYS keys under the "auto" engine against "triton" (the
 engine read per call: FLASHCHECK_FORWARD_ENGINE), side by side in one process, with and without a dense mask.
-Unmasked, "auto" runs gluon_fwd's 128 x 128 tile (attention.SHORT_KEYS); a dense mask keeps gluon_fwd out, so "auto"
-then runs triton_fwd at that tile where "triton" runs its 64 x 64 one. bf16, B * N = 16k tokens, 32 heads.
+Unmasked, "auto" runs gluon_fwd's 128 x 128 tile (attention.SHORT_KEYS); a dense mask keeps gluon_fwd out, and
+"auto" then runs triton_fwd at its own 64 x 64 tile as "triton" does (at the 128 x 128 one it ran 0.76-0.78x: bench/
+NOTES.md, "Session 2026-11-29c"). bf16, B * N = 16k tokens, 32 heads.
 
     PYTHONPATH=. python3 bench/dense_short.py [--rounds 3]
 """
@@ -15,7 +16,7 @@ import triton
 
 from flashcheck.kernels.attention import attention
 
-NS = (1024, 2048, 4000)
+NS = (1024, 2048, 4000, 8192)  # 8192: a long call (LONG_KEYS), for the dense mask at the Gluon tiles
 
 
 def main() -> None:

@@ -426,9 +426,10 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                                                 (a.block_q_dq_long, a.block_k_dkdv_long, a.block_q_long),
                                                 n_keys=a.long_keys),
                       long_keys=a.long_keys,
-                      # short unbanded calls' own forward tile (kernel_config(n_keys=SHORT_KEYS)), the backward's as
-                      # the other short calls'
-                      short_forward=forward_tile(a.block_k_short, a.block_q_fwd_short, n_keys=a.short_keys),
+                      # short unbanded, unmasked calls' own forward tile (kernel_config(n_keys=SHORT_KEYS, n_queries=
+                      # given)), the backward's as the other short calls'
+                      short_forward=forward_tile(a.block_k_short, a.block_q_fwd_short, n_keys=a.short_keys,
+                                                 n_queries=a.short_keys),
                       short_keys=a.short_keys,
                       # banded calls' own forward tile (kernel_config(band=True)), its rowsum tree from its own record
                       band_forward=forward_tile(a.block_k_band, a.block_q_fwd_band, band=True),
@@ -491,13 +492,13 @@ def _lg2_measured() -> bool:
 
 
 def _compiled_record(dtype, dot: str, head_dim, precision: str, tiles, band: bool = False,
-                     n_keys: int | None = None) -> dict | None:
+                     n_keys: int | None = None, n_queries: int | None = None) -> dict | None:
     """Our forward's entry in proofs/measurements/forward_compiled_triton<version>.json (bench/compile_forward.py
     --record, from the PTX this Triton version compiles for these tiles, specialized as the JIT does, over the plain,
     causal and dense-mask variants, aligned and not: the deepest term of any tile rowsum, rowsum_depth, and the
     exponent arguments' forms, exp_argument), None where the record or the config is missing. `band`: the forward's
-    tile for banded calls (kernel_config(band=True)); `n_keys`: for calls with that many keys (kernel_config(n_keys=):
-    the long tile)."""
+    tile for banded calls (kernel_config(band=True)); `n_keys`, `n_queries`: for calls with that many keys and queries
+    (kernel_config(n_keys=, n_queries=): the long tile; the short one, unmasked)."""
     import triton
 
     from flashcheck.kernels.attention import kernel_config
@@ -510,7 +511,7 @@ def _compiled_record(dtype, dot: str, head_dim, precision: str, tiles, band: boo
 
         dtype = getattr(torch, dtype)
     t = (tiles or kernel_config(int(head_dim), dtype, interpret=False, precision=precision, band=band,
-                                n_keys=n_keys)).fwd
+                                n_keys=n_keys, n_queries=n_queries)).fwd
     if t.warp_specialize or t.pipeline_qk:
         return None  # other code: not in the record
     name = str(dtype).replace("torch.", "")

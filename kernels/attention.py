@@ -106,9 +106,9 @@ _ENGINES = ("auto", "triton", "gluon")
 def forward_engine() -> str:
     """The engine kernel_config gives by default: FLASHCHECK_FORWARD_ENGINE, "auto" unless set. "auto": the Gluon
     kernels (gluon_fwd, gluon_bwd) at head dim 128, and at head dim 64 for calls with at least LONG_KEYS keys
-    (gluon_fwd alone for unbanded calls from SHORT_KEYS keys on), triton_fwd / triton_bwd elsewhere; "gluon": the Gluon kernels at head dims 64 and 128
-    whatever N; "triton": triton_fwd / triton_bwd everywhere. Measured on the H100 (bench/NOTES.md, "Session
-    2026-11-27g"): at d = 128 the Gluon kernels are 1.06-1.30x triton's speed forward and 1.13-1.18x backward on
+    (gluon_fwd alone for unbanded, unmasked calls from SHORT_KEYS keys on), triton_fwd / triton_bwd elsewhere;
+    "gluon": the Gluon kernels at head dims 64 and 128 whatever N; "triton": triton_fwd / triton_bwd everywhere.
+    Measured on the H100 (bench/NOTES.md, "Session 2026-11-27g"): at d = 128 the Gluon kernels are 1.06-1.30x triton's speed forward and 1.13-1.18x backward on
     every cell of issue 10's table; at d = 64 the Gluon forward 1.07-1.19x at N >= 4k but 0.78-0.94x at N = 1k, and
     the Gluon backward (2026-11-28) 0.99-1.16x at N >= 4k."""
     engine = os.environ.get("FLASHCHECK_FORWARD_ENGINE", "auto") or "auto"
@@ -121,11 +121,12 @@ def forward_engine() -> str:
 # (bench/NOTES.md, "Session 2026-11-27g"); the backward, with LSE and Delta through the dK/dV kernel's ring, 0.99-1.06x
 # triton_bwd at N = 4k-32k, causal 1.08-1.16x ("Session 2026-11-28", `bench/run.py --grid d64`).
 LONG_KEYS = 4096
-# "auto" gives gluon_fwd's tile, the forward only, to unbanded calls at head dim 64 with at least this many keys (and
-# fewer than LONG_KEYS, where the backward follows), measured on the H200 side by side with the product's triton_fwd
-# (bench/fwd_variants.py --cells pair, "product"; bench/NOTES.md "Session 2026-11-29b"): the Gluon forward, paired,
-# 1.065x at N = 1k and 1.13x at 2k unmasked; banded calls keep triton_fwd below LONG_KEYS (the Gluon forward 0.76-0.78x
-# at N = 1k causal: "Session 2026-11-27g")
+# "auto" gives gluon_fwd's tile, the forward only, to unbanded, unmasked calls at head dim 64 with at least this many
+# keys (and fewer than LONG_KEYS, where the backward follows), measured on the H200 side by side with the product's
+# triton_fwd (bench/fwd_variants.py --cells pair, "product"; bench/NOTES.md "Session 2026-11-29b"): the Gluon forward,
+# paired, 1.065x at N = 1k and 1.13x at 2k unmasked; banded calls keep triton_fwd below LONG_KEYS (the Gluon forward
+# 0.76-0.78x at N = 1k causal: "Session 2026-11-27g"), and so do dense-masked ones (triton_fwd at the 128 x 128 tile
+# 0.76-0.78x its 64 x 64 one: bench/dense_short.py, "Session 2026-11-29c")
 SHORT_KEYS = 1024
 # "auto" (and "gluon") give the fused backward (gluon_bwd_fused: dQ's products inside the dK/dV kernel) to unbanded,
 # unmasked calls at head dim 64 with at least this many queries and keys, measured on the H200 side by side with the
@@ -149,12 +150,15 @@ def _gluon_asked(engine: str, head_dim: int, n_keys: int | None = None) -> bool:
         head_dim == 64 and n_keys is not None and n_keys >= LONG_KEYS)))
 
 
-def _gluon_fwd_asked(engine: str, head_dim: int, n_keys: int | None, band: bool) -> bool:
+def _gluon_fwd_asked(engine: str, head_dim: int, n_keys: int | None, band: bool, n_queries: int | None) -> bool:
     """Whether `engine` gives gluon_fwd's tile to the forward of a call at this head dim with n_keys keys (None: fewer
-    than SHORT_KEYS), banded or not: the Gluon kernels' calls (`_gluon_asked`), and under "auto" the unbanded ones
-    at head dim 64 from SHORT_KEYS keys on (their backward stays triton_bwd's below LONG_KEYS)."""
+    than SHORT_KEYS), banded or not, n_queries queries (None: a dense or block-sparse mask): the Gluon kernels' calls
+    (`_gluon_asked`), and under "auto" the unbanded, unmasked ones at head dim 64 from SHORT_KEYS keys on (their
+    backward stays triton_bwd's below LONG_KEYS). A dense mask keeps gluon_fwd out, and triton_fwd at this tile ran
+    0.76-0.78x its own 64 x 64 one on such calls (bench/dense_short.py, bench/NOTES.md "Session 2026-11-29c")."""
     return _gluon_asked(engine, head_dim, n_keys) or (
-        engine == "auto" and head_dim == 64 and not band and n_keys is not None and n_keys >= SHORT_KEYS)
+        engine == "auto" and head_dim == 64 and not band and n_queries is not None and n_keys is not None
+        and n_keys >= SHORT_KEYS)
 
 
 def _interpreting() -> bool:
@@ -183,11 +187,11 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     side given: `_band`) (H100 tuned; the interpreter uses 16 × 16 tiles so that small test shapes still cross
     several tile boundaries). engine: "triton" (triton_fwd, triton_bwd), "gluon" (gluon_fwd, gluon_bwd: fp16 / bf16,
     head dims 64 and 128, precision "default"; other calls keep triton's tiles) or "auto" (gluon at head dim 128,
-    and at head dim 64 when n_keys >= LONG_KEYS; gluon_fwd's tile alone to unbanded head-dim-64 calls with
-    SHORT_KEYS to LONG_KEYS keys); None: `forward_engine()`.
+    and at head dim 64 when n_keys >= LONG_KEYS; gluon_fwd's tile alone to unbanded, unmasked head-dim-64 calls
+    with SHORT_KEYS to LONG_KEYS keys); None: `forward_engine()`.
     n_keys: the call's key count (None: fewer than SHORT_KEYS); n_queries: its query count where the call has no dense
-    or block-sparse mask (None: masked, or fewer than FUSED_QUERIES): with both at least FUSED_QUERIES x FUSED_KEYS,
-    an unbanded head-dim-64 call in the Gluon domain gets the fused backward's dQ tile (TileConfig.fused). The Gluon
+    or block-sparse mask (None: masked): gluon_fwd's short tile needs it (a dense mask keeps gluon_fwd out); with
+    both at least FUSED_QUERIES x FUSED_KEYS, an unbanded head-dim-64 call in the Gluon domain gets the fused backward's dQ tile (TileConfig.fused). The Gluon
     tiles are given whatever the device: on one that is not sm_90 (and for calls outside the Gluon kernels' domain)
     triton_fwd / triton_bwd run them; the fused dQ tile only where no CUDA device or an sm_90 one (`_fused_device`)."""
     if interpret is None:
@@ -215,7 +219,7 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
         if _fused_asked(head_dim, band, n_queries, n_keys):
             dq = TileConfig(128, 128, 8, 2, gluon=True, fused=True)
         return KernelConfig(fwd, dkdv, dq)
-    if _gluon_fwd_asked(engine, head_dim, n_keys, band) and gluon_domain:
+    if _gluon_fwd_asked(engine, head_dim, n_keys, band, n_queries) and gluon_domain:
         # the forward alone (short unbanded calls at d = 64: SHORT_KEYS); the backward triton_bwd's tiles
         return replace(kernel_config(head_dim, dtype, interpret=False, precision=precision, band=band,
                                      engine="triton"), fwd=fwd)
@@ -363,7 +367,7 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
         if long_bwd == (block_q_dq, block_k_dkdv, block_q):
             long_bwd = None
     short_cfg = None if tiles else kernel_config(head_dim or 64, dtype, interpret=interpret, precision=precision,
-                                                 n_keys=SHORT_KEYS)
+                                                 n_keys=SHORT_KEYS, n_queries=SHORT_KEYS)  # (unmasked)
     short = None if short_cfg is None else short_cfg.fwd
     if short is not None and (short.block_m, short.block_n, short.num_warps, short.gluon) == (
             block_q_fwd, block_k, cfg.fwd.num_warps, cfg.fwd.gluon):
@@ -744,7 +748,8 @@ def _forward_launch(q, k, v, o, dense, sparse, band, off_lo, off_hi, block_q, bl
     B, Hq, nq, d = q.shape
     Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
     cfg, bd, bdv = _tiles(d, dv, getattr(torch, q.dtype), block_q, block_k, tiles,
-                          "accurate" if p_split else "default", interpret, band, engine, nk)
+                          "accurate" if p_split else "default", interpret, band, engine, nk,
+                          None if dense is not None or sparse else nq)
     t = cfg.fwd
     lse = Layout.dense("float32", (B, Hq, nq))
     num, idx = sparse if sparse else (lse, lse)
@@ -839,7 +844,8 @@ def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask
     # as _fwd_impl and _bwd_impl choose (the default scale is positive: gluon_fwd's raw-logit max holds)
     asked = gluon and not interpret and _gluon_asked(engine, max(d, dv), nk)
     g_fwd = (_gluon_forward(q, k, v, dense is not None, False, band, p_split, (), False, engine)
-             if gluon and not interpret and _gluon_fwd_asked(engine, max(d, dv), nk, band) else None)
+             if gluon and not interpret and _gluon_fwd_asked(engine, max(d, dv), nk, band,
+                                                                   None if dense is not None else nq) else None)
     out = ((_gluon_launch(q, k, band, off_lo, off_hi, save_res, g_fwd) if g_fwd is not None else
             forward_launch(q, k, v, o, dense, None, p_split=p_split, save_res=save_res, **kw)),)
     if grad and B * Hq * nq * d and k.shape[0] * k.shape[1] * nk * d:
@@ -879,7 +885,8 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     # without tiles, the engine kernel_config gives) and the call is in its domain; looked up only then (host time)
     engine = forward_engine()
     asked = (bool(tiles[_GLUON_AT]) if tiles
-             else _gluon_fwd_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2], band))
+             else _gluon_fwd_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2], band,
+                                   None if dense is not None or sparse else q.shape[2]))
     lq, lk = (Layout.of(q), Layout.of(k)) if asked else (None, None)
     gluon = (_gluon_forward(lq, lk, Layout.of(v), dense is not None, bool(sparse), band, p_split, tuple(tiles),
                             _interpreting(), engine) if asked else None)
@@ -918,7 +925,7 @@ def _gluon_forward(q: Layout, k: Layout, v: Layout, has_dense: bool, sparse: boo
     if interpret or has_dense or sparse or p_split:
         return None
     cfg, _, _ = _tiles(q.shape[3], v.shape[3], getattr(torch, q.dtype), 0, 0, list(tiles), interpret=False, band=band,
-                       engine=engine, n_keys=k.shape[2])
+                       engine=engine, n_keys=k.shape[2], n_queries=q.shape[2])  # (unmasked: has_dense, sparse out)
     t = cfg.fwd
     return t if t.gluon and (t.block_m, t.block_n) == (128, 128) and _gluon_tensors(q, k, v) else None
 

@@ -22,31 +22,34 @@ def _cfg(d=64, dtype=torch.bfloat16, **kw):
     return ka.kernel_config(d, dtype, interpret=False, **kw)
 
 
-def test_auto_gives_gluon_fwd_tile_alone_to_short_unbanded_d64_calls(monkeypatch):
+def test_auto_gives_gluon_fwd_tile_alone_to_short_unbanded_unmasked_d64_calls(monkeypatch):
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
     base = _cfg()
     for dtype in (torch.bfloat16, torch.float16):
         for nk in (SHORT, LONG - 1):
-            c = _cfg(dtype=dtype, n_keys=nk)
+            c = _cfg(dtype=dtype, n_keys=nk, n_queries=1)
             assert c.fwd.gluon and (c.fwd.block_m, c.fwd.block_n, c.fwd.num_warps) == (128, 128, 8), (dtype, nk)
             assert c.fwd == _cfg(dtype=dtype, n_keys=LONG).fwd  # the long calls' forward tile
             assert (c.dkdv, c.dq) == (base.dkdv, base.dq) and not (c.dkdv.gluon or c.dq.gluon)  # triton_bwd's
-    assert _cfg(n_keys=SHORT - 1) == base and _cfg(n_keys=SHORT, band=True) == base  # below, or banded: triton's
+    # below, banded, or masked (no query count): triton's
+    assert _cfg(n_keys=SHORT - 1, n_queries=1) == base and _cfg(n_keys=SHORT, n_queries=1, band=True) == base
+    assert _cfg(n_keys=SHORT) == base
 
 
 def test_the_short_tile_changes_nothing_elsewhere(monkeypatch):
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
     for kw in (dict(dtype=torch.float32), dict(precision="accurate"), dict(d=128), dict(d=80), dict(d=32),
                dict(engine="triton"), dict(engine="gluon")):
-        assert _cfg(**{"n_keys": SHORT, **kw}) == _cfg(**kw), kw
+        assert _cfg(**{"n_keys": SHORT, "n_queries": 1, **kw}) == _cfg(**kw), kw
     monkeypatch.setenv("FLASHCHECK_FORWARD_ENGINE", "triton")
-    assert _cfg(n_keys=SHORT) == _cfg()
+    assert _cfg(n_keys=SHORT, n_queries=1) == _cfg()
 
 
 def test_short_unbanded_calls_run_gluon_fwd_and_triton_bwd(monkeypatch):
     """The launcher's choice for calls without tiles: gluon_fwd for the forward of unbanded calls from SHORT_KEYS keys
     on (banded ones, and fewer keys: triton_fwd), triton_bwd for the backward below LONG_KEYS (the launch records
-    too)."""
+    too); a dense mask keeps gluon_fwd out, and its forward then runs triton_fwd's own 64 x 64 tile (at the short tile
+    it ran 0.76-0.78x that: bench/dense_short.py)."""
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
     q = ka.Layout.dense("bfloat16", (1, 4, 256, 64))
     for nk, band, gluon in ((SHORT, False, True), (LONG - 1, False, True), (SHORT - 1, False, False),
@@ -57,6 +60,10 @@ def test_short_unbanded_calls_run_gluon_fwd_and_triton_bwd(monkeypatch):
         recs = ka.launches(q, kv, kv, causal=causal, grad=True, interpret=False, gluon=True)
         assert (recs[0].kernel == "attn_fwd_gluon_kernel") == gluon, (nk, band)
         assert [(dict(x.constexprs)["BLOCK_M"], dict(x.constexprs)["BLOCK_N"]) for x in recs[2:]] == [(64, 64)] * 2
+        if not band:
+            recs = ka.launches(q, kv, kv, mask_shape=(256, nk), grad=True, interpret=False, gluon=True)
+            assert [(x.kernel, dict(x.constexprs)["BLOCK_M"], dict(x.constexprs)["BLOCK_N"]) for x in recs[:1]] == [
+                ("attn_fwd_kernel", 64, 64)], nk
         assert ka._gluon_backward(q, kv, kv, q, q, kv, kv, False, False, band, (), False, "auto") == (None, None)
 
 
@@ -84,20 +91,21 @@ def _precision(**kw):
                      short_forward=BandForward(block_k=128, block_q_fwd=128, rowsum_depth=None), short_keys=300, **kw)
 
 
-def test_for_call_substitutes_the_short_tile_for_unbanded_calls_only():
+def test_for_call_substitutes_the_short_tile_for_unbanded_unmasked_calls_only():
     p = _precision(band_forward=BandForward(block_k=32, block_q_fwd=32, rowsum_depth=5),
                    long_forward=BandForward(block_k=256, block_q_fwd=128, rowsum_depth=None, block_q_dq=128),
                    long_keys=1000)
-    assert p.for_call(False, None, 299) is p
-    s = p.for_call(False, None, 300)
+    assert p.for_call(False, None, 299, 40) is p
+    assert p.for_call(False, None, 300) is p  # no query count: a dense mask
+    s = p.for_call(False, None, 300, 40)
     assert (s.block_k, s.block_q_fwd, s.rowsum_depth) == (128, 128, None)
     assert (s.short_forward, s.long_forward, s.band_forward) == (None, None, None)
     assert s.dq_key_tile == 64 and (s.block_q_dq, s.block_k_dkdv, s.block_q) == (64, 64, 64)  # the backward's stay
     for causal, window in ((True, None), ("bottom_right", None), (False, (10, 0))):
-        assert p.for_call(causal, window, 300).block_k == 32  # banded: the band's tile
-    for causal in (False, True):
-        b = p.for_call(causal, None, 1000)
-        assert (b.block_k, b.block_q_dq) == (256, 128), causal  # the long tile first
+        assert p.for_call(causal, window, 300, 40).block_k == 32  # banded: the band's tile
+    for causal, nq in ((False, 40), (False, None), (True, 40)):
+        b = p.for_call(causal, None, 1000, nq)
+        assert (b.block_k, b.block_q_dq) == (256, 128), (causal, nq)  # the long tile first
     for kw in (dict(short_keys=None), dict(short_keys=0), dict(short_keys=True)):
         with pytest.raises(ValueError, match="short_keys"):
             Precision("bfloat16", "bf16", short_forward=BandForward(block_k=128), **kw)
@@ -118,7 +126,7 @@ def test_the_bounds_read_the_short_tile_for_short_unbanded_calls():
     so the substitution is seen; banded calls and fewer keys read the default tile."""
     q, k, v, do = _problem()
     p = _precision()
-    short = p.for_call(False, None, 300)
+    short = p.for_call(False, None, 300, 40)
     plain = Precision("bfloat16", "bf16", block_k=64, block_q=64, block_q_fwd=64, rowsum_depth=6,
                       l_accumulate="float64", block_q_dq=64, block_k_dkdv=64)
     for fn, args, names in ((forward_bound, (q, k, v), ("o", "lse")),
@@ -133,3 +141,10 @@ def test_the_bounds_read_the_short_tile_for_short_unbanded_calls():
             np.testing.assert_array_equal(getattr(banded, name), getattr(plain_banded, name), err_msg=name)
     q, k, v, do = _problem(nk=299)
     np.testing.assert_array_equal(forward_bound(q, k, v, precision=p).o, forward_bound(q, k, v, precision=plain).o)
+    q, k, v, do = _problem()
+    mask = np.ones((40, 300), dtype=bool)  # a dense mask (every key seen): the default tile
+    for fn, args, names in ((forward_bound, (q, k, v), ("o", "lse")),
+                            (backward_bound, (q, k, v, do), ("dq", "dk", "dv"))):
+        got, want = (fn(*args, mask=mask, precision=x) for x in (p, plain))
+        for name in names:
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=f"masked {name}")

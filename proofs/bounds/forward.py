@@ -111,7 +111,8 @@ def _forward(q, k, v, scale, causal, window, mask, bias, precision: Precision, k
 
 def _forward_impl(q, k, v, scale, causal, window, mask, bias, precision, kind, eta, explain=False) -> _Forward:
     p, qf, kf, vf, s, vis, sc = _problem(q, k, v, scale, causal, window, mask, bias)
-    precision = _for_call(precision, causal, window, p.Nk)  # the forward's tile of this call (long N, band)
+    # the forward's tile of this call (long N, band; short N unmasked: Nq given only without a mask)
+    precision = _for_call(precision, causal, window, p.Nk, p.Nq if mask is None else None)
     M = _model(precision)  # after for_call: the tree depth of the call's forward tile (rowsum_depth, lg2_known)
     given, precision = precision, precision.fitted(p.Nq, p.Nk)
     lam = hoeffding_lambda(1.0, eta)

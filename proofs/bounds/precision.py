@@ -297,8 +297,8 @@ class Precision:
       those calls' backward outer blocks where they differ (BandForward.block_q_dq, block_k_dkdv). The
       bounds substitute it for such calls before the band's (Precision.for_call); set by
       flashcheck.adapters.ours_precision from kernel_config(n_keys=).
-    short_forward, short_keys: the forward's tile of unbanded calls with at least short_keys keys (below long_keys
-      where long_forward is stated) where it differs, the backward's tiles unchanged (a BandForward stating no outer
+    short_forward, short_keys: the forward's tile of unbanded, unmasked calls with at least short_keys keys (below
+      long_keys where long_forward is stated) where it differs, the backward's tiles unchanged (a BandForward stating no outer
       blocks and a positive int, both or neither; our kernel's "auto" engine at d = 64 fp16 / bf16: gluon_fwd's
       128 x 128 from flashcheck.kernels.attention.SHORT_KEYS keys on). Substituted by Precision.for_call; set by
       flashcheck.adapters.ours_precision from kernel_config(n_keys=).
@@ -461,8 +461,9 @@ class Precision:
         """This precision for a call with these causal / window arguments, Nk keys, Nq queries and V head dim Dv: with
         a long_forward stated and Nk >= long_keys, the forward's tile fields are the long tile's, and the backward's
         outer blocks where it states them (as `banded` substitutes the band's; the band tile then no longer applies);
-        otherwise, with a short_forward stated, the call unbanded (`is_band`) and Nk >= short_keys, the forward's tile
-        fields are the short tile's; otherwise `banded(causal, window)`. Then, with a fused_dq stated, Nq given, Nq >= fused_dq.queries,
+        otherwise, with a short_forward stated, the call unbanded (`is_band`) and unmasked (Nq given: a call with a
+        dense mask passes None) and Nk >= short_keys, the forward's tile fields are the short tile's; otherwise
+        `banded(causal, window)`. Then, with a fused_dq stated, Nq given, Nq >= fused_dq.queries,
         Nk >= fused_dq.keys, Dv = fused_dq.value_dim where that is stated, and the call not banded (`is_band`): dQ
         summed in the dK/dV kernel, dq_accumulation "blocked" over key tiles of fused_dq.block_k (block_k_dq),
         fused_dq cleared. The bounds take it first, before `fitted`."""
@@ -470,7 +471,7 @@ class Precision:
         spent = dict(band_forward=None, long_forward=None, long_keys=None, short_forward=None, short_keys=None)
         if b is not None and Nk >= self.long_keys:
             p = self._with_forward(b, **spent)
-        elif s is not None and Nk >= self.short_keys and not is_band(causal, window):
+        elif s is not None and Nq is not None and Nk >= self.short_keys and not is_band(causal, window):
             p = self._with_forward(s, **spent)
         else:
             p = self.banded(causal, window)
