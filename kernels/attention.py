@@ -108,9 +108,9 @@ def forward_engine() -> str:
     kernels (gluon_fwd, gluon_bwd) at head dim 128, and at head dim 64 for calls with at least LONG_KEYS keys
     (gluon_fwd alone for unbanded, unmasked calls from SHORT_KEYS keys on), triton_fwd / triton_bwd elsewhere;
     "gluon": the Gluon kernels at head dims 64 and 128 whatever N; "triton": triton_fwd / triton_bwd everywhere.
-    Measured on the H100 (bench/NOTES.md, "Session 2026-11-27g"): at d = 128 the Gluon kernels are 1.06-1.30x triton's speed forward and 1.13-1.18x backward on
-    every cell of issue 10's table; at d = 64 the Gluon forward 1.07-1.19x at N >= 4k but 0.78-0.94x at N = 1k, and
-    the Gluon backward (2026-11-28) 0.99-1.16x at N >= 4k."""
+    Measured on the H100 (bench/NOTES.md, "Session 2026-11-27g"): at d = 128 the Gluon kernels are 1.06-1.30x
+    triton's speed forward and 1.13-1.18x backward on every cell of issue 10's table; at d = 64 the Gluon forward
+    1.07-1.19x at N >= 4k but 0.78-0.94x at N = 1k, and the Gluon backward (2026-11-28) 0.99-1.16x at N >= 4k."""
     engine = os.environ.get("FLASHCHECK_FORWARD_ENGINE", "auto") or "auto"
     _check_choice("FLASHCHECK_FORWARD_ENGINE", engine, _ENGINES)
     return engine
@@ -191,9 +191,10 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     with SHORT_KEYS to LONG_KEYS keys); None: `forward_engine()`.
     n_keys: the call's key count (None: fewer than SHORT_KEYS); n_queries: its query count where the call has no dense
     or block-sparse mask (None: masked): gluon_fwd's short tile needs it (a dense mask keeps gluon_fwd out); with
-    both at least FUSED_QUERIES x FUSED_KEYS, an unbanded head-dim-64 call in the Gluon domain gets the fused backward's dQ tile (TileConfig.fused). The Gluon
-    tiles are given whatever the device: on one that is not sm_90 (and for calls outside the Gluon kernels' domain)
-    triton_fwd / triton_bwd run them; the fused dQ tile only where no CUDA device or an sm_90 one (`_fused_device`)."""
+    both at least FUSED_QUERIES x FUSED_KEYS, an unbanded head-dim-64 call in the Gluon domain gets the fused
+    backward's dQ tile (TileConfig.fused). The Gluon tiles are given whatever the device: on one that is not sm_90
+    (and for calls outside the Gluon kernels' domain) triton_fwd / triton_bwd run them; the fused dQ tile only where
+    no CUDA device or an sm_90 one (`_fused_device`)."""
     if interpret is None:
         interpret = _interpreting()
     if interpret:

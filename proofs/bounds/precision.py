@@ -298,10 +298,10 @@ class Precision:
       bounds substitute it for such calls before the band's (Precision.for_call); set by
       flashcheck.adapters.ours_precision from kernel_config(n_keys=).
     short_forward, short_keys: the forward's tile of unbanded, unmasked calls with at least short_keys keys (below
-      long_keys where long_forward is stated) where it differs, the backward's tiles unchanged (a BandForward stating no outer
-      blocks and a positive int, both or neither; our kernel's "auto" engine at d = 64 fp16 / bf16: gluon_fwd's
-      128 x 128 from flashcheck.kernels.attention.SHORT_KEYS keys on). Substituted by Precision.for_call; set by
-      flashcheck.adapters.ours_precision from kernel_config(n_keys=).
+      long_keys where long_forward is stated) where it differs, the backward's tiles unchanged (a BandForward stating
+      no outer blocks and a positive int, both or neither; our kernel's "auto" engine at d = 64 fp16 / bf16:
+      gluon_fwd's 128 x 128 from flashcheck.kernels.attention.SHORT_KEYS keys on). Substituted by Precision.for_call;
+      set by flashcheck.adapters.ours_precision from kernel_config(n_keys=, n_queries=).
     dq_accumulation: the backward's dQ accumulation where it differs from the other passes' (ACCUMULATIONS; default
       None: `accumulation`). "blocked": each key tile's product dS K (dq_key_tile keys) summed on its own from a zero
       accumulator, ONE tl.dot from zero (on tensor cores one MMA chain, each product through at most
