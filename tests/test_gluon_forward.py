@@ -440,7 +440,9 @@ def test_auto_runs_the_gluon_kernels_on_long_d64_calls_within_bound(case, dtype,
 
 SHORT_CASES = [
     Case(Shape(1, 4, 2, 300, ka.SHORT_KEYS, 64), seed=14),
-    Case(Shape(1, 2, 1, 1024, 2000, 64), seed=15),  # paired programs (N_k <= PAIR_KEYS), a ragged last key tile
+    # paired programs (N_k <= PAIR_KEYS; 3 blocks: one runs alone), a ragged last key tile (N_q 1024 here took 94 s
+    # of bounds a dtype in the GPU suite)
+    Case(Shape(1, 2, 1, 384, 2000, 64), seed=15),
     Case(Shape(1, 2, 1, 256, 2100, 64), seed=16),  # one block a program (N_k > PAIR_KEYS)
 ]
 
