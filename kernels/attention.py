@@ -161,6 +161,12 @@ def _gluon_fwd_asked(engine: str, head_dim: int, n_keys: int | None, band: bool,
         and n_keys >= SHORT_KEYS)
 
 
+def _query_count(nq: int, dense, sparse) -> int | None:
+    """A call's query count as kernel_config's n_queries (and Precision.for_call's Nq) take it: None where the call has
+    a dense or block-sparse mask (the Gluon kernels take neither, so their tiles go to unmasked calls only)."""
+    return None if dense is not None or sparse else nq
+
+
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
@@ -750,7 +756,7 @@ def _forward_launch(q, k, v, o, dense, sparse, band, off_lo, off_hi, block_q, bl
     Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
     cfg, bd, bdv = _tiles(d, dv, getattr(torch, q.dtype), block_q, block_k, tiles,
                           "accurate" if p_split else "default", interpret, band, engine, nk,
-                          None if dense is not None or sparse else nq)
+                          _query_count(nq, dense, sparse))
     t = cfg.fwd
     lse = Layout.dense("float32", (B, Hq, nq))
     num, idx = sparse if sparse else (lse, lse)
@@ -787,7 +793,7 @@ def _backward_launches(q, k, v, o, do, grads, has_res, dense, sparse, band, off_
     B, Hq, nq, d = q.shape
     Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
     cfg, bd, bdv = _tiles(d, dv, getattr(torch, q.dtype), block_q, block_k, tiles, interpret=interpret, n_keys=nk,
-                          n_queries=None if dense is not None or sparse else nq)
+                          n_queries=_query_count(nq, dense, sparse))
     lse = delta = Layout.dense("float32", (B, Hq, nq))
     dq, dk, dv_ = grads
     pre_m = 16 if interpret else 64
@@ -843,10 +849,10 @@ def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask
               interpret=interpret)
     engine = forward_engine()
     # as _fwd_impl and _bwd_impl choose (the default scale is positive: gluon_fwd's raw-logit max holds)
-    asked = gluon and not interpret and _gluon_asked(engine, max(d, dv), nk)
+    compiled = gluon and not interpret  # the Gluon kernels compile (not in the interpreter)
+    asked = compiled and _gluon_asked(engine, max(d, dv), nk)
     g_fwd = (_gluon_forward(q, k, v, dense is not None, False, band, p_split, (), False, engine)
-             if gluon and not interpret and _gluon_fwd_asked(engine, max(d, dv), nk, band,
-                                                                   None if dense is not None else nq) else None)
+             if compiled and _gluon_fwd_asked(engine, max(d, dv), nk, band, _query_count(nq, dense, None)) else None)
     out = ((_gluon_launch(q, k, band, off_lo, off_hi, save_res, g_fwd) if g_fwd is not None else
             forward_launch(q, k, v, o, dense, None, p_split=p_split, save_res=save_res, **kw)),)
     if grad and B * Hq * nq * d and k.shape[0] * k.shape[1] * nk * d:
@@ -887,7 +893,7 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     engine = forward_engine()
     asked = (bool(tiles[_GLUON_AT]) if tiles
              else _gluon_fwd_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2], band,
-                                   None if dense is not None or sparse else q.shape[2]))
+                                   _query_count(q.shape[2], dense, sparse)))
     lq, lk = (Layout.of(q), Layout.of(k)) if asked else (None, None)
     gluon = (_gluon_forward(lq, lk, Layout.of(v), dense is not None, bool(sparse), band, p_split, tuple(tiles),
                             _interpreting(), engine) if asked else None)
