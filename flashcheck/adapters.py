@@ -424,7 +424,7 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       # and their backward's outer blocks and dK/dV query tile (the Gluon backward's at d = 64)
                       long_forward=forward_tile(a.block_k_long, a.block_q_fwd_long,
                                                 (a.block_q_dq_long, a.block_k_dkdv_long, a.block_q_long),
-                                                n_keys=a.long_keys),
+                                                n_keys=a.long_keys, n_queries=a.long_keys),
                       long_keys=a.long_keys,
                       # short unbanded, unmasked calls' own forward tile (kernel_config(n_keys=SHORT_KEYS, n_queries=
                       # given)), the backward's as the other short calls'

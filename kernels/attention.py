@@ -143,11 +143,14 @@ FUSED_KEYS = 8192
 PAIR_KEYS = 2048
 
 
-def _gluon_asked(engine: str, head_dim: int, n_keys: int | None = None) -> bool:
+def _gluon_asked(engine: str, head_dim: int, n_keys: int | None = None, n_queries: int | None = None) -> bool:
     """Whether `engine` gives the Gluon kernels' tiles (forward and backward) to a call at this head dim with n_keys
-    keys (None: fewer than LONG_KEYS); their domain is checked apart."""
+    keys (None: fewer than LONG_KEYS) and n_queries queries (None: a dense or block-sparse mask); their domain is
+    checked apart. At head dim 64 "auto" gives them to unmasked calls only: a dense mask keeps the Gluon kernels out,
+    and triton_fwd at their 128 x 128 tile ran 0.815x its own 64 x 64 on such calls (N = 8192: bench/dense_short.py,
+    bench/NOTES.md "Session 2026-11-29c"); at head dim 128 triton_fwd's own tile is theirs."""
     return engine == "gluon" or (engine == "auto" and (head_dim == 128 or (
-        head_dim == 64 and n_keys is not None and n_keys >= LONG_KEYS)))
+        head_dim == 64 and n_queries is not None and n_keys is not None and n_keys >= LONG_KEYS)))
 
 
 def _gluon_fwd_asked(engine: str, head_dim: int, n_keys: int | None, band: bool, n_queries: int | None) -> bool:
@@ -156,7 +159,7 @@ def _gluon_fwd_asked(engine: str, head_dim: int, n_keys: int | None, band: bool,
     (`_gluon_asked`), and under "auto" the unbanded, unmasked ones at head dim 64 from SHORT_KEYS keys on (their
     backward stays triton_bwd's below LONG_KEYS). A dense mask keeps gluon_fwd out, and triton_fwd at this tile ran
     0.76-0.78x its own 64 x 64 one on such calls (bench/dense_short.py, bench/NOTES.md "Session 2026-11-29c")."""
-    return _gluon_asked(engine, head_dim, n_keys) or (
+    return _gluon_asked(engine, head_dim, n_keys, n_queries) or (
         engine == "auto" and head_dim == 64 and not band and n_queries is not None and n_keys is not None
         and n_keys >= SHORT_KEYS)
 
@@ -193,12 +196,12 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     side given: `_band`) (H100 tuned; the interpreter uses 16 × 16 tiles so that small test shapes still cross
     several tile boundaries). engine: "triton" (triton_fwd, triton_bwd), "gluon" (gluon_fwd, gluon_bwd: fp16 / bf16,
     head dims 64 and 128, precision "default"; other calls keep triton's tiles) or "auto" (gluon at head dim 128,
-    and at head dim 64 when n_keys >= LONG_KEYS; gluon_fwd's tile alone to unbanded, unmasked head-dim-64 calls
-    with SHORT_KEYS to LONG_KEYS keys); None: `forward_engine()`.
+    and at head dim 64 on unmasked calls with n_keys >= LONG_KEYS; gluon_fwd's tile alone to unbanded, unmasked
+    head-dim-64 calls with SHORT_KEYS to LONG_KEYS keys); None: `forward_engine()`.
     n_keys: the call's key count (None: fewer than SHORT_KEYS); n_queries: its query count where the call has no dense
-    or block-sparse mask (None: masked): gluon_fwd's short tile needs it (a dense mask keeps gluon_fwd out); with
-    both at least FUSED_QUERIES x FUSED_KEYS, an unbanded head-dim-64 call in the Gluon domain gets the fused
-    backward's dQ tile (TileConfig.fused). The Gluon tiles are given whatever the device: on one that is not sm_90
+    or block-sparse mask (None: masked): the head-dim-64 Gluon tiles need it (a dense mask keeps the Gluon kernels
+    out); with both at least FUSED_QUERIES x FUSED_KEYS, an unbanded head-dim-64 call in the Gluon domain gets the
+    fused backward's dQ tile (TileConfig.fused). The Gluon tiles are given whatever the device: on one that is not sm_90
     (and for calls outside the Gluon kernels' domain) triton_fwd / triton_bwd run them; the fused dQ tile only where
     no CUDA device or an sm_90 one (`_fused_device`)."""
     if interpret is None:
@@ -213,7 +216,7 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     # gluon_fwd: 128 query rows (two warpgroups of 64) x 128 keys, heaviest query blocks first under a band;
     # the K / V ring 2 deep at d = 128 (160 KB of shared memory), 3 at d = 64 (bench/NOTES.md, "Gluon forward")
     fwd = TileConfig(128, 128, 8, 2 if bd == 128 else 3, heavy_first=True, gluon=True)
-    if _gluon_asked(engine, head_dim, n_keys) and gluon_domain:
+    if _gluon_asked(engine, head_dim, n_keys, n_queries) and gluon_domain:
         # gluon_bwd's dK/dV: 128 keys (two warpgroups of 64) x 64 query rows, a 3-deep (Q, dO) ring. At d = 128 the
         # 64-row tile spills a few values (Sᵀ, dPᵀ, Pᵀ, dSᵀ beside dK, dV in 240 registers) and still runs 1.04-1.12x
         # the spill-free 32-row tile (bench/NOTES.md, "Session 2026-11-27g"; the same sums: bit for bit equal). At
@@ -360,7 +363,7 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
     if band is not None and (band.block_m, band.block_n, band.num_warps) == (block_q_fwd, block_k, cfg.fwd.num_warps):
         band = None  # the same code (stages and program order change neither the tiles nor the rowsum's tree)
     long_cfg = None if tiles else kernel_config(head_dim or 64, dtype, interpret=interpret, precision=precision,
-                                                n_keys=LONG_KEYS)
+                                                n_keys=LONG_KEYS, n_queries=LONG_KEYS)  # (unmasked)
     long = None if long_cfg is None else long_cfg.fwd
     if long is not None and (long.block_m, long.block_n, long.num_warps, long.gluon) == (
             block_q_fwd, block_k, cfg.fwd.num_warps, cfg.fwd.gluon):
@@ -850,7 +853,7 @@ def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask
     engine = forward_engine()
     # as _fwd_impl and _bwd_impl choose (the default scale is positive: gluon_fwd's raw-logit max holds)
     compiled = gluon and not interpret  # the Gluon kernels compile (not in the interpreter)
-    asked = compiled and _gluon_asked(engine, max(d, dv), nk)
+    asked = compiled and _gluon_asked(engine, max(d, dv), nk, _query_count(nq, dense, None))
     g_fwd = (_gluon_forward(q, k, v, dense is not None, False, band, p_split, (), False, engine)
              if compiled and _gluon_fwd_asked(engine, max(d, dv), nk, band, _query_count(nq, dense, None)) else None)
     out = ((_gluon_launch(q, k, band, off_lo, off_hi, save_res, g_fwd) if g_fwd is not None else
@@ -1175,7 +1178,8 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
     # tiles, the engine kernel_config gives) and the backward is in their domain; looked up only then (host time)
     engine = forward_engine()
     asked = (bool(tiles[_TILE_FIELDS + _GLUON_AT] or tiles[2 * _TILE_FIELDS + _GLUON_AT]) if tiles
-             else _gluon_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2]))
+             else _gluon_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2],
+                               _query_count(q.shape[2], dense, sparse)))
     g_dkdv, g_dq = None, None
     fused = asked and _fused_call(q, k, v, dense, sparse, band, tuple(tiles), engine)
     if fused:

@@ -71,8 +71,8 @@ def test_for_call_combines_the_long_tile_and_the_fused_dq():
         128, 128, None, 128, 128, 128), both
     assert (both.long_forward, both.long_keys, both.fused_dq) == (None, None, None), both
     assert (both.dq_accumulation, both.dq_key_tile) == ("blocked", TILE), both
-    assert both == dataclasses.replace(p.for_call(False, None, 400), dq_accumulation="blocked", block_k_dq=TILE,
-                                       fused_dq=None)
+    assert both == dataclasses.replace(p.for_call(False, None, 400, 199), dq_accumulation="blocked", block_k_dq=TILE,
+                                       fused_dq=None)  # (199 queries: the long tile alone)
     for what, call in (("short of the fused keys", p.for_call(False, None, 399, 200)),
                        ("short of the fused queries", p.for_call(False, None, 400, 199)),
                        ("banded", p.for_call("bottom_right", None, 400, 200))):

@@ -467,25 +467,28 @@ def test_auto_runs_gluon_fwd_on_short_unbanded_d64_calls_within_bound(case, dtyp
     _assert_all_within(inp, case, dtype, out, prec)
 
 
-SHORT_MASKED_CASES = [
+MASKED_D64_CASES = [
     Case(Shape(1, 2, 1, 200, ka.SHORT_KEYS + 70, 64), mask="random", seed=17),
     Case(Shape(1, 2, 2, 130, 3000, 64), mask="fully_masked_rows", seed=18),
+    Case(Shape(1, 2, 1, 130, ka.LONG_KEYS + 30, 64), mask="random", seed=19),  # long: the Gluon tiles' range
 ]
 
 
 @pytest.mark.gpu
 @needs_sm90
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("case", SHORT_MASKED_CASES, ids=str)
-def test_auto_runs_triton_fwd_own_tile_on_dense_masked_short_d64_calls_within_bound(case, dtype, monkeypatch):
-    """A dense mask keeps gluon_fwd out (it takes none), and the short tile with it: triton_fwd's own 64 x 64 tile
-    (at the 128 x 128 one it ran 0.76-0.78x: bench/dense_short.py); the outputs within the bounds of the Precision the
-    adapter states (Precision.for_call without a query count: the default tile)."""
+@pytest.mark.parametrize("case", MASKED_D64_CASES, ids=str)
+def test_auto_runs_triton_own_tiles_on_dense_masked_d64_calls_within_bound(case, dtype, monkeypatch):
+    """A dense mask keeps the Gluon kernels out (they take none), and their tiles with them, from SHORT_KEYS keys on
+    and from LONG_KEYS on: triton_fwd's own 64 x 64 tile (at the 128 x 128 one it ran 0.76-0.82x: bench/
+    dense_short.py) and triton_bwd's; the outputs within the bounds of the Precision the adapter states
+    (Precision.for_call without a query count: the default tiles)."""
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
     q = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hq, case.shape.Nq, case.shape.d))
     kv = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hkv, case.shape.Nk, case.shape.d))
-    rec = ka.launches(q, kv, kv, mask_shape=(case.shape.Nq, case.shape.Nk), interpret=False, gluon=True)[0]
-    assert (rec.kernel, dict(rec.constexprs)["BLOCK_N"]) == ("attn_fwd_kernel", 64)
+    recs = ka.launches(q, kv, kv, mask_shape=(case.shape.Nq, case.shape.Nk), grad=True, interpret=False, gluon=True)
+    assert [(r.kernel, dict(r.constexprs)["BLOCK_N"]) for r in recs[:1] + recs[2:]] == [
+        ("attn_fwd_kernel", 64), ("attn_bwd_dkdv_kernel", 64), ("attn_bwd_dq_kernel", 64)]
     inp = materialize(case, dtype)
     out = run_kernel(inp, case, dtype, backward=True)
     prec = kernel_precision(dtype, case.shape.d)

@@ -29,7 +29,7 @@ def test_auto_gives_gluon_fwd_tile_alone_to_short_unbanded_unmasked_d64_calls(mo
         for nk in (SHORT, LONG - 1):
             c = _cfg(dtype=dtype, n_keys=nk, n_queries=1)
             assert c.fwd.gluon and (c.fwd.block_m, c.fwd.block_n, c.fwd.num_warps) == (128, 128, 8), (dtype, nk)
-            assert c.fwd == _cfg(dtype=dtype, n_keys=LONG).fwd  # the long calls' forward tile
+            assert c.fwd == _cfg(dtype=dtype, n_keys=LONG, n_queries=1).fwd  # the long unmasked calls' forward tile
             assert (c.dkdv, c.dq) == (base.dkdv, base.dq) and not (c.dkdv.gluon or c.dq.gluon)  # triton_bwd's
     # below, banded, or masked (no query count): triton's
     assert _cfg(n_keys=SHORT - 1, n_queries=1) == base and _cfg(n_keys=SHORT, n_queries=1, band=True) == base
@@ -103,9 +103,10 @@ def test_for_call_substitutes_the_short_tile_for_unbanded_unmasked_calls_only():
     assert s.dq_key_tile == 64 and (s.block_q_dq, s.block_k_dkdv, s.block_q) == (64, 64, 64)  # the backward's stay
     for causal, window in ((True, None), ("bottom_right", None), (False, (10, 0))):
         assert p.for_call(causal, window, 300, 40).block_k == 32  # banded: the band's tile
-    for causal, nq in ((False, 40), (False, None), (True, 40)):
-        b = p.for_call(causal, None, 1000, nq)
-        assert (b.block_k, b.block_q_dq) == (256, 128), (causal, nq)  # the long tile first
+    for causal in (False, True):
+        b = p.for_call(causal, None, 1000, 40)
+        assert (b.block_k, b.block_q_dq) == (256, 128), causal  # the long tile first
+    assert p.for_call(False, None, 1000) is p  # a dense mask: neither
     for kw in (dict(short_keys=None), dict(short_keys=0), dict(short_keys=True)):
         with pytest.raises(ValueError, match="short_keys"):
             Precision("bfloat16", "bf16", short_forward=BandForward(block_k=128), **kw)

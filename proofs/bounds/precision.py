@@ -291,12 +291,12 @@ class Precision:
     band_forward: the forward's tile under a band where it differs (BandForward; default None: one tile for every
       call). The bounds substitute it for banded calls (Precision.banded); set by flashcheck.adapters.ours_precision
       from kernel_config's band tile.
-    long_forward, long_keys: the forward's tile of calls with at least long_keys keys, banded or not, where it
-      differs (a BandForward and a positive int, both or neither; our kernel's "auto" engine at d = 64 fp16 / bf16:
-      gluon_fwd's 128 x 128 from flashcheck.kernels.attention.LONG_KEYS keys on, triton_fwd's 64 x 64 below), with
-      those calls' backward outer blocks where they differ (BandForward.block_q_dq, block_k_dkdv). The
-      bounds substitute it for such calls before the band's (Precision.for_call); set by
-      flashcheck.adapters.ours_precision from kernel_config(n_keys=).
+    long_forward, long_keys: the forward's tile of unmasked calls with at least long_keys keys, banded or not, where
+      it differs (a BandForward and a positive int, both or neither; our kernel's "auto" engine at d = 64 fp16 /
+      bf16: gluon_fwd's 128 x 128 from flashcheck.kernels.attention.LONG_KEYS keys on, triton_fwd's 64 x 64 below
+      and on dense-masked calls), with those calls' backward outer blocks where they differ
+      (BandForward.block_q_dq, block_k_dkdv). The bounds substitute it for such calls before the band's
+      (Precision.for_call); set by flashcheck.adapters.ours_precision from kernel_config(n_keys=, n_queries=).
     short_forward, short_keys: the forward's tile of unbanded, unmasked calls with at least short_keys keys (below
       long_keys where long_forward is stated) where it differs, the backward's tiles unchanged (a BandForward stating
       no outer blocks and a positive int, both or neither; our kernel's "auto" engine at d = 64 fp16 / bf16:
@@ -458,18 +458,18 @@ class Precision:
         return self._with_forward(b, band_forward=None)
 
     def for_call(self, causal, window, Nk: int, Nq: int | None = None, Dv: int | None = None) -> "Precision":
-        """This precision for a call with these causal / window arguments, Nk keys, Nq queries and V head dim Dv: with
-        a long_forward stated and Nk >= long_keys, the forward's tile fields are the long tile's, and the backward's
-        outer blocks where it states them (as `banded` substitutes the band's; the band tile then no longer applies);
-        otherwise, with a short_forward stated, the call unbanded (`is_band`) and unmasked (Nq given: a call with a
-        dense mask passes None) and Nk >= short_keys, the forward's tile fields are the short tile's; otherwise
+        """This precision for a call with these causal / window arguments, Nk keys, Nq queries (None: a call with a
+        dense mask) and V head dim Dv: with a long_forward stated, the call unmasked (Nq given) and Nk >= long_keys,
+        the forward's tile fields are the long tile's, and the backward's outer blocks where it states them (as
+        `banded` substitutes the band's; the band tile then no longer applies); otherwise, with a short_forward
+        stated, the call unbanded (`is_band`) and unmasked (Nq given) and Nk >= short_keys, the forward's tile fields are the short tile's; otherwise
         `banded(causal, window)`. Then, with a fused_dq stated, Nq given, Nq >= fused_dq.queries,
         Nk >= fused_dq.keys, Dv = fused_dq.value_dim where that is stated, and the call not banded (`is_band`): dQ
         summed in the dK/dV kernel, dq_accumulation "blocked" over key tiles of fused_dq.block_k (block_k_dq),
         fused_dq cleared. The bounds take it first, before `fitted`."""
         b, s = self.long_forward, self.short_forward
         spent = dict(band_forward=None, long_forward=None, long_keys=None, short_forward=None, short_keys=None)
-        if b is not None and Nk >= self.long_keys:
+        if b is not None and Nq is not None and Nk >= self.long_keys:
             p = self._with_forward(b, **spent)
         elif s is not None and Nq is not None and Nk >= self.short_keys and not is_band(causal, window):
             p = self._with_forward(s, **spent)
