@@ -184,6 +184,40 @@ def _l_update(l_i, alpha, rowsum):
 
 
 @gluon.jit
+def _pipelined_tile(t, acc, p_op, m2_i, l_i, alpha, rowsum, q_smem, k_ring, v_ring, k_ready, v_ready, k_free, v_free,
+                    s_zero, qk_scale2, rows, Nq, Nk, off_lo, off_hi, BAND: gl.constexpr, HEAD_D: gl.constexpr,
+                    BLOCK_N: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr, o_rows: gl.constexpr,
+                    p_layout: gl.constexpr):
+    """Ring position t's tile, a full one, with the previous tile's P̃ V under its softmax step: (acc, p_op, m2_i, l_i,
+    alpha, rowsum) after it, acc holding P̃_{t-1} V_{t-1} and rescaled by alpha_t, l holding tile t − 1's rowsum
+    (tile t's, rowsum, is added by the next step or after the loop)."""
+    slot = t % STAGES
+    prev = (t - 1) % STAGES
+    mbarrier.wait(k_ready.index(slot), (t // STAGES) & 1)
+    mbarrier.wait(v_ready.index(prev), ((t - 1) // STAGES) & 1)
+    # S_t = Q K_tᵀ, then acc = acc + P̃_{t-1} V_{t-1} (acc already rescaled by alpha_{t-1}): issued back to back, run
+    # in issue order
+    qk = warpgroup_mma(q_smem, k_ring.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
+                       use_acc=False, is_async=True)
+    acc = warpgroup_mma(p_op, v_ring.index(prev).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
+    # l for tile t − 1, here: its fp64 conversions and multiply-add wait for their operands under the products, not
+    # in the softmax's path (where they cost 5-7 %: bench/NOTES.md, "Session 2026-11-27g")
+    l_i = _l_update(l_i, alpha, rowsum)
+    # S_t done (at most the P̃ V group outstanding): K_t's slot is this warpgroup's no longer
+    qk = warpgroup_mma_wait(1, deps=(qk, ))
+    mbarrier.arrive(k_free.index(slot))
+    # tile t's softmax step while the tensor cores compute P̃_{t-1} V_{t-1}
+    m2_i, alpha, p, rowsum = _softmax_step(qk, m2_i, qk_scale2, rows, 0, Nq, Nk, off_lo, off_hi, False, BAND,
+                                           BLOCK_N, s_layout)
+    acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+    mbarrier.arrive(v_free.index(prev))
+    # acc = diag(alpha) acc, before P̃_t V_t adds into it (triton_fwd _fwd_pv's order)
+    acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
+    p_op = gl.convert_layout(p.to(q_smem.dtype), p_layout)
+    return acc, p_op, m2_i, l_i, alpha, rowsum
+
+
+@gluon.jit
 def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free,
               v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
               HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BAND: gl.constexpr,
@@ -224,64 +258,63 @@ def _consumer_block(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, 
     l_i = gl.zeros([HALF_M], gl.float64, gl.SliceLayout(1, s_layout))
     acc = gl.zeros([HALF_M, HEAD_D], gl.float32, o_layout)
     s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
+    # the partial tiles one after the other (SERIAL_PARTIAL), or unbanded at d = 128 the one partial tile (the ragged
+    # last key tile, tile 0) pipelined with the full ones: the kernel's code 14 % smaller, 1.01-1.05x at d = 128,
+    # 0.99-1.01x at d = 64; pipelined under a band as well, the kernel ran 0.91-0.95x at d = 128 N >= 4k (NOTES,
+    # "Session 2026-11-29d")
+    SERIAL_PARTIAL: gl.constexpr = BAND or HEAD_D != 128
     if n_tiles > 0:
         mbarrier.wait(q_ready, 0)
-    # the partial tiles (at most a few per query block), masked, one after the other: S, softmax step, P̃ V
-    for t in range(0, n_partial):
-        slot = (t_base + t) % STAGES
-        phase = ((t_base + t) // STAGES) & 1
-        mbarrier.wait(k_ready.index(slot), phase)
-        qk = warpgroup_mma(q_smem, k_ring.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
-                           use_acc=False, is_async=True)
-        qk = warpgroup_mma_wait(0, deps=(qk, ))
-        mbarrier.arrive(k_free.index(slot))
-        start_n = partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_N)
-        m2_i, alpha, p, rowsum = _softmax_step(qk, m2_i, qk_scale2, rows, start_n, Nq, Nk, off_lo, off_hi, True,
-                                               BAND, BLOCK_N, s_layout)
-        l_i = _l_update(l_i, alpha, rowsum)
-        # acc = diag(alpha) acc + P̃ V   (triton_fwd _fwd_pv: the rescale, then the product into it)
-        acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
-        mbarrier.wait(v_ready.index(slot), phase)
-        acc = warpgroup_mma(p_op, v_ring.index(slot).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
-        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-        mbarrier.arrive(v_free.index(slot))
-    # the full tiles, unmasked, pipelined: S_t issued with P̃_{t-1} V_{t-1}, tile t's softmax under the latter
-    if n_tiles > n_partial:
-        t0 = t_base + n_partial  # ring positions from here on
+    if SERIAL_PARTIAL:
+        # the partial tiles (at most a few per query block), masked, one after the other: S, softmax step, P̃ V
+        for t in range(0, n_partial):
+            slot = (t_base + t) % STAGES
+            phase = ((t_base + t) // STAGES) & 1
+            mbarrier.wait(k_ready.index(slot), phase)
+            qk = warpgroup_mma(q_smem, k_ring.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
+                               use_acc=False, is_async=True)
+            qk = warpgroup_mma_wait(0, deps=(qk, ))
+            mbarrier.arrive(k_free.index(slot))
+            start_n = partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_N)
+            m2_i, alpha, p, rowsum = _softmax_step(qk, m2_i, qk_scale2, rows, start_n, Nq, Nk, off_lo, off_hi, True,
+                                                   BAND, BLOCK_N, s_layout)
+            l_i = _l_update(l_i, alpha, rowsum)
+            # acc = diag(alpha) acc + P̃ V   (triton_fwd _fwd_pv: the rescale, then the product into it)
+            acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            mbarrier.wait(v_ready.index(slot), phase)
+            acc = warpgroup_mma(p_op, v_ring.index(slot).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
+            acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+            mbarrier.arrive(v_free.index(slot))
+        t_first = n_partial  # the pipelined tiles: the full ones
+    else:
+        t_first = 0  # unbanded: a block's partial tiles are at most one, tile 0 (kernels/tiles.py _band_range)
+    # the pipelined tiles: S_t issued with P̃_{t-1} V_{t-1}, tile t's softmax under the latter
+    if n_tiles > t_first:
+        t0 = t_base + t_first  # ring positions from here on
         mbarrier.wait(k_ready.index(t0 % STAGES), (t0 // STAGES) & 1)
         qk = warpgroup_mma(q_smem, k_ring.index(t0 % STAGES).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
                            use_acc=False, is_async=True)
         qk = warpgroup_mma_wait(0, deps=(qk, ))
         mbarrier.arrive(k_free.index(t0 % STAGES))
-        m2_i, alpha, p, rowsum = _softmax_step(qk, m2_i, qk_scale2, rows, f_lo, Nq, Nk, off_lo, off_hi, False,
-                                               BAND, BLOCK_N, s_layout)
-        acc = acc * gl.convert_layout(alpha, o_rows)[:, None]  # what the partial tiles left, to the new maximum
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
-        for t in range(t0 + 1, t_base + n_tiles):
-            slot = t % STAGES
-            prev = (t - 1) % STAGES
-            mbarrier.wait(k_ready.index(slot), (t // STAGES) & 1)
-            mbarrier.wait(v_ready.index(prev), ((t - 1) // STAGES) & 1)
-            # S_t = Q K_tᵀ, then acc = acc + P̃_{t-1} V_{t-1} (acc already rescaled by alpha_{t-1}): issued back
-            # to back, run in issue order
-            qk = warpgroup_mma(q_smem, k_ring.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
-                               use_acc=False, is_async=True)
-            acc = warpgroup_mma(p_op, v_ring.index(prev).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
-            # l for tile t − 1, here: its fp64 conversions and multiply-add wait for their operands under the
-            # products, not in the softmax's path (where they cost 5-7 %: bench/NOTES.md, "Session 2026-11-27g")
-            l_i = _l_update(l_i, alpha, rowsum)
-            # S_t done (at most the P̃ V group outstanding): K_t's slot is this warpgroup's no longer
-            qk = warpgroup_mma_wait(1, deps=(qk, ))
-            mbarrier.arrive(k_free.index(slot))
-            # tile t's softmax step while the tensor cores compute P̃_{t-1} V_{t-1}
+        if SERIAL_PARTIAL:
             m2_i, alpha, p, rowsum = _softmax_step(qk, m2_i, qk_scale2, rows, f_lo, Nq, Nk, off_lo, off_hi, False,
                                                    BAND, BLOCK_N, s_layout)
-            acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-            mbarrier.arrive(v_free.index(prev))
-            # acc = diag(alpha) acc, before P̃_t V_t adds into it (triton_fwd _fwd_pv's order)
-            acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
+        else:
+            if n_partial > 0:  # the ragged tile
+                m2_i, alpha, p, rowsum = _softmax_step(qk, m2_i, qk_scale2, rows,
+                                                       partial_start(0, None, lo, f_lo, f_hi, False, BLOCK_N), Nq,
+                                                       Nk, off_lo, off_hi, True, BAND, BLOCK_N, s_layout)
+            else:
+                m2_i, alpha, p, rowsum = _softmax_step(qk, m2_i, qk_scale2, rows, f_lo, Nq, Nk, off_lo, off_hi,
+                                                       False, BAND, BLOCK_N, s_layout)
+        acc = acc * gl.convert_layout(alpha, o_rows)[:, None]  # what the partial tiles left, to the new maximum
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        for t in range(t0 + 1, t_base + n_tiles):  # full tiles
+            acc, p_op, m2_i, l_i, alpha, rowsum = _pipelined_tile(
+                t, acc, p_op, m2_i, l_i, alpha, rowsum, q_smem, k_ring, v_ring, k_ready, v_ready, k_free, v_free,
+                s_zero, qk_scale2, rows, Nq, Nk, off_lo, off_hi, BAND, HEAD_D, BLOCK_N, STAGES, s_layout, o_rows,
+                p_layout)
         last = (t_base + n_tiles - 1) % STAGES
         mbarrier.wait(v_ready.index(last), ((t_base + n_tiles - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_ring.index(last).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
