@@ -315,6 +315,7 @@ CASES = [
     Case(Shape(1, 2, 2, 130, 390, 128), window=(31, 4), seed=6),
     Case(Shape(1, 2, 2, 1, 1, 128), seed=7),
     Case(Shape(1, 2, 2, 1, 129, 64), causal="bottom_right", seed=8),
+    Case(Shape(1, 2, 1, 200, 333, 128), seed=20),  # unbanded d = 128: the ragged key tile pipelined with the full ones
 ]
 
 
