@@ -1,14 +1,17 @@
-"""Whether kernels/gluon_fwd.py computes what an earlier version of it computed, bit for bit: O, LSE and (through
-the backward, which reads O's residual) dQ, dK, dV, on the call kinds a schedule change can break: ragged key and
+"""Whether the Gluon kernels compute what earlier versions of them computed, bit for bit: O, LSE and (through the
+backward, which reads O's residual) dQ, dK, dV, on the call kinds a schedule change can break: ragged key and
 query counts, N = 1, Nq != Nk under both causal alignments, windows (several partial tiles a block), GQA, d = 64 and
 128, paired and unpaired programs (attention._gluon_paired), fp16 and bf16. A schedule change (which tile's product
-is issued when) must not move a bit; an arithmetic change is not this script's business.
+is issued when, how a mask's predicate is formed) must not move a bit; an arithmetic change is not this script's
+business.
 
-    git show REV:kernels/gluon_fwd.py > /tmp/base.py
-    FLASHCHECK_FORWARD_ENGINE=gluon PYTHONPATH=. python3 bench/fwd_bitwise.py --base /tmp/base.py
+    git show REV:kernels/gluon_fwd.py > /tmp/base_fwd.py; git show REV:kernels/gluon_bwd.py > /tmp/base_bwd.py
+    FLASHCHECK_FORWARD_ENGINE=gluon PYTHONPATH=. python3 bench/gluon_bitwise.py --base-fwd /tmp/base_fwd.py \
+        [--base-bwd /tmp/base_bwd.py]
 
-Both kernels run through the product's launcher (attention()), the base by swapping gluon_fwd.attn_fwd_gluon_kernel
-(the launcher's binary cache cleared at each swap). Exit status 1 if any case differs.
+Both versions run through the product's launcher (attention()), the base by swapping the kernels of
+kernels/gluon_fwd.py (the forward) and kernels/gluon_bwd.py (the dK/dV and dQ kernels) for the given files' (the
+launcher's binary cache cleared at each swap). Exit status 1 if any case differs.
 """
 from __future__ import annotations
 
@@ -35,26 +38,43 @@ CASES = [
 ]
 
 
-def load(path: str):
-    spec = importlib.util.spec_from_file_location("gluon_fwd_base", path)
+def load(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
     m = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = m
     spec.loader.exec_module(m)
     return m
 
 
+_KERNELS = {"fwd": ("gluon_fwd", ("attn_fwd_gluon_kernel", )),
+            "bwd": ("gluon_bwd", ("attn_bwd_dkdv_gluon_kernel", "attn_bwd_dq_gluon_kernel"))}
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--base", required=True, help="an earlier kernels/gluon_fwd.py")
+    p.add_argument("--base-fwd", help="an earlier kernels/gluon_fwd.py")
+    p.add_argument("--base-bwd", help="an earlier kernels/gluon_bwd.py")
     args = p.parse_args()
     import torch
 
-    from flashcheck.kernels import gluon_fwd
-    ka = importlib.import_module("flashcheck.kernels.attention")  # the module (the package exports the function)
-
     if os.environ.get("FLASHCHECK_FORWARD_ENGINE") != "gluon":
-        raise SystemExit("set FLASHCHECK_FORWARD_ENGINE=gluon (every case through the Gluon forward)")
-    kernels = {"base": load(args.base).attn_fwd_gluon_kernel, "kernel": gluon_fwd.attn_fwd_gluon_kernel}
+        raise SystemExit("set FLASHCHECK_FORWARD_ENGINE=gluon (every case through the Gluon kernels)")
+    ka = importlib.import_module("flashcheck.kernels.attention")  # the module (the package exports the function)
+    # (module, kernel name) -> {"base": kernel, "kernel": kernel}
+    swaps = {}
+    for part, path in (("fwd", args.base_fwd), ("bwd", args.base_bwd)):
+        if path:
+            stem, names = _KERNELS[part]
+            mod, base = importlib.import_module(f"flashcheck.kernels.{stem}"), load(path, f"{stem}_base")
+            swaps.update({(mod, n): {"base": getattr(base, n), "kernel": getattr(mod, n)} for n in names})
+    if not swaps:
+        raise SystemExit("give --base-fwd and / or --base-bwd")
+
+    def use(version):
+        for (mod, n), k in swaps.items():
+            setattr(mod, n, k[version])
+        ka._BINARIES.clear()
+
     bad = 0
     for dtype in (torch.bfloat16, torch.float16):
         for B, Hq, Hkv, nq, nk, d, causal, window in CASES:
@@ -63,15 +83,13 @@ def main() -> int:
             k, v = (torch.randn(B, Hkv, nk, d, device="cuda", dtype=dtype, generator=g) for _ in range(2))
             do = torch.randn(B, Hq, nq, d, device="cuda", dtype=dtype, generator=g)
             out = {}
-            for name, kern in kernels.items():
-                gluon_fwd.attn_fwd_gluon_kernel = kern
-                ka._BINARIES.clear()
+            for version in ("base", "kernel"):
+                use(version)
                 x = [t.detach().clone().requires_grad_() for t in (q, k, v)]
                 o, lse = ka.attention(*x, causal=causal, window=window, return_lse=True)
                 o.backward(do)
-                out[name] = [o, lse] + [t.grad for t in x]
-            gluon_fwd.attn_fwd_gluon_kernel = kernels["kernel"]
-            ka._BINARIES.clear()
+                out[version] = [o, lse] + [t.grad for t in x]
+            use("kernel")
             same = [torch.equal(a, b) for a, b in zip(out["base"], out["kernel"])]  # NaN: never the same
             diff = [float((a.float() - b.float()).abs().nan_to_num(float("inf")).max()) if not s else 0.0
                     for a, b, s in zip(out["base"], out["kernel"], same)]
