@@ -50,6 +50,27 @@ _KERNELS = {"fwd": ("gluon_fwd", ("attn_fwd_gluon_kernel", )),
             "bwd": ("gluon_bwd", ("attn_bwd_dkdv_gluon_kernel", "attn_bwd_dq_gluon_kernel"))}
 
 
+def swapper(base_fwd: str | None, base_bwd: str | None):
+    """use(version): the product's launcher runs the Gluon kernels of `version`, "base" (those of the files
+    base_fwd / base_bwd: earlier kernels/gluon_fwd.py / gluon_bwd.py) or "kernel" (the modules' own), the launcher's
+    binary cache cleared (its records are keyed per launch, not per kernel)."""
+    ka = importlib.import_module("flashcheck.kernels.attention")  # the module (the package exports the function)
+    swaps = {}  # (module, kernel name) -> {"base": kernel, "kernel": kernel}
+    for part, path in (("fwd", base_fwd), ("bwd", base_bwd)):
+        if path:
+            stem, names = _KERNELS[part]
+            mod, base = importlib.import_module(f"flashcheck.kernels.{stem}"), load(path, f"{stem}_base")
+            swaps.update({(mod, n): {"base": getattr(base, n), "kernel": getattr(mod, n)} for n in names})
+    if not swaps:
+        raise SystemExit("give --base-fwd and / or --base-bwd")
+
+    def use(version: str) -> None:
+        for (mod, n), k in swaps.items():
+            setattr(mod, n, k[version])
+        ka._BINARIES.clear()
+    return use
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--base-fwd", help="an earlier kernels/gluon_fwd.py")
@@ -59,22 +80,8 @@ def main() -> int:
 
     if os.environ.get("FLASHCHECK_FORWARD_ENGINE") != "gluon":
         raise SystemExit("set FLASHCHECK_FORWARD_ENGINE=gluon (every case through the Gluon kernels)")
-    ka = importlib.import_module("flashcheck.kernels.attention")  # the module (the package exports the function)
-    # (module, kernel name) -> {"base": kernel, "kernel": kernel}
-    swaps = {}
-    for part, path in (("fwd", args.base_fwd), ("bwd", args.base_bwd)):
-        if path:
-            stem, names = _KERNELS[part]
-            mod, base = importlib.import_module(f"flashcheck.kernels.{stem}"), load(path, f"{stem}_base")
-            swaps.update({(mod, n): {"base": getattr(base, n), "kernel": getattr(mod, n)} for n in names})
-    if not swaps:
-        raise SystemExit("give --base-fwd and / or --base-bwd")
-
-    def use(version):
-        for (mod, n), k in swaps.items():
-            setattr(mod, n, k[version])
-        ka._BINARIES.clear()
-
+    ka = importlib.import_module("flashcheck.kernels.attention")
+    use = swapper(args.base_fwd, args.base_bwd)
     bad = 0
     for dtype in (torch.bfloat16, torch.float16):
         for B, Hq, Hkv, nq, nk, d, causal, window in CASES:
