@@ -28,32 +28,40 @@ def parse_cells(text: str | None):
     return CELLS if not text else [(int(d), int(n), c == "1") for d, n, c in (x.split(":") for x in text.split(","))]
 
 
+def cell_calls(d: int, n: int, causal: bool):
+    """Issue 10's cell (bf16, B·N = 16k tokens, 2048 hidden, seed 0) as two calls of the importable product:
+    (forward FLOPs, fwd, fwd_bwd); fwd_bwd returns (O, dQ, dK, dV)."""
+    import torch
+
+    from flashcheck.kernels import attention
+
+    B, H = 16384 // n, 2048 // d
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, do = (torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
+    x = [t.detach().requires_grad_() for t in (q, k, v)]
+
+    def fwd():
+        with torch.no_grad():
+            return attention(q, k, v, causal=causal)
+
+    def fwd_bwd():
+        for t in x:
+            t.grad = None
+        o = attention(*x, causal=causal)
+        o.backward(do)
+        return [o] + [t.grad for t in x]
+    return 4.0 * B * H * n * n * d / (2 if causal else 1), fwd, fwd_bwd
+
+
 def worker(cells, dump: str | None) -> None:
     """Time every cell with the importable tree's product; one JSON line a cell on stdout; outputs to `dump`."""
     import torch
     from triton.testing import do_bench
 
-    from flashcheck.kernels import attention
-
     outs = {}
     for d, n, causal in cells:
-        B, H = 16384 // n, 2048 // d
-        g = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v, do = (torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
-        x = [t.detach().requires_grad_() for t in (q, k, v)]
-
-        def fwd():
-            with torch.no_grad():
-                return attention(q, k, v, causal=causal)
-
-        def fwd_bwd():
-            for t in x:
-                t.grad = None
-            o = attention(*x, causal=causal)
-            o.backward(do)
-            return o
-        o = fwd_bwd()
-        outs[f"{d}:{n}:{int(causal)}"] = [t.cpu() for t in (o, x[0].grad, x[1].grad, x[2].grad)]
+        _, fwd, fwd_bwd = cell_calls(d, n, causal)
+        outs[f"{d}:{n}:{int(causal)}"] = [t.cpu() for t in fwd_bwd()]
         ms = {"fwd": do_bench(fwd, warmup=25, rep=100, return_mode="median"),
               "fwd+bwd": do_bench(fwd_bwd, warmup=25, rep=100, return_mode="median")}
         print(json.dumps(dict(d=d, N=n, causal=causal, ms=ms)), flush=True)

@@ -19,7 +19,8 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.insert(1, str(_ROOT))
 
-from bench.fwd_variants import CELLS, save_rows  # noqa: E402  (after the repo root is importable)
+from bench.ab_trees import cell_calls, parse_cells  # noqa: E402  (after the repo root is importable)
+from bench.fwd_variants import save_rows  # noqa: E402
 from bench.gluon_bitwise import swapper  # noqa: E402
 
 
@@ -34,25 +35,12 @@ def main() -> int:
     import torch
     from triton.testing import do_bench
 
-    from flashcheck.kernels import attention
-
     use = swapper(args.base_fwd, args.base_bwd)
-    cells = CELLS if not args.cells else [(int(d), int(n), c == "1") for d, n, c in
-                                          (x.split(":") for x in args.cells.split(","))]
+    cells = parse_cells(args.cells)
     print(torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
     rows = []
     for d, n, causal in cells:
-        B, H = 16384 // n, 2048 // d
-        g = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v, do = (torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
-        x = [t.detach().requires_grad_() for t in (q, k, v)]
-
-        def fwd():
-            with torch.no_grad():
-                attention(q, k, v, causal=causal)
-
-        def fwd_bwd():
-            attention(*x, causal=causal).backward(do)
+        flops, fwd, fwd_bwd = cell_calls(d, n, causal)
         t = {(what, version): [] for what in ("fwd", "fwd+bwd") for version in ("base", "kernel")}
         for r in range(args.rounds):
             for version in (("base", "kernel") if r % 2 == 0 else ("kernel", "base")):
@@ -61,7 +49,6 @@ def main() -> int:
                     t[what, version].append(do_bench(fn, warmup=25, rep=100, return_mode="median"))
         use("kernel")
         ms = {f"{what} {version}": statistics.median(v) for (what, version), v in t.items()}
-        flops = 4.0 * B * H * n * n * d / (2 if causal else 1)
         row = dict(d=d, N=n, causal=causal, ms=ms, rounds={f"{a} {b}": v for (a, b), v in t.items()})
         rows.append(row)
         print(f"d={d:3d} N={n:5d} causal={causal!s:5} | fwd kernel {flops / ms['fwd kernel'] / 1e9:5.1f} TFLOP/s "
