@@ -41,7 +41,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                              warpgroup_mma_wait)
 
-from flashcheck.kernels.tiles import _band_range, full_start, partial_start, visible
+from flashcheck.kernels.tiles import _band_range, full_start, partial_start, query_block, visible
 
 # TMA copies: Triton 3.9 names them async_load / async_store (their 3.6 names raise there); 3.6 has only the old ones
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -75,25 +75,22 @@ def inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_IN: gl.constexpr):
 @gluon.jit
 def query_block_tiles(Nq, Nk, Hq, off_lo, off_hi, GROUP: gl.constexpr, BAND: gl.constexpr, BLOCK_M: gl.constexpr,
                       BLOCK_N: gl.constexpr, HEAVY_FIRST: gl.constexpr):
-    """This program's query block (program_id(0), from the last one under HEAVY_FIRST: under a band the last query
-    blocks see the most keys) of head program_id(1), and its key tiles: (pid_bh, off_b, off_h, off_hkv, start_m, lo,
-    f_lo, f_hi, n_partial, n_tiles), kernels/tiles.py's `_band_range` (the forward's and the dQ kernel's programs)."""
-    pid_m = gl.program_id(0)
-    if HEAVY_FIRST:
-        pid_m = gl.num_programs(0) - 1 - pid_m
-    pid_bh, off_b, off_h, off_hkv = head_of(Hq, GROUP)
+    """This program's query block and head (kernels/tiles.py `query_block`: under HEAVY_FIRST longest first) and its
+    key tiles: (pid_bh, off_b, off_h, off_hkv, start_m, lo, f_lo, f_hi, n_partial, n_tiles), kernels/tiles.py's
+    `_band_range` (the forward's and the dQ kernel's programs)."""
+    pid_m, pid_bh = query_block(HEAVY_FIRST)
+    off_b, off_h, off_hkv = head_of(pid_bh, Hq, GROUP)
     start_m, n_partial, n_tiles, lo, f_lo, f_hi = block_tiles(pid_m, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M, BLOCK_N)
     return pid_bh, off_b, off_h, off_hkv, start_m, lo, f_lo, f_hi, n_partial, n_tiles
 
 
 @gluon.jit
-def head_of(Hq, GROUP: gl.constexpr):
-    """This program's (batch, head) pair, program_id(1): (pid_bh, off_b, off_h, off_hkv)."""
-    pid_bh = gl.program_id(1)
+def head_of(pid_bh, Hq, GROUP: gl.constexpr):
+    """(batch, head) pair pid_bh's (off_b, off_h, off_hkv)."""
     off_b = pid_bh // Hq
     off_h = pid_bh % Hq
     off_hkv = off_h // GROUP  # GQA: query head h reads kv head h // (Hq // Hkv)
-    return pid_bh, off_b, off_h, off_hkv
+    return off_b, off_h, off_hkv
 
 
 @gluon.jit
@@ -356,7 +353,8 @@ def attn_fwd_gluon_kernel(
     if PAIRED:
         # program p runs query blocks A = n_blocks − 1 − p, then B = p (none if A = B): under a band the heaviest
         # block with the lightest, every program's keys about the same
-        pid_bh, off_b, off_h, off_hkv = head_of(Hq, GROUP)
+        pid_bh = gl.program_id(1)
+        off_b, off_h, off_hkv = head_of(pid_bh, Hq, GROUP)
         pid_a = gl.cdiv(Nq, BLOCK_M) - 1 - gl.program_id(0)
         has_b = gl.program_id(0) < pid_a
         block_a = block_tiles(pid_a, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M, BLOCK_N)

@@ -23,14 +23,30 @@ def head_ptr(ptr, off_b, off_h, stride_b, stride_h):
     return ptr + off_b.to(tl.int64) * stride_b + off_h.to(tl.int64) * stride_h
 
 
+GROUP_PROGRAMS: tl.constexpr = tl.constexpr(512)  # programs a head group holds at least (longest first): 2-4 waves
+# on 132 SMs, whose K / V (a group's heads) stays in L2 (<= 32 MB at d = 128 N = 1k, less at longer N)
+
+
 @triton.jit
 def query_block(HEAVY_FIRST: tl.constexpr):
-    """The query block of this program: program_id(0), or under TileConfig.heavy_first counted from the last
-    block (under a band the last query blocks see the most keys: they start first)."""
+    """(query block, batch·head) of this program: (program_id(0), program_id(1)), or under TileConfig.heavy_first
+    longest first (under a band the last query blocks see the most keys). The programs, in the order they are
+    dispatched (program_id(0) fastest), are cut into groups of whole heads, at least GROUP_PROGRAMS programs each;
+    within a group the blocks run from the last to the first, each across the group's heads. So the kernel's last
+    wave is the last group's lightest blocks (its tail the shortest programs, not a head's heaviest block dispatched
+    near the end), while the programs running together read the K / V of a few heads (L2)."""
     pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
     if HEAVY_FIRST:
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    return pid_m
+        n_m = tl.num_programs(0)
+        heads = tl.cdiv(GROUP_PROGRAMS, n_m)  # a group's heads
+        lin = pid_bh * n_m + pid_m  # dispatch order
+        group = lin // (heads * n_m)
+        in_group = tl.minimum(heads, tl.num_programs(1) - group * heads)  # the last group may hold fewer
+        r = lin - group * heads * n_m
+        pid_m = n_m - 1 - r // in_group
+        pid_bh = group * heads + r % in_group
+    return pid_m, pid_bh
 
 
 @triton.jit

@@ -210,8 +210,7 @@ def attn_bwd_dq_kernel(
 ):
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
     tl.static_assert(BLOCK_D >= HEAD_D and BLOCK_DV >= HEAD_DV, "head dim padded to the tile")
-    pid_m = query_block(HEAVY_FIRST)
-    pid_bh = tl.program_id(1)
+    pid_m, pid_bh = query_block(HEAVY_FIRST)
     off_b = pid_bh // Hq
     off_h = pid_bh % Hq
     off_hkv = off_h // GROUP

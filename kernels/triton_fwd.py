@@ -236,8 +236,7 @@ def attn_fwd_kernel(
     tl.static_assert(BLOCK_D >= 16 and BLOCK_DV >= 16, "tl.dot needs K >= 16")
     tl.static_assert(not (PIPE_QK and WARP_SPEC),
                      "the hand-pipelined loop (PIPE_QK) and warp specialization are alternatives")
-    pid_m = query_block(HEAVY_FIRST)
-    pid_bh = tl.program_id(1)
+    pid_m, pid_bh = query_block(HEAVY_FIRST)
     off_b = pid_bh // Hq
     off_h = pid_bh % Hq
     off_hkv = off_h // GROUP  # GQA: query head h reads kv head h // (Hq // Hkv)
