@@ -32,7 +32,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 # the forward's TMA copies (named per Triton version), barrier arrays, base-2 constant and register split
 from flashcheck.kernels.gluon_fwd import (CONSUMER_REGS, LOG2E, _tma_load, _tma_store, barriers, cached_descriptor,
                                           inner_start, query_block_tiles)
-from flashcheck.kernels.tiles import _band_range, full_start, partial_start, visible
+from flashcheck.kernels.tiles import _band_range, full_start, grouped_block, partial_start, visible
 
 HALF_N: gl.constexpr = gl.constexpr(64)  # keys (dK/dV) or query rows (dQ) per consumer warpgroup: wgmma's M
 
@@ -202,8 +202,7 @@ def attn_bwd_dkdv_gluon_kernel(
 ):
     gl.static_assert(BLOCK_N == 2 * HALF_N, "two consumer warpgroups of HALF_N keys each")
     gl.static_assert(HEAD_D == 64 or HEAD_D == 128, "head dims 64 and 128")
-    pid_n = gl.program_id(0)
-    pid_bh = gl.program_id(1)
+    pid_n, pid_bh = grouped_block(BAND, False)  # under a band longest first across heads: the first key blocks
     off_b = pid_bh // Hkv
     off_hkv = pid_bh % Hkv
     start_n = pid_n * BLOCK_N

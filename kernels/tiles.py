@@ -28,25 +28,35 @@ GROUP_PROGRAMS: tl.constexpr = tl.constexpr(512)  # programs a head group holds 
 
 
 @triton.jit
-def query_block(HEAVY_FIRST: tl.constexpr):
-    """(query block, batch·head) of this program: (program_id(0), program_id(1)), or under TileConfig.heavy_first
-    longest first (under a band the last query blocks see the most keys). The programs, in the order they are
-    dispatched (program_id(0) fastest), are cut into groups of whole heads, at least GROUP_PROGRAMS programs each;
-    within a group the blocks run from the last to the first, each across the group's heads. So the kernel's last
-    wave is the last group's lightest blocks (its tail the shortest programs, not a head's heaviest block dispatched
-    near the end), while the programs running together read the K / V of a few heads (L2)."""
-    pid_m = tl.program_id(0)
+def grouped_block(GROUPED: tl.constexpr, DESCENDING: tl.constexpr):
+    """(block, batch·head) of this program: (program_id(0), program_id(1)), or under GROUPED longest first across
+    heads. The programs, in the order they are dispatched (program_id(0) fastest), are cut into groups of whole heads,
+    at least GROUP_PROGRAMS programs each; within a group the blocks run in order (from the last one if DESCENDING),
+    each across the group's heads. Under a band the heaviest blocks are a head's last query blocks (the forward's and
+    the dQ kernel's programs: DESCENDING) or its first key blocks (the dK/dV kernel's): so the kernel's last wave is
+    the last group's lightest blocks (its tail the shortest programs, not a head's heaviest block dispatched near the
+    end), while the programs running together read a few heads' K / V, or Q / dO (L2)."""
+    pid = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    if HEAVY_FIRST:
+    if GROUPED:
         n_m = tl.num_programs(0)
         heads = tl.cdiv(GROUP_PROGRAMS, n_m)  # a group's heads
-        lin = pid_bh * n_m + pid_m  # dispatch order
+        lin = pid_bh * n_m + pid  # dispatch order
         group = lin // (heads * n_m)
         in_group = tl.minimum(heads, tl.num_programs(1) - group * heads)  # the last group may hold fewer
         r = lin - group * heads * n_m
-        pid_m = n_m - 1 - r // in_group
+        pid = r // in_group
+        if DESCENDING:
+            pid = n_m - 1 - pid
         pid_bh = group * heads + r % in_group
-    return pid_m, pid_bh
+    return pid, pid_bh
+
+
+@triton.jit
+def query_block(HEAVY_FIRST: tl.constexpr):
+    """(query block, batch·head) of this program: under TileConfig.heavy_first longest first (`grouped_block`, the
+    last query blocks first: under a band they see the most keys)."""
+    return grouped_block(HEAVY_FIRST, True)
 
 
 @triton.jit

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from flashcheck.kernels.tiles import (LOG2E, full_start, head_ptr, inner_tiles, load_rows, load_rows_t,
-                                      partial_start, query_block, visible)
+                                      grouped_block, partial_start, query_block, visible)
 
 
 @triton.jit
@@ -107,8 +107,7 @@ def attn_bwd_dkdv_kernel(
 ):
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
     tl.static_assert(BLOCK_D >= HEAD_D and BLOCK_DV >= HEAD_DV, "head dim padded to the tile")
-    pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    pid_n, pid_bh = grouped_block(BAND, False)  # under a band longest first across heads: the first key blocks
     off_b = pid_bh // Hkv
     off_hkv = pid_bh % Hkv
     Hq = Hkv * GROUP
