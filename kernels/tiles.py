@@ -41,14 +41,20 @@ def grouped_block(GROUPED: tl.constexpr, DESCENDING: tl.constexpr):
     if GROUPED:
         n_m = tl.num_programs(0)
         heads = tl.cdiv(GROUP_PROGRAMS, n_m)  # a group's heads
+        # the heads that do not fill a group make the first group, so that the last one (the tail) is whole: with
+        # the short group last, list scheduling gave 0.89-0.99x the per-head order on some grids, with it first
+        # 1.00-1.24x on all (bench/NOTES.md, "Session 2026-11-29d")
+        first = tl.num_programs(1) % heads
         lin = pid_bh * n_m + pid  # dispatch order
-        group = lin // (heads * n_m)
-        in_group = tl.minimum(heads, tl.num_programs(1) - group * heads)  # the last group may hold fewer
-        r = lin - group * heads * n_m
+        k = lin - first * n_m
+        in_first = k < 0
+        group = tl.where(in_first, 0, k // (heads * n_m))
+        in_group = tl.where(in_first, first, heads)
+        r = tl.where(in_first, lin, k - group * heads * n_m)
         pid = r // in_group
         if DESCENDING:
             pid = n_m - 1 - pid
-        pid_bh = group * heads + r % in_group
+        pid_bh = tl.where(in_first, 0, first + group * heads) + r % in_group
     return pid, pid_bh
 
 
