@@ -31,8 +31,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 # the forward's TMA copies (named per Triton version), barrier arrays, base-2 constant and register split
 from flashcheck.kernels.gluon_fwd import (CONSUMER_REGS, LOG2E, _tma_load, _tma_store, barriers, cached_descriptor,
-                                          inner_start, query_block_tiles)
-from flashcheck.kernels.tiles import _band_range, full_start, grouped_block, partial_start, visible
+                                          inner_start, keys_visible, query_block_tiles)
+from flashcheck.kernels.tiles import _band_range, full_start, grouped_block, partial_start
 
 HALF_N: gl.constexpr = gl.constexpr(64)  # keys (dK/dV) or query rows (dQ) per consumer warpgroup: wgmma's M
 
@@ -99,9 +99,16 @@ def _tile(dk, dv, k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, keys, s
     pT = gl.exp2(gl.minimum(s2T - (lse * LOG2E)[None, :], 0.0))
     if MASKED:
         # tiles.py `visible`, transposed (rows keys, columns queries): i < Nq, j < Nk, i + off_lo <= j <= i + off_hi
-        vis = (queries[None, :] < Nq) & (keys[:, None] < Nk)
         if BAND:
-            vis = vis & (keys[:, None] >= queries[None, :] + off_lo) & (keys[:, None] <= queries[None, :] + off_hi)
+            # per key j an interval of queries, [j − off_hi, min(j − off_lo + 1, Nq)), empty for j >= Nk, taken
+            # relative to start_m (two comparisons an entry instead of four, and no register a column for the
+            # query index)
+            cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+            first = keys - off_hi - start_m
+            end = gl.where(keys < Nk, gl.minimum(keys - off_lo + 1, Nq) - start_m, first)
+            vis = (cols[None, :] >= first[:, None]) & (cols[None, :] < end[:, None])
+        else:
+            vis = (queries[None, :] < Nq) & (keys[:, None] < Nk)
         pT = gl.where(vis, pT, 0.0)
     # dV = Pᵀ dO   /   dv[j,c] += Σ_i p[i,j] dO[i,c]
     p_op = gl.convert_layout(pT.to(dtype), a_layout)
@@ -278,8 +285,7 @@ def _dq_tile(dq, t, q_smem, do_smem, k_ring, v_ring, k_ready, v_ready, tile_free
     # P = exp2(min(S2 − LSE2, 0))   /   p[i,j] = 2^min(s2[i,j] − lse2[i], 0)  (P <= 1: triton_bwd's clamp)
     p = gl.exp2(gl.minimum(s * qk_scale2 - lse2[:, None], 0.0))
     if MASKED:
-        cols = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        p = gl.where(visible(rows, cols, None, Nq, Nk, off_lo, off_hi, 0, 0, BAND, False), p, 0.0)
+        p = gl.where(keys_visible(rows, start_n, Nq, Nk, off_lo, off_hi, BAND, BLOCK_N, s_layout), p, 0.0)
     # dP = dO Vᵀ   /   dp[i,j] = Σ_c dO[i,c] v[j,c]
     dp = warpgroup_mma_wait(0, deps=(dp, ))
     # dS = P ∘ (dP − Δ)   /   dS[i,j] = P[i,j] * (dP[i,j] − Δ[i])
