@@ -2,7 +2,8 @@
 # The next session's device calls for branch lpt-interval (bench/NOTES.md "Session 2026-11-29d", Next 0): lpt-order
 # and interval-mask together, against main. From the branch's checkout, with main's tree beside it (the device has no
 # git history):
-#   git checkout lpt-interval && mkdir -p _base && git archive main flashcheck kernels proofs reference | tar -x -C _base
+#   git checkout lpt-interval && mkdir -p _base
+#   git archive main flashcheck kernels proofs reference | tar -x -C _base
 # then one device call a stage (each < 10 min):
 #   bash bench/gpu_2026_11_29d.sh a   # A/B timing of issue 10's 12 cells, both trees, outputs bit for bit (~5 min)
 #                                     # + tests/test_program_order.py on the GPU
@@ -15,7 +16,8 @@ O=${OUT:-/tmp/gpu_2026_11_29d}
 mkdir -p "$O"
 [ -d _base/kernels ] || { echo "no _base/: see the header"; exit 2; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$O/device.txt"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$O/device.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
+  | tee -a "$O/device.txt"
 case "${1:-}" in
   a)
     timeout 380 python3 bench/ab_trees.py --base _base --rounds 3 --out "$O/ab" 2>&1 | tee "$O/ab.log"
