@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The next session's device calls for branch lpt-interval (bench/NOTES.md "Session 2026-11-29d", Next 0): lpt-order
+# and interval-mask together, against main. From the branch's checkout, with main's tree beside it (the device has no
+# git history):
+#   git checkout lpt-interval && mkdir -p _base
+#   git archive main flashcheck kernels proofs reference | tar -x -C _base
+# then one device call a stage (each < 10 min):
+#   bash bench/gpu_2026_11_29d.sh a   # A/B timing of issue 10's 12 cells, both trees, outputs bit for bit (~5 min)
+#                                     # + tests/test_program_order.py on the GPU
+#   bash bench/gpu_2026_11_29d.sh b   # the Gluon kernels bit for bit against main's (bench/gluon_bitwise.py, ~4 min)
+#                                     # + tests/test_gluon_forward.py (its new ragged d = 128 case)
+# Output under $OUT (the device tool's folder).
+set -u
+export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
+O=${OUT:-/tmp/gpu_2026_11_29d}
+mkdir -p "$O"
+[ -d _base/kernels ] || { echo "no _base/: see the header"; exit 2; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$O/device.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
+  | tee -a "$O/device.txt"
+case "${1:-}" in
+  a)
+    timeout 380 python3 bench/ab_trees.py --base _base --rounds 3 --out "$O/ab" 2>&1 | tee "$O/ab.log"
+    timeout 150 python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_program_order.py 2>&1 | tail -3 \
+      | tee "$O/order_tests.log"
+    ;;
+  b)
+    FLASHCHECK_FORWARD_ENGINE=gluon timeout 330 python3 bench/gluon_bitwise.py --base-fwd _base/kernels/gluon_fwd.py \
+      --base-bwd _base/kernels/gluon_bwd.py > "$O/bitwise.log" 2>&1 &
+    timeout 300 python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_gluon_forward.py 2>&1 | tail -3 \
+      | tee "$O/gtests.log"
+    wait
+    tail -35 "$O/bitwise.log"
+    ;;
+  *)
+    echo "usage: bash bench/gpu_2026_11_29d.sh a|b"; exit 2 ;;
+esac
