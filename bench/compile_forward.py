@@ -916,17 +916,18 @@ def _compile_gluon(kernel, args: dict, constexprs: dict, maxnreg: int | None = N
 
 
 def compile_gluon(dtype: str, d: int, band: bool, write_res: bool, stages: int, block_n: int = 128,
-                  maxnreg: int | None = None, module=None, paired: bool = False):
+                  maxnreg: int | None = None, module=None, paired: bool = False, block_m: int = 128):
     """Compile kernels/gluon_fwd.py's forward (or `module`'s: a source variant, bench/fwd_variants.py) for sm_90 as
-    its launcher specializes it (4-D tensor descriptors of [1, 1, rows, d] boxes, 128-row query tiles, one query head
-    per kv head); paired: the PAIRED build (two query blocks a program: attention._gluon_paired)."""
+    its launcher specializes it (4-D tensor descriptors of [1, 1, rows, d] boxes, block_m-row query tiles (128: two
+    consumer warpgroups), one query head per kv head); paired: the PAIRED build (two query blocks a program:
+    attention._gluon_paired)."""
     from flashcheck.kernels import gluon_fwd
 
     def desc(rows):
         return _gluon_descriptor_type(dtype, d, rows)
     kernel = (module or gluon_fwd).attn_fwd_gluon_kernel
-    constexprs = dict(GROUP=1, HEAD_D=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, BAND=band, WRITE_RES=write_res,
-                      HEAVY_FIRST=band)
+    constexprs = dict(GROUP=1, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, BAND=band,
+                      WRITE_RES=write_res, HEAVY_FIRST=band)
     if "PAIRED" in kernel.arg_names:  # (a variant from before it has not)
         constexprs["PAIRED"] = paired
     return _compile_gluon(kernel,
