@@ -48,7 +48,8 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.insert(1, str(_ROOT))
 
-CELLS = [(d, n, causal) for d in (128, 64) for n in (16384, 4096, 1024) for causal in (False, True)]  # issue 10's
+from bench.ab_trees import CELLS, parse_cells  # noqa: E402  (issue 10's cells; after the repo root is importable)
+
 # PAIR_KEYS's cells: unmasked, the keys a program's query block sees from 4 to 32 tiles
 PAIR_CELLS = [(128, n, False) for n in (512, 1024, 2048, 4096)] + [(64, n, False) for n in (1024, 2048)]
 
@@ -272,8 +273,7 @@ def main(argv=None) -> int:
     if args.cells == "pair":
         cells = PAIR_CELLS
     else:
-        cells = CELLS if not args.cells else [(int(d), int(n), c == "1") for d, n, c in
-                                              (x.split(":") for x in args.cells.split(","))]
+        cells = parse_cells(args.cells)
     save_rows(args.out, "fwd_variants.json",
               run(args.rounds, args.base, args.variants.split(",") if args.variants else None, cells, args.once))
     return 0

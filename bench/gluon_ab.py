@@ -1,6 +1,6 @@
 """A/B timing of the Gluon kernels against earlier versions of them, through the product's launcher (the swap of
 bench/gluon_bitwise.py, which checks the outputs bit for bit): the forward, and forward + backward, on issue 10's
-cells (bf16, B·N = 16k tokens, 2048 hidden; bench/fwd_variants.CELLS), the two versions interleaved within each round
+cells (bf16, B·N = 16k tokens, 2048 hidden; bench/ab_trees.CELLS), the two versions interleaved within each round
 (the order alternating), medians of triton.testing.do_bench. The engine is the product's ("auto" unless
 FLASHCHECK_FORWARD_ENGINE says otherwise): cells that run no Gluon kernel time the same code twice (a noise control).
 

@@ -853,9 +853,10 @@ def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask
     engine = forward_engine()
     # as _fwd_impl and _bwd_impl choose (the default scale is positive: gluon_fwd's raw-logit max holds)
     compiled = gluon and not interpret  # the Gluon kernels compile (not in the interpreter)
-    asked = compiled and _gluon_asked(engine, max(d, dv), nk, _query_count(nq, dense, None))
+    n_queries = _query_count(nq, dense, None)
+    asked = compiled and _gluon_asked(engine, max(d, dv), nk, n_queries)
     g_fwd = (_gluon_forward(q, k, v, dense is not None, False, band, p_split, (), False, engine)
-             if compiled and _gluon_fwd_asked(engine, max(d, dv), nk, band, _query_count(nq, dense, None)) else None)
+             if compiled and _gluon_fwd_asked(engine, max(d, dv), nk, band, n_queries) else None)
     out = ((_gluon_launch(q, k, band, off_lo, off_hi, save_res, g_fwd) if g_fwd is not None else
             forward_launch(q, k, v, o, dense, None, p_split=p_split, save_res=save_res, **kw)),)
     if grad and B * Hq * nq * d and k.shape[0] * k.shape[1] * nk * d:

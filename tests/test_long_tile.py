@@ -1,9 +1,9 @@
 """The tiles by key count (issue 10): the "auto" engine gives the Gluon kernels to fp16 / bf16 calls at head dim 64
-without a dense mask with at least LONG_KEYS keys (measured faster there, slower at N = 1k: bench/NOTES.md, "Session 2026-11-27g" for the
-forward, "Session 2026-11-28" for the backward), triton's below: gluon_fwd's 128 x 128 tile for triton_fwd's 64 x 64,
-and the Gluon backward's outer blocks (128-row dQ, 128-key dK/dV programs) and 128-row dK/dV query tiles ("Session
-2026-11-27h") over triton_bwd's dQ key tile. The tiles are
-part of the arithmetic the bounds read, so the Precision states both (`Precision.long_forward`, `long_keys`) and the
+without a dense mask with at least LONG_KEYS keys (measured faster there, slower at N = 1k: bench/NOTES.md, "Session
+2026-11-27g" for the forward, "Session 2026-11-28" for the backward), triton's below: gluon_fwd's 128 x 128 tile for
+triton_fwd's 64 x 64, and the Gluon backward's outer blocks (128-row dQ, 128-key dK/dV programs) and 128-row dK/dV
+query tiles ("Session 2026-11-27h") over triton_bwd's dQ key tile. The tiles are part of the arithmetic the bounds
+read, so the Precision states both (`Precision.long_forward`, `long_keys`) and the
 bounds take the call's (`Precision.for_call`) from its key count, as they take the band's tile from its causal /
 window arguments. A dense mask keeps the Gluon kernels out, and triton_fwd at their tile ran 0.815x its own on such
 calls (bench/dense_short.py, N = 8192): dense-masked calls keep triton's tiles (no query count: kernel_config's

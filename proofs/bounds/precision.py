@@ -462,11 +462,11 @@ class Precision:
         dense mask) and V head dim Dv: with a long_forward stated, the call unmasked (Nq given) and Nk >= long_keys,
         the forward's tile fields are the long tile's, and the backward's outer blocks where it states them (as
         `banded` substitutes the band's; the band tile then no longer applies); otherwise, with a short_forward
-        stated, the call unbanded (`is_band`) and unmasked (Nq given) and Nk >= short_keys, the forward's tile fields are the short tile's; otherwise
-        `banded(causal, window)`. Then, with a fused_dq stated, Nq given, Nq >= fused_dq.queries,
-        Nk >= fused_dq.keys, Dv = fused_dq.value_dim where that is stated, and the call not banded (`is_band`): dQ
-        summed in the dK/dV kernel, dq_accumulation "blocked" over key tiles of fused_dq.block_k (block_k_dq),
-        fused_dq cleared. The bounds take it first, before `fitted`."""
+        stated, the call unbanded (`is_band`) and unmasked (Nq given) and Nk >= short_keys, the forward's tile fields
+        are the short tile's; otherwise `banded(causal, window)`. Then, with a fused_dq stated, Nq given,
+        Nq >= fused_dq.queries, Nk >= fused_dq.keys, Dv = fused_dq.value_dim where that is stated, and the call not
+        banded (`is_band`): dQ summed in the dK/dV kernel, dq_accumulation "blocked" over key tiles of
+        fused_dq.block_k (block_k_dq), fused_dq cleared. The bounds take it first, before `fitted`."""
         b, s = self.long_forward, self.short_forward
         spent = dict(band_forward=None, long_forward=None, long_keys=None, short_forward=None, short_keys=None)
         if b is not None and Nq is not None and Nk >= self.long_keys:
