@@ -1015,16 +1015,19 @@ def compile_gluon_dq(dtype: str, d: int, band: bool, group: int, block_n: int, s
 
 
 def _record_gluon(job):
-    """One gluon entry: gluon_fwd compiled plain and banded, with and without O_res; rowsum_depth the deepest tree
-    where every rowsum counts the tile's 128 keys (else None)."""
+    """One gluon entry: gluon_fwd compiled plain and banded (and WIDE at d = 64), with and without O_res; rowsum_depth
+    the deepest tree where every rowsum counts the tile's 128 keys (else None)."""
     dtype, d, stages = job
     depths, variants = [], {}
-    for band in (False, True):
+    # at d = 64 the WIDE build too (three consumer warpgroups, 192 rows: attention._gluon_wide), unbanded only
+    builds = [(band, 128) for band in (False, True)] + ([(False, 192)] if d == 64 else [])
+    for band, block_m in builds:
         for res in (False, True):
-            r = rowsum_depths(compile_gluon(dtype, d, band, res, stages).asm["ptx"])
+            r = rowsum_depths(compile_gluon(dtype, d, band, res, stages, block_m=block_m).asm["ptx"])
             ok = set(r["widths"]) <= {1, 128} and 128 in r["widths"]
             depths.append(max(r["depths"]) if ok else None)
-            variants[f"{'band' if band else 'plain'}{'/res' if res else ''}"] = {"rowsum": r}
+            name = "band" if band else "plain" if block_m == 128 else "wide"
+            variants[f"{name}{'/res' if res else ''}"] = {"rowsum": r}
     return {"dtype": dtype, "dot": "tf32", "block_d": d, "block_m": 128, "block_n": 128, "num_warps": 8,
             "p_split": False, "rowsum_depth": None if None in depths else max(depths), "exp_argument": "unknown",
             "variants": variants, "band": False, "engine": "gluon"}

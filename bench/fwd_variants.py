@@ -19,9 +19,10 @@ Variants (source edits of gluon_fwd.py; the script stops if an edit no longer ap
 - unpaired / paired: the kernel with one query block a program, or two (PAIRED: block n_blocks − 1 − p, then p;
   the second block's Q and first K / V tiles load under the first's last tiles and epilogue), whatever the
   launcher's rule (attention._gluon_paired) gives; the same arithmetic, O bit for bit.
-- wg3 (d = 64 only): three consumer warpgroups, 192 query rows a program (FlashAttention-3's d = 64 tile), the
-  consumers at 160 registers; unbanded, every row's key tiles in the kernel's order (O bit for bit), under a band
-  another partial-tile set (another order: a measurement only);
+- narrow / wide (d = 64 only): the kernel with two consumer warpgroups a program, or three (WIDE: 192 query rows,
+  the consumers at 160 registers), whatever the launcher's rule (attention._gluon_wide) gives; unbanded, every row's
+  key tiles in the kernel's order (O bit for bit), under a band another partial-tile set (another order: a
+  measurement only; the launcher never runs it banded);
 - product (d = 64 only): what the product runs on the call (below LONG_KEYS keys triton_fwd), to see whether a
   variant would beat it there.
 Each variant's O is compared with the kernel's (max |difference|). Interleaved rounds, medians of
@@ -68,32 +69,6 @@ def edit_source(src: str, pairs, what: str = "kernels/gluon_fwd.py") -> str:
 
 
 _TWO_CTA = [("CONSUMER_REGS: gl.constexpr = gl.constexpr(240)", "CONSUMER_REGS: gl.constexpr = gl.constexpr(120)")]
-# three consumer warpgroups, 192 query rows a program (FlashAttention-3's d = 64 forward tile): Q in three 64-row
-# boxes on one barrier, a ring slot freed by three arrivals, the consumers at 160 registers (3 x 128 x 160 + 128 x 24
-# <= 64K; Triton 3.6 compiles it at d = 64 without a spill or C7512: bench/NOTES.md, "Session 2026-11-29d")
-_WG3 = [("        mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes)\n"
-         "        _tma_load(q_desc, [off_b, off_h, start_m, 0], q_ready, q_halves.index(2 * QB))\n"
-         "        _tma_load(q_desc, [off_b, off_h, start_m + HALF_M, 0], q_ready, q_halves.index(2 * QB + 1))\n",
-         "        mbarrier.expect(q_ready, 3 * q_desc.block_type.nbytes)\n"
-         "        _tma_load(q_desc, [off_b, off_h, start_m, 0], q_ready, q_halves.index(3 * QB))\n"
-         "        _tma_load(q_desc, [off_b, off_h, start_m + HALF_M, 0], q_ready, q_halves.index(3 * QB + 1))\n"
-         "        _tma_load(q_desc, [off_b, off_h, start_m + 2 * HALF_M, 0], q_ready, q_halves.index(3 * QB + 2))\n"),
-        ("q_smem = q_halves.index(2 * QB + WG)", "q_smem = q_halves.index(3 * QB + WG)"),
-        ("_tma_store(o_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(2 * QB + WG))",
-         "_tma_store(o_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(3 * QB + WG))"),
-        ("_tma_store(ores_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(2 * QB + WG))",
-         "_tma_store(ores_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(3 * QB + WG))"),
-        ("gl.static_assert(BLOCK_M == 2 * HALF_M,", "gl.static_assert(BLOCK_M == 3 * HALF_M,"),
-        ("[4 if PAIRED else 2, 1, 1, HALF_M, HEAD_D]", "[6 if PAIRED else 3, 1, 1, HALF_M, HEAD_D]"),
-        ("k_free = barriers(STAGES, 2)", "k_free = barriers(STAGES, 3)"),
-        ("v_free = barriers(STAGES, 2)", "v_free = barriers(STAGES, 3)"),
-        ("        (_producer, (q_desc,",
-         "        (_consumer, (2, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready,\n"
-         "                     k_free, v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk,\n"
-         "                     off_lo, off_hi, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED)),\n"
-         "        (_producer, (q_desc,"),
-        ("], [4, 1], [CONSUMER_REGS, 24])", "], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])"),
-        ("CONSUMER_REGS: gl.constexpr = gl.constexpr(240)", "CONSUMER_REGS: gl.constexpr = gl.constexpr(160)")]
 
 
 @dataclass(frozen=True)
@@ -105,7 +80,7 @@ class Variant:
     block_n: int | None = None  # keys a tile
     maxnreg: int | None = None  # registers a thread at launch (ptx .maxnreg)
     paired: bool | None = None  # two query blocks a program (None: the launcher's rule)
-    block_m: int | None = None  # query rows a program (64 a consumer warpgroup)
+    wide: bool | None = None  # three consumer warpgroups, 192 query rows a program (None: the launcher's rule)
 
 
 def variant_sources(base: str | None = None) -> dict[str, Variant]:
@@ -115,7 +90,7 @@ def variant_sources(base: str | None = None) -> dict[str, Variant]:
     out = {"kernel": Variant(src), "l32": Variant(edit_source(src, _L64)), "stages3": Variant(src, (128, ), stages=3),
            "two_cta": Variant(edit_source(src, _TWO_CTA), (64, ), stages=2, block_n=64, maxnreg=112),
            "unpaired": Variant(src, paired=False), "paired": Variant(src, paired=True),
-           "wg3": Variant(edit_source(src, _WG3), (64, ), block_m=192)}
+           "narrow": Variant(src, (64, ), wide=False), "wide": Variant(src, (64, ), wide=True)}
     if base:
         text = Path(base).read_text()
         out = {"base": Variant(text), **out}
@@ -173,12 +148,12 @@ def run(rounds: int, base: str | None = None, only: list[str] | None = None, cel
 
         def launcher(m, var):  # var: the Variant (v is the value tensor)
             t = dataclasses.replace(base_t, num_stages=var.stages or base_t.num_stages,
-                                    block_n=var.block_n or base_t.block_n, block_m=var.block_m or base_t.block_m)
-            launch = ka._gluon_launch(lq, lk, band, off_lo, off_hi, False, t, var.paired)
+                                    block_n=var.block_n or base_t.block_n)
+            launch = ka._gluon_launch(lq, lk, band, off_lo, off_hi, False, t, var.paired, var.wide)
             constexprs, grid = dict(launch.constexprs), launch.grid
             if "PAIRED" not in m.attn_fwd_gluon_kernel.arg_names:  # a --base kernel from before PAIRED
                 constexprs.pop("PAIRED")
-                grid = (-(-n // t.block_m), grid[1])  # one block a program
+                grid = (-(-n // dict(launch.constexprs)["BLOCK_M"]), grid[1])  # one block a program
             options = {} if var.maxnreg is None else {"maxnreg": var.maxnreg}
             o = torch.empty_like(q)
             lse = torch.empty(B, H, n, device="cuda", dtype=torch.float32)
@@ -244,7 +219,7 @@ def compiled(base: str | None = None) -> list[dict]:
         m = load_variant("gluon_fwd", name, v.text, tmp)
         for d in v.head_dims:
             ck = compile_gluon("bfloat16", d, False, False, v.stages or (2 if d == 128 else 3), v.block_n or 128,
-                               v.maxnreg, m, paired=bool(v.paired), block_m=v.block_m or 128)
+                               v.maxnreg, m, paired=bool(v.paired), block_m=192 if v.wide else 128)
             rows.append(dict(variant=name, d=d, **sass_counts(ck, c7512=True)))
             print(json.dumps(rows[-1]), flush=True)
     return rows

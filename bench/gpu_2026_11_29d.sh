@@ -9,7 +9,7 @@
 #   bash bench/gpu_2026_11_29d.sh b   # the Gluon kernels bit for bit against main's (bench/gluon_bitwise.py, ~4 min)
 #                                     # + tests/test_gluon_forward.py (its new ragged d = 128 case) and
 #                                     # tests/test_program_order.py on the GPU
-#   bash bench/gpu_2026_11_29d.sh c   # branch d64-3wg's wg3 forward variant against the kernel (~2 min)
+#   bash bench/gpu_2026_11_29d.sh c   # the d = 64 forward with two consumer warpgroups and three (~2 min)
 # Output under $OUT (the device tool's folder).
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
@@ -33,8 +33,8 @@ case "${1:-}" in
     tail -35 "$O/bitwise.log"
     ;;
   c)
-    # branch d64-3wg's variant (merged into lpt-interval too): three consumer warpgroups at d = 64 (NOTES Next 4)
-    timeout 400 python3 bench/fwd_variants.py --variants kernel,wg3 --rounds 3 --out "$O/wg3" \
+    # three consumer warpgroups at d = 64 (NOTES Next 4; since 2026-11-29e the kernel's WIDE build: narrow / wide)
+    timeout 400 python3 bench/fwd_variants.py --variants narrow,wide --rounds 3 --out "$O/wg3" \
       --cells 64:1024:0,64:2048:0,64:4096:0,64:16384:0,64:4096:1 2>&1 | tee "$O/wg3.log"
     ;;
   *)

@@ -141,6 +141,16 @@ FUSED_KEYS = 8192
 # not paired: 0.68x at d = 128 N = 1k causal (the two copies of the block's partial and full tile code overflow the
 # instruction cache: ncu's "no instruction" stalls 3.98 cycles an issue against 0.66)
 PAIR_KEYS = 2048
+# gluon_fwd's programs run three consumer warpgroups (192 query rows, WIDE) on unbanded calls at head dim 64 with at
+# least this many queries and keys, measured on the H200 side by side (bench/fwd_variants.py --variants kernel,wg3,
+# bench/NOTES.md "Session 2026-11-29e"): 1.056x at N = 4k, 1.080x at 16k; 0.958x at 2k, 0.972x at 1k, and 0.961x at 4k
+# causal (banded calls keep two)
+WIDE_ROWS = 4096
+# the Triton versions that get the WIDE build: on 3.6 (timed above) its tile loops compile for sm_90 without a spill
+# (12 local-memory instructions in the epilogue where O_res is written), while 3.9 spills 33 at 160 registers a
+# consumer (the most three consumers may take), 29 inside the tile loops, and no GPU here runs 3.9 to time it: two
+# consumer warpgroups there (tests/test_gluon_forward.py WIDE_LOCAL)
+WIDE_TRITONS = ("3.6.", )
 
 
 def _gluon_asked(engine: str, head_dim: int, n_keys: int | None = None, n_queries: int | None = None) -> bool:
@@ -1007,18 +1017,23 @@ def _gluon_dq_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int,
 
 @functools.lru_cache(maxsize=1024)
 def _gluon_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, save_res: bool,
-                  t: TileConfig, paired: bool | None = None) -> Launch:
+                  t: TileConfig, paired: bool | None = None, wide: bool | None = None) -> Launch:
     """gluon_fwd's launch (`_gluon_forward` said it runs the call): five TMA descriptors (q's, O's and O_res's of
     64-row boxes, k's and v's of block_n rows; the binary depends on their dtype, box and layout, set by the dtype,
     HEAD_D and the tiles) as its leading "pointers", then LSE, sm_scale. paired: two query blocks a program or one
-    (None: `_gluon_paired`'s rule; a value: bench/fwd_variants.py's side-by-side runs)."""
+    (None: `_gluon_paired`'s rule; a value: bench/fwd_variants.py's side-by-side runs); wide: three consumer
+    warpgroups a program or two (None: `_gluon_wide`'s rule; a value: likewise)."""
     B, Hq, nq, d = q.shape
     lse = Layout.dense("float32", (B, Hq, nq))
     pointers = ((q.dtype, True),) * 5 + (_ptr(lse),)
     ints = (nq, k.shape[2], Hq, off_lo, off_hi)
     n_blocks = triton.cdiv(nq, t.block_m)
     paired = _gluon_paired(n_blocks, k.shape[2], band) if paired is None else paired
-    constexprs = (("GROUP", Hq // k.shape[1]), ("HEAD_D", d), ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n),
+    # the program's query rows: the tile's, or under WIDE three consumer warpgroups' (t.block_m is two's)
+    wide = _gluon_wide(d, nq, k.shape[2], band, paired) if wide is None else wide
+    block_m = 3 * t.block_m // 2 if wide else t.block_m
+    n_blocks = triton.cdiv(nq, block_m)
+    constexprs = (("GROUP", Hq // k.shape[1]), ("HEAD_D", d), ("BLOCK_M", block_m), ("BLOCK_N", t.block_n),
                   ("STAGES", t.num_stages), ("BAND", band), ("WRITE_RES", save_res),
                   ("HEAVY_FIRST", t.heavy_first and band), ("PAIRED", paired))
     grid = (triton.cdiv(n_blocks, 2) if paired else n_blocks, B * Hq)
@@ -1030,6 +1045,15 @@ def _gluon_paired(n_blocks: int, n_keys: int, band: bool) -> bool:
     loads under the first's last tiles and epilogue) for a call of n_blocks query blocks a head and n_keys keys.
     Which program computes a block changes nothing in a row's arithmetic (O and LSE bit for bit)."""
     return n_blocks > 1 and not band and n_keys <= PAIR_KEYS
+
+
+def _gluon_wide(head_dim: int, n_queries: int, n_keys: int, band: bool, paired: bool) -> bool:
+    """Whether gluon_fwd's programs run three consumer warpgroups (WIDE: 192 query rows a program, each K / V tile
+    read once for them) on this call. Unbanded, a row's key tiles and their order do not depend on the rows a program
+    holds (the ragged last key tile is every block's one partial tile; the bounds read Precision.block_q_fwd only for
+    masked rows: proofs/bounds/forward.py _query_block_orders), so O and LSE are bit for bit the two warpgroups'."""
+    return (head_dim == 64 and not band and not paired and n_queries >= WIDE_ROWS and n_keys >= WIDE_ROWS
+            and triton.__version__.startswith(WIDE_TRITONS))
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,7 +6,8 @@ now"). This kernel overlaps them, as FlashAttention-3 does, with what Triton's `
 - a 1-warp producer partition streams Q and the K / V tiles with TMA into a STAGES-slot ring, one mbarrier per
   slot and direction (ready: the tile landed; free: both consumers are done with it);
 - two consumer warpgroups (4 warps each) own 64 of the program's BLOCK_M = 128 query rows each, with no barrier
-  between them but the ring's: one's softmax runs under the other's products;
+  between them but the ring's: one's softmax runs under the other's products (WIDE, long unbanded calls at d = 64:
+  three, BLOCK_M = 192, each K / V tile read once for more rows: attention._gluon_wide);
 - inside each warpgroup, S_t = Q K_tᵀ is issued asynchronously together with O += P̃_{t-1} V_{t-1}: the softmax of
   tile t runs on the CUDA cores while the tensor cores compute P̃_{t-1} V_{t-1};
 - the consumers' registers are raised to CONSUMER_REGS and the producer's lowered (setmaxnreg);
@@ -51,6 +52,7 @@ LOG2E: gl.constexpr = gl.constexpr(1.4426950408889634)  # log2(e): logits straig
 LN2: gl.constexpr = gl.constexpr(0.6931471805599453)  # ln(2): the stored LSE in natural log
 HALF_M: gl.constexpr = gl.constexpr(64)  # query rows per consumer warpgroup: wgmma's M
 CONSUMER_REGS: gl.constexpr = gl.constexpr(240)  # 2 consumers x 128 threads x 240 + 128 x 24 (producer) <= 64K
+WIDE_REGS: gl.constexpr = gl.constexpr(160)  # the WIDE build's 3 consumers: 3 x 128 x 160 + 128 x 24 <= 64K
 
 
 @gluon.jit
@@ -106,28 +108,29 @@ def block_tiles(pid_m, Nq, Nk, off_lo, off_hi, BAND: gl.constexpr, BLOCK_M: gl.c
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
               off_b, off_h, off_hkv, block_a, block_b, has_b,
-              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAIRED: gl.constexpr):
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAIRED: gl.constexpr, CONSUMERS: gl.constexpr):
     # one warp: block A's loads, then (PAIRED) block B's, which land while the consumers finish A's last tiles
     _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready.index(0) if PAIRED else q_ready, k_ready,
-                    v_ready, k_free, v_free, off_b, off_h, off_hkv, block_a, 0, 0, BLOCK_N, STAGES)
+                    v_ready, k_free, v_free, off_b, off_h, off_hkv, block_a, 0, 0, BLOCK_N, STAGES, CONSUMERS)
     if PAIRED:
         if has_b:
             _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready.index(1), k_ready, v_ready,
-                            k_free, v_free, off_b, off_h, off_hkv, block_b, block_a[2], 1, BLOCK_N, STAGES)
+                            k_free, v_free, off_b, off_h, off_hkv, block_b, block_a[2], 1, BLOCK_N, STAGES,
+                            CONSUMERS)
 
 
 @gluon.jit
 def _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
                     off_b, off_h, off_hkv, block, t_base, QB: gl.constexpr,
-                    BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    # Q's two halves (into Q buffer QB) on one barrier, then K_t and V_t into ring position t_base + t once both
-    # consumers let go of it (a query block that sees no key loads nothing: no copy may still be landing when the
-    # program ends)
+                    BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
+    # Q's CONSUMERS parts of HALF_M rows (into Q buffer QB) on one barrier, then K_t and V_t into ring position
+    # t_base + t once every consumer lets go of it (a query block that sees no key loads nothing: no copy may still be
+    # landing when the program ends)
     start_m, n_partial, n_tiles, lo, f_lo, f_hi = block
     if n_tiles > 0:
-        mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes)
-        _tma_load(q_desc, [off_b, off_h, start_m, 0], q_ready, q_halves.index(2 * QB))
-        _tma_load(q_desc, [off_b, off_h, start_m + HALF_M, 0], q_ready, q_halves.index(2 * QB + 1))
+        mbarrier.expect(q_ready, CONSUMERS * q_desc.block_type.nbytes)
+        for wg in gl.static_range(CONSUMERS):
+            _tma_load(q_desc, [off_b, off_h, start_m + wg * HALF_M, 0], q_ready, q_halves.index(CONSUMERS * QB + wg))
     for t in range(n_tiles):
         start_n = inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_N)
         slot = (t_base + t) % STAGES
@@ -234,17 +237,17 @@ def _pipelined_tile(t, acc, p_op, m2_i, l_i, alpha, rowsum, q_smem, k_ring, v_ri
 def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free,
               v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
               HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BAND: gl.constexpr,
-              WRITE_RES: gl.constexpr, PAIRED: gl.constexpr):
+              WRITE_RES: gl.constexpr, PAIRED: gl.constexpr, CONSUMERS: gl.constexpr):
     # warpgroup WG: its half of block A, then (PAIRED) of block B, whose first tiles the producer loads under A's
     # last ones and A's epilogue; A's O store is waited for only at the end (B writes through its own Q buffer)
     _consumer_block(WG, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready.index(0) if PAIRED else q_ready,
                     k_ready, v_ready, k_free, v_free, pid_bh, off_b, off_h, block_a, 0, 0, qk_scale2, Nq, Nk, off_lo,
-                    off_hi, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES)
+                    off_hi, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, CONSUMERS)
     if PAIRED:
         if has_b:
             _consumer_block(WG, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready.index(1), k_ready, v_ready,
                             k_free, v_free, pid_bh, off_b, off_h, block_b, block_a[2], 1, qk_scale2, Nq, Nk, off_lo,
-                            off_hi, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES)
+                            off_hi, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, CONSUMERS)
     tma.store_wait(0)
 
 
@@ -252,7 +255,7 @@ def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring
 def _consumer_block(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready,
                     k_free, v_free, pid_bh, off_b, off_h, block, t_base, QB: gl.constexpr, qk_scale2, Nq, Nk, off_lo,
                     off_hi, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BAND: gl.constexpr,
-                    WRITE_RES: gl.constexpr):
+                    WRITE_RES: gl.constexpr, CONSUMERS: gl.constexpr):
     # warpgroup WG: query rows start_m + WG * HALF_M + [0, HALF_M) of `block` (Q in buffer QB, its key tiles at ring
     # positions t_base + t); its accumulators in wgmma's register layout
     start_m, n_partial, n_tiles, lo, f_lo, f_hi = block
@@ -264,7 +267,7 @@ def _consumer_block(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, 
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     dtype: gl.constexpr = q_halves.dtype
-    q_smem = q_halves.index(2 * QB + WG).reshape([HALF_M, HEAD_D])
+    q_smem = q_halves.index(CONSUMERS * QB + WG).reshape([HALF_M, HEAD_D])
     rows = start_m + WG * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
 
     m2_i = gl.full([HALF_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
@@ -346,13 +349,13 @@ def _consumer_block(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, 
     o = acc.to(dtype)
     q_smem.store(o)
     fence_async_shared()
-    _tma_store(o_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(2 * QB + WG))
+    _tma_store(o_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(CONSUMERS * QB + WG))
     if WRITE_RES:
         # O_res = round(O_fp32 − round(O_fp32)): exact difference in fp32 (triton_fwd WRITE_RES)
         tma.store_wait(0)  # O has left the buffer
         q_smem.store((acc - o.to(gl.float32)).to(dtype))
         fence_async_shared()
-        _tma_store(ores_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(2 * QB + WG))
+        _tma_store(ores_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(CONSUMERS * QB + WG))
     gl.store(LSE + pid_bh.to(gl.int64) * Nq + rows, lse, mask=rows < Nq)
 
 
@@ -364,7 +367,10 @@ def attn_fwd_gluon_kernel(
     STAGES: gl.constexpr, BAND: gl.constexpr, WRITE_RES: gl.constexpr, HEAVY_FIRST: gl.constexpr,
     PAIRED: gl.constexpr,
 ):
-    gl.static_assert(BLOCK_M == 2 * HALF_M, "two consumer warpgroups of HALF_M rows each")
+    # the consumer warpgroups, HALF_M query rows each: two, or three (WIDE: attention._gluon_wide) at d = 64, unpaired
+    CONSUMERS: gl.constexpr = BLOCK_M // HALF_M
+    gl.static_assert(BLOCK_M == 2 * HALF_M or (BLOCK_M == 3 * HALF_M and HEAD_D == 64 and not PAIRED),
+                     "two consumer warpgroups of HALF_M rows each, or three at d = 64 (unpaired)")
     gl.static_assert(HEAD_D == 64 or HEAD_D == 128, "head dims 64 and 128 (one wgmma N per tile)")
     if PAIRED:
         # program p runs query blocks A = n_blocks − 1 − p, then B = p (none if A = B): under a band the heaviest
@@ -385,26 +391,46 @@ def attn_fwd_gluon_kernel(
 
     dtype: gl.constexpr = q_desc.dtype
     # TMA's boxes are one head's rows (4-D: [1, 1, rows, d]), the wgmma operands their 2-D views
-    q_halves = gl.allocate_shared_memory(dtype, [4 if PAIRED else 2, 1, 1, HALF_M, HEAD_D], q_desc.layout)
+    q_halves = gl.allocate_shared_memory(dtype, [CONSUMERS * (2 if PAIRED else 1), 1, 1, HALF_M, HEAD_D], q_desc.layout)
     k_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], k_desc.layout)
     v_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], v_desc.layout)
     q_ready = barriers(2, 1) if PAIRED else barriers(1, 1).index(0)  # one a block: Q landed
     k_ready = barriers(STAGES, 1)
     v_ready = barriers(STAGES, 1)
-    k_free = barriers(STAGES, 2)  # both consumer warpgroups let go of a slot before its refill
-    v_free = barriers(STAGES, 2)
+    k_free = barriers(STAGES, CONSUMERS)  # every consumer warpgroup lets go of a slot before its refill
+    v_free = barriers(STAGES, CONSUMERS)
     fence_async_shared()
 
-    gl.warp_specialize([
-        (_consumer, (0, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
-                     pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
-                     HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED)),
-        (_consumer, (1, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
-                     pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
-                     HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED)),
-        (_producer, (q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
-                     off_b, off_h, off_hkv, block_a, block_b, has_b, BLOCK_N, STAGES, PAIRED)),
-    ], [4, 1], [CONSUMER_REGS, 24])
+    # the partitions spelled out per consumer count: Gluon (3.6) takes no variable holding a (function, arguments)
+    # pair, and argument tuples joined with + lose the barriers' shared-memory type ("rank 0 memdesc")
+    if CONSUMERS == 3:
+        # three consumers at WIDE_REGS: 192 query rows a program share each K / V tile (FlashAttention-3's d = 64
+        # tile): 1.06-1.08x the forward at N = 4k-16k unmasked, but 0.96-0.97x at 1k-2k (bench/NOTES.md, "Session
+        # 2026-11-29e")
+        gl.warp_specialize([
+            (_consumer, (0, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free,
+                         v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
+                         HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED, CONSUMERS)),
+            (_consumer, (1, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free,
+                         v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
+                         HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED, CONSUMERS)),
+            (_consumer, (2, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free,
+                         v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
+                         HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED, CONSUMERS)),
+            (_producer, (q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
+                         off_b, off_h, off_hkv, block_a, block_b, has_b, BLOCK_N, STAGES, PAIRED, CONSUMERS)),
+        ], [4, 4, 1], [WIDE_REGS, WIDE_REGS, 24])
+    else:
+        gl.warp_specialize([
+            (_consumer, (0, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free,
+                         v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
+                         HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED, CONSUMERS)),
+            (_consumer, (1, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free,
+                         v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
+                         HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED, CONSUMERS)),
+            (_producer, (q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
+                         off_b, off_h, off_hkv, block_a, block_b, has_b, BLOCK_N, STAGES, PAIRED, CONSUMERS)),
+        ], [4, 1], [CONSUMER_REGS, 24])
 
 
 def descriptor_block(rows: int, d: int) -> list[int]:

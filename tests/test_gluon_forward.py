@@ -97,17 +97,51 @@ def test_a_paired_launch_runs_two_query_blocks_a_program(monkeypatch):
         assert dict(launch.constexprs)["PAIRED"] is paired and launch.grid == grid
 
 
+@pytest.mark.parametrize("version_wide", [True, False])
+def test_a_wide_launch_runs_three_consumer_warpgroups_a_program(version_wide, monkeypatch):
+    """WIDE programs (attention._gluon_wide: unbanded, unpaired, d = 64, at least WIDE_ROWS queries and keys, a Triton
+    among WIDE_TRITONS) hold 192 query rows, three consumer warpgroups' 64: ceil(N_q / 192) programs a head; banded,
+    d = 128, fewer rows, or another Triton: 128."""
+    import triton
+
+    from flashcheck.kernels import gluon_fwd
+
+    monkeypatch.setattr(ka, "WIDE_TRITONS", (triton.__version__, ) if version_wide else ("0.0.", ))
+    ka._gluon_launch.cache_clear()
+    n = ka.WIDE_ROWS
+    try:
+        for d, nq, nk, band, wide in ((64, n + 4, n + 100, False, version_wide), (64, n + 4, n + 100, True, False),
+                                      (64, n - 1, n + 100, False, False), (64, n + 4, n - 1, False, False),
+                                      (128, n + 4, n + 100, False, False)):
+            q, k = _layout((2, 4, nq, d)), _layout((2, 2, nk, d))
+            launch = ka._gluon_launch(q, k, band, 0, nk - nq if band else 0, False, _gluon_tiles(d).fwd)
+            block_m = 192 if wide else 128
+            assert ka._arguments_in_order(gluon_fwd.attn_fwd_gluon_kernel, launch, 7)
+            assert dict(launch.constexprs)["BLOCK_M"] == block_m, (d, nq, nk, band)
+            assert launch.grid == (-(-nq // block_m), 8), (d, nq, nk, band)
+    finally:
+        ka._gluon_launch.cache_clear()
+
+
 @contextlib.contextmanager
 def _pairing(monkeypatch, paired: bool):
     """attention._gluon_paired's answer forced to `paired` inside (the cached launch records cleared on the way in
     and out: no other test sees a forced record)."""
-    monkeypatch.setattr(ka, "_gluon_paired", lambda n_blocks, n_keys, band: paired)
-    ka._gluon_launch.cache_clear()
-    try:
+    with _forcing(monkeypatch, "_gluon_paired", paired):
         yield
-    finally:
-        monkeypatch.undo()
+
+
+@contextlib.contextmanager
+def _forcing(monkeypatch, rule: str, value: bool):
+    """attention's launch rule `rule` (_gluon_paired, _gluon_wide) answering `value` inside, the cached launch records
+    cleared on the way in and out."""
+    with monkeypatch.context() as m:
+        m.setattr(ka, rule, lambda *args: value)
         ka._gluon_launch.cache_clear()
+        try:
+            yield
+        finally:
+            ka._gluon_launch.cache_clear()
 
 
 def test_gluon_runs_the_calls_in_its_domain_and_only_those():
@@ -165,10 +199,11 @@ _COMPILE = """
 import json
 from bench.compile_forward import compile_gluon, rowsum_depths, sass_counts
 out = {}
-for name, band, paired in (("banded", True, False), ("paired", False, True)):
-    ck = compile_gluon("bfloat16", 128, band, True, 2, paired=paired)
+for name, d, band, paired, block_m in (("banded", 128, True, False, 128), ("paired", 128, False, True, 128),
+                                      ("wide", 64, False, False, 192)):
+    ck = compile_gluon("bfloat16", d, band, True, 2 if d == 128 else 3, paired=paired, block_m=block_m)
     ptx = ck.asm["ptx"]
-    out[name] = {"wgmma": ptx.count("wgmma.mma_async"), "setmaxnreg": "setmaxnreg" in ptx,
+    out[name] = {"d": d, "wgmma": ptx.count("wgmma.mma_async"), "setmaxnreg": "setmaxnreg" in ptx,
                  "rowsum": rowsum_depths(ptx), **sass_counts(ck)}
 print(json.dumps(out))
 """
@@ -178,8 +213,9 @@ def test_gluon_forward_compiles_for_sm90_with_the_recorded_rowsum_tree():
     """The kernel builds for sm_90 without a GPU (in a process of its own: under TRITON_INTERPRET tiles.py's
     functions are the interpreter's, which Gluon cannot call), and its tile rowsum is the record's tree: every rowsum
     covers the 128 keys of the tile (plus alpha's depth-0 sinks), no deeper than the record says. The PAIRED build
-    (two copies of the block code, attention._gluon_paired) likewise, and keeps everything in registers (a
-    local-memory load or store in the SASS is a spill)."""
+    (two copies of the block code, attention._gluon_paired) and the WIDE one (three consumer warpgroups at d = 64 and
+    160 registers, attention._gluon_wide) likewise, and keep everything in registers (a local-memory load or store in
+    the SASS is a spill)."""
     import triton
 
     from flashcheck import adapters
@@ -187,13 +223,25 @@ def test_gluon_forward_compiles_for_sm90_with_the_recorded_rowsum_tree():
 
     got = compiled(_COMPILE)
     configs = adapters._compiled_configs(triton.__version__) or ()
-    (entry,) = [c for c in configs if c.get("engine") == "gluon" and (c["dtype"], c["block_d"]) == ("bfloat16", 128)]
     for name, g in got.items():
+        (entry,) = [c for c in configs if c.get("engine") == "gluon" and (c["dtype"], c["block_d"]) == ("bfloat16",
+                                                                                                       g["d"])]
         assert g["wgmma"] > 0 and g["setmaxnreg"], (name, g)
         r = g["rowsum"]
         assert set(r["widths"]) == {1, 128}, (name, r)
         assert max(r["depths"]) <= entry["rowsum_depth"], (name, r, entry)
     assert got["paired"]["local"] == 0, got["paired"]
+    if triton.__version__ in WIDE_LOCAL:
+        assert got["wide"]["local"] <= WIDE_LOCAL[triton.__version__], (
+            f"WIDE build: {got['wide']['local']} local-memory instructions, recorded {WIDE_LOCAL[triton.__version__]}"
+            f" for Triton {triton.__version__}")
+
+
+# Local-memory instructions of the forward's WIDE build (three consumer warpgroups at 160 registers, d = 64, O_res
+# written: attention._gluon_wide), by Triton version. 3.6 (in attention.WIDE_TRITONS): 12, all in the epilogue (O_res's
+# acc − O beside the stores; without O_res none), the tile loops spill-free (SASS, 2026-11-29e); 3.9 (not in it): 33,
+# 29 of them inside the tile loops. A change that spills more is timed again before it lands.
+WIDE_LOCAL = {"3.6.0": 12, "3.9.0": 33}
 
 
 def test_gluon_bwd_runs_the_backwards_in_its_domain_and_lists_its_arguments_in_order():
@@ -412,6 +460,32 @@ def test_paired_programs_give_every_row_what_one_block_programs_give(case, dtype
     for name, a, b in zip(("O", "LSE", "dQ", "dK", "dV"), *got):
         assert not np.isnan(a).any(), f"{name}: NaN (unpaired)"  # NaN is never agreement
         np.testing.assert_array_equal(b, a, err_msg=f"{name}: paired != unpaired")
+
+
+WIDE_CASES = [
+    Case(Shape(1, 2, 2, 1000, 1100, 64), seed=21),  # 6 programs of 192 rows, the last one 40: rows past N_q
+    Case(Shape(1, 4, 2, 450, 700, 64), seed=22),  # GQA, a ragged last key tile, 3 programs
+    Case(Shape(1, 2, 2, 1, 129, 64), seed=23),  # one query row, two key tiles
+]
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", WIDE_CASES, ids=str)
+def test_wide_programs_give_every_row_what_two_warpgroup_programs_give(case, dtype, monkeypatch):
+    """Three consumer warpgroups a program (WIDE, 192 rows) or two: O, LSE and the gradients (the backward reads O_res)
+    bit for bit (unbanded, a row's key tiles and their order do not depend on the rows a program holds), rows past
+    N_q in the last program included."""
+    tiles = _gluon_tiles(case.shape.d, dtype)
+    inp = materialize(case, dtype)
+    got = []
+    for wide in (False, True):
+        with _forcing(monkeypatch, "_gluon_paired", False), _forcing(monkeypatch, "_gluon_wide", wide):
+            got.append(run_kernel(inp, case, dtype, backward=True, tiles=tiles))
+    for name, a, b in zip(("O", "LSE", "dQ", "dK", "dV"), *got):
+        assert not np.isnan(a).any(), f"{name}: NaN (two warpgroups)"  # NaN is never agreement
+        np.testing.assert_array_equal(b, a, err_msg=f"{name}: three warpgroups != two")
 
 
 LONG_CASES = [
