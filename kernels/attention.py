@@ -142,9 +142,10 @@ FUSED_KEYS = 8192
 # instruction cache: ncu's "no instruction" stalls 3.98 cycles an issue against 0.66)
 PAIR_KEYS = 2048
 # gluon_fwd's programs run three consumer warpgroups (192 query rows, WIDE) on unbanded calls at head dim 64 with at
-# least this many queries and keys, measured on the H200 side by side (bench/fwd_variants.py --variants kernel,wg3,
-# bench/NOTES.md "Session 2026-11-29e"): 1.056x at N = 4k, 1.080x at 16k; 0.958x at 2k, 0.972x at 1k, and 0.961x at 4k
-# causal (banded calls keep two)
+# least this many queries and keys, measured on the H200 side by side (bench/NOTES.md "Session 2026-11-29e": the
+# kernel's three-warpgroup variant 1.056x at N = 4k, 1.080x at 16k, but 0.958x at 2k, 0.972x at 1k and 0.961x at 4k
+# causal, so banded calls keep two; the product against main, bench/ab_trees.py, forward 1.059 / 1.079 / 1.081x at
+# N = 4k / 8k / 16k, outputs bit for bit)
 WIDE_ROWS = 4096
 # the Triton versions that get the WIDE build: on 3.6 (timed above) its tile loops compile for sm_90 without a spill
 # (12 local-memory instructions in the epilogue where O_res is written), while 3.9 spills 33 at 160 registers a
