@@ -4,11 +4,15 @@
 # commit before it> flashcheck kernels proofs reference | tar -x -C _base`):
 #   bash bench/gpu_2026_11_29e.sh a   # tests/test_gluon_forward.py on the GPU + A/B of the d = 64 cells (~5 min)
 #   bash bench/gpu_2026_11_29e.sh b   # A/B at N = 4k, 6 rounds (fwd+bwd there scattered in a), then issue 10's table
+# and for the next session (no _base/ needed):
+#   bash bench/gpu_2026_11_29e.sh s1  # the GPU suite's first half (~9 min)
+#   bash bench/gpu_2026_11_29e.sh s2  # its second half (~5 min), then the banded d = 64 short forward: the Gluon
+#                                     # kernel ("kernel") against what "auto" runs there, triton_fwd ("product")
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 O=${OUT:-/tmp/gpu_2026_11_29e}
 mkdir -p "$O"
-[ -d _base/kernels ] || { echo "no _base/: see the header"; exit 2; }
+case "${1:-}" in a|b) [ -d _base/kernels ] || { echo "no _base/: see the header"; exit 2; } ;; esac
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$O/device.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$O/device.txt"
 case "${1:-}" in
@@ -24,6 +28,16 @@ case "${1:-}" in
     timeout 200 python3 bench/run.py --grid table --dtype bfloat16 --backends ours,torch-sdpa-cudnn,torch-sdpa-flash \
       --rounds 2 --no-memory --out "$O/table" 2>&1 | tail -40 | tee "$O/table.log"
     ;;
+  s1)
+    OUT=$O/tests T1=500 WORKERS=16 bash bench/validate_gpu.sh suite tests --ignore=tests/test_catalog.py \
+      --ignore=tests/test_audit.py
+    ;;
+  s2)
+    OUT=$O/tests2 T1=265 WORKERS=16 bash bench/validate_gpu.sh suite tests/test_catalog.py flashcheck/properties \
+      tests/test_audit.py
+    timeout 200 python3 bench/fwd_variants.py --variants kernel --rounds 3 --out "$O/short_causal" \
+      --cells 64:1024:1,64:2048:1,128:1024:1 2>&1 | tee "$O/short_causal.log"
+    ;;
   *)
-    echo "usage: bash bench/gpu_2026_11_29e.sh a|b"; exit 2 ;;
+    echo "usage: bash bench/gpu_2026_11_29e.sh a|b|s1|s2"; exit 2 ;;
 esac
