@@ -4,7 +4,7 @@
 tensor cores idle while the exp2 units work (tensor pipe ~55 % at N >= 4k: bench/NOTES.md, "What limits each cell
 now"). This kernel overlaps them, as FlashAttention-3 does, with what Triton's `tl` does not expose:
 - a 1-warp producer partition streams Q and the K / V tiles with TMA into a STAGES-slot ring, one mbarrier per
-  slot and direction (ready: the tile landed; free: both consumers are done with it);
+  slot and direction (ready: the tile landed; free: every consumer is done with it);
 - two consumer warpgroups (4 warps each) own 64 of the program's BLOCK_M = 128 query rows each, with no barrier
   between them but the ring's: one's softmax runs under the other's products (WIDE, long unbanded calls at d = 64:
   three, BLOCK_M = 192, each K / V tile read once for more rows: attention._gluon_wide);
@@ -58,7 +58,7 @@ WIDE_REGS: gl.constexpr = gl.constexpr(160)  # the WIDE build's 3 consumers: 3 x
 @gluon.jit
 def barriers(N: gl.constexpr, COUNT: gl.constexpr):
     """N mbarriers in shared memory, each completing a phase at COUNT arrivals (1: a TMA load's, whose bytes the
-    producer announces with mbarrier.expect; 2: both consumer warpgroups letting go of a ring slot)."""
+    producer announces with mbarrier.expect; 2 or 3: every consumer warpgroup letting go of a ring slot)."""
     bars = gl.allocate_shared_memory(gl.int64, [N, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(N):
         mbarrier.init(bars.index(i), count=COUNT)
