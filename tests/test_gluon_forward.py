@@ -91,7 +91,7 @@ def test_a_paired_launch_runs_two_query_blocks_a_program(monkeypatch):
     q, k = _layout((2, 4, 300, 128)), _layout((2, 2, 257, 128))
     t = _gluon_tiles(128).fwd
     for paired, grid in ((True, (2, 8)), (False, (3, 8))):
-        with _pairing(monkeypatch, paired):
+        with _launching(monkeypatch, _gluon_paired=_answering(paired)):
             launch = ka._gluon_launch(q, k, True, 0, 0, True, t)
         assert ka._arguments_in_order(gluon_fwd.attn_fwd_gluon_kernel, launch, 7)
         assert dict(launch.constexprs)["PAIRED"] is paired and launch.grid == grid
@@ -106,10 +106,8 @@ def test_a_wide_launch_runs_three_consumer_warpgroups_a_program(version_wide, mo
 
     from flashcheck.kernels import gluon_fwd
 
-    monkeypatch.setattr(ka, "WIDE_TRITONS", (triton.__version__, ) if version_wide else ("0.0.", ))
-    ka._gluon_launch.cache_clear()
     n = ka.WIDE_ROWS
-    try:
+    with _launching(monkeypatch, WIDE_TRITONS=(triton.__version__, ) if version_wide else ("0.0.", )):
         for d, nq, nk, band, wide in ((64, n + 4, n + 100, False, version_wide), (64, n + 4, n + 100, True, False),
                                       (64, n - 1, n + 100, False, False), (64, n + 4, n - 1, False, False),
                                       (128, n + 4, n + 100, False, False)):
@@ -119,24 +117,20 @@ def test_a_wide_launch_runs_three_consumer_warpgroups_a_program(version_wide, mo
             assert ka._arguments_in_order(gluon_fwd.attn_fwd_gluon_kernel, launch, 7)
             assert dict(launch.constexprs)["BLOCK_M"] == block_m, (d, nq, nk, band)
             assert launch.grid == (-(-nq // block_m), 8), (d, nq, nk, band)
-    finally:
-        ka._gluon_launch.cache_clear()
+
+
+def _answering(value: bool):
+    """A launch rule (attention._gluon_paired, _gluon_wide) that answers `value` whatever the call."""
+    return lambda *args: value
 
 
 @contextlib.contextmanager
-def _pairing(monkeypatch, paired: bool):
-    """attention._gluon_paired's answer forced to `paired` inside (the cached launch records cleared on the way in
-    and out: no other test sees a forced record)."""
-    with _forcing(monkeypatch, "_gluon_paired", paired):
-        yield
-
-
-@contextlib.contextmanager
-def _forcing(monkeypatch, rule: str, value: bool):
-    """attention's launch rule `rule` (_gluon_paired, _gluon_wide) answering `value` inside, the cached launch records
-    cleared on the way in and out."""
+def _launching(monkeypatch, **attributes):
+    """kernels/attention.py's `attributes` (launch rules, constants) replaced inside, the cached launch records
+    cleared on the way in and out: no other test sees a forced record."""
     with monkeypatch.context() as m:
-        m.setattr(ka, rule, lambda *args: value)
+        for name, value in attributes.items():
+            m.setattr(ka, name, value)
         ka._gluon_launch.cache_clear()
         try:
             yield
@@ -455,7 +449,7 @@ def test_paired_programs_give_every_row_what_one_block_programs_give(case, dtype
     inp = materialize(case, dtype)
     got = []
     for paired in (False, True):
-        with _pairing(monkeypatch, paired):
+        with _launching(monkeypatch, _gluon_paired=_answering(paired)):
             got.append(run_kernel(inp, case, dtype, backward=True, tiles=tiles))
     for name, a, b in zip(("O", "LSE", "dQ", "dK", "dV"), *got):
         assert not np.isnan(a).any(), f"{name}: NaN (unpaired)"  # NaN is never agreement
@@ -481,7 +475,7 @@ def test_wide_programs_give_every_row_what_two_warpgroup_programs_give(case, dty
     inp = materialize(case, dtype)
     got = []
     for wide in (False, True):
-        with _forcing(monkeypatch, "_gluon_paired", False), _forcing(monkeypatch, "_gluon_wide", wide):
+        with _launching(monkeypatch, _gluon_paired=_answering(False), _gluon_wide=_answering(wide)):
             got.append(run_kernel(inp, case, dtype, backward=True, tiles=tiles))
     for name, a, b in zip(("O", "LSE", "dQ", "dK", "dV"), *got):
         assert not np.isnan(a).any(), f"{name}: NaN (two warpgroups)"  # NaN is never agreement
