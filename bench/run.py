@@ -81,7 +81,7 @@ GPU_GRID = (Config(64, 16384), Config(128, 4096), Config(128, 16384), Config(128
 # issue 10's table: every (d, mask, N) cell it judges, ours against cuDNN (`--grid table`)
 TABLE_GRID = tuple(Config(d, N, causal) for d in (64, 128) for causal in (False, True) for N in (1024, 4096, 16384))
 # the d = 64 engines by key count (`--grid d64`, with --backends ours-gluon,ours-triton,...): where "auto" switches
-D64_GRID = tuple(Config(64, N, causal) for causal in (False, True) for N in (2048, 4096, 8192, 16384, 32768))
+D64_GRID = tuple(Config(64, N, causal) for causal in (False, True) for N in (1024, 2048, 4096, 8192, 16384, 32768))
 DRY_GRID = (Config(16, 64, tokens=128, hidden=32), Config(32, 128, True, tokens=256, hidden=64),
             Config(16, 64, tokens=128, hidden=64, group=2))
 MEMORY_NS = (16384, 65536, 131072)
@@ -383,7 +383,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory table")
     p.add_argument("--grid", choices=("figures", "table", "d64"), default="figures",
                    help="figures: the figures-to-beat cells and GQA (default); table: issue 10's 12 cells "
-                        "(d 64/128, full/causal, N 1k/4k/16k); d64: d = 64, N 2k-32k, full/causal (the engines' "
+                        "(d 64/128, full/causal, N 1k/4k/16k); d64: d = 64, N 1k-32k, full/causal (the engines' "
                         "switch by key count)")
     p.add_argument("--rounds", type=int, default=1,
                    help="interleaved rounds per cell (every backend once a round; the medians are reported): "

@@ -119,14 +119,18 @@ def forward_engine() -> str:
 # "auto" gives the Gluon kernels at head dim 64 from this many keys on, measured on the H100 side by side with
 # triton's: the forward 1.12x / 1.19x triton_fwd at N = 4k / 16k (causal 1.07x / 1.15x) but 0.94x / 0.78x at N = 1k
 # (bench/NOTES.md, "Session 2026-11-27g"); the backward, with LSE and Delta through the dK/dV kernel's ring, 0.99-1.06x
-# triton_bwd at N = 4k-32k, causal 1.08-1.16x ("Session 2026-11-28", `bench/run.py --grid d64`).
-LONG_KEYS = 4096
+# triton_bwd at N = 4k-32k, causal 1.08-1.16x ("Session 2026-11-28", `bench/run.py --grid d64`). At N = 2k on the
+# H200 ("Session 2026-11-29f", `--grid d64` from 1k): the Gluon backward 1.05-1.06x triton_bwd causal, 1.06-1.07x
+# unmasked, the causal forward 0.98-1.01x (unbanded it is gluon_fwd's tile already: SHORT_KEYS); at N = 1k the
+# backward 1.03x unmasked but 0.94x causal (the forward 0.84x): not there.
+LONG_KEYS = 2048
 # "auto" gives gluon_fwd's tile, the forward only, to unbanded, unmasked calls at head dim 64 with at least this many
-# keys (and fewer than LONG_KEYS, where the backward follows), measured on the H200 side by side with the product's
-# triton_fwd (bench/fwd_variants.py --cells pair, "product"; bench/NOTES.md "Session 2026-11-29b"): the Gluon forward,
-# paired, 1.065x at N = 1k and 1.13x at 2k unmasked; banded calls keep triton_fwd below LONG_KEYS (the Gluon forward
-# 0.76-0.78x at N = 1k causal: "Session 2026-11-27g"), and so do dense-masked ones (triton_fwd at the 128 x 128 tile
-# 0.76-0.78x its 64 x 64 one: bench/dense_short.py, "Session 2026-11-29c")
+# keys (and fewer than LONG_KEYS, where the Gluon backward follows), measured on the H200 side by side with the
+# product's triton_fwd (bench/fwd_variants.py --cells pair, "product"; bench/NOTES.md "Session 2026-11-29b"): the
+# Gluon forward, paired, 1.065x at N = 1k and 1.13x at 2k unmasked; banded calls keep triton_fwd below LONG_KEYS (the
+# Gluon forward 0.76-0.78x at N = 1k causal: "Session 2026-11-27g"; 0.85x in "Session 2026-11-29f"), and so do
+# dense-masked ones (triton_fwd at the 128 x 128 tile 0.76-0.78x its 64 x 64 one: bench/dense_short.py, "Session
+# 2026-11-29c")
 SHORT_KEYS = 1024
 # "auto" (and "gluon") give the fused backward (gluon_bwd_fused: dQ's products inside the dK/dV kernel) to unbanded,
 # unmasked calls at head dim 64 with at least this many queries and keys, measured on the H200 side by side with the

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Session 2026-11-29f's device calls (bench/NOTES.md "Session 2026-11-29f"):
+#   bash bench/gpu_2026_11_29f.sh e1   # the d = 64 engines by key count from N = 1k: the Gluon backward against
+#                                      # triton_bwd where "auto" runs the latter (N_k < LONG_KEYS), cuDNN beside
+#   bash bench/gpu_2026_11_29f.sh e2   # after LONG_KEYS 4096 -> 2048: the GPU tests of the d = 64 tiles by key count
+set -u
+export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
+O=${OUT:-/tmp/gpu_2026_11_29f}
+mkdir -p "$O"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$O/device.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$O/device.txt"
+case "${1:-}" in
+  e1)
+    if [ -f _cut1.txt ]; then  # tests a suite half's time limit cut (node ids, one a line)
+      xargs -d '\n' -a _cut1.txt timeout 200 python3 -m pytest -q -n 15 -p no:cacheprovider 2>&1 | tail -6 \
+        | tee "$O/cut1.log"
+    fi
+    timeout 340 python3 bench/run.py --grid d64 --dtype bfloat16 \
+      --backends ours,ours-gluon,ours-triton,torch-sdpa-cudnn --rounds 3 --no-memory --out "$O/d64" 2>&1 \
+      | grep -v "^bench:" | tail -80 | tee "$O/d64.log"
+    ;;
+  e2)
+    timeout 400 python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_long_tile.py tests/test_short_tile.py \
+      tests/test_gluon_forward.py -k "d64 or long or short or dense" 2>&1 | tail -6 | tee "$O/e2_tests.log"
+    ;;
+  *)
+    echo "usage: bash bench/gpu_2026_11_29f.sh e1|e2"; exit 2 ;;
+esac
