@@ -7,6 +7,9 @@
 #   bash bench/gpu_2026_11_29f.sh s1   # the first half, 545 s
 #   bash bench/gpu_2026_11_29f.sh s2   # the second half without the three float32 backward properties, 300 s
 #   bash bench/gpu_2026_11_29f.sh p32  # those three alone, one worker each, 540 s
+# and for branch short-bwd (checked out, main's tree in _base/: `mkdir -p _base && git archive main flashcheck kernels
+# proofs reference | tar -x -C _base`):
+#   bash bench/gpu_2026_11_29f.sh sb   # its GPU tests of the d = 64 tiles by key count, then the A/B at N = 1k / 1.5k
 set -uf  # (no globbing: the node ids hold [brackets])
 export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 O=${OUT:-/tmp/gpu_2026_11_29f}
@@ -42,6 +45,13 @@ case "${1:-}" in
   p32)
     OUT=$O/tests3 T1=540 WORKERS=3 bash bench/validate_gpu.sh suite $P32
     ;;
+  sb)
+    [ -d _base/kernels ] || { echo "no _base/: see the header"; exit 2; }
+    timeout 300 python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_long_tile.py tests/test_short_tile.py \
+      tests/test_gluon_forward.py -k "d64 or long or short or dense or launches" 2>&1 | tail -6 | tee "$O/sb_tests.log"
+    timeout 250 python3 bench/ab_trees.py --base _base --rounds 5 --out "$O/ab_short_bwd" \
+      --cells 64:1024:0,64:1536:0,64:1024:1,64:4096:0 2>&1 | grep -v "^round" | tee "$O/ab_short_bwd.log"
+    ;;
   *)
-    echo "usage: bash bench/gpu_2026_11_29f.sh e1|e2|s1|s2|p32"; exit 2 ;;
+    echo "usage: bash bench/gpu_2026_11_29f.sh e1|e2|s1|s2|p32|sb"; exit 2 ;;
 esac
