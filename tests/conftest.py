@@ -40,7 +40,8 @@ GPU_LONGEST_FIRST = (
     "tests/test_kernel_gpu.py::test_gpu_forward_backward_within_bound",
     "flashcheck/properties/test_backward_dq.py::test_dq_within_bound",
     "tests/test_kernel_backward.py::test_backward_matches_reference_within_bound",
-    # four cases of 34-116 s (H200, 2026-11-29): ranked last, the fourth was cut by the first half's 540 s
+    # 34-116 s a case (H200, 2026-11-29; six cases since 2026-11-29f, two of them at N_k 2048 / 2100): cut by the
+    # first half's limit in 2026-11-29 and 2026-11-29f
     "tests/test_gluon_forward.py::test_auto_runs_the_gluon_kernels_on_long_d64_calls_within_bound",
     "flashcheck/properties/test_backward_dv.py::test_dv_within_bound",
     "tests/test_audit.py::test_gpu_audit_puts_every_backend_side_by_side_and_ours_within_its_bound",

@@ -516,7 +516,7 @@ SHORT_CASES = [
     # paired programs (N_k <= PAIR_KEYS; 3 blocks: one runs alone), a ragged last key tile (N_q 1024 here took 94 s
     # of bounds a dtype in the GPU suite)
     Case(Shape(1, 2, 1, 384, 2000, 64), seed=15),
-]  # (no short call runs one block a program but with one query block: SHORT_KEYS to LONG_KEYS is within PAIR_KEYS)
+]  # (every short call of more than one query block is paired: SHORT_KEYS to LONG_KEYS lies within PAIR_KEYS)
 
 
 @pytest.mark.gpu
