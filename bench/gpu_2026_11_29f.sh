@@ -10,6 +10,9 @@
 # and for branch short-bwd (checked out, main's tree in _base/: `mkdir -p _base && git archive main flashcheck kernels
 # proofs reference | tar -x -C _base`):
 #   bash bench/gpu_2026_11_29f.sh sb   # its GPU tests of the d = 64 tiles by key count, then the A/B at N = 1k / 1.5k
+# and for branch band-pairs (checked out; no _base/ needed):
+#   bash bench/gpu_2026_11_29f.sh bp   # paired programs bit for bit the unpaired ones (banded cases included), then
+#                                      # the banded pairs timed against one block a program (fwd_variants)
 set -uf  # (no globbing: the node ids hold [brackets])
 export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 O=${OUT:-/tmp/gpu_2026_11_29f}
@@ -52,6 +55,12 @@ case "${1:-}" in
     timeout 250 python3 bench/ab_trees.py --base _base --rounds 5 --out "$O/ab_short_bwd" \
       --cells 64:1024:0,64:1536:0,64:1024:1,64:4096:0 2>&1 | grep -v "^round" | tee "$O/ab_short_bwd.log"
     ;;
+  bp)
+    timeout 300 python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_gluon_forward.py -k "paired or compiles" \
+      2>&1 | tail -6 | tee "$O/bp_tests.log"
+    timeout 250 python3 bench/fwd_variants.py --variants unpaired,paired --rounds 3 --out "$O/band_pairs" \
+      --cells 128:1024:1,128:2048:1,128:4096:1,64:1024:1,64:2048:1,64:4096:1 2>&1 | tee "$O/band_pairs.log"
+    ;;
   *)
-    echo "usage: bash bench/gpu_2026_11_29f.sh e1|e2|s1|s2|p32|sb"; exit 2 ;;
+    echo "usage: bash bench/gpu_2026_11_29f.sh e1|e2|s1|s2|p32|sb|bp"; exit 2 ;;
 esac
