@@ -15,7 +15,10 @@ now"). This kernel overlaps them, as FlashAttention-3 does, with what Triton's `
   the second's Q and first K / V tiles loading under the first's last tiles and epilogue (its own Q buffers and Q
   barrier; the ring's positions run on across the pair). The pair is two inlined copies of the block's code: a loop
   over it is wrong on Triton 3.6 (bench/results/h200-2026-11-29b/gluon_fwd_loop.patch), and two copies of the partial
-  and full tile code overflow the instruction cache where both run (banded calls: not paired).
+  and full tile code overflow the instruction cache where both run (banded calls: 0.68x). Under a band a pair is
+  `_consumer_band_pair`'s instead: the light block p first, all its tiles unpipelined in the loop that then takes the
+  heavy block's partial tiles, then the heavy block's full tiles pipelined, one copy of each loop (no banded call is
+  paired by the launcher's rule yet: bench/fwd_variants.py's "paired" variant times it).
 
 What each row computes is `triton_fwd`'s, step for step (the bounds' Precision does not change with the engine):
 the key tiles of the program's query block in the same order (kernels/tiles.py's `_band_range`, `partial_start`,
@@ -53,6 +56,12 @@ LN2: gl.constexpr = gl.constexpr(0.6931471805599453)  # ln(2): the stored LSE in
 HALF_M: gl.constexpr = gl.constexpr(64)  # query rows per consumer warpgroup: wgmma's M
 CONSUMER_REGS: gl.constexpr = gl.constexpr(240)  # 2 consumers x 128 threads x 240 + 128 x 24 (producer) <= 64K
 WIDE_REGS: gl.constexpr = gl.constexpr(160)  # the WIDE build's 3 consumers: 3 x 128 x 160 + 128 x 24 <= 64K
+
+
+@gluon.constexpr_function
+def wgmma_layout(n):
+    """The register layout of a warpgroup's 64 x n wgmma accumulator (4 warps stacked along the rows)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
 
 
 @gluon.jit
@@ -108,15 +117,26 @@ def block_tiles(pid_m, Nq, Nk, off_lo, off_hi, BAND: gl.constexpr, BLOCK_M: gl.c
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
               off_b, off_h, off_hkv, block_a, block_b, has_b,
-              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAIRED: gl.constexpr, CONSUMERS: gl.constexpr):
-    # one warp: block A's loads, then (PAIRED) block B's, which land while the consumers finish A's last tiles
-    _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready.index(0) if PAIRED else q_ready, k_ready,
-                    v_ready, k_free, v_free, off_b, off_h, off_hkv, block_a, 0, 0, BLOCK_N, STAGES, CONSUMERS)
-    if PAIRED:
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAIRED: gl.constexpr, CONSUMERS: gl.constexpr,
+              BAND: gl.constexpr):
+    # one warp: block A's loads, then (PAIRED) block B's, which land while the consumers finish A's last tiles; under a
+    # band (PAIRED) the light block B's first (Q buffer 0, ring positions from 0), then A's (buffer 1, after B's)
+    if PAIRED and BAND:
         if has_b:
-            _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready.index(1), k_ready, v_ready,
-                            k_free, v_free, off_b, off_h, off_hkv, block_b, block_a[2], 1, BLOCK_N, STAGES,
-                            CONSUMERS)
+            _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready.index(0), k_ready, v_ready,
+                            k_free, v_free, off_b, off_h, off_hkv, block_b, 0, 0, BLOCK_N, STAGES, CONSUMERS)
+        _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready.index(1), k_ready, v_ready,
+                        k_free, v_free, off_b, off_h, off_hkv, block_a, gl.where(has_b, block_b[2], 0), 1, BLOCK_N,
+                        STAGES, CONSUMERS)
+    else:
+        _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready.index(0) if PAIRED else q_ready,
+                        k_ready, v_ready, k_free, v_free, off_b, off_h, off_hkv, block_a, 0, 0, BLOCK_N, STAGES,
+                        CONSUMERS)
+        if PAIRED:
+            if has_b:
+                _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready.index(1), k_ready, v_ready,
+                                k_free, v_free, off_b, off_h, off_hkv, block_b, block_a[2], 1, BLOCK_N, STAGES,
+                                CONSUMERS)
 
 
 @gluon.jit
@@ -239,16 +259,78 @@ def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring
               HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BAND: gl.constexpr,
               WRITE_RES: gl.constexpr, PAIRED: gl.constexpr, CONSUMERS: gl.constexpr):
     # warpgroup WG: its half of block A, then (PAIRED) of block B, whose first tiles the producer loads under A's
-    # last ones and A's epilogue; A's O store is waited for only at the end (B writes through its own Q buffer)
-    _consumer_block(WG, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready.index(0) if PAIRED else q_ready,
-                    k_ready, v_ready, k_free, v_free, pid_bh, off_b, off_h, block_a, 0, 0, qk_scale2, Nq, Nk, off_lo,
-                    off_hi, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, CONSUMERS)
-    if PAIRED:
-        if has_b:
-            _consumer_block(WG, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready.index(1), k_ready, v_ready,
-                            k_free, v_free, pid_bh, off_b, off_h, block_b, block_a[2], 1, qk_scale2, Nq, Nk, off_lo,
-                            off_hi, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, CONSUMERS)
+    # last ones and A's epilogue; A's O store is waited for only at the end (B writes through its own Q buffer).
+    # Under a band, PAIRED: `_consumer_band_pair` (the light block B first, every one of its tiles unpipelined)
+    if PAIRED and BAND:
+        _consumer_band_pair(WG, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free,
+                            v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
+                            HEAD_D, BLOCK_N, STAGES, WRITE_RES, CONSUMERS)
+    else:
+        _consumer_block(WG, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready.index(0) if PAIRED else q_ready,
+                        k_ready, v_ready, k_free, v_free, pid_bh, off_b, off_h, block_a, 0, 0, qk_scale2, Nq, Nk,
+                        off_lo, off_hi, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, CONSUMERS)
+        if PAIRED:
+            if has_b:
+                _consumer_block(WG, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready.index(1), k_ready,
+                                v_ready, k_free, v_free, pid_bh, off_b, off_h, block_b, block_a[2], 1, qk_scale2, Nq,
+                                Nk, off_lo, off_hi, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, CONSUMERS)
     tma.store_wait(0)
+
+
+@gluon.jit
+def _consumer_band_pair(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready,
+                        v_ready, k_free, v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk,
+                        off_lo, off_hi, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                        WRITE_RES: gl.constexpr, CONSUMERS: gl.constexpr):
+    # A banded pair in two loops, not two copies of the block's code (which overflowed the instruction cache: 0.68x
+    # at d = 128 N = 1k causal, bench/NOTES.md "Session 2026-11-29b"): one unpipelined loop over the light block B's
+    # tiles (Q buffer 0, ring positions 0 ... n_b − 1: its partial tiles masked, its full ones in the full tiles'
+    # softmax step, so every row computes what the unpaired kernel computes) and then the heavy block A's partial
+    # tiles (buffer 1), B's epilogue between the two; then A's full tiles pipelined, and A's epilogue
+    start_a, np_a, nt_a, lo_a, flo_a, fhi_a = block_a
+    start_b, np_b, nt_b, lo_b, flo_b, fhi_b = block_b
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N)  # S (rows x keys) and O (rows x d) in wgmma's register layout
+    o_layout: gl.constexpr = wgmma_layout(HEAD_D)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    n_b = gl.where(has_b, nt_b, 0)  # B's tiles (none without B)
+    rows_a = start_a + WG * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
+    rows_b = start_b + WG * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
+    m2_i = gl.full([HALF_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([HALF_M], gl.float64, gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([HALF_M, HEAD_D], gl.float32, o_layout)
+    if has_b:
+        if nt_b == 0:  # B sees no key: O = 0, LSE = −inf
+            _epilogue(WG, o_desc, ores_desc, LSE, q_halves, 0, acc, m2_i, l_i, pid_bh, off_b, off_h, start_b, rows_b,
+                      Nq, HEAD_D, BLOCK_N, WRITE_RES, CONSUMERS)
+        else:
+            mbarrier.wait(q_ready.index(0), 0)
+    if n_b == 0:
+        if nt_a > 0:
+            mbarrier.wait(q_ready.index(1), 0)
+    for t in range(0, n_b + np_a):
+        in_b = t < n_b
+        q_smem = q_halves.index(CONSUMERS * gl.where(in_b, 0, 1) + WG).reshape([HALF_M, HEAD_D])
+        rows = gl.where(in_b, rows_b, rows_a)
+        start_n = gl.where(in_b, inner_start(t, np_b, lo_b, flo_b, fhi_b, BLOCK_N),
+                           partial_start(t - n_b, None, lo_a, flo_a, fhi_a, False, BLOCK_N))
+        acc, m2_i, l_i = _serial_tile(t, acc, m2_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, k_free, v_free,
+                                      qk_scale2, rows, start_n, Nq, Nk, off_lo, off_hi, True, True, HEAD_D, BLOCK_N,
+                                      STAGES, s_layout, o_rows, p_layout, (t >= n_b) | (t < np_b), True)
+        if t == n_b - 1:  # B's last tile: its epilogue (left in flight), then A's rows from nothing
+            _epilogue(WG, o_desc, ores_desc, LSE, q_halves, 0, acc, m2_i, l_i, pid_bh, off_b, off_h, start_b, rows_b,
+                      Nq, HEAD_D, BLOCK_N, WRITE_RES, CONSUMERS)
+            m2_i = gl.full([HALF_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
+            l_i = gl.zeros([HALF_M], gl.float64, gl.SliceLayout(1, s_layout))
+            acc = gl.zeros([HALF_M, HEAD_D], gl.float32, o_layout)
+            if nt_a > 0:
+                mbarrier.wait(q_ready.index(1), 0)
+    q_a = q_halves.index(CONSUMERS + WG).reshape([HALF_M, HEAD_D])
+    acc, m2_i, l_i = _full_tiles(acc, m2_i, l_i, q_a, k_ring, v_ring, k_ready, v_ready, k_free, v_free, qk_scale2,
+                                 rows_a, n_b, np_a, block_a, Nq, Nk, off_lo, off_hi, True, True, HEAD_D, BLOCK_N,
+                                 STAGES, s_layout, o_rows, p_layout)
+    _epilogue(WG, o_desc, ores_desc, LSE, q_halves, 1, acc, m2_i, l_i, pid_bh, off_b, off_h, start_a, rows_a, Nq,
+              HEAD_D, BLOCK_N, WRITE_RES, CONSUMERS)
 
 
 @gluon.jit
@@ -259,21 +341,17 @@ def _consumer_block(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, 
     # warpgroup WG: query rows start_m + WG * HALF_M + [0, HALF_M) of `block` (Q in buffer QB, its key tiles at ring
     # positions t_base + t); its accumulators in wgmma's register layout
     start_m, n_partial, n_tiles, lo, f_lo, f_hi = block
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_D, 16])
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N)  # S (rows x keys) and O (rows x d) in wgmma's register layout
+    o_layout: gl.constexpr = wgmma_layout(HEAD_D)
     # P̃ as the register A operand of P̃ V (16-bit: two elements per 32-bit register)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
-    dtype: gl.constexpr = q_halves.dtype
     q_smem = q_halves.index(CONSUMERS * QB + WG).reshape([HALF_M, HEAD_D])
     rows = start_m + WG * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
 
     m2_i = gl.full([HALF_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([HALF_M], gl.float64, gl.SliceLayout(1, s_layout))
     acc = gl.zeros([HALF_M, HEAD_D], gl.float32, o_layout)
-    s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
     # the partial tiles one after the other (SERIAL_PARTIAL), or unbanded at d = 128 the one partial tile (the ragged
     # last key tile, tile 0) pipelined with the full ones: the kernel's code 14 % smaller, 1.01-1.05x at d = 128,
     # 0.99-1.01x at d = 64; pipelined under a band as well, the kernel ran 0.91-0.95x at d = 128 N >= 4k (NOTES,
@@ -284,28 +362,68 @@ def _consumer_block(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, 
     if SERIAL_PARTIAL:
         # the partial tiles (at most a few per query block), masked, one after the other: S, softmax step, P̃ V
         for t in range(0, n_partial):
-            slot = (t_base + t) % STAGES
-            phase = ((t_base + t) // STAGES) & 1
-            mbarrier.wait(k_ready.index(slot), phase)
-            qk = warpgroup_mma(q_smem, k_ring.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
-                               use_acc=False, is_async=True)
-            qk = warpgroup_mma_wait(0, deps=(qk, ))
-            mbarrier.arrive(k_free.index(slot))
-            start_n = partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_N)
-            m2_i, alpha, p, rowsum = _softmax_step(qk, m2_i, qk_scale2, rows, start_n, Nq, Nk, off_lo, off_hi, True,
-                                                   BAND, BLOCK_N, s_layout)
-            l_i = _l_update(l_i, alpha, rowsum)
-            # acc = diag(alpha) acc + P̃ V   (triton_fwd _fwd_pv: the rescale, then the product into it)
-            acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
-            mbarrier.wait(v_ready.index(slot), phase)
-            acc = warpgroup_mma(p_op, v_ring.index(slot).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
-            acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-            mbarrier.arrive(v_free.index(slot))
+            acc, m2_i, l_i = _serial_tile(t_base + t, acc, m2_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready,
+                                          k_free, v_free, qk_scale2, rows,
+                                          partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_N), Nq, Nk, off_lo,
+                                          off_hi, True, BAND, HEAD_D, BLOCK_N, STAGES, s_layout, o_rows, p_layout)
         t_first = n_partial  # the pipelined tiles: the full ones
     else:
         t_first = 0  # unbanded: a block's partial tiles are at most one, tile 0 (kernels/tiles.py _band_range)
-    # the pipelined tiles: S_t issued with P̃_{t-1} V_{t-1}, tile t's softmax under the latter
+    acc, m2_i, l_i = _full_tiles(acc, m2_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, k_free, v_free, qk_scale2,
+                                 rows, t_base, t_first, block, Nq, Nk, off_lo, off_hi, SERIAL_PARTIAL, BAND, HEAD_D,
+                                 BLOCK_N, STAGES, s_layout, o_rows, p_layout)
+    _epilogue(WG, o_desc, ores_desc, LSE, q_halves, QB, acc, m2_i, l_i, pid_bh, off_b, off_h, start_m, rows, Nq,
+              HEAD_D, BLOCK_N, WRITE_RES, CONSUMERS)
+
+
+@gluon.jit
+def _serial_tile(t, acc, m2_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, k_free, v_free, qk_scale2, rows,
+                 start_n, Nq, Nk, off_lo, off_hi, MASKED: gl.constexpr, BAND: gl.constexpr, HEAD_D: gl.constexpr,
+                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr, o_rows: gl.constexpr,
+                 p_layout: gl.constexpr, masked=True, EITHER: gl.constexpr = False):
+    """Ring position t's tile with nothing under it (S, softmax step, P̃ V, each waited for): (acc, m2_i, l_i) after
+    it; a partial tile (MASKED, start_n its first key) or a full one, whose softmax step is the pipelined tiles'; with
+    EITHER, which of the two the runtime flag `masked` says."""
+    s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
+    slot = t % STAGES
+    phase = (t // STAGES) & 1
+    mbarrier.wait(k_ready.index(slot), phase)
+    qk = warpgroup_mma(q_smem, k_ring.index(slot).reshape([BLOCK_N, HEAD_D]).permute((1, 0)), s_zero,
+                       use_acc=False, is_async=True)
+    qk = warpgroup_mma_wait(0, deps=(qk, ))
+    mbarrier.arrive(k_free.index(slot))
+    if EITHER:
+        if masked:
+            m2_i, alpha, p, rowsum = _softmax_step(qk, m2_i, qk_scale2, rows, start_n, Nq, Nk, off_lo, off_hi, True,
+                                                   BAND, BLOCK_N, s_layout)
+        else:
+            m2_i, alpha, p, rowsum = _softmax_step(qk, m2_i, qk_scale2, rows, start_n, Nq, Nk, off_lo, off_hi, False,
+                                                   BAND, BLOCK_N, s_layout)
+    else:
+        m2_i, alpha, p, rowsum = _softmax_step(qk, m2_i, qk_scale2, rows, start_n, Nq, Nk, off_lo, off_hi, MASKED,
+                                               BAND, BLOCK_N, s_layout)
+    l_i = _l_update(l_i, alpha, rowsum)
+    # acc = diag(alpha) acc + P̃ V   (triton_fwd _fwd_pv: the rescale, then the product into it)
+    acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
+    p_op = gl.convert_layout(p.to(q_smem.dtype), p_layout)
+    mbarrier.wait(v_ready.index(slot), phase)
+    acc = warpgroup_mma(p_op, v_ring.index(slot).reshape([BLOCK_N, HEAD_D]), acc, is_async=True)
+    acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+    mbarrier.arrive(v_free.index(slot))
+    return acc, m2_i, l_i
+
+
+@gluon.jit
+def _full_tiles(acc, m2_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, k_free, v_free, qk_scale2, rows, t_base,
+                t_first, block, Nq, Nk, off_lo, off_hi, SERIAL_PARTIAL: gl.constexpr, BAND: gl.constexpr,
+                HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
+                o_rows: gl.constexpr, p_layout: gl.constexpr):
+    """The pipelined tiles of `block` (its tiles t_first ... n_tiles − 1, at ring positions t_base + t): S_t issued
+    with P̃_{t-1} V_{t-1}, tile t's softmax under the latter; (acc, m2_i, l_i) after the last one's P̃ V. Without
+    SERIAL_PARTIAL, the first may be the block's one partial tile (unbanded: the ragged last key tile, tile 0)."""
+    start_m, n_partial, n_tiles, lo, f_lo, f_hi = block
+    dtype: gl.constexpr = q_smem.dtype
+    s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
     if n_tiles > t_first:
         t0 = t_base + t_first  # ring positions from here on
         mbarrier.wait(k_ready.index(t0 % STAGES), (t0 // STAGES) & 1)
@@ -337,25 +455,37 @@ def _consumer_block(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, 
         l_i = _l_update(l_i, alpha, rowsum)  # the last tile's
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
         mbarrier.arrive(v_free.index(last))
+    return acc, m2_i, l_i
 
+
+@gluon.jit
+def _epilogue(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, qb, acc, m2_i, l_i, pid_bh, off_b, off_h, start_m,
+              rows, Nq, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, WRITE_RES: gl.constexpr,
+              CONSUMERS: gl.constexpr):
+    """Warpgroup WG's rows of the block at start_m, out: O = acc / l and LSE; O (and O_res) through the warpgroup's
+    part of Q buffer qb (its last read, S's last product, is done) and TMA, left in flight (the caller waits)."""
+    o_layout: gl.constexpr = wgmma_layout(HEAD_D)
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    dtype: gl.constexpr = q_halves.dtype
+    q_smem = q_halves.index(CONSUMERS * qb + WG).reshape([HALF_M, HEAD_D])
     # O = diag(l)^−1 acc, the one division; a row with nothing visible has l = 0 and acc = 0 → O = 0
     empty = l_i == 0.0
     l_safe = gl.where(empty, 1.0, l_i.to(gl.float32))  # one rounding of l into fp32
     acc = acc / gl.convert_layout(l_safe, o_rows)[:, None]
     # LSE = ln 2 · (m2 + log2 l)  (natural log; −inf for a fully masked row)
     lse = gl.where(empty, -float("inf"), (m2_i + gl.log2(l_safe)) * LN2)
-    # O (and O_res) through this warpgroup's Q half (its last read, S's last product, is done) and TMA, which writes
-    # no row past Nq (the descriptors' bounds are the head's)
+    # O (and O_res) through this warpgroup's Q part and TMA, which writes no row past Nq (the descriptors' bounds are
+    # the head's)
     o = acc.to(dtype)
     q_smem.store(o)
     fence_async_shared()
-    _tma_store(o_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(CONSUMERS * QB + WG))
+    _tma_store(o_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(CONSUMERS * qb + WG))
     if WRITE_RES:
         # O_res = round(O_fp32 − round(O_fp32)): exact difference in fp32 (triton_fwd WRITE_RES)
         tma.store_wait(0)  # O has left the buffer
         q_smem.store((acc - o.to(gl.float32)).to(dtype))
         fence_async_shared()
-        _tma_store(ores_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(CONSUMERS * QB + WG))
+        _tma_store(ores_desc, [off_b, off_h, start_m + WG * HALF_M, 0], q_halves.index(CONSUMERS * qb + WG))
     gl.store(LSE + pid_bh.to(gl.int64) * Nq + rows, lse, mask=rows < Nq)
 
 
@@ -418,7 +548,7 @@ def attn_fwd_gluon_kernel(
                          v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
                          HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED, CONSUMERS)),
             (_producer, (q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
-                         off_b, off_h, off_hkv, block_a, block_b, has_b, BLOCK_N, STAGES, PAIRED, CONSUMERS)),
+                         off_b, off_h, off_hkv, block_a, block_b, has_b, BLOCK_N, STAGES, PAIRED, CONSUMERS, BAND)),
         ], [4, 4, 1], [WIDE_REGS, WIDE_REGS, 24])
     else:
         gl.warp_specialize([
@@ -429,7 +559,7 @@ def attn_fwd_gluon_kernel(
                          v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
                          HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED, CONSUMERS)),
             (_producer, (q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
-                         off_b, off_h, off_hkv, block_a, block_b, has_b, BLOCK_N, STAGES, PAIRED, CONSUMERS)),
+                         off_b, off_h, off_hkv, block_a, block_b, has_b, BLOCK_N, STAGES, PAIRED, CONSUMERS, BAND)),
         ], [4, 1], [CONSUMER_REGS, 24])
 
 

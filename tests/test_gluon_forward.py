@@ -194,7 +194,7 @@ import json
 from bench.compile_forward import compile_gluon, rowsum_depths, sass_counts
 out = {}
 for name, d, band, paired, block_m in (("banded", 128, True, False, 128), ("paired", 128, False, True, 128),
-                                      ("wide", 64, False, False, 192)):
+                                      ("banded_paired", 128, True, True, 128), ("wide", 64, False, False, 192)):
     ck = compile_gluon("bfloat16", d, band, True, 2 if d == 128 else 3, paired=paired, block_m=block_m)
     ptx = ck.asm["ptx"]
     out[name] = {"d": d, "wgmma": ptx.count("wgmma.mma_async"), "setmaxnreg": "setmaxnreg" in ptx,
@@ -207,9 +207,10 @@ def test_gluon_forward_compiles_for_sm90_with_the_recorded_rowsum_tree():
     """The kernel builds for sm_90 without a GPU (in a process of its own: under TRITON_INTERPRET tiles.py's
     functions are the interpreter's, which Gluon cannot call), and its tile rowsum is the record's tree: every rowsum
     covers the 128 keys of the tile (plus alpha's depth-0 sinks), no deeper than the record says. The PAIRED build
-    (two copies of the block code, attention._gluon_paired) and the WIDE one (three consumer warpgroups at d = 64 and
-    160 registers, attention._gluon_wide) likewise, and keep everything in registers (a local-memory load or store in
-    the SASS is a spill)."""
+    (two copies of the block code, attention._gluon_paired; under a band one unpipelined loop over the light block's
+    tiles and the heavy one's partial ones, gluon_fwd._consumer_band_pair) and the WIDE one (three consumer warpgroups
+    at d = 64 and 160 registers, attention._gluon_wide) likewise, and keep everything in registers (a local-memory load
+    or store in the SASS is a spill)."""
     import triton
 
     from flashcheck import adapters
@@ -224,7 +225,7 @@ def test_gluon_forward_compiles_for_sm90_with_the_recorded_rowsum_tree():
         r = g["rowsum"]
         assert set(r["widths"]) == {1, 128}, (name, r)
         assert max(r["depths"]) <= entry["rowsum_depth"], (name, r, entry)
-    assert got["paired"]["local"] == 0, got["paired"]
+    assert got["paired"]["local"] == 0 and got["banded_paired"]["local"] == 0, got
     if triton.__version__ in WIDE_LOCAL:
         assert got["wide"]["local"] <= WIDE_LOCAL[triton.__version__], (
             f"WIDE build: {got['wide']['local']} local-memory instructions, recorded {WIDE_LOCAL[triton.__version__]}"
