@@ -226,6 +226,8 @@ def test_gluon_forward_compiles_for_sm90_with_the_recorded_rowsum_tree():
         assert set(r["widths"]) == {1, 128}, (name, r)
         assert max(r["depths"]) <= entry["rowsum_depth"], (name, r, entry)
     assert got["paired"]["local"] == 0 and got["banded_paired"]["local"] == 0, got
+    # banded pairs hold one copy of each tile loop (gluon_fwd._consumer_band_pair), as one block a program does
+    assert got["banded_paired"]["wgmma"] == got["banded"]["wgmma"], got
     if triton.__version__ in WIDE_LOCAL:
         assert got["wide"]["local"] <= WIDE_LOCAL[triton.__version__], (
             f"WIDE build: {got['wide']['local']} local-memory instructions, recorded {WIDE_LOCAL[triton.__version__]}"
