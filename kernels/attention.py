@@ -139,11 +139,11 @@ SHORT_KEYS = 1024
 # (each query tile's adds are a chain of N_k / 128 ordered waits: few query tiles leave nothing to run beside it).
 FUSED_QUERIES = 8192
 FUSED_KEYS = 8192
-# gluon_fwd's programs run two query blocks each (PAIRED) on unbanded calls with at most this many keys, measured on the
-# H200 side by side (bench/fwd_variants.py --cells pair, bench/NOTES.md "Session 2026-11-29b"): d = 128 unmasked
-# paired / unpaired 1.11x at N = 512, 1.07x at 1k, 1.02x at 2k, 0.99x at 4k (d = 64: 1.06x at 1k). Banded calls are
-# not paired: 0.68x at d = 128 N = 1k causal (the two copies of the block's partial and full tile code overflow the
-# instruction cache: ncu's "no instruction" stalls 3.98 cycles an issue against 0.66)
+# gluon_fwd's programs run two query blocks each (PAIRED) on calls with at most this many keys, measured on the H200
+# side by side (bench/fwd_variants.py --cells pair, bench/NOTES.md "Session 2026-11-29b"): d = 128 unmasked paired /
+# unpaired 1.11x at N = 512, 1.07x at 1k, 1.02x at 2k, 0.99x at 4k (d = 64: 1.06x at 1k). Banded, as one loop of each
+# kind (gluon_fwd._consumer_band_pair; "Session 2026-11-29g"): causal d = 128 1.034x at N = 1k, 1.046x at 2k, 1.007x
+# at 4k; d = 64 1.038x at 2k (the two-copy pairs were 0.68x at d = 128 N = 1k causal: the instruction cache)
 PAIR_KEYS = 2048
 # gluon_fwd's programs run three consumer warpgroups (192 query rows, WIDE) on unbanded calls at head dim 64 with at
 # least this many queries and keys, measured on the H200 side by side (bench/NOTES.md "Session 2026-11-29e": the
@@ -1033,7 +1033,7 @@ def _gluon_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, sa
     pointers = ((q.dtype, True),) * 5 + (_ptr(lse),)
     ints = (nq, k.shape[2], Hq, off_lo, off_hi)
     n_blocks = triton.cdiv(nq, t.block_m)
-    paired = _gluon_paired(n_blocks, k.shape[2], band) if paired is None else paired
+    paired = _gluon_paired(n_blocks, k.shape[2]) if paired is None else paired
     # the program's query rows: the tile's, or under WIDE three consumer warpgroups' (t.block_m is two's)
     wide = _gluon_wide(d, nq, k.shape[2], band, paired) if wide is None else wide
     block_m = 3 * t.block_m // 2 if wide else t.block_m
@@ -1045,11 +1045,12 @@ def _gluon_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, sa
     return Launch("attn_fwd_gluon_kernel", grid, pointers, ints, constexprs, 4, None)
 
 
-def _gluon_paired(n_blocks: int, n_keys: int, band: bool) -> bool:
+def _gluon_paired(n_blocks: int, n_keys: int) -> bool:
     """Whether gluon_fwd's programs run two query blocks each (PAIRED: block n_blocks − 1 − p, then p; the second's
     loads under the first's last tiles and epilogue) for a call of n_blocks query blocks a head and n_keys keys.
-    Which program computes a block changes nothing in a row's arithmetic (O and LSE bit for bit)."""
-    return n_blocks > 1 and not band and n_keys <= PAIR_KEYS
+    Which program computes a block changes nothing in a row's arithmetic (O and LSE bit for bit); under a band (causal,
+    window) the pair is gluon_fwd._consumer_band_pair's, one loop of each kind."""
+    return n_blocks > 1 and n_keys <= PAIR_KEYS
 
 
 def _gluon_wide(head_dim: int, n_queries: int, n_keys: int, band: bool, paired: bool) -> bool:

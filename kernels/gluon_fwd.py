@@ -11,14 +11,14 @@ now"). This kernel overlaps them, as FlashAttention-3 does, with what Triton's `
 - inside each warpgroup, S_t = Q K_tᵀ is issued asynchronously together with O += P̃_{t-1} V_{t-1}: the softmax of
   tile t runs on the CUDA cores while the tensor cores compute P̃_{t-1} V_{t-1};
 - the consumers' registers are raised to CONSUMER_REGS and the producer's lowered (setmaxnreg);
-- PAIRED (short unbanded calls: attention._gluon_paired): a program runs two query blocks, n_blocks − 1 − p then p,
+- PAIRED (short calls: attention._gluon_paired): a program runs two query blocks, n_blocks − 1 − p then p,
   the second's Q and first K / V tiles loading under the first's last tiles and epilogue (its own Q buffers and Q
   barrier; the ring's positions run on across the pair). The pair is two inlined copies of the block's code: a loop
   over it is wrong on Triton 3.6 (bench/results/h200-2026-11-29b/gluon_fwd_loop.patch), and two copies of the partial
   and full tile code overflow the instruction cache where both run (banded calls: 0.68x). Under a band a pair is
   `_consumer_band_pair`'s instead: the light block p first, all its tiles unpipelined in the loop that then takes the
-  heavy block's partial tiles, then the heavy block's full tiles pipelined, one copy of each loop (no banded call is
-  paired by the launcher's rule yet: bench/fwd_variants.py's "paired" variant times it).
+  heavy block's partial tiles, then the heavy block's full tiles pipelined, one copy of each loop (1.03-1.05x the
+  unpaired programs at N = 1k-2k causal: bench/NOTES.md "Session 2026-11-29g").
 
 What each row computes is `triton_fwd`'s, step for step (the bounds' Precision does not change with the engine):
 the key tiles of the program's query block in the same order (kernels/tiles.py's `_band_range`, `partial_start`,

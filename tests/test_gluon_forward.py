@@ -80,7 +80,7 @@ def test_the_gluon_launch_lists_the_kernel_arguments_in_order():
     t = _gluon_tiles(128).fwd
     launch = ka._gluon_launch(q, k, True, 0, 0, True, t)
     assert ka._arguments_in_order(gluon_fwd.attn_fwd_gluon_kernel, launch, 7)
-    assert dict(launch.constexprs)["GROUP"] == 2 and launch.grid == (3, 8)
+    assert dict(launch.constexprs)["GROUP"] == 2 and launch.grid == (2, 8)  # three query blocks, paired
 
 
 def test_a_paired_launch_runs_two_query_blocks_a_program(monkeypatch):
@@ -95,6 +95,22 @@ def test_a_paired_launch_runs_two_query_blocks_a_program(monkeypatch):
             launch = ka._gluon_launch(q, k, True, 0, 0, True, t)
         assert ka._arguments_in_order(gluon_fwd.attn_fwd_gluon_kernel, launch, 7)
         assert dict(launch.constexprs)["PAIRED"] is paired and launch.grid == grid
+
+
+def test_calls_of_more_than_one_query_block_and_at_most_pair_keys_keys_are_paired():
+    """The launcher's rule (attention._gluon_paired): two query blocks a program wherever there are two and at most
+    PAIR_KEYS keys, banded or not (a band's pair is gluon_fwd._consumer_band_pair's: bench/NOTES.md "Session
+    2026-11-29g"); one block alone, or more keys, one a program."""
+    from flashcheck.kernels import gluon_fwd
+
+    t = _gluon_tiles(128).fwd
+    for nq, nk, band, paired in ((300, 257, True, True), (300, 257, False, True), (128, 257, True, False),
+                                 (300, ka.PAIR_KEYS, True, True), (300, ka.PAIR_KEYS + 1, True, False),
+                                 (300, ka.PAIR_KEYS + 1, False, False)):
+        q, k = _layout((2, 4, nq, 128)), _layout((2, 2, nk, 128))
+        launch = ka._gluon_launch(q, k, band, 0, nk - nq if band else 0, False, t)
+        assert ka._arguments_in_order(gluon_fwd.attn_fwd_gluon_kernel, launch, 7)
+        assert dict(launch.constexprs)["PAIRED"] is paired, (nq, nk, band)
 
 
 @pytest.mark.parametrize("version_wide", [True, False])
@@ -488,8 +504,9 @@ def test_wide_programs_give_every_row_what_two_warpgroup_programs_give(case, dty
 LONG_CASES = [
     Case(Shape(1, 4, 2, 200, 4096, 64), causal="bottom_right", seed=9),
     Case(Shape(1, 2, 1, 130, 2100, 64), seed=10),  # a ragged last key tile
-    # from LONG_KEYS on: paired programs (N_k <= PAIR_KEYS), then the Gluon backward
+    # from LONG_KEYS on: paired programs (N_k <= PAIR_KEYS), then the Gluon backward; banded too (one loop of each kind)
     Case(Shape(1, 2, 1, 256, 2048, 64), seed=16),
+    Case(Shape(1, 2, 1, 300, 2048, 64), causal="bottom_right", seed=17),
 ]
 
 
