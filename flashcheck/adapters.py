@@ -427,9 +427,10 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                                                 n_keys=a.long_keys, n_queries=a.long_keys),
                       long_keys=a.long_keys,
                       # short unbanded, unmasked calls' own forward tile (kernel_config(n_keys=SHORT_KEYS, n_queries=
-                      # given)), the backward's as the other short calls'
-                      short_forward=forward_tile(a.block_k_short, a.block_q_fwd_short, n_keys=a.short_keys,
-                                                 n_queries=a.short_keys),
+                      # given)), and their backward's outer blocks and dK/dV query tile (the Gluon backward's at d = 64)
+                      short_forward=forward_tile(a.block_k_short, a.block_q_fwd_short,
+                                                 (a.block_q_dq_short, a.block_k_dkdv_short, a.block_q_short),
+                                                 n_keys=a.short_keys, n_queries=a.short_keys),
                       short_keys=a.short_keys,
                       # banded calls' own forward tile (kernel_config(band=True)), its rowsum tree from its own record
                       band_forward=forward_tile(a.block_k_band, a.block_q_fwd_band, band=True),

@@ -105,8 +105,8 @@ _ENGINES = ("auto", "triton", "gluon")
 
 def forward_engine() -> str:
     """The engine kernel_config gives by default: FLASHCHECK_FORWARD_ENGINE, "auto" unless set. "auto": the Gluon
-    kernels (gluon_fwd, gluon_bwd) at head dim 128, and at head dim 64 for calls with at least LONG_KEYS keys
-    (gluon_fwd alone for unbanded, unmasked calls from SHORT_KEYS keys on), triton_fwd / triton_bwd elsewhere;
+    kernels (gluon_fwd, gluon_bwd) at head dim 128, and at head dim 64 for unmasked calls with at least LONG_KEYS
+    keys (unbanded ones from SHORT_KEYS keys on), triton_fwd / triton_bwd elsewhere;
     "gluon": the Gluon kernels at head dims 64 and 128 whatever N; "triton": triton_fwd / triton_bwd everywhere.
     Measured on the H100 (bench/NOTES.md, "Session 2026-11-27g"): at d = 128 the Gluon kernels are 1.06-1.30x
     triton's speed forward and 1.13-1.18x backward on every cell of issue 10's table; at d = 64 the Gluon forward
@@ -124,13 +124,13 @@ def forward_engine() -> str:
 # unmasked, the causal forward 0.98-1.01x (unbanded it is gluon_fwd's tile already: SHORT_KEYS); at N = 1k the
 # backward 1.03x unmasked but 0.94x causal (the forward 0.84x): not there.
 LONG_KEYS = 2048
-# "auto" gives gluon_fwd's tile, the forward only, to unbanded, unmasked calls at head dim 64 with at least this many
-# keys (and fewer than LONG_KEYS, where the Gluon backward follows), measured on the H200 side by side with the
-# product's triton_fwd (bench/fwd_variants.py --cells pair, "product"; bench/NOTES.md "Session 2026-11-29b"): the
-# Gluon forward, paired, 1.065x at N = 1k and 1.13x at 2k unmasked; banded calls keep triton_fwd below LONG_KEYS (the
-# Gluon forward 0.76-0.78x at N = 1k causal: "Session 2026-11-27g"; 0.85x in "Session 2026-11-29f"), and so do
-# dense-masked ones (triton_fwd at the 128 x 128 tile 0.76-0.78x its 64 x 64 one: bench/dense_short.py, "Session
-# 2026-11-29c")
+# "auto" gives the Gluon kernels to unbanded, unmasked calls at head dim 64 with at least this many keys (banded ones
+# from LONG_KEYS on), measured on the H200 side by side with the product's triton kernels: the Gluon forward, paired,
+# 1.065x triton_fwd at N = 1k and 1.13x at 2k unmasked (bench/fwd_variants.py --cells pair, "product"; bench/NOTES.md
+# "Session 2026-11-29b"), the Gluon backward 1.03-1.06x triton_bwd at N = 1k unmasked ("Session 2026-11-29f", `bench/
+# run.py --grid d64`); banded calls keep triton's below LONG_KEYS (at N = 1k causal the Gluon forward 0.76-0.78x,
+# "Session 2026-11-27g", 0.84-0.85x in "Session 2026-11-29f"; its backward 0.94x), and so do dense-masked ones
+# (triton_fwd at the 128 x 128 tile 0.76-0.78x its 64 x 64 one: bench/dense_short.py, "Session 2026-11-29c")
 SHORT_KEYS = 1024
 # "auto" (and "gluon") give the fused backward (gluon_bwd_fused: dQ's products inside the dK/dV kernel) to unbanded,
 # unmasked calls at head dim 64 with at least this many queries and keys, measured on the H200 side by side with the
@@ -158,25 +158,17 @@ WIDE_ROWS = 4096
 WIDE_TRITONS = ("3.6.", )
 
 
-def _gluon_asked(engine: str, head_dim: int, n_keys: int | None = None, n_queries: int | None = None) -> bool:
+def _gluon_asked(engine: str, head_dim: int, n_keys: int | None, band: bool, n_queries: int | None) -> bool:
     """Whether `engine` gives the Gluon kernels' tiles (forward and backward) to a call at this head dim with n_keys
-    keys (None: fewer than LONG_KEYS) and n_queries queries (None: a dense or block-sparse mask); their domain is
-    checked apart. At head dim 64 "auto" gives them to unmasked calls only: a dense mask keeps the Gluon kernels out,
-    and triton_fwd at their 128 x 128 tile ran 0.815x its own 64 x 64 on such calls (N = 8192: bench/dense_short.py,
-    bench/NOTES.md "Session 2026-11-29c"); at head dim 128 triton_fwd's own tile is theirs."""
+    keys (None: fewer than SHORT_KEYS), banded or not, and n_queries queries (None: a dense or block-sparse mask);
+    their domain is checked apart. At head dim 64 "auto" gives them to unmasked calls from LONG_KEYS keys on, and to
+    unbanded ones from SHORT_KEYS on (the Gluon forward 0.85x triton_fwd at N = 1k causal, its backward 0.94x; unbanded
+    the forward paired 1.065x, the backward 1.03-1.06x: bench/NOTES.md "Session 2026-11-29b", "Session 2026-11-29f").
+    A dense mask keeps the Gluon kernels out, and triton_fwd at their 128 x 128 tile ran 0.76-0.82x its own 64 x 64 on
+    such calls (bench/dense_short.py, "Session 2026-11-29c"); at head dim 128 triton_fwd's own tile is theirs."""
     return engine == "gluon" or (engine == "auto" and (head_dim == 128 or (
-        head_dim == 64 and n_queries is not None and n_keys is not None and n_keys >= LONG_KEYS)))
-
-
-def _gluon_fwd_asked(engine: str, head_dim: int, n_keys: int | None, band: bool, n_queries: int | None) -> bool:
-    """Whether `engine` gives gluon_fwd's tile to the forward of a call at this head dim with n_keys keys (None: fewer
-    than SHORT_KEYS), banded or not, n_queries queries (None: a dense or block-sparse mask): the Gluon kernels' calls
-    (`_gluon_asked`), and under "auto" the unbanded, unmasked ones at head dim 64 from SHORT_KEYS keys on (their
-    backward stays triton_bwd's below LONG_KEYS). A dense mask keeps gluon_fwd out, and triton_fwd at this tile ran
-    0.76-0.78x its own 64 x 64 one on such calls (bench/dense_short.py, bench/NOTES.md "Session 2026-11-29c")."""
-    return _gluon_asked(engine, head_dim, n_keys, n_queries) or (
-        engine == "auto" and head_dim == 64 and not band and n_queries is not None and n_keys is not None
-        and n_keys >= SHORT_KEYS)
+        head_dim == 64 and n_queries is not None and n_keys is not None
+        and n_keys >= (SHORT_KEYS if not band else LONG_KEYS))))
 
 
 def _query_count(nq: int, dense, sparse) -> int | None:
@@ -211,8 +203,8 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     side given: `_band`) (H100 tuned; the interpreter uses 16 × 16 tiles so that small test shapes still cross
     several tile boundaries). engine: "triton" (triton_fwd, triton_bwd), "gluon" (gluon_fwd, gluon_bwd: fp16 / bf16,
     head dims 64 and 128, precision "default"; other calls keep triton's tiles) or "auto" (gluon at head dim 128,
-    and at head dim 64 on unmasked calls with n_keys >= LONG_KEYS; gluon_fwd's tile alone to unbanded, unmasked
-    head-dim-64 calls with SHORT_KEYS to LONG_KEYS keys); None: `forward_engine()`.
+    and at head dim 64 on unmasked calls with n_keys >= LONG_KEYS, unbanded ones with n_keys >= SHORT_KEYS); None:
+    `forward_engine()`.
     n_keys: the call's key count (None: fewer than SHORT_KEYS); n_queries: its query count where the call has no dense
     or block-sparse mask (None: masked): the head-dim-64 Gluon tiles need it (a dense mask keeps the Gluon kernels
     out); with both at least FUSED_QUERIES x FUSED_KEYS, an unbanded head-dim-64 call in the Gluon domain gets the
@@ -231,7 +223,7 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     # gluon_fwd: 128 query rows (two warpgroups of 64) x 128 keys, heaviest query blocks first under a band;
     # the K / V ring 2 deep at d = 128 (160 KB of shared memory), 3 at d = 64 (bench/NOTES.md, "Gluon forward")
     fwd = TileConfig(128, 128, 8, 2 if bd == 128 else 3, heavy_first=True, gluon=True)
-    if _gluon_asked(engine, head_dim, n_keys, n_queries) and gluon_domain:
+    if _gluon_asked(engine, head_dim, n_keys, band, n_queries) and gluon_domain:
         # gluon_bwd's dK/dV: 128 keys (two warpgroups of 64) x 64 query rows, a 3-deep (Q, dO) ring. At d = 128 the
         # 64-row tile spills a few values (Sᵀ, dPᵀ, Pᵀ, dSᵀ beside dK, dV in 240 registers) and still runs 1.04-1.12x
         # the spill-free 32-row tile (bench/NOTES.md, "Session 2026-11-27g"; the same sums: bit for bit equal). At
@@ -244,10 +236,6 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
         if _fused_asked(head_dim, band, n_queries, n_keys):
             dq = TileConfig(128, 128, 8, 2, gluon=True, fused=True)
         return KernelConfig(fwd, dkdv, dq)
-    if _gluon_fwd_asked(engine, head_dim, n_keys, band, n_queries) and gluon_domain:
-        # the forward alone (short unbanded calls at d = 64: SHORT_KEYS); the backward triton_bwd's tiles
-        return replace(kernel_config(head_dim, dtype, interpret=False, precision=precision, band=band,
-                                     engine="triton"), fwd=fwd)
     if dtype == torch.float32:  # 4-byte tiles: half the rows for the same shared memory
         if bd <= 64:
             return KernelConfig(TileConfig(64, 32, 4, 2), TileConfig(32, 64, 4, 2), TileConfig(64, 32, 4, 2))
@@ -314,7 +302,9 @@ class Arithmetic:
     query tiles at head dim 64; its dQ key tile is triton_bwd's), else None;
     block_k_short, block_q_fwd_short, short_keys: the forward's tile for unbanded calls with at least short_keys keys
     (and fewer than long_keys where that is stated) where `kernel_config` gives them one of their own (SHORT_KEYS:
-    "auto" at head dim 64, gluon_fwd's tile; their backward's tiles are the short calls'); None: no such tile;
+    "auto" at head dim 64, gluon_fwd's tile); None: no such tile; block_q_dq_short, block_k_dkdv_short, block_q_short:
+    those calls' backward outer blocks and dK/dV query tile where they differ (at head dim 64 the Gluon backward's, as
+    the long calls'), else None;
     fused_dq_queries, fused_dq_keys, block_k_dq_fused: unbanded, unmasked calls with at least this many queries and
     keys run the fused backward (gluon_bwd_fused: dQ = scale · Σ_j T_j, each T_j one tensor-core chain from zero over
     a key tile of block_k_dq_fused keys, the T_j added in fp32 in descending tile order: `fused_tiles`), else None
@@ -345,6 +335,9 @@ class Arithmetic:
     block_k_short: int | None = None
     block_q_fwd_short: int | None = None
     short_keys: int | None = None
+    block_q_dq_short: int | None = None
+    block_k_dkdv_short: int | None = None
+    block_q_short: int | None = None
     fused_dq_queries: int | None = None
     fused_dq_keys: int | None = None
     block_k_dq_fused: int | None = None
@@ -377,29 +370,13 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
                                             band=True).fwd
     if band is not None and (band.block_m, band.block_n, band.num_warps) == (block_q_fwd, block_k, cfg.fwd.num_warps):
         band = None  # the same code (stages and program order change neither the tiles nor the rowsum's tree)
-    long_cfg = None if tiles else kernel_config(head_dim or 64, dtype, interpret=interpret, precision=precision,
-                                                n_keys=LONG_KEYS, n_queries=LONG_KEYS)  # (unmasked)
-    long = None if long_cfg is None else long_cfg.fwd
-    if long is not None and (long.block_m, long.block_n, long.num_warps, long.gluon) == (
-            block_q_fwd, block_k, cfg.fwd.num_warps, cfg.fwd.gluon):
-        long = None  # the same tile and engine (the rowsum record is per tile and engine)
-    long_bwd = None
-    if long is not None:
-        if long_cfg.dq.block_n != block_k_dq:  # what Precision.for_call keeps
-            raise RuntimeError("kernel_config's long tiles change the dQ kernel's key tile, which no Precision field "
-                               "states per call")
-        long_bwd = (long_cfg.dq.block_m, long_cfg.dkdv.block_n, long_cfg.dkdv.block_m)
-        if long_bwd == (block_q_dq, block_k_dkdv, block_q):
-            long_bwd = None
-    short_cfg = None if tiles else kernel_config(head_dim or 64, dtype, interpret=interpret, precision=precision,
-                                                 n_keys=SHORT_KEYS, n_queries=SHORT_KEYS)  # (unmasked)
-    short = None if short_cfg is None else short_cfg.fwd
-    if short is not None and (short.block_m, short.block_n, short.num_warps, short.gluon) == (
-            block_q_fwd, block_k, cfg.fwd.num_warps, cfg.fwd.gluon):
-        short = None  # the same tile and engine
-    if short is not None and (short_cfg.dq, short_cfg.dkdv) != (cfg.dq, cfg.dkdv):
-        raise RuntimeError("kernel_config's short unbanded tiles change the backward's, which no Precision field "
-                           "states per call")
+    # the tiles of long calls (unmasked, from LONG_KEYS keys) and of short unbanded ones (from SHORT_KEYS)
+    long, long_bwd = (None, None) if tiles else _kind_tiles(
+        kernel_config(head_dim or 64, dtype, interpret=interpret, precision=precision, n_keys=LONG_KEYS,
+                      n_queries=LONG_KEYS), cfg, "long")
+    short, short_bwd = (None, None) if tiles else _kind_tiles(
+        kernel_config(head_dim or 64, dtype, interpret=interpret, precision=precision, n_keys=SHORT_KEYS,
+                      n_queries=SHORT_KEYS), cfg, "short unbanded")
     # the fused backward (unbanded, unmasked calls): given fused tiles run it on every such call, kernel_config's
     # from FUSED_QUERIES x FUSED_KEYS on; its dK/dV tile is then the one of those tiles
     fused_cfg = tiles or (None if interpret else kernel_config(head_dim or 64, dtype, interpret=False,
@@ -415,7 +392,7 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
         block_k, block_q, block_k_dq = block_mask.block_k, block_mask.block_q, block_mask.block_k
         block_q_dq, block_k_dkdv = block_mask.block_q, block_mask.block_k
         block_q_fwd = block_mask.block_q
-        band = long = long_bwd = fused = short = None
+        band = long = long_bwd = fused = short = short_bwd = None
     return Arithmetic(input=name, dot=dot, output=name, exp="libm" if interpret else "ex2.approx",
                       block_k=block_k, block_q=block_q, block_k_dq=block_k_dq, block_q_dq=block_q_dq,
                       block_k_dkdv=block_k_dkdv, block_q_fwd=block_q_fwd,
@@ -432,9 +409,28 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
                       block_k_short=None if short is None else short.block_n,
                       block_q_fwd_short=None if short is None else short.block_m,
                       short_keys=None if short is None else SHORT_KEYS,
+                      block_q_dq_short=None if short_bwd is None else short_bwd[0],
+                      block_k_dkdv_short=None if short_bwd is None else short_bwd[1],
+                      block_q_short=None if short_bwd is None or short_bwd[2] == block_q else short_bwd[2],
                       fused_dq_queries=None if fused is None else fused[0],
                       fused_dq_keys=None if fused is None else fused[1],
                       block_k_dq_fused=None if fused is None else fused_cfg.dq.block_n)
+
+
+def _kind_tiles(kind: KernelConfig, cfg: KernelConfig, name: str) -> tuple[TileConfig | None, tuple | None]:
+    """A call kind's tiles (kernel_config for its key count) against the default ones `cfg`: its forward tile, None
+    where it is the same tile and engine (the rowsum record is per tile and engine), and its backward's outer blocks
+    and dK/dV query tile (dQ rows, dK/dV keys per program, dK/dV query rows), None where the kind has no forward tile
+    of its own or they are the same. Raises where the kind changes the dQ kernel's key tile, which Precision.for_call
+    keeps (no Precision field states it per call)."""
+    f, d = kind.fwd, cfg.fwd
+    if (f.block_m, f.block_n, f.num_warps, f.gluon) == (d.block_m, d.block_n, d.num_warps, d.gluon):
+        return None, None
+    if kind.dq.block_n != cfg.dq.block_n:
+        raise RuntimeError(f"kernel_config's {name} tiles change the dQ kernel's key tile, which no Precision field "
+                           "states per call")
+    bwd = (kind.dq.block_m, kind.dkdv.block_n, kind.dkdv.block_m)
+    return f, None if bwd == (cfg.dq.block_m, cfg.dkdv.block_n, cfg.dkdv.block_m) else bwd
 
 
 def _check_choice(name, value, allowed):
@@ -810,8 +806,8 @@ def _backward_launches(q, k, v, o, do, grads, has_res, dense, sparse, band, off_
                        tiles: tuple, interpret: bool) -> tuple[Launch, Launch, Launch]:
     B, Hq, nq, d = q.shape
     Hkv, nk, dv = k.shape[1], k.shape[2], v.shape[3]
-    cfg, bd, bdv = _tiles(d, dv, getattr(torch, q.dtype), block_q, block_k, tiles, interpret=interpret, n_keys=nk,
-                          n_queries=_query_count(nq, dense, sparse))
+    cfg, bd, bdv = _tiles(d, dv, getattr(torch, q.dtype), block_q, block_k, tiles, interpret=interpret, band=band,
+                          n_keys=nk, n_queries=_query_count(nq, dense, sparse))
     lse = delta = Layout.dense("float32", (B, Hq, nq))
     dq, dk, dv_ = grads
     pre_m = 16 if interpret else 64
@@ -869,9 +865,8 @@ def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask
     # as _fwd_impl and _bwd_impl choose (the default scale is positive: gluon_fwd's raw-logit max holds)
     compiled = gluon and not interpret  # the Gluon kernels compile (not in the interpreter)
     n_queries = _query_count(nq, dense, None)
-    asked = compiled and _gluon_asked(engine, max(d, dv), nk, n_queries)
-    g_fwd = (_gluon_forward(q, k, v, dense is not None, False, band, p_split, (), False, engine)
-             if compiled and _gluon_fwd_asked(engine, max(d, dv), nk, band, n_queries) else None)
+    asked = compiled and _gluon_asked(engine, max(d, dv), nk, band, n_queries)
+    g_fwd = _gluon_forward(q, k, v, dense is not None, False, band, p_split, (), False, engine) if asked else None
     out = ((_gluon_launch(q, k, band, off_lo, off_hi, save_res, g_fwd) if g_fwd is not None else
             forward_launch(q, k, v, o, dense, None, p_split=p_split, save_res=save_res, **kw)),)
     if grad and B * Hq * nq * d and k.shape[0] * k.shape[1] * nk * d:
@@ -911,8 +906,8 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     # without tiles, the engine kernel_config gives) and the call is in its domain; looked up only then (host time)
     engine = forward_engine()
     asked = (bool(tiles[_GLUON_AT]) if tiles
-             else _gluon_fwd_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2], band,
-                                   _query_count(q.shape[2], dense, sparse)))
+             else _gluon_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2], band,
+                               _query_count(q.shape[2], dense, sparse)))
     lq, lk = (Layout.of(q), Layout.of(k)) if asked else (None, None)
     gluon = (_gluon_forward(lq, lk, Layout.of(v), dense is not None, bool(sparse), band, p_split, tuple(tiles),
                             _interpreting(), engine) if asked else None)
@@ -1209,7 +1204,7 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
     # tiles, the engine kernel_config gives) and the backward is in their domain; looked up only then (host time)
     engine = forward_engine()
     asked = (bool(tiles[_TILE_FIELDS + _GLUON_AT] or tiles[2 * _TILE_FIELDS + _GLUON_AT]) if tiles
-             else _gluon_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2],
+             else _gluon_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2], band,
                                _query_count(q.shape[2], dense, sparse)))
     g_dkdv, g_dq = None, None
     fused = asked and _fused_call(q, k, v, dense, sparse, band, tuple(tiles), engine)

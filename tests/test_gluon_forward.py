@@ -283,12 +283,13 @@ def test_gluon_bwd_runs_the_backwards_in_its_domain_and_lists_its_arguments_in_o
 
 
 @pytest.mark.parametrize("d, nk, causal", [(128, 257, "bottom_right"), (128, 64, False), (64, ka.LONG_KEYS, False),
-                                            (64, 100, "bottom_right")])
+                                            (64, 100, "bottom_right"), (64, ka.SHORT_KEYS, False),
+                                            (64, ka.SHORT_KEYS, "bottom_right")])
 def test_launches_with_gluon_are_the_records_the_launcher_makes_on_sm90(d, nk, causal, monkeypatch):
     """launches(gluon=True), what validate's warm-up keys its compiles on (flashcheck.adapters.ours_compile_key, with
     gluon_device()), predicts the records attention() and its backward launch on an sm_90 device: the Gluon kernels'
-    where they run the call, triton's elsewhere (d = 64 below LONG_KEYS keys). Simulated on the CPU: the device check
-    says sm_90, the launches are recorded, nothing runs."""
+    where they run the call, triton's elsewhere (d = 64 below SHORT_KEYS keys, or LONG_KEYS banded). Simulated on the
+    CPU: the device check says sm_90, the launches are recorded, nothing runs."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
     monkeypatch.setattr(ka, "_gluon_device", lambda device: True)
@@ -303,7 +304,7 @@ def test_launches_with_gluon_are_the_records_the_launcher_makes_on_sm90(d, nk, c
     ka._bwd_impl(q, k, v, o, o_res, lse, torch.randn_like(o), None, None, [], d ** -0.5, *band, 0, 0, dot, [])
     want = ka.launches(*(ka.Layout.of(x) for x in (q, k, v)), causal=causal, grad=True, interpret=False, gluon=True)
     assert tuple(made) == want
-    gluon = d == 128 or nk >= ka.LONG_KEYS
+    gluon = d == 128 or nk >= (ka.LONG_KEYS if causal else ka.SHORT_KEYS)
     assert [x.kernel.endswith("_gluon_kernel") for x in want] == [gluon, False, gluon, gluon]
     plain = ka.launches(*(ka.Layout.of(x) for x in (q, k, v)), causal=causal, grad=True, interpret=False)
     assert not any(x.kernel.endswith("_gluon_kernel") for x in plain)  # another GPU: triton's records
@@ -543,15 +544,16 @@ SHORT_CASES = [
 @needs_sm90
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("case", SHORT_CASES, ids=str)
-def test_auto_runs_gluon_fwd_on_short_unbanded_d64_calls_within_bound(case, dtype, monkeypatch):
-    """The default engine at d = 64 on unbanded calls with SHORT_KEYS to LONG_KEYS keys: gluon_fwd's 128 x 128 tile,
-    triton_bwd after it; the outputs within the bounds of the Precision the adapter states for the default tiles
-    (Precision.for_call takes the short tile from the key count and the band: tests/test_short_tile.py)."""
+def test_auto_runs_the_gluon_kernels_on_short_unbanded_d64_calls_within_bound(case, dtype, monkeypatch):
+    """The default engine at d = 64 on unbanded calls with SHORT_KEYS to LONG_KEYS keys: gluon_fwd's 128 x 128 tile and
+    gluon_bwd's kernels; the outputs within the bounds of the Precision the adapter states for the default tiles
+    (Precision.for_call takes the short tile and its backward's blocks from the key count and the band:
+    tests/test_short_tile.py)."""
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
     q = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hq, case.shape.Nq, case.shape.d))
     kv = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hkv, case.shape.Nk, case.shape.d))
     assert ka._gluon_forward(q, kv, kv, False, False, False, False, (), False, "auto") is not None
-    assert ka._gluon_backward(q, kv, kv, q, q, kv, kv, False, False, False, (), False, "auto") == (None, None)
+    assert None not in ka._gluon_backward(q, kv, kv, q, q, kv, kv, False, False, False, (), False, "auto")
     inp = materialize(case, dtype)
     out = run_kernel(inp, case, dtype, backward=True)
     prec = kernel_precision(dtype, case.shape.d)

@@ -1,9 +1,10 @@
-"""The forward's tile of short unbanded calls (issue 10): the "auto" engine gives gluon_fwd's 128 x 128 tile, the
-forward only, to fp16 / bf16 calls at head dim 64 with SHORT_KEYS to LONG_KEYS keys and no band (measured faster
-there, paired: bench/NOTES.md, "Session 2026-11-29b"; banded calls keep triton_fwd's 64 x 64, the Gluon forward being
-slower at N = 1k causal), their backward triton_bwd's tiles as below SHORT_KEYS. The tile is part of the arithmetic
-the bounds read, so the Precision states it (`Precision.short_forward`, `short_keys`) and the bounds take the call's
-(`Precision.for_call`) from its key count and band, as they take the long tile (tests/test_long_tile.py)."""
+"""The tiles of short unbanded calls (issue 10): the "auto" engine gives the Gluon kernels' tiles, gluon_fwd's 128 x 128
+forward and gluon_bwd's backward, to fp16 / bf16 calls at head dim 64 with SHORT_KEYS to LONG_KEYS keys and no band
+(measured faster there: the forward paired 1.065x triton_fwd at N = 1k, bench/NOTES.md "Session 2026-11-29b"; the
+backward 1.03-1.06x triton_bwd at 1k, "Session 2026-11-29f"), banded calls keeping triton's tiles below LONG_KEYS (the
+Gluon forward 0.85x, its backward 0.94x at N = 1k causal). The tiles are part of the arithmetic the bounds read, so
+the Precision states them (`Precision.short_forward` with its backward outer blocks, `short_keys`) and the bounds take
+the call's (`Precision.for_call`) from its key count and band, as they take the long tile (tests/test_long_tile.py)."""
 from __future__ import annotations
 
 import importlib
@@ -22,17 +23,17 @@ def _cfg(d=64, dtype=torch.bfloat16, **kw):
     return ka.kernel_config(d, dtype, interpret=False, **kw)
 
 
-def test_auto_gives_gluon_fwd_tile_alone_to_short_unbanded_unmasked_d64_calls(monkeypatch):
+def test_auto_gives_the_gluon_tiles_to_short_unbanded_unmasked_d64_calls(monkeypatch):
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
     base = _cfg()
     for dtype in (torch.bfloat16, torch.float16):
         for nk in (SHORT, LONG - 1):
             c = _cfg(dtype=dtype, n_keys=nk, n_queries=1)
             assert c.fwd.gluon and (c.fwd.block_m, c.fwd.block_n, c.fwd.num_warps) == (128, 128, 8), (dtype, nk)
-            assert c.fwd == _cfg(dtype=dtype, n_keys=LONG, n_queries=1).fwd  # the long unmasked calls' forward tile
-            assert (c.dkdv, c.dq) == (base.dkdv, base.dq) and not (c.dkdv.gluon or c.dq.gluon)  # triton_bwd's
+            assert c.dkdv.gluon and c.dq.gluon and not c.dq.fused, (dtype, nk)
+            assert c == _cfg(dtype=dtype, n_keys=LONG, n_queries=1)  # the long unmasked calls' tiles, all three
     # below, banded, or masked (no query count): triton's
-    assert _cfg(n_keys=SHORT - 1, n_queries=1) == base and _cfg(n_keys=SHORT, n_queries=1, band=True) == base
+    assert _cfg(n_keys=SHORT - 1, n_queries=1) == base and _cfg(n_keys=LONG - 1, n_queries=1, band=True) == base
     assert _cfg(n_keys=SHORT) == base
 
 
@@ -45,26 +46,29 @@ def test_the_short_tile_changes_nothing_elsewhere(monkeypatch):
     assert _cfg(n_keys=SHORT, n_queries=1) == _cfg()
 
 
-def test_short_unbanded_calls_run_gluon_fwd_and_triton_bwd(monkeypatch):
-    """The launcher's choice for calls without tiles: gluon_fwd for the forward of unbanded calls from SHORT_KEYS keys
-    on (banded ones, and fewer keys: triton_fwd), triton_bwd for the backward below LONG_KEYS (the launch records
-    too); a dense mask keeps gluon_fwd out, and its forward then runs triton_fwd's own 64 x 64 tile (at the short tile
-    it ran 0.76-0.78x that: bench/dense_short.py)."""
+def test_short_unbanded_calls_run_the_gluon_kernels(monkeypatch):
+    """The launcher's choice for calls without tiles: the Gluon kernels, forward and backward, for unbanded calls from
+    SHORT_KEYS keys on (banded ones below LONG_KEYS, and fewer keys: triton_fwd, triton_bwd; the launch records too); a
+    dense mask keeps them out, and its forward then runs triton_fwd's own 64 x 64 tile (at the short tile it ran
+    0.76-0.78x that: bench/dense_short.py)."""
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
     q = ka.Layout.dense("bfloat16", (1, 4, 256, 64))
     for nk, band, gluon in ((SHORT, False, True), (LONG - 1, False, True), (SHORT - 1, False, False),
-                            (SHORT, True, False)):
+                            (SHORT, True, False), (LONG - 1, True, False)):
         kv = ka.Layout.dense("bfloat16", (1, 2, nk, 64))
         assert (ka._gluon_forward(q, kv, kv, False, False, band, False, (), False, "auto") is not None) == gluon
+        assert (ka._gluon_backward(q, kv, kv, q, q, kv, kv, False, False, band, (), False, "auto")
+                != (None, None)) == gluon, (nk, band)
         causal = "bottom_right" if band else False
         recs = ka.launches(q, kv, kv, causal=causal, grad=True, interpret=False, gluon=True)
         assert (recs[0].kernel == "attn_fwd_gluon_kernel") == gluon, (nk, band)
-        assert [(dict(x.constexprs)["BLOCK_M"], dict(x.constexprs)["BLOCK_N"]) for x in recs[2:]] == [(64, 64)] * 2
+        assert [x.kernel.endswith("_gluon_kernel") for x in recs[2:]] == [gluon] * 2, (nk, band)
+        if not gluon:
+            assert [(dict(x.constexprs)["BLOCK_M"], dict(x.constexprs)["BLOCK_N"]) for x in recs[2:]] == [(64, 64)] * 2
         if not band:
             recs = ka.launches(q, kv, kv, mask_shape=(256, nk), grad=True, interpret=False, gluon=True)
             assert [(x.kernel, dict(x.constexprs)["BLOCK_M"], dict(x.constexprs)["BLOCK_N"]) for x in recs[:1]] == [
                 ("attn_fwd_kernel", 64, 64)], nk
-        assert ka._gluon_backward(q, kv, kv, q, q, kv, kv, False, False, band, (), False, "auto") == (None, None)
 
 
 def test_the_arithmetic_and_precision_state_the_short_tile(monkeypatch):
@@ -77,7 +81,10 @@ def test_the_arithmetic_and_precision_state_the_short_tile(monkeypatch):
     s = p.short_forward
     assert p.short_keys == SHORT and (s.block_k, s.block_q_fwd) == (128, 128)
     assert s.rowsum_depth == p.long_forward.rowsum_depth  # one tile, one compile record
-    assert (s.block_q_dq, s.block_k_dkdv, s.block_q) == (None, None, None)  # the backward's tiles stay
+    assert (s.block_q_dq, s.block_k_dkdv, s.block_q) == (128, 128, 128)  # the Gluon backward's, as the long calls'
+    lf = p.long_forward
+    assert (s.block_q_dq, s.block_k_dkdv, s.block_q) == (lf.block_q_dq, lf.block_k_dkdv, lf.block_q)
+    assert (a.block_q_dq_short, a.block_k_dkdv_short, a.block_q_short) == (128, 128, 128)
     for kw in (dict(head_dim=128), dict(head_dim=64, tiles=_cfg()), dict(head_dim=64, precision="accurate")):
         a = ka.arithmetic(torch.bfloat16, interpret=False, **kw)
         assert (a.block_k_short, a.block_q_fwd_short, a.short_keys) == (None,) * 3, kw
@@ -85,10 +92,12 @@ def test_the_arithmetic_and_precision_state_the_short_tile(monkeypatch):
     assert ka.arithmetic(torch.bfloat16, head_dim=64, interpret=True).short_keys is None
 
 
-def _precision(**kw):
+def _precision(short_outer=False, **kw):
+    outer = dict(block_q_dq=128, block_k_dkdv=128, block_q=128) if short_outer else {}
     return Precision("bfloat16", "bf16", block_k=64, block_q=64, block_q_fwd=64, rowsum_depth=6,
                      l_accumulate="float64", block_q_dq=64, block_k_dkdv=64,
-                     short_forward=BandForward(block_k=128, block_q_fwd=128, rowsum_depth=None), short_keys=300, **kw)
+                     short_forward=BandForward(block_k=128, block_q_fwd=128, rowsum_depth=None, **outer),
+                     short_keys=300, **kw)
 
 
 def test_for_call_substitutes_the_short_tile_for_unbanded_unmasked_calls_only():
@@ -112,8 +121,10 @@ def test_for_call_substitutes_the_short_tile_for_unbanded_unmasked_calls_only():
             Precision("bfloat16", "bf16", short_forward=BandForward(block_k=128), **kw)
     with pytest.raises(ValueError, match="short_forward"):
         Precision("bfloat16", "bf16", short_keys=300)
-    with pytest.raises(ValueError, match="short_forward"):  # it states no backward blocks
-        Precision("bfloat16", "bf16", short_forward=BandForward(block_k=128, block_q_dq=128), short_keys=300)
+    # with the backward's outer blocks stated, those too (the dQ kernel's key tile stays)
+    b = _precision(short_outer=True).for_call(False, None, 300, 40)
+    assert (b.block_k, b.block_q_dq, b.block_k_dkdv, b.block_q, b.dq_key_tile) == (128, 128, 128, 128, 64)
+    assert _precision(short_outer=True).for_call(True, None, 300, 40).block_q_dq == 64  # banded: not short
 
 
 def _problem(nq=40, nk=300, d=16, seed=0):

@@ -298,10 +298,11 @@ class Precision:
       (BandForward.block_q_dq, block_k_dkdv). The bounds substitute it for such calls before the band's
       (Precision.for_call); set by flashcheck.adapters.ours_precision from kernel_config(n_keys=, n_queries=).
     short_forward, short_keys: the forward's tile of unbanded, unmasked calls with at least short_keys keys (below
-      long_keys where long_forward is stated) where it differs, the backward's tiles unchanged (a BandForward stating
-      no outer blocks and a positive int, both or neither; our kernel's "auto" engine at d = 64 fp16 / bf16:
-      gluon_fwd's 128 x 128 from flashcheck.kernels.attention.SHORT_KEYS keys on). Substituted by Precision.for_call;
-      set by flashcheck.adapters.ours_precision from kernel_config(n_keys=, n_queries=).
+      long_keys where long_forward is stated) where it differs, with those calls' backward outer blocks where they
+      differ (a BandForward and a positive int, both or neither; our kernel's "auto" engine at d = 64 fp16 / bf16:
+      gluon_fwd's 128 x 128 and the Gluon backward from flashcheck.kernels.attention.SHORT_KEYS keys on).
+      Substituted by Precision.for_call; set by flashcheck.adapters.ours_precision from kernel_config(n_keys=,
+      n_queries=).
     dq_accumulation: the backward's dQ accumulation where it differs from the other passes' (ACCUMULATIONS; default
       None: `accumulation`). "blocked": each key tile's product dS K (dq_key_tile keys) summed on its own from a zero
       accumulator, ONE tl.dot from zero (on tensor cores one MMA chain, each product through at most
@@ -403,10 +404,9 @@ class Precision:
                              f"got {self.long_forward!r} and {lk!r}")
         sf, sk = self.short_forward, self.short_keys
         if (sk is None) != (sf is None) or (sk is not None and (
-                not isinstance(sk, int) or isinstance(sk, bool) or sk < 1 or not isinstance(sf, BandForward)
-                or (sf.block_q_dq, sf.block_k_dkdv, sf.block_q) != (None, None, None))):
-            raise ValueError("Precision.short_forward and short_keys come together (a BandForward stating no backward "
-                             f"blocks and a positive int), got {sf!r} and {sk!r}")
+                not isinstance(sk, int) or isinstance(sk, bool) or sk < 1 or not isinstance(sf, BandForward))):
+            raise ValueError("Precision.short_forward and short_keys come together (a BandForward and a positive int), "
+                             f"got {sf!r} and {sk!r}")
         d = self.rowsum_depth
         if d is not None and (not isinstance(d, int) or isinstance(d, bool) or d < 1):
             raise ValueError(f"Precision.rowsum_depth must be None or a positive int, got {d!r}")
@@ -463,7 +463,8 @@ class Precision:
         the forward's tile fields are the long tile's, and the backward's outer blocks where it states them (as
         `banded` substitutes the band's; the band tile then no longer applies); otherwise, with a short_forward
         stated, the call unbanded (`is_band`) and unmasked (Nq given) and Nk >= short_keys, the forward's tile fields
-        are the short tile's; otherwise `banded(causal, window)`. Then, with a fused_dq stated, Nq given,
+        are the short tile's, and the backward's outer blocks where it states them; otherwise `banded(causal,
+        window)`. Then, with a fused_dq stated, Nq given,
         Nq >= fused_dq.queries, Nk >= fused_dq.keys, Dv = fused_dq.value_dim where that is stated, and the call not
         banded (`is_band`): dQ summed in the dK/dV kernel, dq_accumulation "blocked" over key tiles of
         fused_dq.block_k (block_k_dq), fused_dq cleared. The bounds take it first, before `fitted`."""
