@@ -142,8 +142,8 @@ FUSED_KEYS = 8192
 # gluon_fwd's programs run two query blocks each (PAIRED) on calls with at most this many keys, measured on the H200
 # side by side (bench/fwd_variants.py --cells pair, bench/NOTES.md "Session 2026-11-29b"): d = 128 unmasked paired /
 # unpaired 1.11x at N = 512, 1.07x at 1k, 1.02x at 2k, 0.99x at 4k (d = 64: 1.06x at 1k). Banded, as one loop of each
-# kind (gluon_fwd._consumer_band_pair; "Session 2026-11-29g"): causal d = 128 1.034x at N = 1k, 1.046x at 2k, 1.007x
-# at 4k; d = 64 1.038x at 2k (the two-copy pairs were 0.68x at d = 128 N = 1k causal: the instruction cache)
+# kind (gluon_fwd._consumer_band_pair; "Session 2026-11-29g"): causal d = 128 1.036x at N = 1k, 1.024x at 2k, 1.010x
+# at 4k; d = 64 1.037x at 2k (the two-copy pairs were 0.68x at d = 128 N = 1k causal: the instruction cache)
 PAIR_KEYS = 2048
 # gluon_fwd's programs run three consumer warpgroups (192 query rows, WIDE) on unbanded calls at head dim 64 with at
 # least this many queries and keys, measured on the H200 side by side (bench/NOTES.md "Session 2026-11-29e": the

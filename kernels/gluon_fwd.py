@@ -17,7 +17,7 @@ now"). This kernel overlaps them, as FlashAttention-3 does, with what Triton's `
   over it is wrong on Triton 3.6 (bench/results/h200-2026-11-29b/gluon_fwd_loop.patch), and two copies of the partial
   and full tile code overflow the instruction cache where both run (banded calls: 0.68x). Under a band a pair is
   `_consumer_band_pair`'s instead: the light block p first, all its tiles unpipelined in the loop that then takes the
-  heavy block's partial tiles, then the heavy block's full tiles pipelined, one copy of each loop (1.03-1.05x the
+  heavy block's partial tiles, then the heavy block's full tiles pipelined, one copy of each loop (1.02-1.04x the
   unpaired programs at N = 1k-2k causal: bench/NOTES.md "Session 2026-11-29g").
 
 What each row computes is `triton_fwd`'s, step for step (the bounds' Precision does not change with the engine):
