@@ -3,6 +3,10 @@
 #   bash bench/gpu_2026_11_29g.sh m    # after both merges (main's previous tree cc0b647 in _base/): the GPU tests the
 #                                      # merges touch, the A/B against cc0b647 on the cells they move, issue 10's table
 #   bash bench/gpu_2026_11_29g.sh m2   # the same tests again, -v (m's limit cut 6 unnamed ones), and the A/B shorter
+# and for the next session (NOTES 29g Next 1):
+#   bash bench/gpu_2026_11_29g.sh prof # ncu on the Gluon backward's two kernels, d = 128 N = 16k bf16 (~3 min): why the
+#                                      # dK/dV kernel runs its products ~20 % slower than the dQ kernel (pipes, stalls,
+#                                      # the SM clock under the power cap, shared-memory traffic)
 # and the call for the two branches, before their merge:
 # branch short-bwd checked out, main's tree in _base/ and branch band-pairs' whole tree in _bp/:
 #   git checkout short-bwd && mkdir -p _base _bp
@@ -14,6 +18,26 @@ set -uf  # (no globbing)
 export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 O=${OUT:-/tmp/gpu_2026_11_29g}
 mkdir -p "$O"
+if [ "${1:-}" = prof ]; then
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 2; }
+  SEC="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+    --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy"
+  MET="--metrics sm__cycles_elapsed.avg.per_second,sm__inst_executed_pipe_tensor_op_gmma.sum,\
+sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,\
+l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__sass_inst_executed_op_local_ld.sum"
+  for k in dkdv dq; do  # the sections, then the metrics apart (a metric this ncu does not know fails its run only)
+    for what in sections metrics; do
+      opts=$SEC; [ $what = metrics ] && opts=$MET
+      timeout 120 "$NCU" --clock-control none --kernel-name "regex:attn_bwd_${k}_gluon_kernel" --launch-skip 2 \
+        --launch-count 1 $opts python3 bench/kernel_speed.py --profile-once --d 128 --N 16384 --backward \
+        > "$O/ncu_${k}_${what}.log" 2>&1
+      echo "== $k $what"; grep -E "Duration|SM Frequency|Throughput|Pipe|gmma|Issue Slots|No Eligible|Stall|Warp \
+Cycles |local_ld|shared|Registers|per_second|inst_executed|==ERROR==" "$O/ncu_${k}_${what}.log" | head -50
+    done
+  done
+  exit 0
+fi
 if [ "${1:-}" = m2 ]; then
   [ -d _base/kernels ] || { echo "no _base/: see the header"; exit 2; }
   t0=$SECONDS
