@@ -6,7 +6,12 @@ triton.testing.do_bench; the table compares each cell's medians over the rounds.
 bit for bit on every cell (O, dQ, dK, dV of the same inputs): a schedule change must not move a bit.
 
     mkdir -p _base && git archive main flashcheck kernels proofs reference | tar -x -C _base   # the device has no git
-    PYTHONPATH=. python3 bench/ab_trees.py --base _base [--new .] [--rounds 3] [--cells 128:1024:1,64:1024:1]
+    PYTHONPATH=. python3 bench/ab_trees.py --base _base [--new .] [--rounds 3] [--cells 128:1024:1,64:1024:1] \
+        [--budget SECONDS]
+
+--budget: start no round that would end past that many seconds (by the last round's length) and compare the rounds
+run; give it instead of an outer `timeout`, which cuts the whole table (the first round compiles both trees' kernels:
+~40 s a tree on a fresh machine, session 2026-11-29g).
 
 A tree is a folder holding the package (flashcheck/, kernels/, proofs/, reference/: pyproject's package dirs); the
 worker runs with PYTHONPATH=<tree> only, so it imports that tree's code.
@@ -19,6 +24,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 CELLS = [(d, n, causal) for d in (128, 64) for n in (16384, 4096, 1024) for causal in (False, True)]  # issue 10's
@@ -76,6 +82,8 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--cells", default=None, help="d:N:causal,... (e.g. 128:1024:1), default issue 10's table")
     p.add_argument("--out", default=None, help="a folder for ab_trees.json")
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds: no round started that would end past them (at least one round runs)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--dump", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -88,7 +96,12 @@ def main() -> int:
     trees = {"base": str(Path(args.base).resolve()), "new": str(Path(args.new).resolve())}
     times = {(name, c, what): [] for name in trees for c in cells for what in ("fwd", "fwd+bwd")}
     dumps = {name: f"/tmp/ab_trees_{os.getpid()}_{name}.pt" for name in trees}
+    start, last = time.monotonic(), 0.0
     for r in range(args.rounds):
+        if r and args.budget is not None and time.monotonic() - start + last > args.budget:
+            print(f"budget: {r} of {args.rounds} rounds ({time.monotonic() - start:.0f} s)", flush=True)
+            break
+        began = time.monotonic()
         for name in (("base", "new") if r % 2 == 0 else ("new", "base")):
             env = dict(os.environ, PYTHONPATH=trees[name])
             cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--cells",
@@ -102,6 +115,7 @@ def main() -> int:
                     for what, ms in row["ms"].items():
                         times[name, (row["d"], row["N"], row["causal"]), what].append(ms)
             print(f"round {r + 1}: {name} done", flush=True)
+        last = time.monotonic() - began
     import torch
 
     base_out, new_out = torch.load(dumps["base"]), torch.load(dumps["new"])
