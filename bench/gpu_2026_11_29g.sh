@@ -4,7 +4,8 @@
 #                                      # merges touch, the A/B against cc0b647 on the cells they move, issue 10's table
 #   bash bench/gpu_2026_11_29g.sh m2   # the same tests again, -v (m's limit cut 6 unnamed ones), and the A/B shorter
 # and for the next session (NOTES 29g Next 1):
-#   bash bench/gpu_2026_11_29g.sh prof # ncu on the Gluon backward's two kernels, d = 128 N = 16k bf16 (~3 min): why the
+#   bash bench/gpu_2026_11_29g.sh prof # ncu on the Gluon backward's two kernels, d = 128 N = 16k bf16, and the d = 64
+#                                      # N = 1k causal forward, triton_fwd against Gluon (~5 min): why the
 #                                      # dK/dV kernel runs its products ~20 % slower than the dQ kernel (pipes, stalls,
 #                                      # the SM clock under the power cap, shared-memory traffic)
 # and the call for the two branches, before their merge:
@@ -35,6 +36,16 @@ l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__sass_inst_executed_op_local
       echo "== $k $what"; grep -E "Duration|SM Frequency|Throughput|Pipe|gmma|Issue Slots|No Eligible|Stall|Warp \
 Cycles |local_ld|shared|Registers|per_second|inst_executed|==ERROR==" "$O/ncu_${k}_${what}.log" | head -50
     done
+  done
+  # the worst forward cell, d = 64 N = 1k causal: triton_fwd's 64 x 64 tile ("auto") against the paired Gluon
+  # forward (FLASHCHECK_FORWARD_ENGINE=gluon), 270 vs 250 TFLOP/s this session, cuDNN 333
+  for eng in auto gluon; do
+    kern=attn_fwd_kernel; [ $eng = gluon ] && kern=attn_fwd_gluon_kernel
+    FLASHCHECK_FORWARD_ENGINE=$eng timeout 120 "$NCU" --clock-control none --kernel-name "regex:^$kern" \
+      --launch-skip 2 --launch-count 1 $SEC python3 bench/kernel_speed.py --profile-once --d 64 --N 1024 --causal \
+      > "$O/ncu_fwd64_1k_causal_$eng.log" 2>&1
+    echo "== fwd d64 1k causal $eng"; grep -E "Duration|SM Frequency|Throughput|Pipe|Issue Slots|No Eligible|Stall|\
+Warp Cycles |Registers|Waves|==ERROR==" "$O/ncu_fwd64_1k_causal_$eng.log" | head -30
   done
   exit 0
 fi
