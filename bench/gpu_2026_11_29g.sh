@@ -3,6 +3,7 @@
 #   bash bench/gpu_2026_11_29g.sh m    # after both merges (main's previous tree cc0b647 in _base/): the GPU tests the
 #                                      # merges touch, the A/B against cc0b647 on the cells they move, issue 10's table
 #   bash bench/gpu_2026_11_29g.sh m2   # the same tests again, -v (m's limit cut 6 unnamed ones), and the A/B shorter
+#                                      # (as run: `-m gpu` let the slow tier in; `-m "gpu and not slow"` leaves it out)
 # and for the next session (NOTES 29g Next 1):
 #   bash bench/gpu_2026_11_29g.sh prof # ncu on the Gluon backward's two kernels, d = 128 N = 16k bf16, and the d = 64
 #                                      # N = 1k causal forward, triton_fwd against Gluon (~5 min): why the
