@@ -9,6 +9,8 @@
 #                                      # N = 1k causal forward, triton_fwd against Gluon (~5 min): why the
 #                                      # dK/dV kernel runs its products ~20 % slower than the dQ kernel (pipes, stalls,
 #                                      # the SM clock under the power cap, shared-memory traffic)
+#   bash bench/gpu_2026_11_29g.sh loop # the loop-around-the-block forward (NOTES 29g Next 2) on its failing case,
+#                                      # block by block, then under compute-sanitizer (~2 min)
 # and the call for the two branches, before their merge:
 # branch short-bwd checked out, main's tree in _base/ and branch band-pairs' whole tree in _bp/:
 #   git checkout short-bwd && mkdir -p _base _bp
@@ -20,6 +22,18 @@ set -uf  # (no globbing)
 export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 O=${OUT:-/tmp/gpu_2026_11_29g}
 mkdir -p "$O"
+if [ "${1:-}" = loop ]; then
+  timeout 120 python3 bench/loop_pair_probe.py 2>&1 | tail -40 | tee "$O/loop_probe.log"
+  timeout 100 python3 bench/loop_pair_probe.py --B 1 --H 2 --N 1000 --d 64 2>&1 | tail -20 | tee "$O/loop_probe64.log"
+  CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+  if [ -n "$CS" ]; then
+    timeout 300 "$CS" --tool memcheck --show-backtrace device python3 bench/loop_pair_probe.py 2>&1 | head -80 \
+      | tee "$O/loop_memcheck.log"
+  else
+    echo "no compute-sanitizer on this machine"
+  fi
+  exit 0
+fi
 if [ "${1:-}" = prof ]; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 2; }
