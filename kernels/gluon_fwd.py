@@ -302,7 +302,7 @@ def _consumer_band_pair(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ri
     if has_b:
         if nt_b == 0:  # B sees no key: O = 0, LSE = −inf
             _epilogue(WG, o_desc, ores_desc, LSE, q_halves, 0, acc, m2_i, l_i, pid_bh, off_b, off_h, start_b, rows_b,
-                      Nq, HEAD_D, BLOCK_N, WRITE_RES, CONSUMERS)
+                      Nq, HEAD_D, WRITE_RES, CONSUMERS)
         else:
             mbarrier.wait(q_ready.index(0), 0)
     if n_b == 0:
@@ -319,7 +319,7 @@ def _consumer_band_pair(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ri
                                       STAGES, s_layout, o_rows, p_layout, (t >= n_b) | (t < np_b), True)
         if t == n_b - 1:  # B's last tile: its epilogue (left in flight), then A's rows from nothing
             _epilogue(WG, o_desc, ores_desc, LSE, q_halves, 0, acc, m2_i, l_i, pid_bh, off_b, off_h, start_b, rows_b,
-                      Nq, HEAD_D, BLOCK_N, WRITE_RES, CONSUMERS)
+                      Nq, HEAD_D, WRITE_RES, CONSUMERS)
             m2_i = gl.full([HALF_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
             l_i = gl.zeros([HALF_M], gl.float64, gl.SliceLayout(1, s_layout))
             acc = gl.zeros([HALF_M, HEAD_D], gl.float32, o_layout)
@@ -330,7 +330,7 @@ def _consumer_band_pair(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ri
                                  rows_a, n_b, np_a, block_a, Nq, Nk, off_lo, off_hi, True, True, HEAD_D, BLOCK_N,
                                  STAGES, s_layout, o_rows, p_layout)
     _epilogue(WG, o_desc, ores_desc, LSE, q_halves, 1, acc, m2_i, l_i, pid_bh, off_b, off_h, start_a, rows_a, Nq,
-              HEAD_D, BLOCK_N, WRITE_RES, CONSUMERS)
+              HEAD_D, WRITE_RES, CONSUMERS)
 
 
 @gluon.jit
@@ -373,7 +373,7 @@ def _consumer_block(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, 
                                  rows, t_base, t_first, block, Nq, Nk, off_lo, off_hi, SERIAL_PARTIAL, BAND, HEAD_D,
                                  BLOCK_N, STAGES, s_layout, o_rows, p_layout)
     _epilogue(WG, o_desc, ores_desc, LSE, q_halves, QB, acc, m2_i, l_i, pid_bh, off_b, off_h, start_m, rows, Nq,
-              HEAD_D, BLOCK_N, WRITE_RES, CONSUMERS)
+              HEAD_D, WRITE_RES, CONSUMERS)
 
 
 @gluon.jit
@@ -460,8 +460,7 @@ def _full_tiles(acc, m2_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, k_free
 
 @gluon.jit
 def _epilogue(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, qb, acc, m2_i, l_i, pid_bh, off_b, off_h, start_m,
-              rows, Nq, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, WRITE_RES: gl.constexpr,
-              CONSUMERS: gl.constexpr):
+              rows, Nq, HEAD_D: gl.constexpr, WRITE_RES: gl.constexpr, CONSUMERS: gl.constexpr):
     """Warpgroup WG's rows of the block at start_m, out: O = acc / l and LSE; O (and O_res) through the warpgroup's
     part of Q buffer qb (its last read, S's last product, is done) and TMA, left in flight (the caller waits)."""
     o_layout: gl.constexpr = wgmma_layout(HEAD_D)
