@@ -63,7 +63,8 @@ def edit_source(src: str, pairs, what: str = "kernels/gluon_fwd.py", every: bool
     """src with each (old, new) replaced; stops if an `old` does not occur exactly once (the kernel moved on), or
     with every, at least once."""
     for old, new in pairs:
-        if src.count(old) != 1 and not (every and src.count(old) > 1):
+        n = src.count(old)
+        if n == 0 or (n > 1 and not every):
             raise SystemExit(f"the edit no longer applies to {what}: {old[:60]!r}")
         src = src.replace(old, new)
     return src
@@ -111,6 +112,17 @@ def load_variant(stem: str, name: str, text: str, tmp: Path):
     return m
 
 
+def launch_args(m, q, k, v, o, lse, launch) -> tuple[tuple, dict]:
+    """(arguments, constexprs) of `launch` (attention._gluon_launch's record) for module m's forward kernel: the TMA
+    descriptors (Q's and O's boxes one consumer warpgroup's rows, K's and V's BLOCK_N), LSE, the scale and the ints;
+    the constexprs the kernel knows (an earlier kernel lacks the newer ones: PAIRED, say)."""
+    half = 64  # Q's and O's boxes: one consumer warpgroup's rows (gluon_fwd.HALF_M)
+    block_n = dict(launch.constexprs)["BLOCK_N"]
+    args = (m.descriptor(q, half), m.descriptor(k, block_n), m.descriptor(v, block_n), m.descriptor(o, half),
+            m.descriptor(o, half), lse, q.shape[-1] ** -0.5, *launch.ints)
+    return args, {name: x for name, x in launch.constexprs if name in m.attn_fwd_gluon_kernel.arg_names}
+
+
 def save_rows(out: str | None, filename: str, rows: list[dict]) -> None:
     """rows as `out`/`filename` (JSON, with the device and versions), when --out was given."""
     if not out:
@@ -151,16 +163,13 @@ def run(rounds: int, base: str | None = None, only: list[str] | None = None, cel
             t = dataclasses.replace(base_t, num_stages=var.stages or base_t.num_stages,
                                     block_n=var.block_n or base_t.block_n)
             launch = ka._gluon_launch(lq, lk, band, off_lo, off_hi, False, t, var.paired, var.wide)
-            constexprs, grid = dict(launch.constexprs), launch.grid
-            if "PAIRED" not in m.attn_fwd_gluon_kernel.arg_names:  # a --base kernel from before PAIRED
-                constexprs.pop("PAIRED")
-                grid = (-(-n // dict(launch.constexprs)["BLOCK_M"]), grid[1])  # one block a program
             options = {} if var.maxnreg is None else {"maxnreg": var.maxnreg}
             o = torch.empty_like(q)
             lse = torch.empty(B, H, n, device="cuda", dtype=torch.float32)
-            half = 64  # Q's and O's boxes: one consumer warpgroup's rows (gluon_fwd.HALF_M)
-            args = (m.descriptor(q, half), m.descriptor(k, t.block_n), m.descriptor(v, t.block_n),
-                    m.descriptor(o, half), m.descriptor(o, half), lse, d ** -0.5, *launch.ints)
+            args, constexprs = launch_args(m, q, k, v, o, lse, launch)
+            grid = launch.grid
+            if "PAIRED" not in constexprs:  # a --base kernel from before PAIRED: one block a program
+                grid = (-(-n // constexprs["BLOCK_M"]), grid[1])
 
             def go():
                 m.attn_fwd_gluon_kernel[grid](*args, **constexprs, num_warps=4, **options)

@@ -22,20 +22,9 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.insert(1, str(_ROOT))
 
-from bench.fwd_variants import load_variant  # noqa: E402  (after the repo root is importable)
+from bench.fwd_variants import launch_args, load_variant  # noqa: E402  (after the repo root is importable)
 
 VARIANT = _ROOT / "bench" / "results" / "h200-2026-11-29b" / "gluon_fwd_loop.py"
-
-
-def launch_args(m, q, k, v, o, lse, launch, kernel):
-    """(args, constexprs, grid) of `launch` (attention._gluon_launch's record) for module m's forward kernel: the
-    constexprs it knows (an older kernel lacks the newer ones)."""
-    half = 64  # Q's and O's boxes: one consumer warpgroup's rows (gluon_fwd.HALF_M)
-    block_n = dict(launch.constexprs)["BLOCK_N"]
-    args = (m.descriptor(q, half), m.descriptor(k, block_n), m.descriptor(v, block_n), m.descriptor(o, half),
-            m.descriptor(o, half), lse, q.shape[-1] ** -0.5, *launch.ints)
-    constexprs = {name: value for name, value in launch.constexprs if name in kernel.arg_names}
-    return args, constexprs, launch.grid
 
 
 def block_report(o, lse, o_ref, lse_ref, block_m: int) -> list[str]:
@@ -87,10 +76,10 @@ def main(argv=None) -> int:
         launch = ka._gluon_launch(ka.Layout.of(q), ka.Layout.of(k), band, off_lo, off_hi, False, t, paired, False)
         o = torch.full_like(q, float("nan"))
         lse = torch.full((args.B, args.H, args.N), float("nan"), device="cuda", dtype=torch.float32)
-        a, c, grid = launch_args(mod, q, k, v, o, lse, launch, mod.attn_fwd_gluon_kernel)
-        mod.attn_fwd_gluon_kernel[grid](*a, **c, num_warps=4)
+        a, c = launch_args(mod, q, k, v, o, lse, launch)
+        mod.attn_fwd_gluon_kernel[launch.grid](*a, **c, num_warps=4)
         torch.cuda.synchronize()  # an illegal address surfaces here, named by compute-sanitizer
-        print(f"{name}: grid {grid}, constexprs {c}", flush=True)
+        print(f"{name}: grid {launch.grid}, constexprs {c}", flush=True)
         out[paired] = (o, lse)
     lines = block_report(*out[True], *out[False], t.block_m)
     print("\n".join(lines))
