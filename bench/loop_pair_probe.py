@@ -5,10 +5,12 @@ gluon_fwd.py with its PAIRED pair run by `for j in range(1 + has_b)`) gave paire
 
 This runs it PAIRED on the case that failed and compares, query block by query block, its O and LSE with the
 product's Gluon forward run one block a program (LSE filled with NaN first: rows it never writes show as NaN):
-which block's rows are wrong, and how (zeros, another block's rows, NaN). Under compute-sanitizer the illegal
-address gets its instruction:
+which block's rows are wrong, and how (zeros, NaN, or another block's rows: each differing block names the
+reference block its O is closest to). Session 2026-11-29h: wrong exactly when a block has no partial tile and the
+loop runs twice (bench/NOTES.md there); --variant runs another source (its results folder's variants). Under
+compute-sanitizer the illegal address gets its instruction:
 
-    PYTHONPATH=. python3 bench/loop_pair_probe.py [--B 2 --H 4 --N 256 --d 128]
+    PYTHONPATH=. python3 bench/loop_pair_probe.py [--B 2 --H 4 --N 256 --d 128] [--variant SOURCE]
     PYTHONPATH=. compute-sanitizer --tool memcheck python3 bench/loop_pair_probe.py
 """
 from __future__ import annotations
@@ -42,10 +44,26 @@ def block_report(o, lse, o_ref, lse_ref, block_m: int) -> list[str]:
                 dl = (lse[b, h, r] - lse_ref[b, h, r]).abs().nan_to_num(float("inf")).max().item()
                 unwritten = int(torch.isnan(lse[b, h, r]).sum())
                 zero_rows = int(((o[b, h, r] == 0).all(-1) & (o_ref[b, h, r] != 0).any(-1)).sum())
+                # the reference's (batch, head, block) whose rows these are closest to: a block written with another
+                # block's rows, or another head's, shows here
+                best = min(((bb, hh, kk) for bb in range(B) for hh in range(H) for kk in range(-(-N // block_m))),
+                           key=lambda x: _block_gap(o, o_ref, (b, h, blk), x, block_m))
                 lines.append(f"b={b} h={h} block={blk}: max|dO| {do:.3g} max|dLSE| {dl:.3g} "
                              f"LSE rows unwritten {unwritten} O rows zero {zero_rows}"
-                             + ("" if do == 0 and dl == 0 else "   <-- differs"))
+                             + ("" if do == 0 and dl == 0 else
+                                f"   <-- differs; closest reference (b, h, block) {best}: "
+                                f"max gap {_block_gap(o, o_ref, (b, h, blk), best, block_m):.3g}"))
     return lines
+
+
+def _block_gap(o, o_ref, at, ref_at, block_m: int) -> float:
+    """max |O[at] − O_ref[ref_at]| over the rows both blocks have (inf where NaN)."""
+    (b, h, k), (bb, hh, kk) = at, ref_at
+    n = o.shape[2]
+    rows = min(n - k * block_m, n - kk * block_m, block_m)
+    x = o[b, h, k * block_m:k * block_m + rows].float()
+    y = o_ref[bb, hh, kk * block_m:kk * block_m + rows].float()
+    return (x - y).abs().nan_to_num(float("inf")).max().item()
 
 
 def main(argv=None) -> int:
@@ -55,13 +73,14 @@ def main(argv=None) -> int:
     p.add_argument("--N", type=int, default=256)
     p.add_argument("--d", type=int, default=128)
     p.add_argument("--causal", action="store_true")
+    p.add_argument("--variant", type=Path, default=VARIANT, help="the loop variant's source (default: 29b's)")
     args = p.parse_args(argv)
     import importlib
 
     import torch
 
     ka = importlib.import_module("flashcheck.kernels.attention")  # the module, not the function of that name
-    m = load_variant("gluon_fwd", "loop", VARIANT.read_text(), Path(tempfile.mkdtemp(prefix="loop_pair_")))
+    m = load_variant("gluon_fwd", "loop", args.variant.read_text(), Path(tempfile.mkdtemp(prefix="loop_pair_")))
     from flashcheck.kernels import gluon_fwd
 
     g = torch.Generator(device="cuda").manual_seed(0)
