@@ -44,15 +44,16 @@ def block_report(o, lse, o_ref, lse_ref, block_m: int) -> list[str]:
                 dl = (lse[b, h, r] - lse_ref[b, h, r]).abs().nan_to_num(float("inf")).max().item()
                 unwritten = int(torch.isnan(lse[b, h, r]).sum())
                 zero_rows = int(((o[b, h, r] == 0).all(-1) & (o_ref[b, h, r] != 0).any(-1)).sum())
-                # the reference's (batch, head, block) whose rows these are closest to: a block written with another
-                # block's rows, or another head's, shows here
-                best = min(((bb, hh, kk) for bb in range(B) for hh in range(H) for kk in range(-(-N // block_m))),
-                           key=lambda x: _block_gap(o, o_ref, (b, h, blk), x, block_m))
-                lines.append(f"b={b} h={h} block={blk}: max|dO| {do:.3g} max|dLSE| {dl:.3g} "
-                             f"LSE rows unwritten {unwritten} O rows zero {zero_rows}"
-                             + ("" if do == 0 and dl == 0 else
-                                f"   <-- differs; closest reference (b, h, block) {best}: "
-                                f"max gap {_block_gap(o, o_ref, (b, h, blk), best, block_m):.3g}"))
+                line = (f"b={b} h={h} block={blk}: max|dO| {do:.3g} max|dLSE| {dl:.3g} "
+                        f"LSE rows unwritten {unwritten} O rows zero {zero_rows}")
+                if do != 0 or dl != 0:
+                    # the reference's (batch, head, block) whose rows these are closest to: a block written with
+                    # another block's rows, or another head's, shows here
+                    best = min(((bb, hh, kk) for bb in range(B) for hh in range(H) for kk in range(-(-N // block_m))),
+                               key=lambda x: _block_gap(o, o_ref, (b, h, blk), x, block_m))
+                    line += (f"   <-- differs; closest reference (b, h, block) {best}: "
+                             f"max gap {_block_gap(o, o_ref, (b, h, blk), best, block_m):.3g}")
+                lines.append(line)
     return lines
 
 
