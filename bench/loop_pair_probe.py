@@ -49,10 +49,11 @@ def block_report(o, lse, o_ref, lse_ref, block_m: int) -> list[str]:
                 if do != 0 or dl != 0:
                     # the reference's (batch, head, block) whose rows these are closest to: a block written with
                     # another block's rows, or another head's, shows here
-                    best = min(((bb, hh, kk) for bb in range(B) for hh in range(H) for kk in range(-(-N // block_m))),
-                               key=lambda x: _block_gap(o, o_ref, (b, h, blk), x, block_m))
-                    line += (f"   <-- differs; closest reference (b, h, block) {best}: "
-                             f"max gap {_block_gap(o, o_ref, (b, h, blk), best, block_m):.3g}")
+                    gaps = {x: _block_gap(o, o_ref, (b, h, blk), x, block_m)
+                            for x in ((bb, hh, kk) for bb in range(B) for hh in range(H)
+                                      for kk in range(-(-N // block_m)))}
+                    best = min(gaps, key=gaps.get)
+                    line += f"   <-- differs; closest reference (b, h, block) {best}: max gap {gaps[best]:.3g}"
                 lines.append(line)
     return lines
 
