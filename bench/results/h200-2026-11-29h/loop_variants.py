@@ -32,6 +32,13 @@ VARIANTS = {
     "offset": ("its partial-tile loop counting ring positions (t_base + t) rather than t",
                [(PARTIAL_LOOP, "    for tp in range(t_base, t_base + n_partial):\n        t = tp - t_base\n"
                                "        slot = tp % STAGES\n        phase = (tp // STAGES) & 1\n", 1)]),
+    "qfull": ("its full tiles' Q view indexed through a runtime select that is never taken (`Nq < 0`), which ptxas "
+              "12.8 cannot equate with the partial loop's: the full path computes its own Q descriptors (session "
+              "29i: bench/sass_defs.py)",
+              [("        t0 = t_base + n_partial  # ring positions from here on\n",
+                "        t0 = t_base + n_partial  # ring positions from here on\n"
+                "        q_smem = q_halves.index(2 * gl.where(Nq < 0, 1 - QB, QB) + WG).reshape([HALF_M, HEAD_D])\n",
+                1)]),
     "sepzero": ("S's zero accumulator made by gl.full rather than gl.zeros (apart from acc's zeros)",
                 [("    s_zero = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)\n",
                   "    s_zero = gl.full([HALF_M, BLOCK_N], 0.0, gl.float32, s_layout)\n", 1)]),

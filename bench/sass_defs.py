@@ -1,0 +1,211 @@
+"""Does a compiled kernel's SASS read a wgmma descriptor from a uniform register that some path leaves unwritten?
+
+bench/NOTES.md "Session 2026-11-29i": ptxas 12.8 (the one Triton 3.6 ships) miscompiles the loop-around-the-block
+forward (bench/results/h200-2026-11-29b/gluon_fwd_loop.py): the full tiles' first S product takes Q's descriptors
+for k-steps 1-7 from uniform registers (UR4:UR5 "Q + 2", ...) that only the partial-tile loop's preheader writes, so
+a query block with no partial tile runs S on stale descriptors (wrong O, or an illegal address at d = 64). ptxas
+12.9 and 13.0 compute them on every path. This reads the SASS (Triton's cuobjdump) and runs a must-be-written
+analysis over its control-flow graph: at each HGMMA, the uniform registers of its descriptors (gdesc[URx]: A in
+URx, URx+1 and B in URx+2, URx+3 when A is in shared memory; B only when A is in registers) must be written on
+every path from the kernel's entry, by an unpredicated instruction. A register read where some path never wrote it
+is reported: the miscompile's signature (a descriptor computed in a block that does not dominate its use).
+
+The warp-specialize dispatch's BRX jumps through a constant-bank table: its targets are taken to be the lowest
+instruction no edge reaches, then the next such, until every instruction is reached (each partition's entry).
+
+    PYTHONPATH=. python3 bench/sass_defs.py --variant SOURCE --d 128 [--paired]   # a forward variant (fwd_variants)
+    PYTHONPATH=. python3 bench/sass_defs.py --product                             # the product's Gluon forwards
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(1, str(_ROOT))
+
+_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_UR = re.compile(r"\bUR(\d+)\b")
+
+
+def parse(sass: str) -> list[tuple[int, str]]:
+    """(address, instruction text without the trailing ';') of each SASS instruction, in order."""
+    return [(int(m.group(1), 16), m.group(2)) for m in _LINE.finditer(sass)]
+
+
+def _pred_and_body(text: str) -> tuple[bool, str]:
+    """(predicated, the instruction without its guard)."""
+    m = re.match(r"@!?U?P[T0-9]+\s+(.*)", text)
+    return (True, m.group(1)) if m else (False, text)
+
+
+def _written(body: str) -> set[int]:
+    """Uniform registers an instruction writes: its first operand if a UR (two for .64 / WIDE forms)."""
+    parts = body.split(None, 1)
+    if len(parts) < 2:
+        return set()
+    op, rest = parts
+    first = rest.split(",")[0].strip()
+    m = re.fullmatch(r"UR(\d+)", first)
+    if not m or op.startswith(("HGMMA", "SYNCS", "UTMA", "UBLKCP", "STS", "ST.", "RED", "ATOM")):
+        return set()
+    r = int(m.group(1))
+    return {r, r + 1} if (".64" in op or "WIDE" in op) else {r}
+
+
+def _sources(body: str) -> set[int]:
+    """Uniform registers an instruction that writes one reads: its other UR operands (both halves of .64 ones)."""
+    parts = body.split(None, 1)
+    if len(parts) < 2:
+        return set()
+    op, rest = parts
+    regs = {int(x) for x in _UR.findall(rest.split(",", 1)[1])} if "," in rest else set()
+    return regs | {r + 1 for r in regs} if ".64" in op else regs
+
+
+def _read_descriptors(body: str) -> set[int]:
+    """The descriptor registers an HGMMA reads (empty for other instructions)."""
+    if not body.startswith("HGMMA"):
+        return set()
+    m = re.search(r"gdesc\[UR(\d+)\]", body)
+    if not m:
+        return set()
+    r = int(m.group(1))
+    a_in_registers = re.search(r",\s*R\d+,\s*gdesc", body) is not None
+    return {r + 2, r + 3} if a_in_registers else {r, r + 1, r + 2, r + 3}
+
+
+def undefined_descriptor_reads(sass: str) -> list[tuple[int, str, list[int]]]:
+    """(address, instruction, registers) for each HGMMA reading a descriptor register that some path from the
+    kernel's entry leaves unwritten."""
+    ins = parse(sass)
+    addrs = [a for a, _ in ins]
+    index = {a: i for i, a in enumerate(addrs)}
+    succ: list[list[int]] = [[] for _ in ins]
+    for i, (a, text) in enumerate(ins):
+        pred, body = _pred_and_body(text)
+        op = body.split()[0] if body else ""
+        falls = i + 1 < len(ins)
+        if op.startswith("BRA"):
+            t = int(re.findall(r"0x[0-9a-f]+", body)[-1], 16)
+            if t in index:
+                succ[i].append(index[t])
+            # an unpredicated BRA without a predicate operand does not fall through
+            falls = falls and (pred or re.match(r"BRA\S*\s+!?U?P[T0-9]+\s*,", body) is not None)
+        elif op.startswith(("EXIT", "RET")) and not pred:
+            falls = False
+        elif op.startswith("BRX"):
+            falls = False  # successors: the entries, below
+        if falls:
+            succ[i].append(i + 1)
+    # the BRX's targets: the lowest instruction no edge reaches yet, again until every instruction is reached (each
+    # partition's code starts at its entry)
+    brx = [i for i, (_, t) in enumerate(ins) if _pred_and_body(t)[1].startswith("BRX")]
+    reached: set[int] = set()
+    todo = [0]
+    while True:
+        while todo:
+            i = todo.pop()
+            if i not in reached:
+                reached.add(i)
+                todo.extend(succ[i])
+        rest = [i for i in range(len(ins)) if i not in reached]
+        if not rest or not brx:
+            break
+        for b in brx:
+            succ[b].append(rest[0])
+        todo.append(rest[0])
+    preds: list[list[int]] = [[] for _ in ins]
+    for i, ss in enumerate(succ):
+        for s in ss:
+            preds[s].append(i)
+    # a register holds a written value after an instruction that writes it from written values; one written from a
+    # register some path left unwritten (a copy of a stale descriptor) is as unwritten as its source
+    bodies = [_pred_and_body(t) for _, t in ins]
+    universe = set(range(256))
+    out = [set(universe) for _ in ins]
+    in_ = [set() for _ in ins]
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(ins)):
+            new_in = set.intersection(*(out[p] for p in preds[i])) if i and preds[i] else set()
+            pred, body = bodies[i]
+            dest = _written(body)
+            if dest and _sources(body) <= new_in and not pred:
+                new_out = new_in | dest
+            elif dest and not _sources(body) <= new_in:
+                new_out = new_in - dest
+            else:
+                new_out = new_in
+            if new_out != out[i] or new_in != in_[i]:
+                in_[i], out[i], changed = new_in, new_out, True
+    report = []
+    for i, (a, text) in enumerate(ins):
+        need = _read_descriptors(_pred_and_body(text)[1])
+        missing = sorted(need - in_[i])
+        if missing:
+            report.append((a, text, missing))
+    return report
+
+
+def sass_of(ck) -> str:
+    """A compiled kernel's SASS, disassembled by Triton's own cuobjdump."""
+    import os
+    import subprocess
+    import tempfile
+
+    import triton
+
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = os.path.join(tmp, "k.cubin")
+        with open(cubin, "wb") as f:
+            f.write(ck.asm["cubin"])
+        return subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", cubin], capture_output=True, text=True,
+                              check=True).stdout
+
+
+def main(argv=None) -> int:
+    import tempfile
+
+    import triton
+
+    from bench.compile_forward import compile_gluon
+    from bench.fwd_variants import load_variant
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--variant", type=Path, help="a forward variant's source (bench/fwd_variants.py load_variant)")
+    p.add_argument("--d", type=int, default=128)
+    p.add_argument("--paired", action="store_true")
+    p.add_argument("--band", action="store_true")
+    p.add_argument("--stages", type=int, default=2)
+    p.add_argument("--product", action="store_true", help="the product's Gluon forward builds, d 64 and 128")
+    args = p.parse_args(argv)
+    print(f"Triton {triton.__version__}")
+    builds = []
+    if args.product:
+        for d in (64, 128):
+            for band in (False, True):
+                for paired in (False, True):
+                    builds.append((None, d, band, paired))
+    if args.variant:
+        m = load_variant("gluon_fwd", args.variant.stem, args.variant.read_text(), Path(tempfile.mkdtemp()))
+        builds.append((m, args.d, args.band, args.paired))
+    bad = 0
+    for module, d, band, paired in builds:
+        ck = compile_gluon("bfloat16", d, band, False, args.stages, module=module, paired=paired)
+        report = undefined_descriptor_reads(sass_of(ck))
+        name = f"{'product' if module is None else args.variant.name} d {d} band {band} paired {paired}"
+        print(f"{name}: {len(report)} HGMMA reading a descriptor some path leaves unwritten")
+        for a, text, regs in report[:8]:
+            print(f"    {a:#06x} {text}   UR{regs}")
+        bad += bool(report)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
