@@ -916,11 +916,12 @@ def _compile_gluon(kernel, args: dict, constexprs: dict, maxnreg: int | None = N
 
 
 def compile_gluon(dtype: str, d: int, band: bool, write_res: bool, stages: int, block_n: int = 128,
-                  maxnreg: int | None = None, module=None, paired: bool = False, block_m: int = 128):
+                  maxnreg: int | None = None, module=None, paired: bool = False, block_m: int = 128,
+                  persistent: bool = False):
     """Compile kernels/gluon_fwd.py's forward (or `module`'s: a source variant, bench/fwd_variants.py) for sm_90 as
     its launcher specializes it (4-D tensor descriptors of [1, 1, rows, d] boxes, block_m-row query tiles (128: two
     consumer warpgroups), one query head per kv head); paired: the PAIRED build (two query blocks a program:
-    attention._gluon_paired)."""
+    attention._gluon_paired); persistent: the PERSISTENT build (a program an SM, looping over the query blocks)."""
     from flashcheck.kernels import gluon_fwd
 
     def desc(rows):
@@ -930,10 +931,13 @@ def compile_gluon(dtype: str, d: int, band: bool, write_res: bool, stages: int, 
                       WRITE_RES=write_res, HEAVY_FIRST=band)
     if "PAIRED" in kernel.arg_names:  # (a variant from before it has not)
         constexprs["PAIRED"] = paired
+    if "PERSISTENT" in kernel.arg_names:
+        constexprs["PERSISTENT"] = persistent
+    ints = ("Nq", "Nk", "Hq", "off_lo", "off_hi") + (("BH", ) if "BH" in kernel.arg_names else ())
     return _compile_gluon(kernel,
                           {"q_desc": desc(64), "k_desc": desc(block_n), "v_desc": desc(block_n), "o_desc": desc(64),
-                           "ores_desc": desc(64), "LSE": "*fp32", "sm_scale": "fp32", "Nq": "i32", "Nk": "i32",
-                           "Hq": "i32", "off_lo": "i32", "off_hi": "i32"}, constexprs, maxnreg)
+                           "ores_desc": desc(64), "LSE": "*fp32", "sm_scale": "fp32", **{x: "i32" for x in ints}},
+                          constexprs, maxnreg)
 
 
 def gluon_dkdv_signature(dtype: str, d: int, block_m: int) -> dict:

@@ -19,6 +19,8 @@ Variants (source edits of gluon_fwd.py; the script stops if an edit no longer ap
 - unpaired / paired: the kernel with one query block a program, or two (PAIRED: block n_blocks − 1 − p, then p;
   the second block's Q and first K / V tiles load under the first's last tiles and epilogue), whatever the
   launcher's rule (attention._gluon_paired) gives; the same arithmetic, O bit for bit.
+- persistent: the kernel's PERSISTENT build (a program an SM, each looping over query blocks: attention.
+  _gluon_persistent), whatever the launcher's rule gives; the same arithmetic, O bit for bit;
 - narrow / wide (d = 64 only): the kernel with two consumer warpgroups a program, or three (WIDE: 192 query rows,
   the consumers at 160 registers), whatever the launcher's rule (attention._gluon_wide) gives; unbanded, every row's
   key tiles in the kernel's order (O bit for bit), under a band another partial-tile set (another order: a
@@ -83,16 +85,21 @@ class Variant:
     maxnreg: int | None = None  # registers a thread at launch (ptx .maxnreg)
     paired: bool | None = None  # two query blocks a program (None: the launcher's rule)
     wide: bool | None = None  # three consumer warpgroups, 192 query rows a program (None: the launcher's rule)
+    persistent: bool | None = None  # a program an SM looping over the query blocks (None: the launcher's rule)
 
 
 def variant_sources(base: str | None = None) -> dict[str, Variant]:
     """name -> Variant. base: a file holding an earlier gluon_fwd.py to time beside (e.g. `git show
     REV:kernels/gluon_fwd.py > FILE`)."""
     src = (_ROOT / "kernels" / "gluon_fwd.py").read_text()
-    out = {"kernel": Variant(src), "l32": Variant(edit_source(src, _L64, every=True)), "stages3": Variant(src, (128, ), stages=3),
+    out = {"kernel": Variant(src), "l32": Variant(edit_source(src, _L64, every=True)),
+           "stages3": Variant(src, (128, ), stages=3),
            "two_cta": Variant(edit_source(src, _TWO_CTA), (64, ), stages=2, block_n=64, maxnreg=112),
-           "unpaired": Variant(src, paired=False), "paired": Variant(src, paired=True),
-           "narrow": Variant(src, (64, ), wide=False), "wide": Variant(src, (64, ), wide=True)}
+           "unpaired": Variant(src, paired=False, persistent=False),
+           "paired": Variant(src, paired=True, persistent=False),
+           "narrow": Variant(src, (64, ), wide=False, persistent=False),
+           "wide": Variant(src, (64, ), wide=True, persistent=False),
+           "persistent": Variant(src, paired=False, wide=False, persistent=True)}
     if base:
         text = Path(base).read_text()
         out = {"base": Variant(text), **out}
@@ -118,8 +125,9 @@ def launch_args(m, q, k, v, o, lse, launch) -> tuple[tuple, dict]:
     the constexprs the kernel knows (an earlier kernel lacks the newer ones: PAIRED, say)."""
     half = 64  # Q's and O's boxes: one consumer warpgroup's rows (gluon_fwd.HALF_M)
     block_n = dict(launch.constexprs)["BLOCK_N"]
+    ints = launch.ints if "BH" in m.attn_fwd_gluon_kernel.arg_names else launch.ints[:5]  # (an earlier kernel's)
     args = (m.descriptor(q, half), m.descriptor(k, block_n), m.descriptor(v, block_n), m.descriptor(o, half),
-            m.descriptor(o, half), lse, q.shape[-1] ** -0.5, *launch.ints)
+            m.descriptor(o, half), lse, q.shape[-1] ** -0.5, *ints)
     return args, {name: x for name, x in launch.constexprs if name in m.attn_fwd_gluon_kernel.arg_names}
 
 
@@ -162,7 +170,8 @@ def run(rounds: int, base: str | None = None, only: list[str] | None = None, cel
         def launcher(m, var):  # var: the Variant (v is the value tensor)
             t = dataclasses.replace(base_t, num_stages=var.stages or base_t.num_stages,
                                     block_n=var.block_n or base_t.block_n)
-            launch = ka._gluon_launch(lq, lk, band, off_lo, off_hi, False, t, var.paired, var.wide)
+            launch = ka._gluon_launch(lq, lk, band, off_lo, off_hi, False, t, var.paired, var.wide,
+                                      var.persistent, torch.cuda.get_device_properties(0).multi_processor_count)
             options = {} if var.maxnreg is None else {"maxnreg": var.maxnreg}
             o = torch.empty_like(q)
             lse = torch.empty(B, H, n, device="cuda", dtype=torch.float32)
@@ -229,7 +238,8 @@ def compiled(base: str | None = None) -> list[dict]:
         m = load_variant("gluon_fwd", name, v.text, tmp)
         for d in v.head_dims:
             ck = compile_gluon("bfloat16", d, False, False, v.stages or (2 if d == 128 else 3), v.block_n or 128,
-                               v.maxnreg, m, paired=bool(v.paired), block_m=192 if v.wide else 128)
+                               v.maxnreg, m, paired=bool(v.paired), block_m=192 if v.wide else 128,
+                               persistent=bool(v.persistent))
             rows.append(dict(variant=name, d=d, **sass_counts(ck, c7512=True)))
             print(json.dumps(rows[-1]), flush=True)
     return rows

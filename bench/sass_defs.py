@@ -183,23 +183,25 @@ def main(argv=None) -> int:
     p.add_argument("--paired", action="store_true")
     p.add_argument("--band", action="store_true")
     p.add_argument("--stages", type=int, default=2)
-    p.add_argument("--product", action="store_true", help="the product's Gluon forward builds, d 64 and 128")
+    p.add_argument("--product", action="store_true",
+                   help="the product's Gluon forward builds (one block a program, paired, persistent), d 64 and 128")
     args = p.parse_args(argv)
     print(f"Triton {triton.__version__}")
     builds = []
     if args.product:
         for d in (64, 128):
             for band in (False, True):
-                for paired in (False, True):
-                    builds.append((None, d, band, paired))
+                for mode in ("one", "paired", "persistent"):
+                    builds.append((None, d, band, mode))
     if args.variant:
         m = load_variant("gluon_fwd", args.variant.stem, args.variant.read_text(), Path(tempfile.mkdtemp()))
-        builds.append((m, args.d, args.band, args.paired))
+        builds.append((m, args.d, args.band, "paired" if args.paired else "one"))
     bad = 0
-    for module, d, band, paired in builds:
-        ck = compile_gluon("bfloat16", d, band, False, args.stages, module=module, paired=paired)
+    for module, d, band, mode in builds:
+        ck = compile_gluon("bfloat16", d, band, False, args.stages if module else 2 if d == 128 else 3,
+                           module=module, paired=mode == "paired", persistent=mode == "persistent")
         report = undefined_descriptor_reads(sass_of(ck))
-        name = f"{'product' if module is None else args.variant.name} d {d} band {band} paired {paired}"
+        name = f"{'product' if module is None else args.variant.name} d {d} band {band} {mode}"
         print(f"{name}: {len(report)} HGMMA reading a descriptor some path leaves unwritten")
         for a, text, regs in report[:8]:
             print(f"    {a:#06x} {text}   UR{regs}")

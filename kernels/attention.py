@@ -156,6 +156,10 @@ WIDE_ROWS = 4096
 # consumer (the most three consumers may take), 29 inside the tile loops, and no GPU here runs 3.9 to time it: two
 # consumer warpgroups there (tests/test_gluon_forward.py WIDE_LOCAL)
 WIDE_TRITONS = ("3.6.", )
+# gluon_fwd's PERSISTENT build (one program an SM, looping over the query blocks: each program's prologue paid once,
+# an item's epilogue under the next one's loads) runs unbanded calls with at most this many keys ... not yet: 0 gives
+# it no call until it is measured against the paired build (bench/fwd_variants.py, variants persistent / paired)
+PERSIST_KEYS = 0
 
 
 def _gluon_asked(engine: str, head_dim: int, n_keys: int | None, band: bool, n_queries: int | None) -> bool:
@@ -1017,17 +1021,27 @@ def _gluon_dq_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int,
 
 @functools.lru_cache(maxsize=1024)
 def _gluon_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, save_res: bool,
-                  t: TileConfig, paired: bool | None = None, wide: bool | None = None) -> Launch:
+                  t: TileConfig, paired: bool | None = None, wide: bool | None = None,
+                  persistent: bool | None = None, sms: int | None = None) -> Launch:
     """gluon_fwd's launch (`_gluon_forward` said it runs the call): five TMA descriptors (q's, O's and O_res's of
     64-row boxes, k's and v's of block_n rows; the binary depends on their dtype, box and layout, set by the dtype,
     HEAD_D and the tiles) as its leading "pointers", then LSE, sm_scale. paired: two query blocks a program or one
     (None: `_gluon_paired`'s rule; a value: bench/fwd_variants.py's side-by-side runs); wide: three consumer
-    warpgroups a program or two (None: `_gluon_wide`'s rule; a value: likewise)."""
+    warpgroups a program or two (None: `_gluon_wide`'s rule; a value: likewise); persistent: at most `sms` programs
+    (None: the current device's multiprocessors), each looping over query blocks (None: `_gluon_persistent`'s rule;
+    any program count computes every block)."""
     B, Hq, nq, d = q.shape
     lse = Layout.dense("float32", (B, Hq, nq))
     pointers = ((q.dtype, True),) * 5 + (_ptr(lse),)
-    ints = (nq, k.shape[2], Hq, off_lo, off_hi)
+    ints = (nq, k.shape[2], Hq, off_lo, off_hi, B * Hq)
     n_blocks = triton.cdiv(nq, t.block_m)
+    persistent = _gluon_persistent(d, k.shape[2], band) if persistent is None else persistent
+    if persistent:
+        constexprs = (("GROUP", Hq // k.shape[1]), ("HEAD_D", d), ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n),
+                      ("STAGES", t.num_stages), ("BAND", band), ("WRITE_RES", save_res), ("HEAVY_FIRST", False),
+                      ("PAIRED", False), ("PERSISTENT", True))
+        sms = sms or _sm_count(torch.cuda.current_device())
+        return Launch("attn_fwd_gluon_kernel", (min(n_blocks * B * Hq, sms), 1), pointers, ints, constexprs, 4, None)
     paired = _gluon_paired(n_blocks, k.shape[2]) if paired is None else paired
     # the program's query rows: the tile's, or under WIDE three consumer warpgroups' (t.block_m is two's)
     wide = _gluon_wide(d, nq, k.shape[2], band, paired) if wide is None else wide
@@ -1035,9 +1049,21 @@ def _gluon_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, sa
     n_blocks = triton.cdiv(nq, block_m)
     constexprs = (("GROUP", Hq // k.shape[1]), ("HEAD_D", d), ("BLOCK_M", block_m), ("BLOCK_N", t.block_n),
                   ("STAGES", t.num_stages), ("BAND", band), ("WRITE_RES", save_res),
-                  ("HEAVY_FIRST", t.heavy_first and band), ("PAIRED", paired))
+                  ("HEAVY_FIRST", t.heavy_first and band), ("PAIRED", paired), ("PERSISTENT", False))
     grid = (triton.cdiv(n_blocks, 2) if paired else n_blocks, B * Hq)
     return Launch("attn_fwd_gluon_kernel", grid, pointers, ints, constexprs, 4, None)
+
+
+def _gluon_persistent(head_dim: int, n_keys: int, band: bool) -> bool:
+    """Whether gluon_fwd runs this call PERSISTENT (at most one program an SM, each looping over query blocks: items
+    pid, pid + G, ...; gluon_fwd.item_block). Which program computes a block changes nothing in a row's arithmetic."""
+    return not band and n_keys <= PERSIST_KEYS
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: int) -> int:
+    """The multiprocessors of CUDA device `device` (a PERSISTENT launch's most programs)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _gluon_paired(n_blocks: int, n_keys: int) -> bool:

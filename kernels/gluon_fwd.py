@@ -56,6 +56,9 @@ LN2: gl.constexpr = gl.constexpr(0.6931471805599453)  # ln(2): the stored LSE in
 HALF_M: gl.constexpr = gl.constexpr(64)  # query rows per consumer warpgroup: wgmma's M
 CONSUMER_REGS: gl.constexpr = gl.constexpr(240)  # 2 consumers x 128 threads x 240 + 128 x 24 (producer) <= 64K
 WIDE_REGS: gl.constexpr = gl.constexpr(160)  # the WIDE build's 3 consumers: 3 x 128 x 160 + 128 x 24 <= 64K
+# PERSISTENT's Q buffers: item i's Q loads once item i − 3's O has left its buffer, by the end of item i − 2's tiles;
+# with two, at the end of item i − 1's, and the consumers would wait for it (224 KB of shared memory at d = 128)
+Q_BUFFERS: gl.constexpr = gl.constexpr(3)
 
 
 @gluon.constexpr_function
@@ -96,6 +99,33 @@ def query_block_tiles(Nq, Nk, Hq, off_lo, off_hi, GROUP: gl.constexpr, BAND: gl.
 
 
 @gluon.jit
+def items_of(sched):
+    """PERSISTENT: how many work items (query blocks of a head) program `pid` of G runs: items pid, pid + G, ..."""
+    pid, G, n_blocks, BH = sched
+    return gl.cdiv(n_blocks * BH - pid, G)
+
+
+@gluon.jit
+def item_block(i, sched, Nq, Nk, Hq, off_lo, off_hi, GROUP: gl.constexpr, BAND: gl.constexpr, BLOCK_M: gl.constexpr,
+               BLOCK_N: gl.constexpr):
+    """PERSISTENT: the i-th work item of program pid: (pid_bh, off_b, off_h, off_hkv, block_tiles(...)). Rounds of G
+    items: unbanded, item w = i G + pid is block w % n_blocks of head pair w // n_blocks (neighbouring programs read
+    one head's K and V at once); under a band heaviest first (every head's last block, then every head's block before
+    it, ...), every other round in reverse (each program's keys about the same: a snake over the rounds)."""
+    pid, G, n_blocks, BH = sched
+    if BAND:
+        w = i * G + gl.where(i % 2 == 0, pid, G - 1 - pid)
+        bh = w % BH
+        blk = n_blocks - 1 - w // BH
+    else:
+        w = i * G + pid
+        bh = w // n_blocks
+        blk = w % n_blocks
+    off_b, off_h, off_hkv = head_of(bh, Hq, GROUP)
+    return bh, off_b, off_h, off_hkv, block_tiles(blk, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M, BLOCK_N)
+
+
+@gluon.jit
 def head_of(pid_bh, Hq, GROUP: gl.constexpr):
     """(batch, head) pair pid_bh's (off_b, off_h, off_hkv)."""
     off_b = pid_bh // Hq
@@ -116,12 +146,26 @@ def block_tiles(pid_m, Nq, Nk, off_lo, off_hi, BAND: gl.constexpr, BLOCK_M: gl.c
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
-              off_b, off_h, off_hkv, block_a, block_b, has_b,
+              off_b, off_h, off_hkv, block_a, block_b, has_b, q_free, sched, Nq, Nk, Hq, off_lo, off_hi,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PAIRED: gl.constexpr, CONSUMERS: gl.constexpr,
-              BAND: gl.constexpr):
+              BAND: gl.constexpr, PERSISTENT: gl.constexpr, GROUP: gl.constexpr, BLOCK_M: gl.constexpr):
     # one warp: block A's loads, then (PAIRED) block B's, which land while the consumers finish A's last tiles; under a
-    # band (PAIRED) the light block B's first (Q buffer 0, ring positions from 0), then A's (buffer 1, after B's)
-    if PAIRED and BAND:
+    # band (PAIRED) the light block B's first (Q buffer 0, ring positions from 0), then A's (buffer 1, after B's).
+    # PERSISTENT: the program's work items one after the other, item i's Q into buffer i % Q_BUFFERS once the
+    # consumers let go of it (q_free: they did with item i − Q_BUFFERS's by the end of item i − Q_BUFFERS + 1's
+    # tiles), its K / V tiles at ring positions running on from the previous item's
+    if PERSISTENT:
+        t_base = 0
+        for i in range(items_of(sched)):
+            bh, off_b, off_h, off_hkv, block = item_block(i, sched, Nq, Nk, Hq, off_lo, off_hi, GROUP, BAND, BLOCK_M,
+                                                          BLOCK_N)
+            qb = i % Q_BUFFERS
+            mbarrier.wait(q_free.index(qb), ((i // Q_BUFFERS) & 1) ^ 1)
+            _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready.index(qb), k_ready, v_ready,
+                            k_free, v_free, off_b, off_h, off_hkv, block, t_base, qb, BLOCK_N, STAGES, CONSUMERS,
+                            True)
+            t_base += block[2]
+    elif PAIRED and BAND:
         if has_b:
             _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready.index(0), k_ready, v_ready,
                             k_free, v_free, off_b, off_h, off_hkv, block_b, 0, 0, BLOCK_N, STAGES, CONSUMERS)
@@ -141,13 +185,14 @@ def _producer(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready
 
 @gluon.jit
 def _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
-                    off_b, off_h, off_hkv, block, t_base, QB: gl.constexpr,
-                    BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
+                    off_b, off_h, off_hkv, block, t_base, QB, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                    CONSUMERS: gl.constexpr, ALWAYS_Q: gl.constexpr = False):
     # Q's CONSUMERS parts of HALF_M rows (into Q buffer QB) on one barrier, then K_t and V_t into ring position
     # t_base + t once every consumer lets go of it (a query block that sees no key loads nothing: no copy may still be
-    # landing when the program ends)
+    # landing when the program ends; ALWAYS_Q, PERSISTENT's: its Q all the same, which the consumers wait for, so that
+    # every item completes a phase of its buffer's barrier)
     start_m, n_partial, n_tiles, lo, f_lo, f_hi = block
-    if n_tiles > 0:
+    if ALWAYS_Q or n_tiles > 0:
         mbarrier.expect(q_ready, CONSUMERS * q_desc.block_type.nbytes)
         for wg in gl.static_range(CONSUMERS):
             _tma_load(q_desc, [off_b, off_h, start_m + wg * HALF_M, 0], q_ready, q_halves.index(CONSUMERS * QB + wg))
@@ -255,13 +300,26 @@ def _pipelined_tile(t, acc, p_op, m2_i, l_i, alpha, rowsum, q_smem, k_ring, v_ri
 
 @gluon.jit
 def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free,
-              v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
-              HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BAND: gl.constexpr,
-              WRITE_RES: gl.constexpr, PAIRED: gl.constexpr, CONSUMERS: gl.constexpr):
+              v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi, q_free, sched,
+              Hq, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BAND: gl.constexpr,
+              WRITE_RES: gl.constexpr, PAIRED: gl.constexpr, CONSUMERS: gl.constexpr, PERSISTENT: gl.constexpr,
+              GROUP: gl.constexpr, BLOCK_M: gl.constexpr):
     # warpgroup WG: its half of block A, then (PAIRED) of block B, whose first tiles the producer loads under A's
     # last ones and A's epilogue; A's O store is waited for only at the end (B writes through its own Q buffer).
-    # Under a band, PAIRED: `_consumer_band_pair` (the light block B first, every one of its tiles unpipelined)
-    if PAIRED and BAND:
+    # Under a band, PAIRED: `_consumer_band_pair` (the light block B first, every one of its tiles unpipelined).
+    # PERSISTENT: the program's work items in the producer's order, item i's Q in buffer i % Q_BUFFERS; by the end of
+    # item i's tiles, item i − 1's O has left its buffer (stored through it at its epilogue): let the producer have it
+    if PERSISTENT:
+        t_base = 0
+        for i in range(items_of(sched)):
+            bh, off_b, off_h, off_hkv, block = item_block(i, sched, Nq, Nk, Hq, off_lo, off_hi, GROUP, BAND, BLOCK_M,
+                                                          BLOCK_N)
+            _consumer_block(WG, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready.index(i % Q_BUFFERS),
+                            k_ready, v_ready, k_free, v_free, bh, off_b, off_h, block, t_base, i % Q_BUFFERS,
+                            qk_scale2, Nq, Nk, off_lo, off_hi, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, CONSUMERS,
+                            (i // Q_BUFFERS) & 1, q_free.index((i + Q_BUFFERS - 1) % Q_BUFFERS), i > 0, True)
+            t_base += block[2]
+    elif PAIRED and BAND:
         _consumer_band_pair(WG, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free,
                             v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
                             HEAD_D, BLOCK_N, STAGES, WRITE_RES, CONSUMERS)
@@ -335,11 +393,14 @@ def _consumer_band_pair(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ri
 
 @gluon.jit
 def _consumer_block(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready,
-                    k_free, v_free, pid_bh, off_b, off_h, block, t_base, QB: gl.constexpr, qk_scale2, Nq, Nk, off_lo,
+                    k_free, v_free, pid_bh, off_b, off_h, block, t_base, QB, qk_scale2, Nq, Nk, off_lo,
                     off_hi, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BAND: gl.constexpr,
-                    WRITE_RES: gl.constexpr, CONSUMERS: gl.constexpr):
-    # warpgroup WG: query rows start_m + WG * HALF_M + [0, HALF_M) of `block` (Q in buffer QB, its key tiles at ring
-    # positions t_base + t); its accumulators in wgmma's register layout
+                    WRITE_RES: gl.constexpr, CONSUMERS: gl.constexpr, q_phase=0, q_free=None, release=False,
+                    PERSISTENT: gl.constexpr = False):
+    # warpgroup WG: query rows start_m + WG * HALF_M + [0, HALF_M) of `block` (Q in buffer QB, landed with phase
+    # q_phase of q_ready; its key tiles at ring positions t_base + t); its accumulators in wgmma's register layout.
+    # PERSISTENT: Q is waited for even when the block sees no key (the producer loads it all the same), and once the
+    # tiles are done, with `release`, the previous item's O stores are waited for and its Q buffer (q_free) let go
     start_m, n_partial, n_tiles, lo, f_lo, f_hi = block
     s_layout: gl.constexpr = wgmma_layout(BLOCK_N)  # S (rows x keys) and O (rows x d) in wgmma's register layout
     o_layout: gl.constexpr = wgmma_layout(HEAD_D)
@@ -357,8 +418,16 @@ def _consumer_block(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, 
     # 0.99-1.01x at d = 64; pipelined under a band as well, the kernel ran 0.91-0.95x at d = 128 N >= 4k (NOTES,
     # "Session 2026-11-29d")
     SERIAL_PARTIAL: gl.constexpr = BAND or HEAD_D != 128
-    if n_tiles > 0:
-        mbarrier.wait(q_ready, 0)
+    if PERSISTENT:
+        mbarrier.wait(q_ready, q_phase)
+        # ptxas 12.8 (Triton 3.6's) would take the pipelined tiles' Q descriptors from registers only the partial loop
+        # writes, under a loop around the block (bench/NOTES.md "Session 2026-11-29i", bench/sass_defs.py): their Q
+        # view through a select never taken, which it cannot equate with the partial loop's
+        q_pipe = q_halves.index(CONSUMERS * gl.where(Nq < 0, 0, QB) + WG).reshape([HALF_M, HEAD_D])
+    else:
+        q_pipe = q_smem
+        if n_tiles > 0:
+            mbarrier.wait(q_ready, 0)
     if SERIAL_PARTIAL:
         # the partial tiles (at most a few per query block), masked, one after the other: S, softmax step, P̃ V
         for t in range(0, n_partial):
@@ -369,9 +438,13 @@ def _consumer_block(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, 
         t_first = n_partial  # the pipelined tiles: the full ones
     else:
         t_first = 0  # unbanded: a block's partial tiles are at most one, tile 0 (kernels/tiles.py _band_range)
-    acc, m2_i, l_i = _full_tiles(acc, m2_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, k_free, v_free, qk_scale2,
+    acc, m2_i, l_i = _full_tiles(acc, m2_i, l_i, q_pipe, k_ring, v_ring, k_ready, v_ready, k_free, v_free, qk_scale2,
                                  rows, t_base, t_first, block, Nq, Nk, off_lo, off_hi, SERIAL_PARTIAL, BAND, HEAD_D,
                                  BLOCK_N, STAGES, s_layout, o_rows, p_layout)
+    if PERSISTENT:
+        if release:
+            tma.store_wait(0)  # the previous item's O (and O_res), stored through its Q buffer, has left it
+            mbarrier.arrive(q_free)
     _epilogue(WG, o_desc, ores_desc, LSE, q_halves, QB, acc, m2_i, l_i, pid_bh, off_b, off_h, start_m, rows, Nq,
               HEAD_D, WRITE_RES, CONSUMERS)
 
@@ -491,17 +564,26 @@ def _epilogue(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, qb, acc, m2_i,
 @gluon.jit
 def attn_fwd_gluon_kernel(
     q_desc, k_desc, v_desc, o_desc, ores_desc, LSE,
-    sm_scale, Nq, Nk, Hq, off_lo, off_hi,
+    sm_scale, Nq, Nk, Hq, off_lo, off_hi, BH,
     GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr, BAND: gl.constexpr, WRITE_RES: gl.constexpr, HEAVY_FIRST: gl.constexpr,
-    PAIRED: gl.constexpr,
+    PAIRED: gl.constexpr, PERSISTENT: gl.constexpr = False,
 ):
     # the consumer warpgroups, HALF_M query rows each: two, or three (WIDE: attention._gluon_wide) at d = 64, unpaired
     CONSUMERS: gl.constexpr = BLOCK_M // HALF_M
     gl.static_assert(BLOCK_M == 2 * HALF_M or (BLOCK_M == 3 * HALF_M and HEAD_D == 64 and not PAIRED),
                      "two consumer warpgroups of HALF_M rows each, or three at d = 64 (unpaired)")
     gl.static_assert(HEAD_D == 64 or HEAD_D == 128, "head dims 64 and 128 (one wgmma N per tile)")
-    if PAIRED:
+    gl.static_assert(not (PERSISTENT and (PAIRED or CONSUMERS != 2)), "PERSISTENT: two consumers, unpaired")
+    sched = ()  # PERSISTENT's (program, programs, query blocks a head, batch x head pairs BH)
+    if PERSISTENT:
+        # program pid of G runs work items pid, pid + G, ... (item_block): the grid is at most one program an SM
+        sched = (gl.program_id(0), gl.num_programs(0), gl.cdiv(Nq, BLOCK_M), BH)
+        pid_bh, off_b, off_h, off_hkv = 0, 0, 0, 0  # per item (unused here)
+        block_a = ()
+        block_b = ()
+        has_b = False
+    elif PAIRED:
         # program p runs query blocks A = n_blocks − 1 − p, then B = p (none if A = B): under a band the heaviest
         # block with the lightest, every program's keys about the same
         pid_bh = gl.program_id(1)
@@ -520,14 +602,18 @@ def attn_fwd_gluon_kernel(
 
     dtype: gl.constexpr = q_desc.dtype
     # TMA's boxes are one head's rows (4-D: [1, 1, rows, d]), the wgmma operands their 2-D views
-    q_halves = gl.allocate_shared_memory(dtype, [CONSUMERS * (2 if PAIRED else 1), 1, 1, HALF_M, HEAD_D], q_desc.layout)
+    q_halves = gl.allocate_shared_memory(dtype, [CONSUMERS * (Q_BUFFERS if PERSISTENT else 2 if PAIRED else 1), 1, 1,
+                                                 HALF_M, HEAD_D], q_desc.layout)
     k_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], k_desc.layout)
     v_ring = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_D], v_desc.layout)
-    q_ready = barriers(2, 1) if PAIRED else barriers(1, 1).index(0)  # one a block: Q landed
+    # one a Q buffer: Q landed
+    q_ready = barriers(Q_BUFFERS, 1) if PERSISTENT else barriers(2, 1) if PAIRED else barriers(1, 1).index(0)
     k_ready = barriers(STAGES, 1)
     v_ready = barriers(STAGES, 1)
     k_free = barriers(STAGES, CONSUMERS)  # every consumer warpgroup lets go of a slot before its refill
     v_free = barriers(STAGES, CONSUMERS)
+    # PERSISTENT: every consumer lets go of a Q buffer (its O stored) before the next Q loads into it
+    q_free = barriers(Q_BUFFERS, CONSUMERS) if PERSISTENT else q_ready
     fence_async_shared()
 
     # the partitions spelled out per consumer count: Gluon (3.6) takes no variable holding a (function, arguments)
@@ -539,26 +625,33 @@ def attn_fwd_gluon_kernel(
         gl.warp_specialize([
             (_consumer, (0, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free,
                          v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
-                         HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED, CONSUMERS)),
+                         q_free, sched, Hq, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED, CONSUMERS, PERSISTENT,
+                         GROUP, BLOCK_M)),
             (_consumer, (1, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free,
                          v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
-                         HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED, CONSUMERS)),
+                         q_free, sched, Hq, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED, CONSUMERS, PERSISTENT,
+                         GROUP, BLOCK_M)),
             (_consumer, (2, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free,
                          v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
-                         HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED, CONSUMERS)),
+                         q_free, sched, Hq, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED, CONSUMERS, PERSISTENT,
+                         GROUP, BLOCK_M)),
             (_producer, (q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
-                         off_b, off_h, off_hkv, block_a, block_b, has_b, BLOCK_N, STAGES, PAIRED, CONSUMERS, BAND)),
+                         off_b, off_h, off_hkv, block_a, block_b, has_b, q_free, sched, Nq, Nk, Hq, off_lo, off_hi,
+                         BLOCK_N, STAGES, PAIRED, CONSUMERS, BAND, PERSISTENT, GROUP, BLOCK_M)),
         ], [4, 4, 1], [WIDE_REGS, WIDE_REGS, 24])
     else:
         gl.warp_specialize([
             (_consumer, (0, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free,
                          v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
-                         HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED, CONSUMERS)),
+                         q_free, sched, Hq, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED, CONSUMERS, PERSISTENT,
+                         GROUP, BLOCK_M)),
             (_consumer, (1, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free,
                          v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
-                         HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED, CONSUMERS)),
+                         q_free, sched, Hq, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, PAIRED, CONSUMERS, PERSISTENT,
+                         GROUP, BLOCK_M)),
             (_producer, (q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free, v_free,
-                         off_b, off_h, off_hkv, block_a, block_b, has_b, BLOCK_N, STAGES, PAIRED, CONSUMERS, BAND)),
+                         off_b, off_h, off_hkv, block_a, block_b, has_b, q_free, sched, Nq, Nk, Hq, off_lo, off_hi,
+                         BLOCK_N, STAGES, PAIRED, CONSUMERS, BAND, PERSISTENT, GROUP, BLOCK_M)),
         ], [4, 1], [CONSUMER_REGS, 24])
 
 

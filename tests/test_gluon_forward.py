@@ -97,6 +97,22 @@ def test_a_paired_launch_runs_two_query_blocks_a_program(monkeypatch):
         assert dict(launch.constexprs)["PAIRED"] is paired and launch.grid == grid
 
 
+def test_a_persistent_launch_runs_at_most_one_program_a_multiprocessor(monkeypatch):
+    """PERSISTENT programs (attention._gluon_persistent) loop over the query blocks of every head: min(blocks x heads,
+    multiprocessors) programs in one grid dimension, the flag among the constexprs in the kernel's order, the batch x
+    head count BH after the ints."""
+    from flashcheck.kernels import gluon_fwd
+
+    q, k = _layout((2, 4, 300, 128)), _layout((2, 2, 257, 128))
+    for sms, grid in ((132, (24, 1)), (5, (5, 1))):
+        with _launching(monkeypatch, _gluon_persistent=_answering(True)):
+            launch = ka._gluon_launch(q, k, False, 0, 0, False, _gluon_tiles(128).fwd, sms=sms)
+        assert ka._arguments_in_order(gluon_fwd.attn_fwd_gluon_kernel, launch, 7)
+        c = dict(launch.constexprs)
+        assert c["PERSISTENT"] is True and c["PAIRED"] is False and launch.grid == grid, launch
+        assert launch.ints[-1] == 8, launch.ints
+
+
 def test_calls_of_more_than_one_query_block_and_at_most_pair_keys_keys_are_paired():
     """The launcher's rule (attention._gluon_paired): two query blocks a program wherever there are two and at most
     PAIR_KEYS keys, banded or not (a band's pair is gluon_fwd._consumer_band_pair's: bench/NOTES.md "Session
@@ -208,13 +224,19 @@ def test_the_rowsum_claim_for_gluon_tiles_holds_for_both_engines(monkeypatch):
 _COMPILE = """
 import json
 from bench.compile_forward import compile_gluon, rowsum_depths, sass_counts
+from bench.sass_defs import sass_of, undefined_descriptor_reads
 out = {}
-for name, d, band, paired, block_m in (("banded", 128, True, False, 128), ("paired", 128, False, True, 128),
-                                      ("banded_paired", 128, True, True, 128), ("wide", 64, False, False, 192)):
-    ck = compile_gluon("bfloat16", d, band, True, 2 if d == 128 else 3, paired=paired, block_m=block_m)
+for name, d, band, paired, block_m, persistent in (
+        ("banded", 128, True, False, 128, False), ("paired", 128, False, True, 128, False),
+        ("banded_paired", 128, True, True, 128, False), ("wide", 64, False, False, 192, False),
+        ("persistent", 128, False, False, 128, True), ("banded_persistent", 128, True, False, 128, True),
+        ("persistent_d64", 64, False, False, 128, True)):
+    ck = compile_gluon("bfloat16", d, band, True, 2 if d == 128 else 3, paired=paired, block_m=block_m,
+                       persistent=persistent)
     ptx = ck.asm["ptx"]
     out[name] = {"d": d, "wgmma": ptx.count("wgmma.mma_async"), "setmaxnreg": "setmaxnreg" in ptx,
-                 "rowsum": rowsum_depths(ptx), **sass_counts(ck)}
+                 "rowsum": rowsum_depths(ptx), "stale": len(undefined_descriptor_reads(sass_of(ck))),
+                 **sass_counts(ck)}
 print(json.dumps(out))
 """
 
@@ -226,7 +248,9 @@ def test_gluon_forward_compiles_for_sm90_with_the_recorded_rowsum_tree():
     (two copies of the block code, attention._gluon_paired; under a band one unpipelined loop over the light block's
     tiles and the heavy one's partial ones, gluon_fwd._consumer_band_pair) and the WIDE one (three consumer warpgroups
     at d = 64 and 160 registers, attention._gluon_wide) likewise, and keep everything in registers (a local-memory load
-    or store in the SASS is a spill)."""
+    or store in the SASS is a spill). The PERSISTENT builds (a loop around the block, attention._gluon_persistent)
+    likewise, and no wgmma reads a descriptor some path leaves unwritten (bench/sass_defs.py: what ptxas 12.8 did to
+    a loop around the block, bench/NOTES.md "Session 2026-11-29i"); nor does any other build."""
     import triton
 
     from flashcheck import adapters
@@ -242,6 +266,8 @@ def test_gluon_forward_compiles_for_sm90_with_the_recorded_rowsum_tree():
         assert set(r["widths"]) == {1, 128}, (name, r)
         assert max(r["depths"]) <= entry["rowsum_depth"], (name, r, entry)
     assert got["paired"]["local"] == 0 and got["banded_paired"]["local"] == 0, got
+    assert all(got[x]["local"] == 0 for x in ("persistent", "banded_persistent", "persistent_d64")), got
+    assert all(g["stale"] == 0 for g in got.values()), got
     # banded pairs hold one copy of each tile loop (gluon_fwd._consumer_band_pair), as one block a program does
     assert got["banded_paired"]["wgmma"] == got["banded"]["wgmma"], got
     if triton.__version__ in WIDE_LOCAL:
@@ -474,6 +500,35 @@ def test_paired_programs_give_every_row_what_one_block_programs_give(case, dtype
     for name, a, b in zip(("O", "LSE", "dQ", "dK", "dV"), *got):
         assert not np.isnan(a).any(), f"{name}: NaN (unpaired)"  # NaN is never agreement
         np.testing.assert_array_equal(b, a, err_msg=f"{name}: paired != unpaired")
+
+
+PERSIST_CASES = PAIR_CASES + [
+    Case(Shape(2, 8, 4, 1024, 1024, 128), seed=31),  # 128 blocks: up to 2 a program on 132 multiprocessors
+    Case(Shape(2, 8, 2, 1000, 1000, 64), causal="bottom_right", seed=32),  # heavy first, the snake over the rounds
+]
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("programs", [3, None])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", PERSIST_CASES, ids=str)
+def test_persistent_programs_give_every_row_what_one_block_programs_give(case, dtype, programs, monkeypatch):
+    """A program an SM looping over the query blocks (PERSISTENT; `programs` of them: 3, so that each runs many
+    blocks through its three Q buffers, or the device's multiprocessors) or one block a program: O, LSE and the
+    gradients (the backward reads O_res) bit for bit, blocks without a key included (bench/NOTES.md "Session
+    2026-11-29i": under Triton 3.6 a loop around the block needs its pipelined Q view apart, bench/sass_defs.py)."""
+    tiles = _gluon_tiles(case.shape.d, dtype)
+    inp = materialize(case, dtype)
+    got = []
+    for persistent in (False, True):
+        with _launching(monkeypatch, _gluon_paired=_answering(False), _gluon_persistent=_answering(persistent),
+                        _sm_count=lambda device: programs or torch.cuda.get_device_properties(device)
+                        .multi_processor_count):
+            got.append(run_kernel(inp, case, dtype, backward=True, tiles=tiles))
+    for name, a, b in zip(("O", "LSE", "dQ", "dK", "dV"), *got):
+        assert not np.isnan(a).any(), f"{name}: NaN (one block a program)"  # NaN is never agreement
+        np.testing.assert_array_equal(b, a, err_msg=f"{name}: persistent != one block a program")
 
 
 WIDE_CASES = [

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Session 2026-11-29i's device calls (bench/NOTES.md "Session 2026-11-29i"):
+#   bash bench/gpu_2026_11_29i.sh a   # the ptxas 12.8 diagnosis checked on the device (29b's loop variant bit for bit
+#                                     # when ptxas 12.9 compiles it: carry _ptxas129/ptxas, Triton 3.9's; the qfull
+#                                     # variant with Triton 3.6's own), then the PERSISTENT build's GPU tests (bit for
+#                                     # bit the one-block programs, 3 programs or one an SM)
+#   bash bench/gpu_2026_11_29i.sh b   # the PERSISTENT build timed beside the kernel as launched today (paired at
+#                                     # N <= PAIR_KEYS) and cuDNN: bench/fwd_variants.py
+set -uf  # (no globbing: the node ids hold [brackets])
+export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
+O=${OUT:-/tmp/gpu_2026_11_29i}
+mkdir -p "$O"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$O/device.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$O/device.txt"
+t0=$SECONDS
+probe() {  # variant source, ptxas ("" Triton's own), then the probe's arguments: one line a case
+  v=$1; px=$2; shift 2
+  # (a cache of its own under another ptxas: Triton's cache key need not hold the ptxas version)
+  r=$(TRITON_PTXAS_PATH=$px TRITON_CACHE_DIR=/tmp/triton_cache${px:+_other} timeout 90 \
+    python3 bench/loop_pair_probe.py --variant "$v" --B 1 --H 2 "$@" 2>&1)
+  echo "$(basename "$v") ptxas=${px:-bundled} $*: blocks $(echo "$r" | grep -c '^b=') differ $(echo "$r" \
+    | grep -c differs) $(echo "$r" | grep -m1 -oE 'illegal memory access|Error.*')"
+}
+case "${1:-}" in
+  a)
+    python3 bench/results/h200-2026-11-29h/loop_variants.py /tmp/lv
+    V=bench/results/h200-2026-11-29b/gluon_fwd_loop.py
+    P=""
+    [ -x _ptxas129/ptxas ] && P=$PWD/_ptxas129/ptxas && $P --version | tail -1 >> "$O/device.txt"
+    {
+      probe $V "" --d 128 --N 256
+      [ -n "$P" ] && probe $V "$P" --d 128 --N 256 && probe $V "$P" --d 64 --N 512 && probe $V "$P" --d 128 --N 1024
+      probe /tmp/lv/gluon_fwd_loop_qfull.py "" --d 128 --N 384
+      probe /tmp/lv/gluon_fwd_loop_qfull.py "" --d 64 --N 512
+      probe /tmp/lv/gluon_fwd_loop_qfull.py "" --d 128 --N 1024
+    } 2>&1 | tee "$O/probes.log"
+    echo "probes done at $((SECONDS - t0)) s"
+    timeout 330 python3 -m pytest -q -n 15 -p no:cacheprovider -m "gpu and not slow" tests/test_gluon_forward.py \
+      -k persistent 2>&1 | tail -12 | tee "$O/persistent_tests.log"
+    echo "done at $((SECONDS - t0)) s" ;;
+  b)
+    timeout 500 python3 bench/fwd_variants.py --variants persistent --rounds 3 --out "$O/persistent" \
+      --cells 64:1024:0,128:1024:0,64:1024:1,128:1024:1,64:2048:0,128:2048:0,128:2048:1,128:4096:0 2>&1 \
+      | tee "$O/persistent.log"
+    echo "done at $((SECONDS - t0)) s" ;;
+  *) echo "usage: $0 a|b"; exit 2 ;;
+esac
