@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Session 2026-11-29i's device calls (bench/NOTES.md "Session 2026-11-29i"):
 #   bash bench/gpu_2026_11_29i.sh a   # the ptxas 12.8 diagnosis checked on the device (29b's loop variant bit for bit
-#                                     # when ptxas 12.9 compiles it: carry _ptxas129/ptxas, Triton 3.9's; the qfull
-#                                     # variant with Triton 3.6's own), then the PERSISTENT build's GPU tests (bit for
-#                                     # bit the one-block programs, 3 programs or one an SM)
+#                                     # when ptxas 12.9 compiles it: carry _ptxas129/ptxas.xz, Triton 3.9's ptxas,
+#                                     # xz-compressed to fit the carry limit; the qfull variant with Triton 3.6's
+#                                     # own), then the PERSISTENT build's GPU tests (bit for bit the one-block
+#                                     # programs, 3 programs or one an SM)
+#   bash bench/gpu_2026_11_29i.sh c   # where the PERSISTENT build differs from one block a program (bench/
+#                                     # persistent_probe.py), and one failing test's message
 #   bash bench/gpu_2026_11_29i.sh b   # the PERSISTENT build timed beside the kernel as launched today (paired at
 #                                     # N <= PAIR_KEYS) and cuDNN: bench/fwd_variants.py
 set -uf  # (no globbing: the node ids hold [brackets])
@@ -16,7 +19,8 @@ t0=$SECONDS
 probe() {  # variant source, ptxas ("" Triton's own), then the probe's arguments: one line a case
   v=$1; px=$2; shift 2
   # (a cache of its own under another ptxas: Triton's cache key need not hold the ptxas version)
-  r=$(TRITON_PTXAS_PATH=$px TRITON_CACHE_DIR=/tmp/triton_cache${px:+_other} timeout 90 \
+  # (an empty TRITON_PTXAS_PATH is a path Triton tries: unset it for Triton's own)
+  r=$(env ${px:+TRITON_PTXAS_PATH=$px} TRITON_CACHE_DIR=/tmp/triton_cache${px:+_other} timeout 90 \
     python3 bench/loop_pair_probe.py --variant "$v" --B 1 --H 2 "$@" 2>&1)
   echo "$(basename "$v") ptxas=${px:-bundled} $*: blocks $(echo "$r" | grep -c '^b=') differ $(echo "$r" \
     | grep -c differs) $(echo "$r" | grep -m1 -oE 'illegal memory access|Error.*')"
@@ -26,7 +30,9 @@ case "${1:-}" in
     python3 bench/results/h200-2026-11-29h/loop_variants.py /tmp/lv
     V=bench/results/h200-2026-11-29b/gluon_fwd_loop.py
     P=""
-    [ -x _ptxas129/ptxas ] && P=$PWD/_ptxas129/ptxas && $P --version | tail -1 >> "$O/device.txt"
+    if [ -f _ptxas129/ptxas.xz ]; then
+      xz -dkf _ptxas129/ptxas.xz && P=$PWD/_ptxas129/ptxas && $P --version | tail -1 >> "$O/device.txt"
+    fi
     {
       probe $V "" --d 128 --N 256
       [ -n "$P" ] && probe $V "$P" --d 128 --N 256 && probe $V "$P" --d 64 --N 512 && probe $V "$P" --d 128 --N 1024
@@ -43,5 +49,21 @@ case "${1:-}" in
       --cells 64:1024:0,128:1024:0,64:1024:1,128:1024:1,64:2048:0,128:2048:0,128:2048:1,128:4096:0 2>&1 \
       | tee "$O/persistent.log"
     echo "done at $((SECONDS - t0)) s" ;;
-  *) echo "usage: $0 a|b"; exit 2 ;;
+  c)  # call 2: where the PERSISTENT build differs (call 1: 16 of 56 of its GPU tests failed)
+    pr() { timeout 60 python3 bench/persistent_probe.py "$@" 2>&1 | tail -14; }
+    {
+      pr --B 2 --H 8 --Hkv 4 --N 1024 --d 128 --repeat 3
+      pr --B 2 --H 8 --Hkv 4 --N 1024 --d 128 --res --repeat 2
+      pr --B 2 --H 8 --Hkv 4 --N 1024 --d 128 --programs 3 --repeat 2 --quiet
+      pr --B 2 --H 4 --N 256 --d 128 --causal --repeat 2
+      pr --B 2 --H 4 --N 256 --d 128 --repeat 2 --quiet
+      pr --B 2 --H 8 --Hkv 2 --N 1000 --d 64 --causal --programs 3 --repeat 2 --quiet
+      pr --B 1 --H 2 --N 256 --d 128 --quiet
+      pr --B 1 --H 1 --N 128 --d 128
+    } | tee "$O/persistent_probe.log"
+    echo "probes done at $((SECONDS - t0)) s"
+    timeout 150 python3 -m pytest -q -x -p no:cacheprovider -m "gpu and not slow" tests/test_gluon_forward.py \
+      -k "persistent and 1024 and bfloat16-None" --tb=short 2>&1 | grep -v "^    " | head -60 | tee "$O/one_failure.log"
+    echo "done at $((SECONDS - t0)) s" ;;
+  *) echo "usage: $0 a|b|c"; exit 2 ;;
 esac
