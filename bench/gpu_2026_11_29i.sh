@@ -65,5 +65,22 @@ case "${1:-}" in
     timeout 150 python3 -m pytest -q -x -p no:cacheprovider -m "gpu and not slow" tests/test_gluon_forward.py \
       -k "persistent and 1024 and bfloat16-None" --tb=short 2>&1 | grep -v "^    " | head -60 | tee "$O/one_failure.log"
     echo "done at $((SECONDS - t0)) s" ;;
-  *) echo "usage: $0 a|b|c"; exit 2 ;;
+  d)  # call 4: the illegal instruction (calls 1 and 3: one test's forward, then the rest of its worker's tests)
+    pr() { CUDA_LAUNCH_BLOCKING=1 timeout 60 python3 bench/persistent_probe.py --quiet "$@" 2>&1 \
+      | grep -E "^(bfloat16|float16)|Error" | head -4; }
+    {
+      for dt in float16 bfloat16; do for pg in 3 16; do for res in "" --res; do
+        pr --B 2 --H 4 --N 256 --d 128 --causal --programs $pg $res --dtype $dt --repeat 2
+      done; done; done
+      pr --B 1 --H 2 --N 130 --Nk 390 --d 128 --window 31 4 --programs 3 --res --dtype float16
+      pr --B 2 --H 8 --Hkv 4 --N 1024 --d 128 --programs 3 --res --dtype float16
+    } | tee "$O/illegal_probe.log"
+    echo "probes done at $((SECONDS - t0)) s"
+    for id in "Nq=256 and causal=True and float16-3" "Nq=256 and causal=True and bfloat16-3"; do
+      CUDA_LAUNCH_BLOCKING=1 timeout 90 python3 -m pytest -q -x -p no:cacheprovider -m "gpu and not slow" \
+        tests/test_gluon_forward.py -k "persistent and $id" --tb=long 2>&1 | grep -E "^(E |>|tests|flash|kernels)|passed|failed" \
+        | head -30
+    done | tee "$O/illegal_test.log"
+    echo "done at $((SECONDS - t0)) s" ;;
+  *) echo "usage: $0 a|b|c|d"; exit 2 ;;
 esac

@@ -4,7 +4,7 @@ max |O − O_ref|, |LSE − LSE_ref| and |O_res − O_res_ref| (WRITE_RES), and 
 its O is closest to (loop_pair_probe.block_report). One line a case with --quiet.
 
     PYTHONPATH=. python3 bench/persistent_probe.py --B 2 --H 8 --Hkv 4 --N 1024 --d 128 [--causal] [--programs 3]
-        [--res] [--repeat 3] [--quiet]
+        [--window L R] [--res] [--repeat 3] [--dtype float16] [--quiet]
 """
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ def main(argv=None) -> int:
     p.add_argument("--res", action="store_true", help="WRITE_RES (O_res, as a backward's forward writes it)")
     p.add_argument("--repeat", type=int, default=1, help="launch the persistent build this many times (races)")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
+    p.add_argument("--window", type=int, nargs=2, default=None, help="a sliding window (left, right) instead")
     args = p.parse_args(argv)
     import importlib
 
@@ -43,10 +45,12 @@ def main(argv=None) -> int:
     nk = args.Nk or args.N
     hkv = args.Hkv or args.H
     g = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.randn(args.B, args.H, args.N, args.d, device="cuda", dtype=torch.bfloat16, generator=g)
-    k, v = (torch.randn(args.B, hkv, nk, args.d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
-    t = ka.kernel_config(args.d, torch.bfloat16, engine="gluon", band=bool(args.causal)).fwd
-    band, off_lo, off_hi = ka._band("bottom_right" if args.causal else False, None, args.N, nk)
+    dt = getattr(torch, args.dtype)
+    q = torch.randn(args.B, args.H, args.N, args.d, device="cuda", dtype=dt, generator=g)
+    k, v = (torch.randn(args.B, hkv, nk, args.d, device="cuda", dtype=dt, generator=g) for _ in range(2))
+    t = ka.kernel_config(args.d, dt, engine="gluon", band=bool(args.causal or args.window)).fwd
+    band, off_lo, off_hi = ka._band("bottom_right" if args.causal else False,
+                                    tuple(args.window) if args.window else None, args.N, nk)
     sms = args.programs or torch.cuda.get_device_properties(0).multi_processor_count
     out = {}
     for persistent in (False, True):
@@ -69,7 +73,8 @@ def main(argv=None) -> int:
         lines = block_report(o, lse, o_ref, lse_ref, t.block_m)
         differ = [x for x in lines if "differs" in x]
         dres = float((res.float() - res_ref.float()).abs().nan_to_num(float("inf")).max()) if args.res else 0.0
-        head = (f"B {args.B} H {args.H}/{hkv} N {args.N}/{nk} d {args.d} causal {args.causal} res {args.res} "
+        head = (f"{args.dtype} B {args.B} H {args.H}/{hkv} N {args.N}/{nk} d {args.d} causal {args.causal} "
+                f"window {args.window} res {args.res} "
                 f"programs {launch.grid[0]} launch {r}: blocks {len(lines)} differ {len(differ)} max|dO_res| {dres:.3g}")
         print(head, flush=True)
         if not args.quiet:
