@@ -82,5 +82,11 @@ case "${1:-}" in
         | grep -E "^(E |>|tests|flash|kernels)|passed|failed" | head -30
     done | tee "$O/illegal_test.log"
     echo "done at $((SECONDS - t0)) s" ;;
-  *) echo "usage: $0 a|b|c|d"; exit 2 ;;
+  e)  # call 5: where the illegal instruction is (banded, d = 128, several items a program)
+    CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+    $CS --tool memcheck --show-backtrace no python3 bench/persistent_probe.py --B 2 --H 4 --N 256 --d 128 \
+      --causal --programs 3 --quiet --dump "$O/banded128_p3.cubin" 2>&1 | grep -v "^=========$" | head -40 \
+      | tee "$O/sanitizer.log"
+    echo "done at $((SECONDS - t0)) s" ;;
+  *) echo "usage: $0 a|b|c|d|e"; exit 2 ;;
 esac

@@ -34,6 +34,7 @@ def main(argv=None) -> int:
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     p.add_argument("--window", type=int, nargs=2, default=None, help="a sliding window (left, right) instead")
+    p.add_argument("--dump", type=Path, default=None, help="write the persistent launch's cubin here (FILE)")
     args = p.parse_args(argv)
     import importlib
 
@@ -64,7 +65,9 @@ def main(argv=None) -> int:
             a = (gluon_fwd.descriptor(q, half), gluon_fwd.descriptor(k, t.block_n), gluon_fwd.descriptor(v, t.block_n),
                  gluon_fwd.descriptor(o, half), gluon_fwd.descriptor(res if args.res else o, half), lse,
                  args.d ** -0.5, *launch.ints)
-            gluon_fwd.attn_fwd_gluon_kernel[launch.grid](*a, **dict(launch.constexprs), num_warps=4)
+            binary = gluon_fwd.attn_fwd_gluon_kernel[launch.grid](*a, **dict(launch.constexprs), num_warps=4)
+            if persistent and args.dump and r == 0:
+                args.dump.write_bytes(binary.asm["cubin"])  # before the sync that may fail
             torch.cuda.synchronize()
             out.setdefault(persistent, []).append((o, lse, res))
     o_ref, lse_ref, res_ref = out[False][0]
