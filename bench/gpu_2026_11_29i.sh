@@ -7,6 +7,8 @@
 #                                     # programs, 3 programs or one an SM)
 #   bash bench/gpu_2026_11_29i.sh c   # where the PERSISTENT build differs from one block a program (bench/
 #                                     # persistent_probe.py), and one failing test's message
+#   bash bench/gpu_2026_11_29i.sh d|e # the illegal instruction: probes, one test's traceback; compute-sanitizer
+#   bash bench/gpu_2026_11_29i.sh f   # PERSISTENT unbanded only: its GPU tests, then timed as b does (unbanded cells)
 #   bash bench/gpu_2026_11_29i.sh b   # the PERSISTENT build timed beside the kernel as launched today (paired at
 #                                     # N <= PAIR_KEYS) and cuDNN: bench/fwd_variants.py
 set -uf  # (no globbing: the node ids hold [brackets])
@@ -88,5 +90,12 @@ case "${1:-}" in
       --causal --programs 3 --quiet --dump "$O/banded128_p3.cubin" 2>&1 | grep -v "^=========$" | head -40 \
       | tee "$O/sanitizer.log"
     echo "done at $((SECONDS - t0)) s" ;;
-  *) echo "usage: $0 a|b|c|d|e"; exit 2 ;;
+  f)  # call 6: PERSISTENT unbanded only (the banded build refused): its GPU tests, then the timing (b)
+    timeout 150 python3 -m pytest -q -n 15 -p no:cacheprovider -m "gpu and not slow" tests/test_gluon_forward.py \
+      -k persistent 2>&1 | grep -E "passed|failed|^E  " | head -12 | tee "$O/persistent_tests_f.log"
+    echo "tests done at $((SECONDS - t0)) s"
+    timeout 400 python3 bench/fwd_variants.py --variants persistent --rounds 3 --out "$O/persistent" \
+      --cells 64:1024:0,128:1024:0,64:2048:0,128:2048:0,128:512:0,128:4096:0,64:4096:0 2>&1 | tee "$O/persistent.log"
+    echo "done at $((SECONDS - t0)) s" ;;
+  *) echo "usage: $0 a|b|c|d|e|f"; exit 2 ;;
 esac

@@ -157,8 +157,9 @@ WIDE_ROWS = 4096
 # consumer warpgroups there (tests/test_gluon_forward.py WIDE_LOCAL)
 WIDE_TRITONS = ("3.6.", )
 # gluon_fwd's PERSISTENT build (one program an SM, looping over the query blocks: each program's prologue paid once,
-# an item's epilogue under the next one's loads) runs unbanded calls with at most this many keys ... not yet: 0 gives
-# it no call until it is measured against the paired build (bench/fwd_variants.py, variants persistent / paired)
+# an item's epilogue under the next one's loads; unbanded only: the banded build hit an illegal instruction on
+# Triton 3.6, bench/NOTES.md "Session 2026-11-29i") runs unbanded calls with at most this many keys ... not yet: 0
+# gives it no call until it is measured against the paired build (bench/fwd_variants.py, variants persistent, paired)
 PERSIST_KEYS = 0
 
 

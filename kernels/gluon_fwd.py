@@ -13,12 +13,18 @@ now"). This kernel overlaps them, as FlashAttention-3 does, with what Triton's `
 - the consumers' registers are raised to CONSUMER_REGS and the producer's lowered (setmaxnreg);
 - PAIRED (short calls: attention._gluon_paired): a program runs two query blocks, n_blocks − 1 − p then p,
   the second's Q and first K / V tiles loading under the first's last tiles and epilogue (its own Q buffers and Q
-  barrier; the ring's positions run on across the pair). The pair is two inlined copies of the block's code: a loop
-  over it is wrong on Triton 3.6 (bench/results/h200-2026-11-29b/gluon_fwd_loop.patch), and two copies of the partial
-  and full tile code overflow the instruction cache where both run (banded calls: 0.68x). Under a band a pair is
+  barrier; the ring's positions run on across the pair). The pair is two inlined copies of the block's code (a loop
+  over it met a ptxas 12.8 miscompile on Triton 3.6: see PERSISTENT), and two copies of the partial and full tile
+  code overflow the instruction cache where both run (banded calls: 0.68x). Under a band a pair is
   `_consumer_band_pair`'s instead: the light block p first, all its tiles unpipelined in the loop that then takes the
   heavy block's partial tiles, then the heavy block's full tiles pipelined, one copy of each loop (1.02-1.04x the
   unpaired programs at N = 1k-2k causal: bench/NOTES.md "Session 2026-11-29g").
+- PERSISTENT (unbanded; attention._gluon_persistent): at most one program a multiprocessor, each looping over query
+  blocks (item_block), Q in three buffers that the consumers hand back (q_free) once the O stored through them has
+  left, the ring's positions running on across blocks. Under a loop around the block ptxas 12.8 (Triton 3.6's) took
+  the pipelined tiles' Q descriptors from registers only the partial-tile loop writes (bench/sass_defs.py finds it
+  in the SASS): their Q view is indexed apart. Banded, the d = 128 build hit an illegal instruction at its O store
+  once a program ran several blocks (bench/NOTES.md "Session 2026-11-29i"): not built.
 
 What each row computes is `triton_fwd`'s, step for step (the bounds' Precision does not change with the engine):
 the key tiles of the program's query block in the same order (kernels/tiles.py's `_band_range`, `partial_start`,
@@ -109,18 +115,12 @@ def items_of(sched):
 def item_block(i, sched, Nq, Nk, Hq, off_lo, off_hi, GROUP: gl.constexpr, BAND: gl.constexpr, BLOCK_M: gl.constexpr,
                BLOCK_N: gl.constexpr):
     """PERSISTENT: the i-th work item of program pid: (pid_bh, off_b, off_h, off_hkv, block_tiles(...)). Rounds of G
-    items: unbanded, item w = i G + pid is block w % n_blocks of head pair w // n_blocks (neighbouring programs read
-    one head's K and V at once); under a band heaviest first (every head's last block, then every head's block before
-    it, ...), every other round in reverse (each program's keys about the same: a snake over the rounds)."""
+    items: item w = i G + pid is block w % n_blocks of head pair w // n_blocks (neighbouring programs read one head's
+    K and V at once; unbanded, every block's keys the same)."""
     pid, G, n_blocks, BH = sched
-    if BAND:
-        w = i * G + gl.where(i % 2 == 0, pid, G - 1 - pid)
-        bh = w % BH
-        blk = n_blocks - 1 - w // BH
-    else:
-        w = i * G + pid
-        bh = w // n_blocks
-        blk = w % n_blocks
+    w = i * G + pid
+    bh = w // n_blocks
+    blk = w % n_blocks
     off_b, off_h, off_hkv = head_of(bh, Hq, GROUP)
     return bh, off_b, off_h, off_hkv, block_tiles(blk, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M, BLOCK_N)
 
@@ -151,7 +151,7 @@ def _producer(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready
               BAND: gl.constexpr, PERSISTENT: gl.constexpr, GROUP: gl.constexpr, BLOCK_M: gl.constexpr):
     # one warp: block A's loads, then (PAIRED) block B's, which land while the consumers finish A's last tiles; under a
     # band (PAIRED) the light block B's first (Q buffer 0, ring positions from 0), then A's (buffer 1, after B's).
-    # PERSISTENT: the program's work items one after the other, item i's Q into buffer i % Q_BUFFERS once the
+    # PERSISTENT (unbanded): the program's work items one after the other, item i's Q into buffer i % Q_BUFFERS once the
     # consumers let go of it (q_free: they did with item i − Q_BUFFERS's by the end of item i − Q_BUFFERS + 1's
     # tiles), its K / V tiles at ring positions running on from the previous item's
     if PERSISTENT:
@@ -574,7 +574,10 @@ def attn_fwd_gluon_kernel(
     gl.static_assert(BLOCK_M == 2 * HALF_M or (BLOCK_M == 3 * HALF_M and HEAD_D == 64 and not PAIRED),
                      "two consumer warpgroups of HALF_M rows each, or three at d = 64 (unpaired)")
     gl.static_assert(HEAD_D == 64 or HEAD_D == 128, "head dims 64 and 128 (one wgmma N per tile)")
-    gl.static_assert(not (PERSISTENT and (PAIRED or CONSUMERS != 2)), "PERSISTENT: two consumers, unpaired")
+    # PERSISTENT under a band: the banded d = 128 build hit an illegal instruction at its O store when a program ran
+    # several blocks (Triton 3.6, bench/NOTES.md "Session 2026-11-29i"): unbanded only
+    gl.static_assert(not (PERSISTENT and (PAIRED or BAND or CONSUMERS != 2)),
+                     "PERSISTENT: two consumers, unpaired, unbanded")
     sched = ()  # PERSISTENT's (program, programs, query blocks a head, batch x head pairs BH)
     if PERSISTENT:
         # program pid of G runs work items pid, pid + G, ... (item_block): the grid is at most one program an SM
