@@ -9,6 +9,8 @@
 #                                     # persistent_probe.py), and one failing test's message
 #   bash bench/gpu_2026_11_29i.sh d|e # the illegal instruction: probes, one test's traceback; compute-sanitizer
 #   bash bench/gpu_2026_11_29i.sh f   # PERSISTENT unbanded only: its GPU tests, then timed as b does (unbanded cells)
+#   bash bench/gpu_2026_11_29i.sh s1  # with PERSIST_KEYS = 2048: the GPU suite's first half; then `table`: issue 10's
+#                                     # table (bench/run.py --grid table)
 #   bash bench/gpu_2026_11_29i.sh b   # the PERSISTENT build timed beside the kernel as launched today (paired at
 #                                     # N <= PAIR_KEYS) and cuDNN: bench/fwd_variants.py
 set -uf  # (no globbing: the node ids hold [brackets])
@@ -97,5 +99,11 @@ case "${1:-}" in
     timeout 400 python3 bench/fwd_variants.py --variants persistent --rounds 3 --out "$O/persistent" \
       --cells 64:1024:0,128:1024:0,64:2048:0,128:2048:0,128:512:0,128:4096:0,64:4096:0 2>&1 | tee "$O/persistent.log"
     echo "done at $((SECONDS - t0)) s" ;;
-  *) echo "usage: $0 a|b|c|d|e|f"; exit 2 ;;
+  s1)  # call 7: PERSIST_KEYS = 2048 on: the suite's first half (bench/gpu_2026_11_29f.sh s1)
+    OUT=$O/tests1 T1=545 WORKERS=16 bash bench/validate_gpu.sh suite tests --ignore=tests/test_catalog.py \
+      --ignore=tests/test_audit.py ;;
+  table)  # call 8: issue 10's table
+    timeout 300 python3 bench/run.py --grid table --dtype bfloat16 --backends ours,torch-sdpa-cudnn,torch-sdpa-flash \
+      --rounds 2 --no-memory --out "$O/table" 2>&1 | grep -v "^bench:" | tail -40 | tee "$O/table.log" ;;
+  *) echo "usage: $0 a|b|c|d|e|f|s1|table"; exit 2 ;;
 esac

@@ -94,7 +94,8 @@ def main(argv=None) -> int:
     out = {}
     for name, mod, paired in (("reference: the product's kernel, one block a program", gluon_fwd, False),
                               ("the loop variant, PAIRED", m, True)):
-        launch = ka._gluon_launch(ka.Layout.of(q), ka.Layout.of(k), band, off_lo, off_hi, False, t, paired, False)
+        launch = ka._gluon_launch(ka.Layout.of(q), ka.Layout.of(k), band, off_lo, off_hi, False, t, paired, False,
+                                  False)
         o = torch.full_like(q, float("nan"))
         lse = torch.full((args.B, args.H, args.N), float("nan"), device="cuda", dtype=torch.float32)
         a, c = launch_args(mod, q, k, v, o, lse, launch)

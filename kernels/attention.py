@@ -158,9 +158,14 @@ WIDE_ROWS = 4096
 WIDE_TRITONS = ("3.6.", )
 # gluon_fwd's PERSISTENT build (one program an SM, looping over the query blocks: each program's prologue paid once,
 # an item's epilogue under the next one's loads; unbanded only: the banded build hit an illegal instruction on
-# Triton 3.6, bench/NOTES.md "Session 2026-11-29i") runs unbanded calls with at most this many keys ... not yet: 0
-# gives it no call until it is measured against the paired build (bench/fwd_variants.py, variants persistent, paired)
-PERSIST_KEYS = 0
+# Triton 3.6) runs unbanded calls with at most this many keys, measured on the H200 side by side with the build the
+# launcher ran before (bench/fwd_variants.py --variants persistent, bench/NOTES.md "Session 2026-11-29i"): d = 128
+# 1.126x at N = 512, 1.065x at 1k, 1.039x at 2k, 1.006x at 4k; d = 64 1.105x at 1k, 1.101x at 2k, 0.986x at 4k (the
+# WIDE build's cell); O bit for bit
+PERSIST_KEYS = 2048
+# the multiprocessors a PERSISTENT launch record assumes where no CUDA device is there to ask (launches() predicting
+# an sm_90 device's records on a CPU machine): an H100 SXM's and an H200's; the grid changes no result
+SM90_MULTIPROCESSORS = 132
 
 
 def _gluon_asked(engine: str, head_dim: int, n_keys: int | None, band: bool, n_queries: int | None) -> bool:
@@ -1041,7 +1046,7 @@ def _gluon_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, sa
         constexprs = (("GROUP", Hq // k.shape[1]), ("HEAD_D", d), ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n),
                       ("STAGES", t.num_stages), ("BAND", band), ("WRITE_RES", save_res), ("HEAVY_FIRST", False),
                       ("PAIRED", False), ("PERSISTENT", True))
-        sms = sms or _sm_count(torch.cuda.current_device())
+        sms = sms or (_sm_count(torch.cuda.current_device()) if torch.cuda.is_available() else SM90_MULTIPROCESSORS)
         return Launch("attn_fwd_gluon_kernel", (min(n_blocks * B * Hq, sms), 1), pointers, ints, constexprs, 4, None)
     paired = _gluon_paired(n_blocks, k.shape[2]) if paired is None else paired
     # the program's query rows: the tile's, or under WIDE three consumer warpgroups' (t.block_m is two's)
@@ -1057,7 +1062,8 @@ def _gluon_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, sa
 
 def _gluon_persistent(head_dim: int, n_keys: int, band: bool) -> bool:
     """Whether gluon_fwd runs this call PERSISTENT (at most one program an SM, each looping over query blocks: items
-    pid, pid + G, ...; gluon_fwd.item_block). Which program computes a block changes nothing in a row's arithmetic."""
+    pid, pid + G, ...; gluon_fwd.item_block): unbanded calls with at most PERSIST_KEYS keys. Which program computes a
+    block changes nothing in a row's arithmetic (O and LSE bit for bit)."""
     return not band and n_keys <= PERSIST_KEYS
 
 

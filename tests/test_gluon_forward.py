@@ -91,7 +91,7 @@ def test_a_paired_launch_runs_two_query_blocks_a_program(monkeypatch):
     q, k = _layout((2, 4, 300, 128)), _layout((2, 2, 257, 128))
     t = _gluon_tiles(128).fwd
     for paired, grid in ((True, (2, 8)), (False, (3, 8))):
-        with _launching(monkeypatch, _gluon_paired=_answering(paired)):
+        with _launching(monkeypatch, _gluon_paired=_answering(paired), _gluon_persistent=_answering(False)):
             launch = ka._gluon_launch(q, k, True, 0, 0, True, t)
         assert ka._arguments_in_order(gluon_fwd.attn_fwd_gluon_kernel, launch, 7)
         assert dict(launch.constexprs)["PAIRED"] is paired and launch.grid == grid
@@ -113,20 +113,24 @@ def test_a_persistent_launch_runs_at_most_one_program_a_multiprocessor(monkeypat
         assert launch.ints[-1] == 8, launch.ints
 
 
-def test_calls_of_more_than_one_query_block_and_at_most_pair_keys_keys_are_paired():
-    """The launcher's rule (attention._gluon_paired): two query blocks a program wherever there are two and at most
-    PAIR_KEYS keys, banded or not (a band's pair is gluon_fwd._consumer_band_pair's: bench/NOTES.md "Session
+def test_short_unbanded_calls_are_persistent_and_short_banded_ones_paired():
+    """The launcher's rules: unbanded calls with at most PERSIST_KEYS keys PERSISTENT (attention._gluon_persistent,
+    one query block alone included); otherwise two query blocks a program (attention._gluon_paired) wherever there
+    are two and at most PAIR_KEYS keys (a band's pair is gluon_fwd._consumer_band_pair's: bench/NOTES.md "Session
     2026-11-29g"); one block alone, or more keys, one a program."""
     from flashcheck.kernels import gluon_fwd
 
     t = _gluon_tiles(128).fwd
-    for nq, nk, band, paired in ((300, 257, True, True), (300, 257, False, True), (128, 257, True, False),
-                                 (300, ka.PAIR_KEYS, True, True), (300, ka.PAIR_KEYS + 1, True, False),
-                                 (300, ka.PAIR_KEYS + 1, False, False)):
+    for nq, nk, band, paired, persistent in (
+            (300, 257, True, True, False), (300, 257, False, False, True), (128, 257, True, False, False),
+            (128, 257, False, False, True), (300, ka.PAIR_KEYS, True, True, False),
+            (300, ka.PERSIST_KEYS, False, False, True), (300, ka.PAIR_KEYS + 1, True, False, False),
+            (300, max(ka.PAIR_KEYS, ka.PERSIST_KEYS) + 1, False, False, False)):
         q, k = _layout((2, 4, nq, 128)), _layout((2, 2, nk, 128))
-        launch = ka._gluon_launch(q, k, band, 0, nk - nq if band else 0, False, t)
+        launch = ka._gluon_launch(q, k, band, 0, nk - nq if band else 0, False, t, sms=132)
         assert ka._arguments_in_order(gluon_fwd.attn_fwd_gluon_kernel, launch, 7)
-        assert dict(launch.constexprs)["PAIRED"] is paired, (nq, nk, band)
+        c = dict(launch.constexprs)
+        assert (c["PAIRED"], c["PERSISTENT"]) == (paired, persistent), (nq, nk, band)
 
 
 @pytest.mark.parametrize("version_wide", [True, False])
@@ -494,7 +498,7 @@ def test_paired_programs_give_every_row_what_one_block_programs_give(case, dtype
     inp = materialize(case, dtype)
     got = []
     for paired in (False, True):
-        with _launching(monkeypatch, _gluon_paired=_answering(paired)):
+        with _launching(monkeypatch, _gluon_paired=_answering(paired), _gluon_persistent=_answering(False)):
             got.append(run_kernel(inp, case, dtype, backward=True, tiles=tiles))
     for name, a, b in zip(("O", "LSE", "dQ", "dK", "dV"), *got):
         assert not np.isnan(a).any(), f"{name}: NaN (unpaired)"  # NaN is never agreement
@@ -550,7 +554,8 @@ def test_wide_programs_give_every_row_what_two_warpgroup_programs_give(case, dty
     inp = materialize(case, dtype)
     got = []
     for wide in (False, True):
-        with _launching(monkeypatch, _gluon_paired=_answering(False), _gluon_wide=_answering(wide)):
+        with _launching(monkeypatch, _gluon_paired=_answering(False), _gluon_wide=_answering(wide),
+                        _gluon_persistent=_answering(False)):
             got.append(run_kernel(inp, case, dtype, backward=True, tiles=tiles))
     for name, a, b in zip(("O", "LSE", "dQ", "dK", "dV"), *got):
         assert not np.isnan(a).any(), f"{name}: NaN (two warpgroups)"  # NaN is never agreement
