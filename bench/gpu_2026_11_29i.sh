@@ -105,5 +105,15 @@ case "${1:-}" in
   table)  # call 8: issue 10's table
     timeout 300 python3 bench/run.py --grid table --dtype bfloat16 --backends ours,torch-sdpa-cudnn,torch-sdpa-flash \
       --rounds 2 --no-memory --out "$O/table" 2>&1 | grep -v "^bench:" | tail -40 | tee "$O/table.log" ;;
-  *) echo "usage: $0 a|b|c|d|e|f|s1|table"; exit 2 ;;
+  g)  # call 9: the banded persistent build (results/h200-2026-11-29i/gluon_fwd_banded_persistent.py: the BAND
+      # refusal lifted) under Triton 3.6's ptxas, then under ptxas 12.9 (carry _ptxas129): a ptxas fault or the kernel's?
+    V=bench/results/h200-2026-11-29i/gluon_fwd_banded_persistent.py
+    xz -dkf _ptxas129/ptxas.xz
+    for px in "" "$PWD/_ptxas129/ptxas"; do
+      env ${px:+TRITON_PTXAS_PATH=$px} TRITON_CACHE_DIR=/tmp/triton_cache${px:+_other} timeout 100 \
+        python3 bench/persistent_probe.py --variant $V --B 2 --H 4 --N 256 --d 128 --causal --programs 3 --quiet 2>&1 \
+        | grep -E "^bfloat16|Error" | head -3 | sed "s|^|ptxas ${px:-bundled}: |"
+    done | tee "$O/banded_ptxas.log"
+    echo "done at $((SECONDS - t0)) s" ;;
+  *) echo "usage: $0 a|b|c|d|e|f|s1|table|g"; exit 2 ;;
 esac

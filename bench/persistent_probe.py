@@ -35,6 +35,8 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     p.add_argument("--window", type=int, nargs=2, default=None, help="a sliding window (left, right) instead")
     p.add_argument("--dump", type=Path, default=None, help="write the persistent launch's cubin here (FILE)")
+    p.add_argument("--variant", type=Path, default=None,
+                   help="run the persistent launch from this gluon_fwd source instead (e.g. the banded build's)")
     args = p.parse_args(argv)
     import importlib
 
@@ -53,6 +55,11 @@ def main(argv=None) -> int:
     band, off_lo, off_hi = ka._band("bottom_right" if args.causal else False,
                                     tuple(args.window) if args.window else None, args.N, nk)
     sms = args.programs or torch.cuda.get_device_properties(0).multi_processor_count
+    if args.variant:
+        import tempfile
+
+        from bench.fwd_variants import load_variant
+        variant = load_variant("gluon_fwd", "probe", args.variant.read_text(), Path(tempfile.mkdtemp()))
     out = {}
     for persistent in (False, True):
         launch = ka._gluon_launch(ka.Layout.of(q), ka.Layout.of(k), band, off_lo, off_hi, args.res, t, False, False,
@@ -65,7 +72,8 @@ def main(argv=None) -> int:
             a = (gluon_fwd.descriptor(q, half), gluon_fwd.descriptor(k, t.block_n), gluon_fwd.descriptor(v, t.block_n),
                  gluon_fwd.descriptor(o, half), gluon_fwd.descriptor(res if args.res else o, half), lse,
                  args.d ** -0.5, *launch.ints)
-            binary = gluon_fwd.attn_fwd_gluon_kernel[launch.grid](*a, **dict(launch.constexprs), num_warps=4)
+            mod = variant if persistent and args.variant else gluon_fwd
+            binary = mod.attn_fwd_gluon_kernel[launch.grid](*a, **dict(launch.constexprs), num_warps=4)
             if persistent and args.dump and r == 0:
                 args.dump.write_bytes(binary.asm["cubin"])  # before the sync that may fail
             torch.cuda.synchronize()
