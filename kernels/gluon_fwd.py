@@ -23,8 +23,9 @@ now"). This kernel overlaps them, as FlashAttention-3 does, with what Triton's `
   blocks (item_block), Q in three buffers that the consumers hand back (q_free) once the O stored through them has
   left, the ring's positions running on across blocks. Under a loop around the block ptxas 12.8 (Triton 3.6's) took
   the pipelined tiles' Q descriptors from registers only the partial-tile loop writes (bench/sass_defs.py finds it
-  in the SASS): their Q view is indexed apart. Banded, the d = 128 build hit an illegal instruction at its O store
-  once a program ran several blocks (bench/NOTES.md "Session 2026-11-29i"): not built.
+  in the SASS): their Q view is indexed apart. Not built banded: its heaviest-first snake order (every other round
+  reversed) ran items past the end, an illegal instruction at the O store (bench/NOTES.md "Session 2026-11-29i";
+  the fix, rounds with the last one guarded, is on branch persistent-banded, not yet run on the GPU).
 
 What each row computes is `triton_fwd`'s, step for step (the bounds' Precision does not change with the engine):
 the key tiles of the program's query block in the same order (kernels/tiles.py's `_band_range`, `partial_start`,
@@ -574,8 +575,8 @@ def attn_fwd_gluon_kernel(
     gl.static_assert(BLOCK_M == 2 * HALF_M or (BLOCK_M == 3 * HALF_M and HEAD_D == 64 and not PAIRED),
                      "two consumer warpgroups of HALF_M rows each, or three at d = 64 (unpaired)")
     gl.static_assert(HEAD_D == 64 or HEAD_D == 128, "head dims 64 and 128 (one wgmma N per tile)")
-    # PERSISTENT under a band: the banded d = 128 build hit an illegal instruction at its O store when a program ran
-    # several blocks (Triton 3.6, bench/NOTES.md "Session 2026-11-29i"): unbanded only
+    # PERSISTENT under a band: its snake order ran items past the end (an illegal instruction at the O store; bench/
+    # NOTES.md "Session 2026-11-29i", fixed on branch persistent-banded, not yet run on the GPU): unbanded only
     gl.static_assert(not (PERSISTENT and (PAIRED or BAND or CONSUMERS != 2)),
                      "PERSISTENT: two consumers, unpaired, unbanded")
     sched = ()  # PERSISTENT's (program, programs, query blocks a head, batch x head pairs BH)
