@@ -105,9 +105,12 @@ case "${1:-}" in
   table)  # call 8: issue 10's table
     timeout 300 python3 bench/run.py --grid table --dtype bfloat16 --backends ours,torch-sdpa-cudnn,torch-sdpa-flash \
       --rounds 2 --no-memory --out "$O/table" 2>&1 | grep -v "^bench:" | tail -40 | tee "$O/table.log" ;;
-  g)  # call 9: the banded persistent build (results/h200-2026-11-29i/gluon_fwd_banded_persistent.py: the BAND
-      # refusal lifted) under Triton 3.6's ptxas, then under ptxas 12.9 (carry _ptxas129): a ptxas fault or the kernel's?
-    V=bench/results/h200-2026-11-29i/gluon_fwd_banded_persistent.py
+  g)  # call 9: the banded persistent build (kernels/gluon_fwd.py as of c5d8839, the BAND refusal lifted, written to
+      # /tmp) under Triton 3.6's ptxas, then under ptxas 12.9 (carry _ptxas129): a ptxas fault or the kernel's?
+    V=/tmp/gluon_fwd_banded_persistent.py
+    sed 's/(PERSISTENT and (PAIRED or BAND or CONSUMERS != 2))/(PERSISTENT and (PAIRED or CONSUMERS != 2))/' \
+      kernels/gluon_fwd.py > $V
+    grep -q "PAIRED or CONSUMERS != 2" $V || { echo "the BAND refusal edit no longer applies"; exit 2; }
     xz -dkf _ptxas129/ptxas.xz
     for px in "" "$PWD/_ptxas129/ptxas"; do
       env ${px:+TRITON_PTXAS_PATH=$px} TRITON_CACHE_DIR=/tmp/triton_cache${px:+_other} timeout 100 \
