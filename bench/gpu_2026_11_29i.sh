@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
 # Session 2026-11-29i's device calls (bench/NOTES.md "Session 2026-11-29i"):
+# _ptxas129/ptxas.xz (calls a, g; git-ignored locally through .git/info/exclude): `mkdir -p _ptxas129 && xz -9c
+# $(python3 -c "import triton, os; print(os.path.dirname(triton.__file__))")/backends/nvidia/bin/ptxas >
+# _ptxas129/ptxas.xz` with Triton 3.9 installed (its ptxas is CUDA 12.9's; the tree plus the plain binary passed the
+# carry limit), then `run(..., carry=["_ptxas129"])`.
 #   bash bench/gpu_2026_11_29i.sh a   # the ptxas 12.8 diagnosis checked on the device (29b's loop variant bit for bit
 #                                     # when ptxas 12.9 compiles it: carry _ptxas129/ptxas.xz, Triton 3.9's ptxas,
 #                                     # xz-compressed to fit the carry limit; the qfull variant with Triton 3.6's
@@ -111,6 +115,8 @@ case "${1:-}" in
     sed 's/(PERSISTENT and (PAIRED or BAND or CONSUMERS != 2))/(PERSISTENT and (PAIRED or CONSUMERS != 2))/' \
       kernels/gluon_fwd.py > $V
     grep -q "PAIRED or CONSUMERS != 2" $V || { echo "the BAND refusal edit no longer applies"; exit 2; }
+    # (Triton falls back to its own ptxas where TRITON_PTXAS_PATH names none: no archive, no second run)
+    [ -f _ptxas129/ptxas.xz ] || { echo "no _ptxas129/ptxas.xz: see the header"; exit 2; }
     xz -dkf _ptxas129/ptxas.xz
     for px in "" "$PWD/_ptxas129/ptxas"; do
       env ${px:+TRITON_PTXAS_PATH=$px} TRITON_CACHE_DIR=/tmp/triton_cache${px:+_other} timeout 100 \
