@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 2026-11-29i's device calls (bench/NOTES.md "Session 2026-11-29i"):
-# _ptxas129/ptxas.xz (calls a, g; git-ignored locally through .git/info/exclude): `mkdir -p _ptxas129 && xz -9c
+# _ptxas129/ptxas.xz (calls a, g; in .gitignore): `mkdir -p _ptxas129 && xz -9c
 # $(python3 -c "import triton, os; print(os.path.dirname(triton.__file__))")/backends/nvidia/bin/ptxas >
 # _ptxas129/ptxas.xz` with Triton 3.9 installed (its ptxas is CUDA 12.9's; the tree plus the plain binary passed the
 # carry limit), then `run(..., carry=["_ptxas129"])`.
