@@ -952,9 +952,10 @@ def _gluon_forward(q: Layout, k: Layout, v: Layout, has_dense: bool, sparse: boo
                    tiles: tuple, interpret: bool, engine: str) -> TileConfig | None:
     """The forward's tiles when gluon_fwd runs this call, else None (triton_fwd runs it with the same tiles): tiles
     asking for it (TileConfig.gluon), in its domain: fp16 / bf16, d = dv in {64, 128}, no dense or block-sparse
-    mask, no P split, and every tensor a TMA source (16-byte aligned base, positive batch, head and row strides
-    in 16-byte multiples, the last dim contiguous). The device (capability 9.0) is checked by `_gluon_device`."""
-    if interpret or has_dense or sparse or p_split:
+    mask, no P split, at least one key (a TMA box needs a row: N_k = 0 is triton_fwd's, every row O = 0, LSE = −inf),
+    and every tensor a TMA source (16-byte aligned base, positive batch, head and row strides in 16-byte multiples,
+    the last dim contiguous). The device (capability 9.0) is checked by `_gluon_device`."""
+    if interpret or has_dense or sparse or p_split or k.shape[2] == 0:
         return None
     cfg, _, _ = _tiles(q.shape[3], v.shape[3], getattr(torch, q.dtype), 0, 0, list(tiles), interpret=False, band=band,
                        engine=engine, n_keys=k.shape[2], n_queries=q.shape[2])  # (unmasked: has_dense, sparse out)

@@ -186,6 +186,9 @@ def test_gluon_runs_the_calls_in_its_domain_and_only_those():
     assert not _runs_gluon(q, _layout((2, 2, 257, 128), aligned=False), kv)  # TMA needs a 16-byte aligned base
     assert not _runs_gluon(q, _layout((2, 2, 257, 128), strides=(257 * 2 * 136, 257 * 136, 136 + 4, 1)), kv)
     assert not _runs_gluon(_layout((2, 4, 300, 128), strides=(0, 300 * 128, 128, 1)), kv, kv)  # broadcast batch
+    # no key (a TMA box needs a row), even a slice of a larger tensor whose strides TMA would take: triton_fwd's
+    empty = _layout((2, 2, 0, 128), strides=(257 * 2 * 128, 257 * 128, 128, 1))
+    assert not _runs_gluon(q, empty, empty)
     assert not _runs_gluon(_layout((2, 4, 300, 64)), _layout((2, 2, 257, 64)), _layout((2, 2, 257, 128)))  # d != dv
     assert not _runs_gluon(_layout((1, 1, 9, 128), "float32"), _layout((1, 1, 9, 128), "float32"),
                            _layout((1, 1, 9, 128), "float32"))
