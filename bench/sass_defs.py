@@ -82,11 +82,10 @@ def undefined_descriptor_reads(sass: str) -> list[tuple[int, str, list[int]]]:
     """(address, instruction, registers) for each HGMMA reading a descriptor register that some path from the
     kernel's entry leaves unwritten."""
     ins = parse(sass)
-    addrs = [a for a, _ in ins]
-    index = {a: i for i, a in enumerate(addrs)}
+    bodies = [_pred_and_body(t) for _, t in ins]  # (predicated, instruction without its guard), parsed once
+    index = {a: i for i, (a, _) in enumerate(ins)}
     succ: list[list[int]] = [[] for _ in ins]
-    for i, (a, text) in enumerate(ins):
-        pred, body = _pred_and_body(text)
+    for i, (pred, body) in enumerate(bodies):
         op = body.split()[0] if body else ""
         falls = i + 1 < len(ins)
         if op.startswith("BRA"):
@@ -103,7 +102,7 @@ def undefined_descriptor_reads(sass: str) -> list[tuple[int, str, list[int]]]:
             succ[i].append(i + 1)
     # the BRX's targets: the lowest instruction no edge reaches yet, again until every instruction is reached (each
     # partition's code starts at its entry)
-    brx = [i for i, (_, t) in enumerate(ins) if _pred_and_body(t)[1].startswith("BRX")]
+    brx = [i for i, (_, body) in enumerate(bodies) if body.startswith("BRX")]
     reached: set[int] = set()
     todo = [0]
     while True:
@@ -124,29 +123,26 @@ def undefined_descriptor_reads(sass: str) -> list[tuple[int, str, list[int]]]:
             preds[s].append(i)
     # a register holds a written value after an instruction that writes it from written values; one written from a
     # register some path left unwritten (a copy of a stale descriptor) is as unwritten as its source
-    bodies = [_pred_and_body(t) for _, t in ins]
+    writes = [(pred, _written(body), _sources(body)) for pred, body in bodies]
     universe = set(range(256))
     out = [set(universe) for _ in ins]
     in_ = [set() for _ in ins]
     changed = True
     while changed:
         changed = False
-        for i in range(len(ins)):
+        for i, (pred, dest, sources) in enumerate(writes):
             new_in = set.intersection(*(out[p] for p in preds[i])) if i and preds[i] else set()
-            pred, body = bodies[i]
-            dest = _written(body)
-            if dest and _sources(body) <= new_in and not pred:
+            if dest and sources <= new_in and not pred:
                 new_out = new_in | dest
-            elif dest and not _sources(body) <= new_in:
+            elif dest and not sources <= new_in:
                 new_out = new_in - dest
             else:
                 new_out = new_in
             if new_out != out[i] or new_in != in_[i]:
                 in_[i], out[i], changed = new_in, new_out, True
     report = []
-    for i, (a, text) in enumerate(ins):
-        need = _read_descriptors(_pred_and_body(text)[1])
-        missing = sorted(need - in_[i])
+    for i, ((a, text), (_, body)) in enumerate(zip(ins, bodies)):
+        missing = sorted(_read_descriptors(body) - in_[i])
         if missing:
             report.append((a, text, missing))
     return report
