@@ -119,15 +119,16 @@ def load_variant(stem: str, name: str, text: str, tmp: Path):
     return m
 
 
-def launch_args(m, q, k, v, o, lse, launch) -> tuple[tuple, dict]:
+def launch_args(m, q, k, v, o, lse, launch, o_res=None) -> tuple[tuple, dict]:
     """(arguments, constexprs) of `launch` (attention._gluon_launch's record) for module m's forward kernel: the TMA
-    descriptors (Q's and O's boxes one consumer warpgroup's rows, K's and V's BLOCK_N), LSE, the scale and the ints;
-    the constexprs the kernel knows (an earlier kernel lacks the newer ones: PAIRED, say)."""
+    descriptors (Q's, O's and O_res's boxes one consumer warpgroup's rows, K's and V's BLOCK_N; O_res: O's where not
+    given, as when WRITE_RES is off), LSE, the scale and the ints; the constexprs the kernel knows (an earlier kernel
+    lacks the newer ones: PAIRED, say)."""
     half = 64  # Q's and O's boxes: one consumer warpgroup's rows (gluon_fwd.HALF_M)
     block_n = dict(launch.constexprs)["BLOCK_N"]
     ints = launch.ints if "BH" in m.attn_fwd_gluon_kernel.arg_names else launch.ints[:5]  # (an earlier kernel's)
     args = (m.descriptor(q, half), m.descriptor(k, block_n), m.descriptor(v, block_n), m.descriptor(o, half),
-            m.descriptor(o, half), lse, q.shape[-1] ** -0.5, *ints)
+            m.descriptor(o if o_res is None else o_res, half), lse, q.shape[-1] ** -0.5, *ints)
     return args, {name: x for name, x in launch.constexprs if name in m.attn_fwd_gluon_kernel.arg_names}
 
 

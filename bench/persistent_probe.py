@@ -16,7 +16,8 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.insert(1, str(_ROOT))
 
-from bench.loop_pair_probe import block_report  # noqa: E402  (after the repo root is importable)
+from bench.fwd_variants import launch_args  # noqa: E402  (after the repo root is importable)
+from bench.loop_pair_probe import block_report  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -68,12 +69,9 @@ def main(argv=None) -> int:
             o = torch.full_like(q, float("nan"))
             res = torch.full_like(q, float("nan"))
             lse = torch.full((args.B, args.H, args.N), float("nan"), device="cuda", dtype=torch.float32)
-            half = 64
-            a = (gluon_fwd.descriptor(q, half), gluon_fwd.descriptor(k, t.block_n), gluon_fwd.descriptor(v, t.block_n),
-                 gluon_fwd.descriptor(o, half), gluon_fwd.descriptor(res if args.res else o, half), lse,
-                 args.d ** -0.5, *launch.ints)
             mod = variant if persistent and args.variant else gluon_fwd
-            binary = mod.attn_fwd_gluon_kernel[launch.grid](*a, **dict(launch.constexprs), num_warps=4)
+            a, c = launch_args(mod, q, k, v, o, lse, launch, res if args.res else None)
+            binary = mod.attn_fwd_gluon_kernel[launch.grid](*a, **c, num_warps=4)
             if persistent and args.dump and r == 0:
                 args.dump.write_bytes(binary.asm["cubin"])  # before the sync that may fail
             torch.cuda.synchronize()
