@@ -1043,22 +1043,22 @@ def _gluon_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, sa
     pointers = ((q.dtype, True),) * 5 + (_ptr(lse),)
     ints = (nq, k.shape[2], Hq, off_lo, off_hi, B * Hq)
     n_blocks = triton.cdiv(nq, t.block_m)
+    # PERSISTENT programs hold one block of the tile's rows at a time: neither paired nor wide
     persistent = _gluon_persistent(d, k.shape[2], band) if persistent is None else persistent
-    if persistent:
-        constexprs = (("GROUP", Hq // k.shape[1]), ("HEAD_D", d), ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n),
-                      ("STAGES", t.num_stages), ("BAND", band), ("WRITE_RES", save_res), ("HEAVY_FIRST", False),
-                      ("PAIRED", False), ("PERSISTENT", True))
-        sms = sms or (_sm_count(torch.cuda.current_device()) if torch.cuda.is_available() else SM90_MULTIPROCESSORS)
-        return Launch("attn_fwd_gluon_kernel", (min(n_blocks * B * Hq, sms), 1), pointers, ints, constexprs, 4, None)
-    paired = _gluon_paired(n_blocks, k.shape[2]) if paired is None else paired
+    paired = not persistent and (_gluon_paired(n_blocks, k.shape[2]) if paired is None else paired)
     # the program's query rows: the tile's, or under WIDE three consumer warpgroups' (t.block_m is two's)
-    wide = _gluon_wide(d, nq, k.shape[2], band, paired) if wide is None else wide
+    wide = not persistent and (_gluon_wide(d, nq, k.shape[2], band, paired) if wide is None else wide)
     block_m = 3 * t.block_m // 2 if wide else t.block_m
     n_blocks = triton.cdiv(nq, block_m)
     constexprs = (("GROUP", Hq // k.shape[1]), ("HEAD_D", d), ("BLOCK_M", block_m), ("BLOCK_N", t.block_n),
                   ("STAGES", t.num_stages), ("BAND", band), ("WRITE_RES", save_res),
-                  ("HEAVY_FIRST", t.heavy_first and band), ("PAIRED", paired), ("PERSISTENT", False))
-    grid = (triton.cdiv(n_blocks, 2) if paired else n_blocks, B * Hq)
+                  ("HEAVY_FIRST", t.heavy_first and band and not persistent), ("PAIRED", paired),
+                  ("PERSISTENT", persistent))
+    if persistent:
+        sms = sms or (_sm_count(torch.cuda.current_device()) if torch.cuda.is_available() else SM90_MULTIPROCESSORS)
+        grid = (min(n_blocks * B * Hq, sms), 1)
+    else:
+        grid = (triton.cdiv(n_blocks, 2) if paired else n_blocks, B * Hq)
     return Launch("attn_fwd_gluon_kernel", grid, pointers, ints, constexprs, 4, None)
 
 
