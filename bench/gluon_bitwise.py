@@ -1,7 +1,7 @@
 """Whether the Gluon kernels compute what earlier versions of them computed, bit for bit: O, LSE and (through the
 backward, which reads O's residual) dQ, dK, dV, on the call kinds a schedule change can break: ragged key and
 query counts, N = 1, Nq != Nk under both causal alignments, windows (several partial tiles a block), GQA, d = 64 and
-128, paired and unpaired programs (attention._gluon_paired), fp16 and bf16. A schedule change (which tile's product
+128, persistent, paired and one-block programs (attention._gluon_persistent, _gluon_paired), fp16 and bf16. A schedule change (which tile's product
 is issued when, how a mask's predicate is formed) must not move a bit; an arithmetic change is not this script's
 business.
 
@@ -100,12 +100,13 @@ def main() -> int:
             same = [torch.equal(a, b) for a, b in zip(out["base"], out["kernel"])]  # NaN: never the same
             diff = [float((a.float() - b.float()).abs().nan_to_num(float("inf")).max()) if not s else 0.0
                     for a, b, s in zip(out["base"], out["kernel"], same)]
-            n_blocks = -(-nq // 128)
-            paired = ka._gluon_paired(n_blocks, nk)
+            # the forward's programs as the launcher chooses them (PERSISTENT first: attention._gluon_launch)
+            programs = ("persistent" if ka._gluon_persistent(d, nk, ka._band(causal, window, nq, nk)[0])
+                        else "paired" if ka._gluon_paired(-(-nq // 128), nk) else "one")
             ok = all(same)
             bad += not ok
             print(f"{'same' if ok else 'DIFFERS'} {str(dtype)[6:]:8s} B={B} Hq={Hq} Hkv={Hkv} Nq={nq:5d} Nk={nk:5d} "
-                  f"d={d:3d} causal={causal!s:12s} window={window!s:12s} paired={paired!s:5s} "
+                  f"d={d:3d} causal={causal!s:12s} window={window!s:12s} programs={programs:10s} "
                   + " ".join(f"{n}:{'=' if s else f'{x:.1e}'}" for n, s, x in
                              zip(("O", "LSE", "dQ", "dK", "dV"), same, diff)), flush=True)
     print(f"{bad} case(s) differ")
