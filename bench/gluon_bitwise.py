@@ -1,9 +1,9 @@
 """Whether the Gluon kernels compute what earlier versions of them computed, bit for bit: O, LSE and (through the
 backward, which reads O's residual) dQ, dK, dV, on the call kinds a schedule change can break: ragged key and
 query counts, N = 1, Nq != Nk under both causal alignments, windows (several partial tiles a block), GQA, d = 64 and
-128, persistent, paired and one-block programs (attention._gluon_persistent, _gluon_paired), fp16 and bf16. A schedule change (which tile's product
-is issued when, how a mask's predicate is formed) must not move a bit; an arithmetic change is not this script's
-business.
+128, persistent, paired and one-block programs (attention._gluon_persistent, _gluon_paired), fp16 and bf16. A
+schedule change (which tile's product is issued when, how a mask's predicate is formed) must not move a bit; an
+arithmetic change is not this script's business.
 
     git show REV:kernels/gluon_fwd.py > /tmp/base_fwd.py; git show REV:kernels/gluon_bwd.py > /tmp/base_bwd.py
     FLASHCHECK_FORWARD_ENGINE=gluon PYTHONPATH=. python3 bench/gluon_bitwise.py --base-fwd /tmp/base_fwd.py \
