@@ -124,5 +124,10 @@ case "${1:-}" in
         | grep -E "^bfloat16|Error" | head -3 | sed "s|^|ptxas ${px:-bundled}: |"
     done | tee "$O/banded_ptxas.log"
     echo "done at $((SECONDS - t0)) s" ;;
-  *) echo "usage: $0 a|b|c|d|e|f|s1|table|g"; exit 2 ;;
+  h)  # call 10: the snake's last round guarded (the illegal instruction was items past the end), PERSISTENT built
+      # banded again (the launcher still runs it unbanded only): its GPU tests, banded cases included
+    timeout 170 python3 -m pytest -q -n 15 -p no:cacheprovider -m "gpu and not slow" tests/test_gluon_forward.py \
+      -k persistent 2>&1 | grep -E "passed|failed|^E  " | head -12 | tee "$O/persistent_tests_h.log"
+    echo "done at $((SECONDS - t0)) s" ;;
+  *) echo "usage: $0 a|b|c|d|e|f|s1|table|g|h"; exit 2 ;;
 esac

@@ -187,7 +187,7 @@ def main(argv=None) -> int:
     if args.product:
         for d in (64, 128):
             for band in (False, True):
-                for mode in ("one", "paired") + (() if band else ("persistent", )):
+                for mode in ("one", "paired", "persistent"):
                     builds.append((None, d, band, mode))
     if args.variant:
         m = load_variant("gluon_fwd", args.variant.stem, args.variant.read_text(), Path(tempfile.mkdtemp()))

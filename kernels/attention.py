@@ -157,10 +157,9 @@ WIDE_ROWS = 4096
 # consumer warpgroups there (tests/test_gluon_forward.py WIDE_LOCAL)
 WIDE_TRITONS = ("3.6.", )
 # gluon_fwd's PERSISTENT build (one program an SM, looping over the query blocks: each program's prologue paid once,
-# an item's epilogue under the next one's loads; unbanded only: its banded build's heaviest-first order ran items past
-# the end, fixed on branch persistent-banded, not yet run on the GPU) runs unbanded calls with at most this many keys,
-# measured on the H200 side by side with the build the launcher ran before (bench/fwd_variants.py --variants
-# persistent, bench/NOTES.md "Session 2026-11-29i"): d = 128
+# an item's epilogue under the next one's loads) runs unbanded calls with at most this many keys (banded ones: not
+# yet timed), measured on the H200 side by side with the build the launcher ran before (bench/fwd_variants.py
+# --variants persistent, bench/NOTES.md "Session 2026-11-29i"): d = 128
 # 1.126x at N = 512, 1.065x at 1k, 1.039x at 2k, 1.006x at 4k; d = 64 1.105x at 1k, 1.101x at 2k, 0.986x at 4k (the
 # WIDE build's cell); O bit for bit
 PERSIST_KEYS = 2048

@@ -19,13 +19,12 @@ now"). This kernel overlaps them, as FlashAttention-3 does, with what Triton's `
   `_consumer_band_pair`'s instead: the light block p first, all its tiles unpipelined in the loop that then takes the
   heavy block's partial tiles, then the heavy block's full tiles pipelined, one copy of each loop (1.02-1.04x the
   unpaired programs at N = 1k-2k causal: bench/NOTES.md "Session 2026-11-29g").
-- PERSISTENT (unbanded; attention._gluon_persistent): at most one program a multiprocessor, each looping over query
+- PERSISTENT (attention._gluon_persistent): at most one program a multiprocessor, each looping over query
   blocks (item_block), Q in three buffers that the consumers hand back (q_free) once the O stored through them has
   left, the ring's positions running on across blocks. Under a loop around the block ptxas 12.8 (Triton 3.6's) took
   the pipelined tiles' Q descriptors from registers only the partial-tile loop writes (bench/sass_defs.py finds it
-  in the SASS): their Q view is indexed apart. Not built banded: its heaviest-first snake order (every other round
-  reversed) ran items past the end, an illegal instruction at the O store (bench/NOTES.md "Session 2026-11-29i";
-  the fix, rounds with the last one guarded, is on branch persistent-banded, not yet run on the GPU).
+  in the SASS): their Q view is indexed apart. Under a band heaviest first, a snake over rounds of G items; the
+  launcher runs it on unbanded calls only until it is timed banded (bench/NOTES.md "Session 2026-11-29i").
 
 What each row computes is `triton_fwd`'s, step for step (the bounds' Precision does not change with the engine):
 the key tiles of the program's query block in the same order (kernels/tiles.py's `_band_range`, `partial_start`,
@@ -107,21 +106,37 @@ def query_block_tiles(Nq, Nk, Hq, off_lo, off_hi, GROUP: gl.constexpr, BAND: gl.
 
 @gluon.jit
 def items_of(sched):
-    """PERSISTENT: how many work items (query blocks of a head) program `pid` of G runs: items pid, pid + G, ..."""
+    """PERSISTENT: the rounds of G work items (query blocks of a head) the programs run, the last one maybe partial:
+    a program's i-th item is item_w's w, run where w < n_blocks · BH."""
     pid, G, n_blocks, BH = sched
-    return gl.cdiv(n_blocks * BH - pid, G)
+    return gl.cdiv(n_blocks * BH, G)
 
 
 @gluon.jit
-def item_block(i, sched, Nq, Nk, Hq, off_lo, off_hi, GROUP: gl.constexpr, BAND: gl.constexpr, BLOCK_M: gl.constexpr,
-               BLOCK_N: gl.constexpr):
-    """PERSISTENT: the i-th work item of program pid: (pid_bh, off_b, off_h, off_hkv, block_tiles(...)). Rounds of G
-    items: item w = i G + pid is block w % n_blocks of head pair w // n_blocks (neighbouring programs read one head's
-    K and V at once; unbanded, every block's keys the same)."""
+def item_w(i, sched, BAND: gl.constexpr):
+    """PERSISTENT: the work item program pid runs in round i (none where it is n_blocks · BH or more: only in the last
+    round). Unbanded, w = i G + pid; under a band every other round runs in reverse, w = i G + G − 1 − pid (a snake:
+    with item_block's heaviest-first order each program's keys about the same)."""
     pid, G, n_blocks, BH = sched
-    w = i * G + pid
-    bh = w // n_blocks
-    blk = w % n_blocks
+    if BAND:
+        return i * G + gl.where(i % 2 == 0, pid, G - 1 - pid)
+    else:
+        return i * G + pid
+
+
+@gluon.jit
+def item_block(w, sched, Nq, Nk, Hq, off_lo, off_hi, GROUP: gl.constexpr, BAND: gl.constexpr, BLOCK_M: gl.constexpr,
+               BLOCK_N: gl.constexpr):
+    """PERSISTENT: work item w's (pid_bh, off_b, off_h, off_hkv, block_tiles(...)). Unbanded, block w % n_blocks of
+    head pair w // n_blocks (neighbouring programs read one head's K and V at once; every block's keys the same);
+    under a band heaviest first: every head's last block, then every head's block before it, ..."""
+    pid, G, n_blocks, BH = sched
+    if BAND:
+        bh = w % BH
+        blk = n_blocks - 1 - w // BH
+    else:
+        bh = w // n_blocks
+        blk = w % n_blocks
     off_b, off_h, off_hkv = head_of(bh, Hq, GROUP)
     return bh, off_b, off_h, off_hkv, block_tiles(blk, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M, BLOCK_N)
 
@@ -152,20 +167,22 @@ def _producer(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready, k_ready
               BAND: gl.constexpr, PERSISTENT: gl.constexpr, GROUP: gl.constexpr, BLOCK_M: gl.constexpr):
     # one warp: block A's loads, then (PAIRED) block B's, which land while the consumers finish A's last tiles; under a
     # band (PAIRED) the light block B's first (Q buffer 0, ring positions from 0), then A's (buffer 1, after B's).
-    # PERSISTENT (unbanded): the program's work items one after the other, item i's Q into buffer i % Q_BUFFERS once the
+    # PERSISTENT: the program's work items one after the other, item i's Q into buffer i % Q_BUFFERS once the
     # consumers let go of it (q_free: they did with item i − Q_BUFFERS's by the end of item i − Q_BUFFERS + 1's
     # tiles), its K / V tiles at ring positions running on from the previous item's
     if PERSISTENT:
         t_base = 0
         for i in range(items_of(sched)):
-            bh, off_b, off_h, off_hkv, block = item_block(i, sched, Nq, Nk, Hq, off_lo, off_hi, GROUP, BAND, BLOCK_M,
-                                                          BLOCK_N)
-            qb = i % Q_BUFFERS
-            mbarrier.wait(q_free.index(qb), ((i // Q_BUFFERS) & 1) ^ 1)
-            _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready.index(qb), k_ready, v_ready,
-                            k_free, v_free, off_b, off_h, off_hkv, block, t_base, qb, BLOCK_N, STAGES, CONSUMERS,
-                            True)
-            t_base += block[2]
+            w = item_w(i, sched, BAND)
+            if w < sched[2] * sched[3]:  # (only the last round's may be missing: Q buffer i's count stays whole)
+                bh, off_b, off_h, off_hkv, block = item_block(w, sched, Nq, Nk, Hq, off_lo, off_hi, GROUP, BAND,
+                                                              BLOCK_M, BLOCK_N)
+                qb = i % Q_BUFFERS
+                mbarrier.wait(q_free.index(qb), ((i // Q_BUFFERS) & 1) ^ 1)
+                _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready.index(qb), k_ready,
+                                v_ready, k_free, v_free, off_b, off_h, off_hkv, block, t_base, qb, BLOCK_N, STAGES,
+                                CONSUMERS, True)
+                t_base += block[2]
     elif PAIRED and BAND:
         if has_b:
             _producer_block(q_desc, k_desc, v_desc, q_halves, k_ring, v_ring, q_ready.index(0), k_ready, v_ready,
@@ -313,13 +330,16 @@ def _consumer(WG: gl.constexpr, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring
     if PERSISTENT:
         t_base = 0
         for i in range(items_of(sched)):
-            bh, off_b, off_h, off_hkv, block = item_block(i, sched, Nq, Nk, Hq, off_lo, off_hi, GROUP, BAND, BLOCK_M,
-                                                          BLOCK_N)
-            _consumer_block(WG, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready.index(i % Q_BUFFERS),
-                            k_ready, v_ready, k_free, v_free, bh, off_b, off_h, block, t_base, i % Q_BUFFERS,
-                            qk_scale2, Nq, Nk, off_lo, off_hi, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES, CONSUMERS,
-                            (i // Q_BUFFERS) & 1, q_free.index((i + Q_BUFFERS - 1) % Q_BUFFERS), i > 0, True)
-            t_base += block[2]
+            w = item_w(i, sched, BAND)
+            if w < sched[2] * sched[3]:  # (the producer's test)
+                bh, off_b, off_h, off_hkv, block = item_block(w, sched, Nq, Nk, Hq, off_lo, off_hi, GROUP, BAND,
+                                                              BLOCK_M, BLOCK_N)
+                _consumer_block(WG, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready.index(i % Q_BUFFERS),
+                                k_ready, v_ready, k_free, v_free, bh, off_b, off_h, block, t_base, i % Q_BUFFERS,
+                                qk_scale2, Nq, Nk, off_lo, off_hi, HEAD_D, BLOCK_N, STAGES, BAND, WRITE_RES,
+                                CONSUMERS, (i // Q_BUFFERS) & 1, q_free.index((i + Q_BUFFERS - 1) % Q_BUFFERS), i > 0,
+                                True)
+                t_base += block[2]
     elif PAIRED and BAND:
         _consumer_band_pair(WG, o_desc, ores_desc, LSE, q_halves, k_ring, v_ring, q_ready, k_ready, v_ready, k_free,
                             v_free, pid_bh, off_b, off_h, block_a, block_b, has_b, qk_scale2, Nq, Nk, off_lo, off_hi,
@@ -575,10 +595,7 @@ def attn_fwd_gluon_kernel(
     gl.static_assert(BLOCK_M == 2 * HALF_M or (BLOCK_M == 3 * HALF_M and HEAD_D == 64 and not PAIRED),
                      "two consumer warpgroups of HALF_M rows each, or three at d = 64 (unpaired)")
     gl.static_assert(HEAD_D == 64 or HEAD_D == 128, "head dims 64 and 128 (one wgmma N per tile)")
-    # PERSISTENT under a band: its snake order ran items past the end (an illegal instruction at the O store; bench/
-    # NOTES.md "Session 2026-11-29i", fixed on branch persistent-banded, not yet run on the GPU): unbanded only
-    gl.static_assert(not (PERSISTENT and (PAIRED or BAND or CONSUMERS != 2)),
-                     "PERSISTENT: two consumers, unpaired, unbanded")
+    gl.static_assert(not (PERSISTENT and (PAIRED or CONSUMERS != 2)), "PERSISTENT: two consumers, unpaired")
     sched = ()  # PERSISTENT's (program, programs, query blocks a head, batch x head pairs BH)
     if PERSISTENT:
         # program pid of G runs work items pid, pid + G, ... (item_block): the grid is at most one program an SM

@@ -236,7 +236,8 @@ out = {}
 for name, d, band, paired, block_m, persistent in (
         ("banded", 128, True, False, 128, False), ("paired", 128, False, True, 128, False),
         ("banded_paired", 128, True, True, 128, False), ("wide", 64, False, False, 192, False),
-        ("persistent", 128, False, False, 128, True), ("persistent_d64", 64, False, False, 128, True)):
+        ("persistent", 128, False, False, 128, True), ("persistent_d64", 64, False, False, 128, True),
+        ("banded_persistent", 128, True, False, 128, True)):
     ck = compile_gluon("bfloat16", d, band, True, 2 if d == 128 else 3, paired=paired, block_m=block_m,
                        persistent=persistent)
     ptx = ck.asm["ptx"]
@@ -272,7 +273,7 @@ def test_gluon_forward_compiles_for_sm90_with_the_recorded_rowsum_tree():
         assert set(r["widths"]) == {1, 128}, (name, r)
         assert max(r["depths"]) <= entry["rowsum_depth"], (name, r, entry)
     assert got["paired"]["local"] == 0 and got["banded_paired"]["local"] == 0, got
-    assert all(got[x]["local"] == 0 for x in ("persistent", "persistent_d64")), got
+    assert all(got[x]["local"] == 0 for x in ("persistent", "persistent_d64", "banded_persistent")), got
     assert all(g["stale"] == 0 for g in got.values()), got
     # banded pairs hold one copy of each tile loop (gluon_fwd._consumer_band_pair), as one block a program does
     assert got["banded_paired"]["wgmma"] == got["banded"]["wgmma"], got
@@ -508,10 +509,12 @@ def test_paired_programs_give_every_row_what_one_block_programs_give(case, dtype
         np.testing.assert_array_equal(b, a, err_msg=f"{name}: paired != unpaired")
 
 
-PERSIST_CASES = [c for c in PAIR_CASES if not (c.causal or c.window)] + [  # PERSISTENT: unbanded only
+PERSIST_CASES = PAIR_CASES + [
     Case(Shape(2, 8, 4, 1024, 1024, 128), seed=31),  # 128 blocks: one a program on 132 multiprocessors
     Case(Shape(2, 8, 2, 1000, 1000, 64), seed=32),  # a ragged last key tile
     Case(Shape(1, 4, 1, 333, 200, 128), seed=33),  # GQA 4
+    # banded, heaviest first in a snake over the rounds: 16 items on 3 programs, the last round partial
+    Case(Shape(2, 8, 2, 1000, 1000, 64), causal="bottom_right", seed=34),
 ]
 
 
@@ -521,10 +524,11 @@ PERSIST_CASES = [c for c in PAIR_CASES if not (c.causal or c.window)] + [  # PER
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("case", PERSIST_CASES, ids=str)
 def test_persistent_programs_give_every_row_what_one_block_programs_give(case, dtype, programs, monkeypatch):
-    """A program an SM looping over the query blocks (PERSISTENT, unbanded; `programs` of them: 3, so that each runs
-    many blocks through its three Q buffers, or the device's multiprocessors) or one block a program: O, LSE and the
-    gradients (the backward reads O_res) bit for bit, ragged tiles and GQA included (bench/NOTES.md "Session
-    2026-11-29i": under Triton 3.6 a loop around the block needs its pipelined Q view apart, bench/sass_defs.py)."""
+    """A program an SM looping over the query blocks (PERSISTENT; `programs` of them: 3, so that each runs many
+    blocks through its three Q buffers, or the device's multiprocessors) or one block a program: O, LSE and the
+    gradients (the backward reads O_res) bit for bit, banded (heaviest first, a snake over the rounds, the last one
+    partial), ragged, GQA and keyless blocks included (bench/NOTES.md "Session 2026-11-29i": under Triton 3.6 a loop
+    around the block needs its pipelined Q view apart, bench/sass_defs.py)."""
     tiles = _gluon_tiles(case.shape.d, dtype)
     inp = materialize(case, dtype)
     got = []
