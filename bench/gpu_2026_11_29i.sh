@@ -15,6 +15,8 @@
 #   bash bench/gpu_2026_11_29i.sh f   # PERSISTENT unbanded only: its GPU tests, then timed as b does (unbanded cells)
 #   bash bench/gpu_2026_11_29i.sh s1  # with PERSIST_KEYS = 2048: the GPU suite's first half; then `table`: issue 10's
 #                                     # table (bench/run.py --grid table)
+#   bash bench/gpu_2026_11_29i.sh h   # (branch persistent-banded) its GPU tests, banded cases included; then
+#   bash bench/gpu_2026_11_29i.sh i   # the banded PERSISTENT build timed against the banded pairs
 #   bash bench/gpu_2026_11_29i.sh b   # the PERSISTENT build timed beside the kernel as launched today (paired at
 #                                     # N <= PAIR_KEYS) and cuDNN: bench/fwd_variants.py
 set -uf  # (no globbing: the node ids hold [brackets])
@@ -129,5 +131,10 @@ case "${1:-}" in
     timeout 170 python3 -m pytest -q -n 15 -p no:cacheprovider -m "gpu and not slow" tests/test_gluon_forward.py \
       -k persistent 2>&1 | grep -E "passed|failed|^E  " | head -12 | tee "$O/persistent_tests_h.log"
     echo "done at $((SECONDS - t0)) s" ;;
-  *) echo "usage: $0 a|b|c|d|e|f|s1|table|g|h"; exit 2 ;;
+  i)  # next: the banded PERSISTENT build timed against the banded pairs (and, at d = 64, the product: triton_fwd
+      # below LONG_KEYS banded), unbanded controls beside; O compared with the kernel's
+    timeout 500 python3 bench/fwd_variants.py --variants persistent,paired --rounds 3 --out "$O/banded_persistent" \
+      --cells 128:1024:1,64:1024:1,128:2048:1,64:2048:1,128:4096:1,128:1024:0 2>&1 | tee "$O/banded_persistent.log"
+    echo "done at $((SECONDS - t0)) s" ;;
+  *) echo "usage: $0 a|b|c|d|e|f|s1|table|g|h|i"; exit 2 ;;
 esac
