@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Session 2026-11-29j's device calls (bench/NOTES.md "Session 2026-11-29j"):
+#   bash bench/gpu_2026_11_29j.sh a   # (branch persistent-banded) the PERSISTENT build's GPU tests, banded cases
+#                                     # included (29i's h), then the banded PERSISTENT build timed against the banded
+#                                     # pairs and, at d = 64, the product (triton_fwd below LONG_KEYS banded), an
+#                                     # unbanded control beside (29i's i, more cells)
+set -uf  # (no globbing: the node ids hold [brackets])
+export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
+O=${OUT:-/tmp/gpu_2026_11_29j}
+mkdir -p "$O"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$O/device.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$O/device.txt"
+t0=$SECONDS
+case "${1:-}" in
+  a)
+    timeout 150 python3 -m pytest -q -n 15 -p no:cacheprovider -m "gpu and not slow" tests/test_gluon_forward.py \
+      -k persistent 2>&1 | grep -E "passed|failed|^E  " | head -12 | tee "$O/persistent_tests.log"
+    echo "tests done at $((SECONDS - t0)) s"
+    timeout $((560 - SECONDS + t0)) python3 bench/fwd_variants.py --variants persistent,paired --rounds 3 \
+      --out "$O/banded_persistent" \
+      --cells 128:1024:1,64:1024:1,128:512:1,128:2048:1,64:2048:1,128:4096:1,64:4096:1,128:1024:0 2>&1 \
+      | tee "$O/banded_persistent.log"
+    echo "done at $((SECONDS - t0)) s" ;;
+  *) echo "usage: $0 a"; exit 2 ;;
+esac
