@@ -4,6 +4,11 @@
 #                                     # included (29i's h), then the banded PERSISTENT build timed against the banded
 #                                     # pairs and, at d = 64, the product (triton_fwd below LONG_KEYS banded), an
 #                                     # unbanded control beside (29i's i, more cells)
+#   bash bench/gpu_2026_11_29j.sh b   # the banded PERSISTENT build with its items in the one-block programs' grouped
+#                                     # order (kernels/tiles.py grouped_order), timed
+#   bash bench/gpu_2026_11_29j.sh c   # the banded PERSISTENT build with each head's blocks heaviest first, heads in
+#                                     # order: its GPU tests, then timed
+#   bash bench/gpu_2026_11_29j.sh d   # c's build at 8k and 16k causal
 set -uf  # (no globbing: the node ids hold [brackets])
 export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 O=${OUT:-/tmp/gpu_2026_11_29j}
@@ -21,5 +26,22 @@ case "${1:-}" in
       --cells 128:1024:1,64:1024:1,128:512:1,128:2048:1,64:2048:1,128:4096:1,64:4096:1,128:1024:0 2>&1 \
       | tee "$O/banded_persistent.log"
     echo "done at $((SECONDS - t0)) s" ;;
-  *) echo "usage: $0 a"; exit 2 ;;
+  b)  # the banded PERSISTENT build's items in the one-block programs' grouped order (tiles.grouped_order) timed
+    timeout 300 python3 bench/fwd_variants.py --variants persistent --rounds 3 --out "$O/grouped" \
+      --cells 128:1024:1,64:1024:1,128:2048:1,64:2048:1,128:4096:1,64:4096:1 2>&1 | tee "$O/grouped.log"
+    echo "done at $((SECONDS - t0)) s" ;;
+  c)  # the banded PERSISTENT build with a head's blocks heaviest first, the heads in order (one division a work
+      # item, no spill): its GPU tests, then timed
+    timeout 150 python3 -m pytest -q -n 15 -p no:cacheprovider -m "gpu and not slow" tests/test_gluon_forward.py \
+      -k persistent 2>&1 | grep -E "passed|failed|^E  " | head -12 | tee "$O/persistent_tests_c.log"
+    echo "tests done at $((SECONDS - t0)) s"
+    timeout 300 python3 bench/fwd_variants.py --variants persistent --rounds 3 --out "$O/headmajor" \
+      --cells 128:1024:1,64:1024:1,128:512:1,128:2048:1,64:2048:1,128:4096:1,64:4096:1 2>&1 | tee "$O/headmajor.log"
+    echo "done at $((SECONDS - t0)) s" ;;
+  d)  # c's build at long banded calls: 8k, 16k causal (d = 128 16k: B 1, H 16, 128 blocks a head, a static
+      # imbalance of 1.54 predicted on 132 programs; the others about 1.03)
+    timeout 400 python3 bench/fwd_variants.py --variants persistent --rounds 3 --out "$O/headmajor_long" \
+      --cells 128:8192:1,64:8192:1,128:16384:1,64:16384:1 2>&1 | tee "$O/headmajor_long.log"
+    echo "done at $((SECONDS - t0)) s" ;;
+  *) echo "usage: $0 a|b|c|d"; exit 2 ;;
 esac
