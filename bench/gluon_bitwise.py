@@ -101,7 +101,9 @@ def main() -> int:
             diff = [float((a.float() - b.float()).abs().nan_to_num(float("inf")).max()) if not s else 0.0
                     for a, b, s in zip(out["base"], out["kernel"], same)]
             # the forward's programs as the launcher chooses them (PERSISTENT first: attention._gluon_launch)
-            programs = ("persistent" if ka._gluon_persistent(d, nk, ka._band(causal, window, nq, nk)[0])
+            band, lo, hi = ka._band(causal, window, nq, nk)
+            sms = ka._sm_count(torch.cuda.current_device())
+            programs = ("persistent" if ka._gluon_persistent(nq, nk, band, lo, hi, B * Hq, sms)
                         else "paired" if ka._gluon_paired(-(-nq // 128), nk) else "one")
             ok = all(same)
             bad += not ok

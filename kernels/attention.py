@@ -157,12 +157,21 @@ WIDE_ROWS = 4096
 # consumer warpgroups there (tests/test_gluon_forward.py WIDE_LOCAL)
 WIDE_TRITONS = ("3.6.", )
 # gluon_fwd's PERSISTENT build (one program an SM, looping over the query blocks: each program's prologue paid once,
-# an item's epilogue under the next one's loads) runs unbanded calls with at most this many keys (banded ones: not
-# yet timed), measured on the H200 side by side with the build the launcher ran before (bench/fwd_variants.py
-# --variants persistent, bench/NOTES.md "Session 2026-11-29i"): d = 128
-# 1.126x at N = 512, 1.065x at 1k, 1.039x at 2k, 1.006x at 4k; d = 64 1.105x at 1k, 1.101x at 2k, 0.986x at 4k (the
-# WIDE build's cell); O bit for bit
+# an item's epilogue under the next one's loads) runs unbanded calls with at most this many keys, measured on the H200
+# side by side with the build the launcher ran before (bench/fwd_variants.py --variants persistent, bench/NOTES.md
+# "Session 2026-11-29i"): d = 128 1.126x at N = 512, 1.065x at 1k, 1.039x at 2k, 1.006x at 4k; d = 64 1.105x at 1k,
+# 1.101x at 2k, 0.986x at 4k (the WIDE build's cell); O bit for bit
 PERSIST_KEYS = 2048
+# ... and banded calls (causal, windows) with at most this many keys whose work items the programs share evenly
+# (`_persistent_imbalance` at most PERSIST_IMBALANCE), measured likewise ("Session 2026-11-29j", each head's blocks
+# heaviest first, the heads in order): causal d = 128 1.080x at N = 512, 1.119x at 1k, 1.109x at 2k, 1.065x at 4k,
+# 1.016x at 8k; d = 64 1.123x at 2k, 1.053x at 4k, 0.996x at 8k (at 1k 1.185x the Gluon programs, but "auto" runs
+# triton_fwd there: LONG_KEYS); at 16k d = 128 (B 1, H 16: an imbalance of 1.54) 0.797x; O bit for bit
+BAND_PERSIST_KEYS = 4096
+# the most a PERSISTENT banded program's key tiles may exceed the least the busiest program could run (1: as even as
+# any order of the blocks): at 1.03 (N = 1k-4k causal, B·N = 16k, 2048 hidden, 132 programs) it gained 1.05-1.12x,
+# at 1.54 it lost 0.80x ("Session 2026-11-29j")
+PERSIST_IMBALANCE = 1.05
 # the multiprocessors a PERSISTENT launch record assumes where no CUDA device is there to ask (launches() predicting
 # an sm_90 device's records on a CPU machine): an H100 SXM's and an H200's; the grid changes no result
 SM90_MULTIPROCESSORS = 132
@@ -1043,7 +1052,10 @@ def _gluon_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, sa
     ints = (nq, k.shape[2], Hq, off_lo, off_hi, B * Hq)
     n_blocks = triton.cdiv(nq, t.block_m)
     # PERSISTENT programs hold one block of the tile's rows at a time: neither paired nor wide
-    persistent = _gluon_persistent(d, k.shape[2], band) if persistent is None else persistent
+    if persistent is None or persistent:
+        sms = sms or (_sm_count(torch.cuda.current_device()) if torch.cuda.is_available() else SM90_MULTIPROCESSORS)
+    if persistent is None:
+        persistent = _gluon_persistent(nq, k.shape[2], band, off_lo, off_hi, B * Hq, sms)
     paired = not persistent and (_gluon_paired(n_blocks, k.shape[2]) if paired is None else paired)
     # the program's query rows: the tile's, or under WIDE three consumer warpgroups' (t.block_m is two's)
     wide = not persistent and (_gluon_wide(d, nq, k.shape[2], band, paired) if wide is None else wide)
@@ -1054,18 +1066,53 @@ def _gluon_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, sa
                   ("HEAVY_FIRST", t.heavy_first and band and not persistent), ("PAIRED", paired),
                   ("PERSISTENT", persistent))
     if persistent:
-        sms = sms or (_sm_count(torch.cuda.current_device()) if torch.cuda.is_available() else SM90_MULTIPROCESSORS)
         grid = (min(n_blocks * B * Hq, sms), 1)
     else:
         grid = (triton.cdiv(n_blocks, 2) if paired else n_blocks, B * Hq)
     return Launch("attn_fwd_gluon_kernel", grid, pointers, ints, constexprs, 4, None)
 
 
-def _gluon_persistent(head_dim: int, n_keys: int, band: bool) -> bool:
-    """Whether gluon_fwd runs this call PERSISTENT (at most one program an SM, each looping over query blocks: items
-    pid, pid + G, ...; gluon_fwd.item_block): unbanded calls with at most PERSIST_KEYS keys. Which program computes a
-    block changes nothing in a row's arithmetic (O and LSE bit for bit)."""
-    return not band and n_keys <= PERSIST_KEYS
+def _gluon_persistent(n_queries: int, n_keys: int, band: bool, off_lo: int, off_hi: int, heads: int,
+                      programs: int) -> bool:
+    """Whether gluon_fwd runs this call PERSISTENT (at most `programs` programs, each looping over query blocks of
+    `heads` batch x head pairs: items pid, pid + G, ...; gluon_fwd.item_w, item_block): unbanded calls with at most
+    PERSIST_KEYS keys; banded ones with at most BAND_PERSIST_KEYS keys and a static imbalance
+    (`_persistent_imbalance`) of at most PERSIST_IMBALANCE. Which program computes a block changes nothing in a row's
+    arithmetic (O and LSE bit for bit)."""
+    if not band:
+        return n_keys <= PERSIST_KEYS
+    return (n_keys <= BAND_PERSIST_KEYS
+            and _persistent_imbalance(n_queries, n_keys, off_lo, off_hi, heads, programs) <= PERSIST_IMBALANCE)
+
+
+@functools.lru_cache(maxsize=1024)
+def _persistent_imbalance(n_queries: int, n_keys: int, off_lo: int, off_hi: int, heads: int, programs: int,
+                          block_m: int = 128, block_n: int = 128) -> float:
+    """The banded PERSISTENT build's static schedule: the most key tiles a program runs over the least the busiest
+    program could run (the mean over the programs, or the heaviest block; 1: as even as any order). Its order is
+    gluon_fwd.item_w's and item_block's: program p of G runs items i G + p (odd rounds i G + G − 1 − p), item w being
+    block n − 1 − w % n of pair w // n (n blocks a head); a block's key tiles are kernels/tiles.py `_band_range`'s."""
+    n = triton.cdiv(n_queries, block_m)
+    tiles = [_key_tiles(b * block_m, min(b * block_m + block_m, n_queries), n_keys, off_lo, off_hi, block_n)
+             for b in range(n)]
+    items = n * heads
+    g = min(items, programs)
+    load = [0] * g
+    for i in range(triton.cdiv(items, g)):
+        for p in range(g):
+            w = i * g + (g - 1 - p if i % 2 else p)
+            if w < items:
+                load[p] += tiles[n - 1 - w % n]
+    least = max(sum(tiles) * heads / g, max(tiles))
+    return max(load) / least if least else 1.0
+
+
+def _key_tiles(a0: int, a1: int, n_keys: int, off_lo: int, off_hi: int, block_n: int) -> int:
+    """The key tiles query rows [a0, a1) visit under a band (key j visible from query i iff i + off_lo <= j <= i +
+    off_hi): kernels/tiles.py `_band_range`'s hi − lo over block_n."""
+    lo = max(a0 + off_lo, 0) // block_n * block_n
+    hi = triton.cdiv(min(max(a1 + off_hi, 0), n_keys), block_n) * block_n
+    return max(hi - lo, 0) // block_n
 
 
 @functools.lru_cache(maxsize=None)

@@ -23,8 +23,8 @@ now"). This kernel overlaps them, as FlashAttention-3 does, with what Triton's `
   blocks (item_block), Q in three buffers that the consumers hand back (q_free) once the O stored through them has
   left, the ring's positions running on across blocks. Under a loop around the block ptxas 12.8 (Triton 3.6's) took
   the pipelined tiles' Q descriptors from registers only the partial-tile loop writes (bench/sass_defs.py finds it
-  in the SASS): their Q view is indexed apart. Under a band heaviest first, a snake over rounds of G items; the
-  launcher runs it on unbanded calls only until it is timed banded (bench/NOTES.md "Session 2026-11-29i").
+  in the SASS): their Q view is indexed apart. Under a band each head's blocks heaviest first, a snake over rounds
+  of G items (bench/NOTES.md "Session 2026-11-29i", "Session 2026-11-29j").
 
 What each row computes is `triton_fwd`'s, step for step (the bounds' Precision does not change with the engine):
 the key tiles of the program's query block in the same order (kernels/tiles.py's `_band_range`, `partial_start`,
@@ -129,14 +129,15 @@ def item_block(w, sched, Nq, Nk, Hq, off_lo, off_hi, GROUP: gl.constexpr, BAND: 
                BLOCK_N: gl.constexpr):
     """PERSISTENT: work item w's (pid_bh, off_b, off_h, off_hkv, block_tiles(...)). Unbanded, block w % n_blocks of
     head pair w // n_blocks (neighbouring programs read one head's K and V at once; every block's keys the same);
-    under a band heaviest first: every head's last block, then every head's block before it, ..."""
+    under a band the same heads' blocks heaviest first (the snake of item_w balances the programs' keys: on 132
+    programs at N = 1k, 8 blocks a head, round pairs run blocks b and 7 - b). The one-block programs' order across
+    heads (every head's last block first, then ...) read 132 heads' K and V at once: 0.92x them at d = 128 N = 1k
+    causal; within groups of 64 heads 1.04x, but the divisions spill (bench/NOTES.md "Session 2026-11-29j")."""
     pid, G, n_blocks, BH = sched
+    bh = w // n_blocks
+    blk = w % n_blocks
     if BAND:
-        bh = w % BH
-        blk = n_blocks - 1 - w // BH
-    else:
-        bh = w // n_blocks
-        blk = w % n_blocks
+        blk = n_blocks - 1 - blk
     off_b, off_h, off_hkv = head_of(bh, Hq, GROUP)
     return bh, off_b, off_h, off_hkv, block_tiles(blk, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M, BLOCK_N)
 

@@ -80,7 +80,8 @@ def test_the_gluon_launch_lists_the_kernel_arguments_in_order():
     t = _gluon_tiles(128).fwd
     launch = ka._gluon_launch(q, k, True, 0, 0, True, t)
     assert ka._arguments_in_order(gluon_fwd.attn_fwd_gluon_kernel, launch, 7)
-    assert dict(launch.constexprs)["GROUP"] == 2 and launch.grid == (2, 8)  # three query blocks, paired
+    # three query blocks of 8 heads, banded: PERSISTENT, 24 programs (at most one a multiprocessor)
+    assert dict(launch.constexprs)["GROUP"] == 2 and launch.grid == (24, 1)
 
 
 def test_a_paired_launch_runs_two_query_blocks_a_program(monkeypatch):
@@ -113,24 +114,54 @@ def test_a_persistent_launch_runs_at_most_one_program_a_multiprocessor(monkeypat
         assert launch.ints[-1] == 8, launch.ints
 
 
-def test_short_unbanded_calls_are_persistent_and_short_banded_ones_paired():
+def test_short_calls_are_persistent_where_their_programs_share_the_blocks_evenly():
     """The launcher's rules: unbanded calls with at most PERSIST_KEYS keys PERSISTENT (attention._gluon_persistent,
-    one query block alone included); otherwise two query blocks a program (attention._gluon_paired) wherever there
-    are two and at most PAIR_KEYS keys (a band's pair is gluon_fwd._consumer_band_pair's: bench/NOTES.md "Session
-    2026-11-29g"); one block alone, or more keys, one a program."""
+    one query block alone included), banded ones with at most BAND_PERSIST_KEYS keys whose static schedule is even
+    (attention._persistent_imbalance at most PERSIST_IMBALANCE: on 132 programs 1.5 for 16 heads of 16 causal blocks,
+    1.03 for 64); otherwise two query blocks a program (attention._gluon_paired) wherever there are two and at most PAIR_KEYS
+    keys (a band's pair is gluon_fwd._consumer_band_pair's: bench/NOTES.md "Session 2026-11-29g"); one block alone, or
+    more keys, one a program."""
     from flashcheck.kernels import gluon_fwd
 
     t = _gluon_tiles(128).fwd
-    for nq, nk, band, paired, persistent in (
-            (300, 257, True, True, False), (300, 257, False, False, True), (128, 257, True, False, False),
-            (128, 257, False, False, True), (300, ka.PAIR_KEYS, True, True, False),
-            (300, ka.PERSIST_KEYS, False, False, True), (300, ka.PAIR_KEYS + 1, True, False, False),
-            (300, max(ka.PAIR_KEYS, ka.PERSIST_KEYS) + 1, False, False, False)):
-        q, k = _layout((2, 4, nq, 128)), _layout((2, 2, nk, 128))
-        launch = ka._gluon_launch(q, k, band, 0, nk - nq if band else 0, False, t, sms=132)
+    for nq, nk, heads, band, paired, persistent in (
+            (300, 257, 4, True, False, True), (300, 257, 4, False, False, True), (128, 257, 4, True, False, True),
+            (128, 257, 4, False, False, True), (2048, 2048, 16, True, True, False),
+            (2048, 2048, 64, True, False, True), (300, ka.BAND_PERSIST_KEYS, 4, True, False, True),
+            (300, ka.PERSIST_KEYS, 4, False, False, True), (300, ka.BAND_PERSIST_KEYS + 1, 4, True, False, False),
+            (300, max(ka.PAIR_KEYS, ka.PERSIST_KEYS) + 1, 4, False, False, False)):
+        q, k = _layout((1, heads, nq, 128)), _layout((1, heads // 2, nk, 128))
+        launch = ka._gluon_launch(q, k, *ka._band("bottom_right" if band else False, None, nq, nk), False, t, sms=132)
         assert ka._arguments_in_order(gluon_fwd.attn_fwd_gluon_kernel, launch, 7)
         c = dict(launch.constexprs)
-        assert (c["PAIRED"], c["PERSISTENT"]) == (paired, persistent), (nq, nk, band)
+        assert (c["PAIRED"], c["PERSISTENT"]) == (paired, persistent), (nq, nk, heads, band)
+
+
+def test_the_persistent_imbalance_is_the_banded_schedules():
+    """attention._persistent_imbalance reads gluon_fwd's banded PERSISTENT order (item_w, item_block), worked by hand:
+    4 causal blocks (1-4 key tiles) of 2 heads on 3 programs; items w = 0..7 are blocks 3, 2, 1, 0 of head 0, then of
+    head 1 (4, 3, 2, 1, 4, 3, 2, 1 tiles); round 0 gives programs 0, 1, 2 items 0, 1, 2, round 1 (reversed) items 5,
+    4, 3, round 2 items 6, 7 to programs 0, 1: loads 9, 8, 3 against a mean of 20 / 3. Fewer items than programs:
+    one each, the heaviest block the least any order takes (1)."""
+    band, lo, hi = ka._band(True, None, 512, 512)
+    assert ka._persistent_imbalance(512, 512, lo, hi, 2, 3) == pytest.approx(9 / (20 / 3))
+    assert ka._persistent_imbalance(512, 512, lo, hi, 2, 8) == 1.0
+
+
+def test_the_launchers_key_tiles_are_the_kernels():
+    """attention._key_tiles (the launcher's count of a query block's key tiles) is kernels/tiles.py `_band_range`'s
+    hi − lo over the tile, as proofs/emulation.py states it apart, on causal, window and one-sided bands."""
+    from flashcheck.proofs.emulation import _Band, _band_range
+
+    for nq, nk, causal, window in ((300, 257, True, None), (130, 390, "bottom_right", (31, 4)),
+                                   (1000, 1000, False, (0, 200)), (77, 700, "top_left", None), (512, 64, False, (5, 5))):
+        band = _Band.of(causal, window, nq, nk)
+        on, lo_off, hi_off = ka._band(causal, window, nq, nk)
+        assert (band.on, band.off_lo, band.off_hi) == (on, lo_off, hi_off), (nq, nk, causal, window)
+        for a0 in range(0, nq, 128):
+            a1 = min(a0 + 128, nq)
+            lo, _, _, hi = _band_range(a0, a1, nk, band, 128)
+            assert ka._key_tiles(a0, a1, nk, lo_off, hi_off, 128) == (hi - lo) // 128, (nq, nk, causal, window, a0)
 
 
 @pytest.mark.parametrize("version_wide", [True, False])
