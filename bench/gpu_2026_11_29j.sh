@@ -9,6 +9,8 @@
 #   bash bench/gpu_2026_11_29j.sh c   # the banded PERSISTENT build with each head's blocks heaviest first, heads in
 #                                     # order: its GPU tests, then timed
 #   bash bench/gpu_2026_11_29j.sh d   # c's build at 8k and 16k causal
+#   bash bench/gpu_2026_11_29j.sh s1  # merged main: the GPU suite's first half
+#   bash bench/gpu_2026_11_29j.sh t2  # issue 10's table, then the suite's second half
 set -uf  # (no globbing: the node ids hold [brackets])
 export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 O=${OUT:-/tmp/gpu_2026_11_29j}
@@ -43,5 +45,16 @@ case "${1:-}" in
     timeout 400 python3 bench/fwd_variants.py --variants persistent --rounds 3 --out "$O/headmajor_long" \
       --cells 128:8192:1,64:8192:1,128:16384:1,64:16384:1 2>&1 | tee "$O/headmajor_long.log"
     echo "done at $((SECONDS - t0)) s" ;;
-  *) echo "usage: $0 a|b|c|d"; exit 2 ;;
+  s1)  # merged main (banded calls PERSISTENT up to BAND_PERSIST_KEYS): the GPU suite's first half (29f's s1)
+    OUT=$O/tests1 T1=540 WORKERS=16 bash bench/validate_gpu.sh suite tests --ignore=tests/test_catalog.py \
+      --ignore=tests/test_audit.py ;;
+  t2)  # issue 10's table, then the suite's second half (29f's s2: catalog, flashcheck/properties, audit; the three
+       # float32 backward properties left out, as there)
+    timeout 240 python3 bench/run.py --grid table --dtype bfloat16 --backends ours,torch-sdpa-cudnn,torch-sdpa-flash \
+      --rounds 2 --no-memory --out "$O/table" 2>&1 | grep -v "^bench:" | tail -40 | tee "$O/table.log"
+    echo "table done at $((SECONDS - t0)) s"
+    P32=$(sed -n '/^P32="/,/"$/p' bench/gpu_2026_11_29f.sh | tr -d '"' | sed 's/^P32=//')
+    OUT=$O/tests2 T1=$((570 - SECONDS + t0)) WORKERS=16 bash bench/validate_gpu.sh suite tests/test_catalog.py \
+      flashcheck/properties tests/test_audit.py $(for x in $P32; do echo --deselect "$x"; done) ;;
+  *) echo "usage: $0 a|b|c|d|s1|t2"; exit 2 ;;
 esac
