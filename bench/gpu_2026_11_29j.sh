@@ -48,9 +48,12 @@ case "${1:-}" in
   s1)  # merged main (banded calls PERSISTENT up to BAND_PERSIST_KEYS): the GPU suite's first half (29f's s1)
     OUT=$O/tests1 T1=540 WORKERS=16 bash bench/validate_gpu.sh suite tests --ignore=tests/test_catalog.py \
       --ignore=tests/test_audit.py ;;
-  t2)  # issue 10's table, then the suite's second half (29f's s2: catalog, flashcheck/properties, audit; the three
+  t2)  # s1's cut gluon cases (d = 64 long calls, banded ones PERSISTENT now), issue 10's table, then the suite's second half (29f's s2: catalog, flashcheck/properties, audit; the three
        # float32 backward properties left out, as there)
-    timeout 240 python3 bench/run.py --grid table --dtype bfloat16 --backends ours,torch-sdpa-cudnn,torch-sdpa-flash \
+    timeout 120 python3 -m pytest -q -n 15 -p no:cacheprovider -m "gpu and not slow" tests/test_gluon_forward.py \
+      -k "auto_runs_the_gluon_kernels_on_long_d64" 2>&1 | grep -E "passed|failed|^E  " | head -12 | tee "$O/cut1.log"
+    echo "cut1 done at $((SECONDS - t0)) s"
+    timeout 200 python3 bench/run.py --grid table --dtype bfloat16 --backends ours,torch-sdpa-cudnn,torch-sdpa-flash \
       --rounds 2 --no-memory --out "$O/table" 2>&1 | grep -v "^bench:" | tail -40 | tee "$O/table.log"
     echo "table done at $((SECONDS - t0)) s"
     P32=$(sed -n '/^P32="/,/"$/p' bench/gpu_2026_11_29f.sh | tr -d '"' | sed 's/^P32=//')
