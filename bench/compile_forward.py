@@ -981,10 +981,12 @@ def compile_gluon_fused(dtype: str, group: int, d: int = 64, block_m: int = 128,
 
 def sass_counts(ck, c7512: bool = False) -> dict:
     """HGMMA and local-memory (LDL + STL: spills) instruction counts in a compiled kernel's SASS (Triton's own
-    cuobjdump); with c7512, also whether Triton's ptxas warns C7512 on its PTX (wgmma serialized for want of
+    cuobjdump), and the latter inside the tile loops (bench/sass_defs.py loop_local); with c7512, also whether Triton's ptxas warns C7512 on its PTX (wgmma serialized for want of
     registers: Triton does not show that warning)."""
     import subprocess
     import tempfile
+
+    from bench.sass_defs import loop_local
 
     tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     with tempfile.TemporaryDirectory() as tmp:
@@ -993,7 +995,8 @@ def sass_counts(ck, c7512: bool = False) -> dict:
             f.write(ck.asm["cubin"])
         sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", cubin], capture_output=True,
                               text=True).stdout
-        out = {"hgmma": sass.count("HGMMA"), "local": sass.count("LDL") + sass.count("STL")}
+        out = {"hgmma": sass.count("HGMMA"), "local": sass.count("LDL") + sass.count("STL"),
+               "loop_local": loop_local(sass)}
         if c7512:
             with open(ptx, "w") as f:
                 f.write(ck.asm["ptx"])

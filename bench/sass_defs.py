@@ -148,6 +148,24 @@ def undefined_descriptor_reads(sass: str) -> list[tuple[int, str, list[int]]]:
     return report
 
 
+def loop_local(sass: str) -> int:
+    """Local-memory instructions (LDL, STL: spills) inside the tile loops: the address ranges [target, branch] of the
+    predicated backward branches (a loop's back edge; the warp-specialize partitions' unconditional jumps back to
+    their dispatch are not tile loops) whose range holds an HGMMA (a barrier's spin loop holds none). A spill there is
+    reloaded every tile; one outside runs once a program (bench/NOTES.md "Session 2026-11-29j": the dK/dV kernel's)."""
+    ins = parse(sass)
+    loops = []
+    for a, text in ins:
+        pred, body = _pred_and_body(text)
+        if pred and body.startswith("BRA"):
+            t = int(re.findall(r"0x[0-9a-f]+", body)[-1], 16)
+            if t <= a:
+                loops.append((t, a))
+    tile_loops = [(lo, hi) for lo, hi in loops if any(lo <= a <= hi and "HGMMA" in text for a, text in ins)]
+    return sum(1 for a, text in ins if _pred_and_body(text)[1].startswith(("LDL", "STL"))
+               and any(lo <= a <= hi for lo, hi in tile_loops))
+
+
 def sass_of(ck) -> str:
     """A compiled kernel's SASS, disassembled by Triton's own cuobjdump."""
     import os

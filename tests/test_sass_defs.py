@@ -2,7 +2,7 @@
 uniform register some path leaves unwritten: ptxas 12.8's miscompile of a loop around the block, bench/NOTES.md
 "Session 2026-11-29i"), shown to catch what it is for on SASS written by hand in cuobjdump's form: under Triton 3.9
 no build has the fault, so the compile test alone could not fail."""
-from bench.sass_defs import undefined_descriptor_reads
+from bench.sass_defs import loop_local, undefined_descriptor_reads
 
 
 def _sass(*instructions: str) -> str:
@@ -59,3 +59,17 @@ def test_partition_entries_reached_through_brx_start_from_the_prologue_writes():
                  "UMOV UR19, 0x40000040", "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR16], RZ, !UPT", "EXIT",
                  "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR16], RZ, !UPT", "EXIT")
     assert [(a, regs) for a, _, regs in undefined_descriptor_reads(sass)] == [(0x60, [19])]
+
+
+def test_spills_are_counted_inside_the_tile_loops_only():
+    """bench/sass_defs.py loop_local: local-memory instructions inside a backward branch's range that holds an HGMMA
+    (reloaded every tile); one before the loop, inside a barrier's spin loop (no HGMMA) or under an unconditional
+    jump back (a warp-specialize partition's return to its dispatch) is not counted."""
+    sass = _sass(
+        "STL [R1], R2",  # before the loop: once a program
+        "LDL R3, [R1]", "HGMMA.64x64x16.F32.BF16 R184, gdesc[UR44], RZ, !UPT", "LDL R4, [R1+0x4]",  # /*0010*/: a tile
+        "@P0 BRA 0x10",
+        "SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [R5], R6", "LDL R7, [R1+0x8]", "@!P1 BRA 0x50",  # a spin loop
+        "BRA 0x0",  # back to the dispatch
+        "EXIT")
+    assert loop_local(sass) == 2
