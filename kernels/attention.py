@@ -1097,14 +1097,11 @@ def _persistent_imbalance(n_queries: int, n_keys: int, off_lo: int, off_hi: int,
              for b in range(n)]
     items = n * heads
     g = min(items, programs)
-    load = [0] * g
-    for i in range(triton.cdiv(items, g)):
-        for p in range(g):
-            w = i * g + (g - 1 - p if i % 2 else p)
-            if w < items:
-                load[p] += tiles[n - 1 - w % n]
+    w = torch.arange(triton.cdiv(items, g) * g).view(-1, g)  # round i, program p: w = i G + p
+    w[1::2] = w[1::2].flip(1)  # odd rounds: i G + G − 1 − p
+    load = torch.tensor(tiles)[n - 1 - w % n].masked_fill(w >= items, 0).sum(0)
     least = max(sum(tiles) * heads / g, max(tiles))
-    return max(load) / least if least else 1.0
+    return float(load.max()) / least if least else 1.0
 
 
 def _key_tiles(a0: int, a1: int, n_keys: int, off_lo: int, off_hi: int, block_n: int) -> int:
