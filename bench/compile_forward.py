@@ -981,8 +981,9 @@ def compile_gluon_fused(dtype: str, group: int, d: int = 64, block_m: int = 128,
 
 def sass_counts(ck, c7512: bool = False) -> dict:
     """HGMMA and local-memory (LDL + STL: spills) instruction counts in a compiled kernel's SASS (Triton's own
-    cuobjdump), and the latter inside the tile loops (bench/sass_defs.py loop_local); with c7512, also whether Triton's ptxas warns C7512 on its PTX (wgmma serialized for want of
-    registers: Triton does not show that warning)."""
+    cuobjdump), and the latter inside the tile loops (bench/sass_defs.py loop_local); with c7512, also whether
+    Triton's ptxas warns C7512 on its PTX (wgmma serialized for want of registers: Triton does not show that
+    warning)."""
     import subprocess
     import tempfile
 

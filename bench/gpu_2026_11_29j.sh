@@ -66,12 +66,14 @@ case "${1:-}" in
   k)  # (branch bwd-ring-slot, next session) the dK/dV kernel's ring slot through a select (no spilled address in
       # its tile loops): bit for bit against the kernel without it (the same arithmetic), then timed
     grep -q "where(Nq < 0" kernels/gluon_bwd.py || { echo "not branch bwd-ring-slot"; exit 2; }
-    sed 's/^    slot = gl.where(Nq < 0, 0, it % STAGES)$/    slot = it % STAGES/' kernels/gluon_bwd.py > /tmp/base_bwd.py
+    sed 's/^    slot = gl.where(Nq < 0, 0, it % STAGES)$/    slot = it % STAGES/' kernels/gluon_bwd.py \
+      > /tmp/base_bwd.py
     grep -q "where(Nq < 0" /tmp/base_bwd.py && { echo "the base edit no longer applies"; exit 2; }
     FLASHCHECK_FORWARD_ENGINE=gluon timeout 200 python3 bench/gluon_bitwise.py --base-fwd kernels/gluon_fwd.py \
       --base-bwd /tmp/base_bwd.py 2>&1 | tail -30 | tee "$O/bitwise.log"
     echo "bitwise done at $((SECONDS - t0)) s"
-    timeout $((560 - SECONDS + t0)) python3 bench/gluon_ab.py --base-fwd kernels/gluon_fwd.py --base-bwd /tmp/base_bwd.py \
+    timeout $((560 - SECONDS + t0)) python3 bench/gluon_ab.py --base-fwd kernels/gluon_fwd.py \
+      --base-bwd /tmp/base_bwd.py \
       --rounds 5 --cells 128:16384:0,128:4096:0,128:16384:1,128:4096:1,64:4096:1,64:16384:1,128:1024:0 \
       --out "$O/ab_slot" 2>&1 | tail -20 | tee "$O/ab_slot.log"
     echo "done at $((SECONDS - t0)) s" ;;
@@ -79,7 +81,8 @@ case "${1:-}" in
       # triton_bwd behind: the new GPU tests and the d = 64 Gluon ones, then issue 10's table
     [ -f tests/test_band_short_tile.py ] || { echo "not branch d64-band-short"; exit 2; }
     timeout 300 python3 -m pytest -q -n 15 -p no:cacheprovider -m "gpu and not slow" tests/test_gluon_forward.py \
-      -k "d64 or band_short or persistent" 2>&1 | grep -E "passed|failed|^E  " | head -12 | tee "$O/band_short_tests.log"
+      -k "d64 or band_short or persistent" 2>&1 | grep -E "passed|failed|^E  " | head -12 \
+      | tee "$O/band_short_tests.log"
     echo "tests done at $((SECONDS - t0)) s"
     timeout 200 python3 bench/run.py --grid table --dtype bfloat16 --backends ours,torch-sdpa-cudnn \
       --rounds 2 --no-memory --out "$O/table" 2>&1 | grep -v "^bench:" | tail -16 | tee "$O/table.log"

@@ -118,9 +118,9 @@ def test_short_calls_are_persistent_where_their_programs_share_the_blocks_evenly
     """The launcher's rules: unbanded calls with at most PERSIST_KEYS keys PERSISTENT (attention._gluon_persistent,
     one query block alone included), banded ones with at most BAND_PERSIST_KEYS keys whose static schedule is even
     (attention._persistent_imbalance at most PERSIST_IMBALANCE: on 132 programs 1.5 for 16 heads of 16 causal blocks,
-    1.03 for 64); otherwise two query blocks a program (attention._gluon_paired) wherever there are two and at most PAIR_KEYS
-    keys (a band's pair is gluon_fwd._consumer_band_pair's: bench/NOTES.md "Session 2026-11-29g"); one block alone, or
-    more keys, one a program."""
+    1.03 for 64); otherwise two query blocks a program (attention._gluon_paired) wherever there are two and at most
+    PAIR_KEYS keys (a band's pair is gluon_fwd._consumer_band_pair's: bench/NOTES.md "Session 2026-11-29g"); one
+    block alone, or more keys, one a program."""
     from flashcheck.kernels import gluon_fwd
 
     t = _gluon_tiles(128).fwd
@@ -154,7 +154,8 @@ def test_the_launchers_key_tiles_are_the_kernels():
     from flashcheck.proofs.emulation import _Band, _band_range
 
     for nq, nk, causal, window in ((300, 257, True, None), (130, 390, "bottom_right", (31, 4)),
-                                   (1000, 1000, False, (0, 200)), (77, 700, "top_left", None), (512, 64, False, (5, 5))):
+                                   (1000, 1000, False, (0, 200)), (77, 700, "top_left", None),
+                                   (512, 64, False, (5, 5))):
         band = _Band.of(causal, window, nq, nk)
         on, lo_off, hi_off = ka._band(causal, window, nq, nk)
         assert (band.on, band.off_lo, band.off_hi) == (on, lo_off, hi_off), (nq, nk, causal, window)
