@@ -171,8 +171,7 @@ def run(rounds: int, base: str | None = None, only: list[str] | None = None, cel
         def launcher(m, var):  # var: the Variant (v is the value tensor)
             t = dataclasses.replace(base_t, num_stages=var.stages or base_t.num_stages,
                                     block_n=var.block_n or base_t.block_n)
-            launch = ka._gluon_launch(lq, lk, band, off_lo, off_hi, False, t, var.paired, var.wide,
-                                      var.persistent, torch.cuda.get_device_properties(0).multi_processor_count)
+            launch = ka._gluon_launch(lq, lk, band, off_lo, off_hi, False, t, var.paired, var.wide, var.persistent)
             options = {} if var.maxnreg is None else {"maxnreg": var.maxnreg}
             o = torch.empty_like(q)
             lse = torch.empty(B, H, n, device="cuda", dtype=torch.float32)

@@ -100,11 +100,11 @@ def main() -> int:
             same = [torch.equal(a, b) for a, b in zip(out["base"], out["kernel"])]  # NaN: never the same
             diff = [float((a.float() - b.float()).abs().nan_to_num(float("inf")).max()) if not s else 0.0
                     for a, b, s in zip(out["base"], out["kernel"], same)]
-            # the forward's programs as the launcher chooses them (PERSISTENT first: attention._gluon_launch)
-            band, lo, hi = ka._band(causal, window, nq, nk)
-            sms = ka._sm_count(torch.cuda.current_device())
-            programs = ("persistent" if ka._gluon_persistent(nq, nk, band, lo, hi, B * Hq, sms)
-                        else "paired" if ka._gluon_paired(-(-nq // 128), nk) else "one")
+            # the forward's programs, read off the launch record attention() made (attention._gluon_launch)
+            fwd = dict(ka.launches(*(ka.Layout.of(x) for x in (q, k, v)), causal=causal, window=window,
+                                   interpret=False, gluon=True)[0].constexprs)
+            programs = ("persistent" if fwd.get("PERSISTENT") else "paired" if fwd.get("PAIRED")
+                        else "wide" if fwd.get("BLOCK_M") == 192 else "one")
             ok = all(same)
             bad += not ok
             print(f"{'same' if ok else 'DIFFERS'} {str(dtype)[6:]:8s} B={B} Hq={Hq} Hkv={Hkv} Nq={nq:5d} Nk={nk:5d} "

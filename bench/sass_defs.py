@@ -42,6 +42,11 @@ def _pred_and_body(text: str) -> tuple[bool, str]:
     return (True, m.group(1)) if m else (False, text)
 
 
+def _branch_target(body: str) -> int:
+    """A BRA's target address (its last hex operand)."""
+    return int(re.findall(r"0x[0-9a-f]+", body)[-1], 16)
+
+
 def _written(body: str) -> set[int]:
     """Uniform registers an instruction writes: its first operand if a UR (two for .64 / WIDE forms)."""
     parts = body.split(None, 1)
@@ -89,7 +94,7 @@ def undefined_descriptor_reads(sass: str) -> list[tuple[int, str, list[int]]]:
         op = body.split()[0] if body else ""
         falls = i + 1 < len(ins)
         if op.startswith("BRA"):
-            t = int(re.findall(r"0x[0-9a-f]+", body)[-1], 16)
+            t = _branch_target(body)
             if t in index:
                 succ[i].append(index[t])
             # an unpredicated BRA without a predicate operand does not fall through
@@ -153,17 +158,12 @@ def loop_local(sass: str) -> int:
     predicated backward branches (a loop's back edge; the warp-specialize partitions' unconditional jumps back to
     their dispatch are not tile loops) whose range holds an HGMMA (a barrier's spin loop holds none). A spill there is
     reloaded every tile; one outside runs once a program (bench/NOTES.md "Session 2026-11-29j": the dK/dV kernel's)."""
-    ins = parse(sass)
-    loops = []
-    for a, text in ins:
-        pred, body = _pred_and_body(text)
-        if pred and body.startswith("BRA"):
-            t = int(re.findall(r"0x[0-9a-f]+", body)[-1], 16)
-            if t <= a:
-                loops.append((t, a))
-    tile_loops = [(lo, hi) for lo, hi in loops if any(lo <= a <= hi and "HGMMA" in text for a, text in ins)]
-    return sum(1 for a, text in ins if _pred_and_body(text)[1].startswith(("LDL", "STL"))
-               and any(lo <= a <= hi for lo, hi in tile_loops))
+    ins = [(a, *_pred_and_body(text)) for a, text in parse(sass)]  # (address, predicated, body), parsed once
+    loops = [(_branch_target(body), a) for a, pred, body in ins if pred and body.startswith("BRA")
+             and _branch_target(body) <= a]
+    tile_loops = [(lo, hi) for lo, hi in loops if any(lo <= a <= hi and "HGMMA" in body for a, _, body in ins)]
+    return sum(1 for a, _, body in ins
+               if body.startswith(("LDL", "STL")) and any(lo <= a <= hi for lo, hi in tile_loops))
 
 
 def sass_of(ck) -> str:

@@ -1,7 +1,8 @@
 """bench/sass_defs.py, the check the compile test runs on every Gluon forward build (a wgmma descriptor read from a
 uniform register some path leaves unwritten: ptxas 12.8's miscompile of a loop around the block, bench/NOTES.md
 "Session 2026-11-29i"), shown to catch what it is for on SASS written by hand in cuobjdump's form: under Triton 3.9
-no build has the fault, so the compile test alone could not fail."""
+no build has the fault, so the compile test alone could not fail. And its count of spills inside the tile loops
+(loop_local, in bench/compile_forward.sass_counts)."""
 from bench.sass_defs import loop_local, undefined_descriptor_reads
 
 
