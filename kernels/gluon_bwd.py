@@ -130,7 +130,12 @@ def _ring_tile(dk, dv, it, k_smem, v_smem, q_ring, do_ring, lse_ring, delta_ring
                BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
                a_layout: gl.constexpr):
     """The it-th (Q, dO) tile of the ring: wait for it, `_tile`, let go of its slot."""
-    slot = it % STAGES
+    # the slot through a select never taken (Nq >= 0): with `it % STAGES` itself LLVM kept an address a thread for
+    # each of the LSE and Δ loads as an induction variable of the full-tile loop, spilled and reloaded every tile.
+    # Local-memory instructions inside the tile loops, Triton 3.6 (the GPU's): d = 128 unbanded 28 -> 0, banded 0 ->
+    # 0, d = 64 unbanded 14 -> 14, banded 181 -> 54 (bench/NOTES.md "Session 2026-11-29j"; gluon_bwd_fused's copy of
+    # the line kept: 34 -> 37 there, 35 -> 130 on Triton 3.9)
+    slot = gl.where(Nq < 0, 0, it % STAGES)
     phase = (it // STAGES) & 1
     mbarrier.wait(q_ready.index(slot), phase)
     mbarrier.wait(do_ready.index(slot), phase)
