@@ -185,9 +185,10 @@ def _gluon_asked(engine: str, head_dim: int, n_keys: int | None, band: bool, n_q
     """Whether `engine` gives the Gluon kernels' tiles (forward and backward; `forward`: the forward's, which "auto"
     also gives banded calls at head dim 64 from SHORT_KEYS keys, their backward triton_bwd's) to a call at this head
     dim with n_keys keys (None: fewer than SHORT_KEYS), banded or not, and n_queries queries (None: a dense or
-    block-sparse mask); their domain is checked apart. At head dim 64 "auto" gives them to unmasked calls from LONG_KEYS keys on, and to
-    unbanded ones from SHORT_KEYS on (the Gluon forward 0.85x triton_fwd at N = 1k causal, its backward 0.94x; unbanded
-    the forward paired 1.065x, the backward 1.03-1.06x: bench/NOTES.md "Session 2026-11-29b", "Session 2026-11-29f").
+    block-sparse mask); their domain is checked apart. At head dim 64 "auto" gives them to unmasked calls from
+    LONG_KEYS keys on, and to unbanded ones from SHORT_KEYS on (the Gluon forward 0.85x triton_fwd at N = 1k causal,
+    its backward 0.94x; unbanded the forward paired 1.065x, the backward 1.03-1.06x: bench/NOTES.md "Session
+    2026-11-29b", "Session 2026-11-29f"; PERSISTENT, the forward at 1k causal 1.076x: "Session 2026-11-29j").
     A dense mask keeps the Gluon kernels out, and triton_fwd at their 128 x 128 tile ran 0.76-0.82x its own 64 x 64 on
     such calls (bench/dense_short.py, "Session 2026-11-29c"); at head dim 128 triton_fwd's own tile is theirs."""
     return engine == "gluon" or (engine == "auto" and (head_dim == 128 or (

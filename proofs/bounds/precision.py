@@ -474,10 +474,10 @@ class Precision:
         `banded` substitutes the band's; the band tile then no longer applies); otherwise, with a short_forward
         stated, the call unbanded (`is_band`) and unmasked (Nq given) and Nk >= short_keys, the forward's tile fields
         are the short tile's, and the backward's outer blocks where it states them; otherwise `banded(causal,
-        window)` where no band_keys is stated or the call is unmasked with Nk >= band_keys (else itself). Then, with a fused_dq stated, Nq given,
-        Nq >= fused_dq.queries, Nk >= fused_dq.keys, Dv = fused_dq.value_dim where that is stated, and the call not
-        banded (`is_band`): dQ summed in the dK/dV kernel, dq_accumulation "blocked" over key tiles of
-        fused_dq.block_k (block_k_dq), fused_dq cleared. The bounds take it first, before `fitted`."""
+        window)` where no band_keys is stated or the call is unmasked with Nk >= band_keys (else itself). Then, with
+        a fused_dq stated, Nq given, Nq >= fused_dq.queries, Nk >= fused_dq.keys, Dv = fused_dq.value_dim where that
+        is stated, and the call not banded (`is_band`): dQ summed in the dK/dV kernel, dq_accumulation "blocked" over
+        key tiles of fused_dq.block_k (block_k_dq), fused_dq cleared. The bounds take it first, before `fitted`."""
         b, s = self.long_forward, self.short_forward
         spent = dict(band_forward=None, band_keys=None, long_forward=None, long_keys=None, short_forward=None,
                      short_keys=None)
