@@ -432,8 +432,11 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                                                  (a.block_q_dq_short, a.block_k_dkdv_short, a.block_q_short),
                                                  n_keys=a.short_keys, n_queries=a.short_keys),
                       short_keys=a.short_keys,
-                      # banded calls' own forward tile (kernel_config(band=True)), its rowsum tree from its own record
-                      band_forward=forward_tile(a.block_k_band, a.block_q_fwd_band, band=True),
+                      # banded calls' own forward tile (kernel_config(band=True); from band_keys keys on, unmasked:
+                      # kernel_config(band=True, n_keys=, n_queries=)), its rowsum tree from its own record
+                      band_forward=forward_tile(a.block_k_band, a.block_q_fwd_band, band=True, n_keys=a.band_keys,
+                                                n_queries=a.band_keys),
+                      band_keys=a.band_keys,
                       # unbanded calls from this many queries and keys on: dQ summed in the dK/dV kernel (128-key
                       # partials added in descending order: kernels/gluon_bwd_fused.py), for dv = d only (calls
                       # with another dv run the dQ kernel: kernels/attention.py _fused_dkdv)

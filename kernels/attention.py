@@ -132,6 +132,9 @@ LONG_KEYS = 2048
 # "Session 2026-11-27g", 0.84-0.85x in "Session 2026-11-29f"; its backward 0.94x), and so do dense-masked ones
 # (triton_fwd at the 128 x 128 tile 0.76-0.78x its 64 x 64 one: bench/dense_short.py, "Session 2026-11-29c")
 SHORT_KEYS = 1024
+# ... and the Gluon forward alone (gluon_fwd, PERSISTENT there; triton_bwd's backward) to banded, unmasked calls at head
+# dim 64 from SHORT_KEYS keys below LONG_KEYS: causal N = 1k 1.076x triton_fwd's 64 x 64 (bench/fwd_variants.py
+# --variants persistent, "product"; bench/NOTES.md "Session 2026-11-29j"), where the Gluon backward ran 0.94x
 # "auto" (and "gluon") give the fused backward (gluon_bwd_fused: dQ's products inside the dK/dV kernel) to unbanded,
 # unmasked calls at head dim 64 with at least this many queries and keys, measured on the H200 side by side with the
 # two Gluon kernels (bench/fused_threshold.py, bench/NOTES.md "Session 2026-11-28e"): 1.04x at N = 8k, 1.13x at 16k,
@@ -177,17 +180,20 @@ PERSIST_IMBALANCE = 1.05
 SM90_MULTIPROCESSORS = 132
 
 
-def _gluon_asked(engine: str, head_dim: int, n_keys: int | None, band: bool, n_queries: int | None) -> bool:
-    """Whether `engine` gives the Gluon kernels' tiles (forward and backward) to a call at this head dim with n_keys
-    keys (None: fewer than SHORT_KEYS), banded or not, and n_queries queries (None: a dense or block-sparse mask);
-    their domain is checked apart. At head dim 64 "auto" gives them to unmasked calls from LONG_KEYS keys on, and to
-    unbanded ones from SHORT_KEYS on (the Gluon forward 0.85x triton_fwd at N = 1k causal, its backward 0.94x; unbanded
-    the forward paired 1.065x, the backward 1.03-1.06x: bench/NOTES.md "Session 2026-11-29b", "Session 2026-11-29f").
+def _gluon_asked(engine: str, head_dim: int, n_keys: int | None, band: bool, n_queries: int | None,
+                 forward: bool = False) -> bool:
+    """Whether `engine` gives the Gluon kernels' tiles (forward and backward; `forward`: the forward's, which "auto"
+    also gives banded calls at head dim 64 from SHORT_KEYS keys, their backward triton_bwd's) to a call at this head
+    dim with n_keys keys (None: fewer than SHORT_KEYS), banded or not, and n_queries queries (None: a dense or
+    block-sparse mask); their domain is checked apart. At head dim 64 "auto" gives them to unmasked calls from
+    LONG_KEYS keys on, and to unbanded ones from SHORT_KEYS on (the Gluon forward 0.85x triton_fwd at N = 1k causal,
+    its backward 0.94x; unbanded the forward paired 1.065x, the backward 1.03-1.06x: bench/NOTES.md "Session
+    2026-11-29b", "Session 2026-11-29f"; PERSISTENT, the forward at 1k causal 1.076x: "Session 2026-11-29j").
     A dense mask keeps the Gluon kernels out, and triton_fwd at their 128 x 128 tile ran 0.76-0.82x its own 64 x 64 on
     such calls (bench/dense_short.py, "Session 2026-11-29c"); at head dim 128 triton_fwd's own tile is theirs."""
     return engine == "gluon" or (engine == "auto" and (head_dim == 128 or (
         head_dim == 64 and n_queries is not None and n_keys is not None
-        and n_keys >= (SHORT_KEYS if not band else LONG_KEYS))))
+        and n_keys >= (SHORT_KEYS if not band or forward else LONG_KEYS))))
 
 
 def _query_count(nq: int, dense, sparse) -> int | None:
@@ -255,6 +261,9 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
         if _fused_asked(head_dim, band, n_queries, n_keys):
             dq = TileConfig(128, 128, 8, 2, gluon=True, fused=True)
         return KernelConfig(fwd, dkdv, dq)
+    if _gluon_asked(engine, head_dim, n_keys, band, n_queries, forward=True) and gluon_domain:
+        # banded d = 64 calls from SHORT_KEYS keys below LONG_KEYS: gluon_fwd's tile, triton_bwd's (the default) tiles
+        return KernelConfig(fwd, TileConfig(64, 64, 4, 3), TileConfig(64, 64, 4, 3))
     if dtype == torch.float32:  # 4-byte tiles: half the rows for the same shared memory
         if bd <= 64:
             return KernelConfig(TileConfig(64, 32, 4, 2), TileConfig(32, 64, 4, 2), TileConfig(64, 32, 4, 2))
@@ -313,7 +322,9 @@ class Arithmetic:
     ("float64": each tile's fp32 rowsum added in fp64, l rounded once into fp32 at the end);
     block_k_band, block_q_fwd_band: the forward's key tile and query rows per program under a band (causal, or a
     window with a side given) where `kernel_config` gives banded calls a tile of their own; None: the same as
-    block_k, block_q_fwd (the backward's tiles never depend on the band);
+    block_k, block_q_fwd (the backward's tiles never depend on the band); band_keys: where that tile is given to
+    banded, unmasked calls with at least this many keys only (SHORT_KEYS: "auto" at head dim 64, gluon_fwd's tile),
+    None: to every banded call;
     block_k_long, block_q_fwd_long, long_keys: the forward's tile for calls with at least long_keys keys, banded or
     not, where `kernel_config` gives them one of their own (LONG_KEYS: "auto" at head dim 64, the Gluon kernels);
     None: no such tile; block_q_dq_long, block_k_dkdv_long, block_q_long: those calls' backward outer blocks and
@@ -345,6 +356,7 @@ class Arithmetic:
     l_accumulate: str = "float64"
     block_k_band: int | None = None
     block_q_fwd_band: int | None = None
+    band_keys: int | None = None
     block_k_long: int | None = None
     block_q_fwd_long: int | None = None
     long_keys: int | None = None
@@ -389,6 +401,13 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
                                             band=True).fwd
     if band is not None and (band.block_m, band.block_n, band.num_warps) == (block_q_fwd, block_k, cfg.fwd.num_warps):
         band = None  # the same code (stages and program order change neither the tiles nor the rowsum's tree)
+    band_keys = None
+    if band is None and not tiles:  # a band tile from SHORT_KEYS keys on (unmasked calls), "auto" at head dim 64
+        short_band = kernel_config(head_dim or 64, dtype, interpret=interpret, precision=precision, band=True,
+                                   n_keys=SHORT_KEYS, n_queries=SHORT_KEYS).fwd
+        if ((short_band.block_m, short_band.block_n, short_band.num_warps, short_band.gluon)
+                != (block_q_fwd, block_k, cfg.fwd.num_warps, cfg.fwd.gluon)):
+            band, band_keys = short_band, SHORT_KEYS
     # the tiles of long calls (unmasked, from LONG_KEYS keys) and of short unbanded ones (from SHORT_KEYS)
     long, long_bwd = (None, None) if tiles else _kind_tiles(
         kernel_config(head_dim or 64, dtype, interpret=interpret, precision=precision, n_keys=LONG_KEYS,
@@ -411,7 +430,7 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
         block_k, block_q, block_k_dq = block_mask.block_k, block_mask.block_q, block_mask.block_k
         block_q_dq, block_k_dkdv = block_mask.block_q, block_mask.block_k
         block_q_fwd = block_mask.block_q
-        band = long = long_bwd = fused = short = short_bwd = None
+        band = long = long_bwd = fused = short = short_bwd = band_keys = None
     return Arithmetic(input=name, dot=dot, output=name, exp="libm" if interpret else "ex2.approx",
                       block_k=block_k, block_q=block_q, block_k_dq=block_k_dq, block_q_dq=block_q_dq,
                       block_k_dkdv=block_k_dkdv, block_q_fwd=block_q_fwd,
@@ -419,6 +438,7 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
                       p_split=p_split, delta_from=delta_from,
                       block_k_band=None if band is None else band.block_n,
                       block_q_fwd_band=None if band is None else band.block_m,
+                      band_keys=band_keys,
                       block_k_long=None if long is None else long.block_n,
                       block_q_fwd_long=None if long is None else long.block_m,
                       long_keys=None if long is None else LONG_KEYS,
@@ -885,7 +905,8 @@ def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask
     compiled = gluon and not interpret  # the Gluon kernels compile (not in the interpreter)
     n_queries = _query_count(nq, dense, None)
     asked = compiled and _gluon_asked(engine, max(d, dv), nk, band, n_queries)
-    g_fwd = _gluon_forward(q, k, v, dense is not None, False, band, p_split, (), False, engine) if asked else None
+    g_fwd = (_gluon_forward(q, k, v, dense is not None, False, band, p_split, (), False, engine)
+             if compiled and _gluon_asked(engine, max(d, dv), nk, band, n_queries, forward=True) else None)
     out = ((_gluon_launch(q, k, band, off_lo, off_hi, save_res, g_fwd) if g_fwd is not None else
             forward_launch(q, k, v, o, dense, None, p_split=p_split, save_res=save_res, **kw)),)
     if grad and B * Hq * nq * d and k.shape[0] * k.shape[1] * nk * d:
@@ -926,7 +947,7 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     engine = forward_engine()
     asked = (bool(tiles[_GLUON_AT]) if tiles
              else _gluon_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2], band,
-                               _query_count(q.shape[2], dense, sparse)))
+                               _query_count(q.shape[2], dense, sparse), forward=True))
     lq, lk = (Layout.of(q), Layout.of(k)) if asked else (None, None)
     gluon = (_gluon_forward(lq, lk, Layout.of(v), dense is not None, bool(sparse), band, p_split, tuple(tiles),
                             _interpreting(), engine) if asked else None)

@@ -353,8 +353,8 @@ def test_gluon_bwd_runs_the_backwards_in_its_domain_and_lists_its_arguments_in_o
 def test_launches_with_gluon_are_the_records_the_launcher_makes_on_sm90(d, nk, causal, monkeypatch):
     """launches(gluon=True), what validate's warm-up keys its compiles on (flashcheck.adapters.ours_compile_key, with
     gluon_device()), predicts the records attention() and its backward launch on an sm_90 device: the Gluon kernels'
-    where they run the call, triton's elsewhere (d = 64 below SHORT_KEYS keys, or LONG_KEYS banded). Simulated on the
-    CPU: the device check says sm_90, the launches are recorded, nothing runs."""
+    where they run the call, triton's elsewhere (d = 64 below SHORT_KEYS keys; the backward below LONG_KEYS banded).
+    Simulated on the CPU: the device check says sm_90, the launches are recorded, nothing runs."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
     monkeypatch.setattr(ka, "_gluon_device", lambda device: True)
@@ -370,7 +370,8 @@ def test_launches_with_gluon_are_the_records_the_launcher_makes_on_sm90(d, nk, c
     want = ka.launches(*(ka.Layout.of(x) for x in (q, k, v)), causal=causal, grad=True, interpret=False, gluon=True)
     assert tuple(made) == want
     gluon = d == 128 or nk >= (ka.LONG_KEYS if causal else ka.SHORT_KEYS)
-    assert [x.kernel.endswith("_gluon_kernel") for x in want] == [gluon, False, gluon, gluon]
+    fwd = d == 128 or nk >= ka.SHORT_KEYS
+    assert [x.kernel.endswith("_gluon_kernel") for x in want] == [fwd, False, gluon, gluon]
     plain = ka.launches(*(ka.Layout.of(x) for x in (q, k, v)), causal=causal, grad=True, interpret=False)
     assert not any(x.kernel.endswith("_gluon_kernel") for x in plain)  # another GPU: triton's records
 
@@ -656,6 +657,36 @@ def test_auto_runs_the_gluon_kernels_on_short_unbanded_d64_calls_within_bound(ca
     out = run_kernel(inp, case, dtype, backward=True)
     prec = kernel_precision(dtype, case.shape.d)
     assert prec.short_keys == ka.SHORT_KEYS <= case.shape.Nk < ka.LONG_KEYS
+    _assert_all_within(inp, case, dtype, out, prec)
+
+
+BAND_SHORT_CASES = [
+    Case(Shape(1, 4, 2, 300, ka.SHORT_KEYS, 64), causal="bottom_right", seed=20),
+    # a ragged last key tile, a window (several partial tiles a block), Nq > Nk top-left
+    Case(Shape(1, 2, 1, 256, 1500, 64), causal=True, window=(700, 0), seed=21),
+    Case(Shape(1, 2, 2, 1300, 1100, 64), causal="top_left", seed=22),
+]
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", BAND_SHORT_CASES, ids=str)
+def test_auto_runs_the_gluon_forward_on_short_banded_d64_calls_within_bound(case, dtype, monkeypatch):
+    """The default engine at d = 64 on banded calls with SHORT_KEYS to LONG_KEYS keys: gluon_fwd's 128 x 128 tile
+    (PERSISTENT where attention._gluon_persistent says) and triton_bwd's kernels; the outputs within the bounds of the
+    Precision the adapter states for the default tiles (Precision.for_call takes the band tile from band_keys keys:
+    tests/test_band_short_tile.py)."""
+    monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
+    q = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hq, case.shape.Nq, case.shape.d))
+    kv = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hkv, case.shape.Nk, case.shape.d))
+    band, _, _ = ka._band(case.causal, case.window, case.shape.Nq, case.shape.Nk)
+    assert band and ka._gluon_forward(q, kv, kv, False, False, band, False, (), False, "auto") is not None
+    assert ka._gluon_backward(q, kv, kv, q, q, kv, kv, False, False, band, (), False, "auto") == (None, None)
+    inp = materialize(case, dtype)
+    out = run_kernel(inp, case, dtype, backward=True)
+    prec = kernel_precision(dtype, case.shape.d)
+    assert prec.band_keys == ka.SHORT_KEYS <= case.shape.Nk < ka.LONG_KEYS
     _assert_all_within(inp, case, dtype, out, prec)
 
 

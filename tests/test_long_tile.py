@@ -55,10 +55,11 @@ def test_the_key_count_changes_nothing_elsewhere(monkeypatch):
 
 def test_long_calls_at_d64_run_the_gluon_kernels_and_short_ones_triton(monkeypatch):
     """The launcher's choice for calls without tiles follows the key count, forward and backward (the launch
-    records' tiles too); dense-masked calls run triton's own tiles whatever the key count."""
+    records' tiles too; banded forwards from SHORT_KEYS keys below LONG_KEYS run gluon_fwd's tile, their backward
+    triton's: tests/test_band_short_tile.py); dense-masked calls run triton's own tiles whatever the key count."""
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
     q = ka.Layout.dense("bfloat16", (1, 4, 256, 64))
-    for nk, gluon in ((LONG, True), (LONG - 1, False), (100, False)):
+    for nk, gluon in ((LONG, True), (LONG - 1, True), (ka.SHORT_KEYS - 1, False), (100, False)):
         kv = ka.Layout.dense("bfloat16", (1, 2, nk, 64))
         assert (ka._gluon_forward(q, kv, kv, False, False, True, False, (), False, "auto") is not None) == gluon, nk
         fwd = ka.launches(q, kv, kv, causal="bottom_right", interpret=False)[0]

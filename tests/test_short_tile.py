@@ -32,9 +32,11 @@ def test_auto_gives_the_gluon_tiles_to_short_unbanded_unmasked_d64_calls(monkeyp
             assert c.fwd.gluon and (c.fwd.block_m, c.fwd.block_n, c.fwd.num_warps) == (128, 128, 8), (dtype, nk)
             assert c.dkdv.gluon and c.dq.gluon and not c.dq.fused, (dtype, nk)
             assert c == _cfg(dtype=dtype, n_keys=LONG, n_queries=1)  # the long unmasked calls' tiles, all three
-    # below, banded, or masked (no query count): triton's
-    assert _cfg(n_keys=SHORT - 1, n_queries=1) == base and _cfg(n_keys=LONG - 1, n_queries=1, band=True) == base
-    assert _cfg(n_keys=SHORT) == base
+    # below, or masked (no query count): triton's; banded, gluon_fwd's tile with triton_bwd's (tests/
+    # test_band_short_tile.py)
+    assert _cfg(n_keys=SHORT - 1, n_queries=1) == base and _cfg(n_keys=SHORT) == base
+    banded = _cfg(n_keys=LONG - 1, n_queries=1, band=True)
+    assert banded.fwd == _cfg(n_keys=LONG, n_queries=1).fwd and (banded.dkdv, banded.dq) == (base.dkdv, base.dq)
 
 
 def test_the_short_tile_changes_nothing_elsewhere(monkeypatch):
@@ -48,20 +50,21 @@ def test_the_short_tile_changes_nothing_elsewhere(monkeypatch):
 
 def test_short_unbanded_calls_run_the_gluon_kernels(monkeypatch):
     """The launcher's choice for calls without tiles: the Gluon kernels, forward and backward, for unbanded calls from
-    SHORT_KEYS keys on (banded ones below LONG_KEYS, and fewer keys: triton_fwd, triton_bwd; the launch records too); a
-    dense mask keeps them out, and its forward then runs triton_fwd's own 64 x 64 tile (at the short tile it ran
-    0.76-0.78x that: bench/dense_short.py)."""
+    SHORT_KEYS keys on (banded ones below LONG_KEYS: gluon_fwd and triton_bwd; fewer keys: triton_fwd, triton_bwd;
+    the launch records too); a dense mask keeps them out, and its forward then runs triton_fwd's own 64 x 64 tile (at
+    the short tile it ran 0.76-0.78x that: bench/dense_short.py)."""
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
     q = ka.Layout.dense("bfloat16", (1, 4, 256, 64))
-    for nk, band, gluon in ((SHORT, False, True), (LONG - 1, False, True), (SHORT - 1, False, False),
-                            (SHORT, True, False), (LONG - 1, True, False)):
+    for nk, band, fwd, gluon in ((SHORT, False, True, True), (LONG - 1, False, True, True),
+                                 (SHORT - 1, False, False, False), (SHORT - 1, True, False, False),
+                                 (SHORT, True, True, False), (LONG - 1, True, True, False)):
         kv = ka.Layout.dense("bfloat16", (1, 2, nk, 64))
-        assert (ka._gluon_forward(q, kv, kv, False, False, band, False, (), False, "auto") is not None) == gluon
+        assert (ka._gluon_forward(q, kv, kv, False, False, band, False, (), False, "auto") is not None) == fwd
         assert (ka._gluon_backward(q, kv, kv, q, q, kv, kv, False, False, band, (), False, "auto")
                 != (None, None)) == gluon, (nk, band)
         causal = "bottom_right" if band else False
         recs = ka.launches(q, kv, kv, causal=causal, grad=True, interpret=False, gluon=True)
-        assert (recs[0].kernel == "attn_fwd_gluon_kernel") == gluon, (nk, band)
+        assert (recs[0].kernel == "attn_fwd_gluon_kernel") == fwd, (nk, band)
         assert [x.kernel.endswith("_gluon_kernel") for x in recs[2:]] == [gluon] * 2, (nk, band)
         if not gluon:
             assert [(dict(x.constexprs)["BLOCK_M"], dict(x.constexprs)["BLOCK_N"]) for x in recs[2:]] == [(64, 64)] * 2

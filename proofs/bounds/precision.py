@@ -291,6 +291,10 @@ class Precision:
     band_forward: the forward's tile under a band where it differs (BandForward; default None: one tile for every
       call). The bounds substitute it for banded calls (Precision.banded); set by flashcheck.adapters.ours_precision
       from kernel_config's band tile.
+    band_keys: where band_forward is the tile of banded, unmasked calls with at least this many keys only (a positive
+      int, with band_forward; our kernel's "auto" engine at d = 64 fp16 / bf16: gluon_fwd's 128 x 128 from
+      flashcheck.kernels.attention.SHORT_KEYS keys, triton_bwd's backward); None: of every banded call.
+      Precision.for_call applies it.
     long_forward, long_keys: the forward's tile of unmasked calls with at least long_keys keys, banded or not, where
       it differs (a BandForward and a positive int, both or neither; our kernel's "auto" engine at d = 64 fp16 /
       bf16: gluon_fwd's 128 x 128 from flashcheck.kernels.attention.LONG_KEYS keys on, triton_fwd's 64 x 64 below
@@ -345,6 +349,7 @@ class Precision:
     tile_lists: str = "band"
     block_q_fwd: int | None = None
     band_forward: BandForward | None = None
+    band_keys: int | None = None
     long_forward: BandForward | None = None
     long_keys: int | None = None
     short_forward: BandForward | None = None
@@ -395,6 +400,10 @@ class Precision:
                              f"dot='ieee', accumulate='float32' (got {self.input!r}, {self.dot!r}, {self.accumulate!r})")
         if self.band_forward is not None and not isinstance(self.band_forward, BandForward):
             raise ValueError(f"Precision.band_forward must be None or a BandForward, got {self.band_forward!r}")
+        bk = self.band_keys
+        if bk is not None and (not isinstance(bk, int) or isinstance(bk, bool) or bk < 1 or self.band_forward is None):
+            raise ValueError(f"Precision.band_keys must be None or a positive int with a band_forward, got {bk!r} and "
+                             f"{self.band_forward!r}")
         if self.long_forward is not None and not isinstance(self.long_forward, BandForward):
             raise ValueError(f"Precision.long_forward must be None or a BandForward, got {self.long_forward!r}")
         lk = self.long_keys
@@ -451,11 +460,12 @@ class Precision:
         """This precision for a call with these causal / window arguments. Under a band (`is_band`) and with a
         band_forward stated, the forward's tile fields are the band's (block_k, block_q_fwd, rowsum_depth; lg2_known
         only where the band's rowsum depth is stated); the backward's tiles stay (a dQ loop that followed block_k
-        keeps its width: block_k_dq set to it). Otherwise itself. The bounds take it first, before `fitted`."""
+        keeps its width: block_k_dq set to it). Otherwise itself. The bounds take it first, before `fitted`
+        (through `for_call`, which applies band_keys)."""
         b = self.band_forward
         if b is None or not is_band(causal, window):
             return self
-        return self._with_forward(b, band_forward=None)
+        return self._with_forward(b, band_forward=None, band_keys=None)
 
     def for_call(self, causal, window, Nk: int, Nq: int | None = None, Dv: int | None = None) -> "Precision":
         """This precision for a call with these causal / window arguments, Nk keys, Nq queries (None: a call with a
@@ -464,18 +474,22 @@ class Precision:
         `banded` substitutes the band's; the band tile then no longer applies); otherwise, with a short_forward
         stated, the call unbanded (`is_band`) and unmasked (Nq given) and Nk >= short_keys, the forward's tile fields
         are the short tile's, and the backward's outer blocks where it states them; otherwise `banded(causal,
-        window)`. Then, with a fused_dq stated, Nq given,
-        Nq >= fused_dq.queries, Nk >= fused_dq.keys, Dv = fused_dq.value_dim where that is stated, and the call not
-        banded (`is_band`): dQ summed in the dK/dV kernel, dq_accumulation "blocked" over key tiles of
-        fused_dq.block_k (block_k_dq), fused_dq cleared. The bounds take it first, before `fitted`."""
+        window)` where no band_keys is stated or the call is unmasked with Nk >= band_keys (else itself). Then, with
+        a fused_dq stated, Nq given, Nq >= fused_dq.queries, Nk >= fused_dq.keys, Dv = fused_dq.value_dim where that
+        is stated, and the call not banded (`is_band`): dQ summed in the dK/dV kernel, dq_accumulation "blocked" over
+        key tiles of fused_dq.block_k (block_k_dq), fused_dq cleared. The bounds take it first, before `fitted`."""
         b, s = self.long_forward, self.short_forward
-        spent = dict(band_forward=None, long_forward=None, long_keys=None, short_forward=None, short_keys=None)
+        spent = dict(band_forward=None, band_keys=None, long_forward=None, long_keys=None, short_forward=None,
+                     short_keys=None)
         if b is not None and Nq is not None and Nk >= self.long_keys:
             p = self._with_forward(b, **spent)
         elif s is not None and Nq is not None and Nk >= self.short_keys and not is_band(causal, window):
             p = self._with_forward(s, **spent)
+        elif self.band_forward is not None and is_band(causal, window) and (
+                self.band_keys is None or (Nq is not None and Nk >= self.band_keys)):
+            p = self._with_forward(self.band_forward, **spent)  # `banded`, the other kinds' tiles spent too
         else:
-            p = self.banded(causal, window)
+            p = self
         f = self.fused_dq
         if f is None or Nq is None or Nq < f.queries or Nk < f.keys or is_band(causal, window):
             return p
