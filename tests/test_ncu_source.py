@@ -1,0 +1,47 @@
+"""bench/ncu_source.py, the reader of an Nsight Compute report's SASS page (stall samples by opcode and by
+instruction), on a page written by hand in its CSV form: notes before the table, a column order that differs between
+ncu versions, predicated instructions, thousands separators."""
+import csv
+
+from bench.ncu_source import main, opcode, stall_table
+
+_HEADER = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Warp Stall Sampling (Not-issued Samples)"]
+_ROWS = [
+    ["0x1440", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR55+0x28730], R5", "120", "100"],
+    ["0x15f0", "HGMMA.64x64x16.F32.BF16 R184, gdesc[UR48], RZ, !UPT", "10", "9"],
+    ["0x1cd0", "WARPGROUP.DEPBAR.LE gsb0, 0x2", "1,500", "1,400"],
+    ["0x2bb0", "BAR.SYNC.DEFER_BLOCKING 0x2, 0x80", "300", "290"],
+    ["0x2bc0", "@P0 SYNCS.ARRIVE.TRANS64.A1T0 RZ, [UR7+0x28770], RZ", "5", "5"],
+    ["0x2bd0", "BAR.SYNC.DEFER_BLOCKING 0x2, 0x80", "65", "60"],
+]
+
+
+def test_samples_are_summed_by_opcode_from_the_all_samples_column():
+    by_op, lines, total = stall_table([_HEADER] + _ROWS)
+    assert total == 2000
+    assert by_op["WARPGROUP.DEPBAR.LE"] == 1500 and by_op["BAR.SYNC.DEFER_BLOCKING"] == 365, by_op
+    assert by_op["SYNCS.ARRIVE.TRANS64"] == 5, by_op  # the predicate dropped
+    assert max(lines)[1] == "0x1cd0"
+
+
+def test_the_column_is_found_by_name_not_by_place():
+    order = [2, 0, 3, 1]  # samples first, the not-issued column before the source
+    _, _, total = stall_table([[_HEADER[i] for i in order]] + [[r[i] for i in order] for r in _ROWS])
+    assert total == 2000
+
+
+def test_opcode_keeps_three_parts_and_drops_the_predicate():
+    assert opcode("@!P0 BRA 0xd020") == "BRA"
+    assert opcode("HGMMA.64x128x16.F32.BF16 R88, R228, gdesc[UR8].tnspB, R88") == "HGMMA.64x128x16.F32"
+
+
+def test_the_table_is_found_after_ncus_notes(tmp_path, capsys):
+    path = tmp_path / "page.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["==PROF== Connected to process 1"])
+        w.writerow(_HEADER)
+        w.writerows(_ROWS)
+    assert main([str(path), "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "2000 stall samples" in out and "75.0 %  WARPGROUP.DEPBAR.LE gsb0, 0x2" in out, out
