@@ -30,6 +30,7 @@ case "${1:-}" in
       echo "== $name"; grep -E "Duration|SM Frequency|Warp Cycles Per Issued|Bank|==ERROR==" \
         "$O/${name}_details.txt" | head -12
       python3 bench/ncu_source.py "$O/${name}_sass.csv" --top 25 2>&1 | tee "$O/${name}_stalls.txt" | head -50
+      gzip -f "$O/${name}_sass.csv"; rm -f "$O/$name.ncu-rep"  # (the report: binary, MBs; its pages are kept)
     done ;;
   *) echo "usage: $0 prof"; exit 2 ;;
 esac
