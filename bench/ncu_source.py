@@ -67,10 +67,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     with open(args.csv, newline="") as f:
         rows = [r for r in csv.reader(f) if r]
-    # ncu prints notes before the table: the header is the first row with a Source column
-    start = next((i for i, r in enumerate(rows) if "Source" in r), None)
+    # ncu prints notes before the table: the header is the first row naming a source and a sampling column
+    start = next((i for i, r in enumerate(rows)
+                  if any("Source" in c for c in r) and any("Sampling" in c for c in r)), None)
     if start is None:
-        print(f"{args.csv}: no table with a Source column", file=sys.stderr)
+        print(f"{args.csv}: no table with Source and Sampling columns", file=sys.stderr)
         return 1
     by_op, lines, total = stall_table(rows[start:])
     if total == 0:
