@@ -449,15 +449,22 @@ CASES = [
 ]
 
 
+def _case_layouts(case, dtype):
+    """(q's layout, k's and v's, whether the call is banded) of a dense contiguous case: what the launcher's domain
+    checks (_gluon_forward, _gluon_backward, launches) read."""
+    q = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hq, case.shape.Nq, case.shape.d))
+    kv = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hkv, case.shape.Nk, case.shape.d))
+    band, _, _ = ka._band(case.causal, case.window, case.shape.Nq, case.shape.Nk)
+    return q, kv, band
+
+
 @pytest.mark.gpu
 @needs_sm90
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_gluon_forward_and_the_backward_after_it_within_bound(case, dtype):
     tiles = _gluon_tiles(case.shape.d, dtype)
-    q = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hq, case.shape.Nq, case.shape.d))
-    kv = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hkv, case.shape.Nk, case.shape.d))
-    band, _, _ = ka._band(case.causal, case.window, case.shape.Nq, case.shape.Nk)
+    q, kv, band = _case_layouts(case, dtype)
     assert _runs_gluon(q, kv, kv, band=band, tiles=tiles)
     inp = materialize(case, dtype)
     out = run_kernel(inp, case, dtype, backward=True, tiles=tiles)
@@ -619,9 +626,7 @@ def test_auto_runs_the_gluon_kernels_on_long_d64_calls_within_bound(case, dtype,
     outputs within the bounds of the Precision the adapter states for the default tiles (Precision.for_call takes
     the long tile and the backward's outer blocks from the key count: tests/test_long_tile.py)."""
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
-    q = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hq, case.shape.Nq, case.shape.d))
-    kv = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hkv, case.shape.Nk, case.shape.d))
-    band, _, _ = ka._band(case.causal, case.window, case.shape.Nq, case.shape.Nk)
+    q, kv, band = _case_layouts(case, dtype)
     assert ka._gluon_forward(q, kv, kv, False, False, band, False, (), False, "auto") is not None
     assert None not in ka._gluon_backward(q, kv, kv, q, q, kv, kv, False, False, band, (), False, "auto")
     inp = materialize(case, dtype)
@@ -649,8 +654,7 @@ def test_auto_runs_the_gluon_kernels_on_short_unbanded_d64_calls_within_bound(ca
     (Precision.for_call takes the short tile and its backward's blocks from the key count and the band:
     tests/test_short_tile.py)."""
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
-    q = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hq, case.shape.Nq, case.shape.d))
-    kv = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hkv, case.shape.Nk, case.shape.d))
+    q, kv, _ = _case_layouts(case, dtype)
     assert ka._gluon_forward(q, kv, kv, False, False, False, False, (), False, "auto") is not None
     assert None not in ka._gluon_backward(q, kv, kv, q, q, kv, kv, False, False, False, (), False, "auto")
     inp = materialize(case, dtype)
@@ -678,9 +682,7 @@ def test_auto_runs_the_gluon_forward_on_short_banded_d64_calls_within_bound(case
     Precision the adapter states for the default tiles (Precision.for_call takes the band tile from band_keys keys:
     tests/test_band_short_tile.py)."""
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
-    q = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hq, case.shape.Nq, case.shape.d))
-    kv = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hkv, case.shape.Nk, case.shape.d))
-    band, _, _ = ka._band(case.causal, case.window, case.shape.Nq, case.shape.Nk)
+    q, kv, band = _case_layouts(case, dtype)
     assert band and ka._gluon_forward(q, kv, kv, False, False, band, False, (), False, "auto") is not None
     assert ka._gluon_backward(q, kv, kv, q, q, kv, kv, False, False, band, (), False, "auto") == (None, None)
     inp = materialize(case, dtype)
@@ -707,8 +709,7 @@ def test_auto_runs_triton_own_tiles_on_dense_masked_d64_calls_within_bound(case,
     dense_short.py) and triton_bwd's; the outputs within the bounds of the Precision the adapter states
     (Precision.for_call without a query count: the default tiles)."""
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
-    q = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hq, case.shape.Nq, case.shape.d))
-    kv = ka.Layout.dense(dtype, (case.shape.B, case.shape.Hkv, case.shape.Nk, case.shape.d))
+    q, kv, _ = _case_layouts(case, dtype)
     recs = ka.launches(q, kv, kv, mask_shape=(case.shape.Nq, case.shape.Nk), grad=True, interpret=False, gluon=True)
     assert [(r.kernel, dict(r.constexprs)["BLOCK_N"]) for r in recs[:1] + recs[2:]] == [
         ("attn_fwd_kernel", 64), ("attn_bwd_dkdv_kernel", 64), ("attn_bwd_dq_kernel", 64)]
