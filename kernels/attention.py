@@ -263,7 +263,7 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
         return KernelConfig(fwd, dkdv, dq)
     if _gluon_asked(engine, head_dim, n_keys, band, n_queries, forward=True) and gluon_domain:
         # banded d = 64 calls from SHORT_KEYS keys below LONG_KEYS: gluon_fwd's tile, triton_bwd's (the default) tiles
-        return KernelConfig(fwd, TileConfig(64, 64, 4, 3), TileConfig(64, 64, 4, 3))
+        return replace(kernel_config(head_dim, dtype, interpret=False, precision=precision, engine="triton"), fwd=fwd)
     if dtype == torch.float32:  # 4-byte tiles: half the rows for the same shared memory
         if bd <= 64:
             return KernelConfig(TileConfig(64, 32, 4, 2), TileConfig(32, 64, 4, 2), TileConfig(64, 32, 4, 2))
