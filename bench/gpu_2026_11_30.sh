@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Session 2026-11-30's device calls (bench/NOTES.md "Session 2026-11-30"). Each writes under $OUT and packs it into
+# one tarball ($OUT/call.tgz: the device tool returns few files).
+#   bash bench/gpu_2026_11_30.sh ab VARIANTS  # A/B of kernels/gluon_bwd.py variants (bench/_scratch/var_<v>.py each,
+#                                             # copied over kernels/gluon_bwd.py in turn) against
+#                                             # bench/_scratch/base_bwd_main.py (main's; bench/_scratch is git-ignored
+#                                             # locally: the device tool's `carry` takes it)
+#                                             # (main's), fwd + bwd through the launcher (bench/gluon_ab.py); then
+#                                             # ncu's SourceCounters of the last variant's dK/dV kernel (d 128 16k)
+#   bash bench/gpu_2026_11_30.sh check        # the working tree's Gluon kernels bit for bit against main's
+#                                             # (bench/gluon_bitwise.py), their GPU tests, ncu of the d = 64 dK/dV kernel
+set -uf  # (no globbing)
+export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
+O=${OUT:-/tmp/gpu_2026_11_30}
+mkdir -p "$O"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$O/device.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$O/device.txt"
+t0=$SECONDS
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+prof() {  # prof NAME KERNEL(dkdv|dq) D N [--causal]: ncu SourceCounters, the SASS page summed by bench/ncu_source.py
+  local name=$1 k=$2 d=$3 n=$4 c=${5:-}
+  timeout 150 "$NCU" --clock-control none --kernel-name "regex:attn_bwd_${k}_gluon_kernel" --launch-skip 2 \
+    --launch-count 1 --section SourceCounters --section WarpStateStats --section SpeedOfLight --import-source no \
+    -o "$O/$name" -f python3 bench/kernel_speed.py --profile-once --d "$d" --N "$n" $c --backward > "$O/$name.log" 2>&1
+  "$NCU" --import "$O/$name.ncu-rep" --page details > "$O/${name}_details.txt" 2>&1
+  "$NCU" --import "$O/$name.ncu-rep" --page source --csv --print-source sass > "$O/${name}_sass.csv" 2>&1
+  echo "== $name"; grep -E "Duration|SM Frequency|Compute \(SM\)|Warp Cycles Per Issued" "$O/${name}_details.txt"
+  python3 bench/ncu_source.py "$O/${name}_sass.csv" --top 12 2>&1 | tee "$O/${name}_stalls.txt" | head -30
+  gzip -f "$O/${name}_sass.csv"; rm -f "$O/$name.ncu-rep"
+}
+case "${1:-}" in
+  ab)
+    cp kernels/gluon_bwd.py "$O/main_gluon_bwd.py"
+    for v in ${2//,/ }; do
+      cp "bench/_scratch/var_$v.py" kernels/gluon_bwd.py
+      echo "=== variant $v at $((SECONDS - t0)) s"
+      timeout $((${AB_LIMIT:-200})) python3 bench/gluon_ab.py --base-fwd kernels/gluon_fwd.py \
+        --base-bwd bench/_scratch/base_bwd_main.py --rounds "${ROUNDS:-3}" --cells "${CELLS:-128:16384:0,128:4096:1}" \
+        --out "$O/ab_$v" 2>&1 | tee "$O/ab_$v.log"
+    done
+    [ -n "${PROF:-}" ] && prof "dkdv_${PROF}" dkdv 128 16384
+    cp "$O/main_gluon_bwd.py" kernels/gluon_bwd.py ;;
+  check)  # the working tree's kernels: bit for bit against bench/_scratch/base_bwd_main.py, then the Gluon GPU
+           # tests, then ncu on the d = 64 dK/dV kernel (16k)
+    FLASHCHECK_FORWARD_ENGINE=gluon timeout 220 python3 bench/gluon_bitwise.py --base-fwd kernels/gluon_fwd.py \
+      --base-bwd bench/_scratch/base_bwd_main.py 2>&1 | tee "$O/bitwise.log" | tail -8
+    echo "bitwise done at $((SECONDS - t0)) s"
+    timeout $((${TESTS_LIMIT:-240})) python3 -m pytest -q -n 15 -p no:cacheprovider -m "gpu and not slow" \
+      tests/test_gluon_forward.py tests/test_gluon_fused_bwd.py 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -20 \
+      | tee "$O/tests.log"
+    echo "tests done at $((SECONDS - t0)) s"
+    prof dkdv64_16k dkdv 64 16384 ;;
+  *) echo "usage: $0 ab VARIANTS | check"; exit 2 ;;
+esac
+echo "done at $((SECONDS - t0)) s"
+(cd "$O" && tar czf /tmp/call.tgz --exclude call.tgz . && mv /tmp/call.tgz call.tgz)
