@@ -8,7 +8,9 @@
 #                                             # (main's), fwd + bwd through the launcher (bench/gluon_ab.py); then
 #                                             # ncu's SourceCounters of the last variant's dK/dV kernel (d 128 16k)
 #   bash bench/gpu_2026_11_30.sh check        # the working tree's Gluon kernels bit for bit against main's
-#                                             # (bench/gluon_bitwise.py), their GPU tests, ncu of the d = 64 dK/dV kernel
+#                                             # (bench/gluon_bitwise.py), their GPU tests
+#   bash bench/gpu_2026_11_30.sh table        # issue 10's table, then ncu of the d = 64 dK/dV (4k, 4k causal) and dQ
+#                                             # (4k) kernels
 set -uf  # (no globbing)
 export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 O=${OUT:-/tmp/gpu_2026_11_30}
@@ -48,9 +50,17 @@ case "${1:-}" in
     timeout $((${TESTS_LIMIT:-240})) python3 -m pytest -q -n 15 -p no:cacheprovider -m "gpu and not slow" \
       tests/test_gluon_forward.py tests/test_gluon_fused_bwd.py 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -20 \
       | tee "$O/tests.log"
-    echo "tests done at $((SECONDS - t0)) s"
-    prof dkdv64_16k dkdv 64 16384 ;;
-  *) echo "usage: $0 ab VARIANTS | check"; exit 2 ;;
+    echo "tests done at $((SECONDS - t0)) s" ;;
+  table)
+    timeout 200 python3 bench/run.py --grid table --dtype bfloat16 --backends ours,torch-sdpa-cudnn,torch-sdpa-flash \
+      --rounds 2 --no-memory --out "$O/table" 2>&1 | grep -v "^bench:" | tail -40 | tee "$O/table.log"
+    echo "table done at $((SECONDS - t0)) s"
+    if [ -z "${NO_PROF:-}" ]; then
+      prof dkdv64_4k dkdv 64 4096
+      prof dkdv64_4k_causal dkdv 64 4096 --causal
+      prof dq64_4k dq 64 4096
+    fi ;;
+  *) echo "usage: $0 ab VARIANTS | check | table"; exit 2 ;;
 esac
 echo "done at $((SECONDS - t0)) s"
 (cd "$O" && tar czf /tmp/call.tgz --exclude call.tgz . && mv /tmp/call.tgz call.tgz)
