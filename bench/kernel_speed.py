@@ -557,10 +557,14 @@ def _tiles_candidates(d: int) -> dict:
         + [(f"dq {_label(t)}", K(cfg.fwd, cfg.dkdv, t)) for t in dq]
     # gluon_bwd's dK/dV query tile (bench/NOTES.md, "Session 2026-11-27f": the backward's limiter): the Gluon
     # engine's tiles, its dK/dV kernel with 32 or 64 query rows (64 spills 80-212 bytes on Triton 3.6, none at 32)
+    # At d = 64 (its table tile 128 rows, 2 deep) the 64-row tile again: with the LSE read before the products
+    # (gluon_bwd LSE_FIRST, 2026-11-30) it compiles without a spill on Triton 3.6 (the 128-row tile: 14-54 local
+    # instructions in its tile loops)
     g = ka.kernel_config(d, torch.bfloat16, interpret=False, engine="gluon")
-    gluon_dkdv = [("table", g)] + [(f"gluon dkdv {_label(t)}", K(g.fwd, t, g.dq)) for t in (
+    gluon_dkdv = [("table", g)] + [(f"gluon dkdv {_label(t)}", K(g.fwd, t, g.dq)) for t in ((
+        T(64, 128, 8, 3, gluon=True), T(64, 128, 8, 4, gluon=True)) if d <= 64 else (
         T(32, 128, 8, 4, gluon=True), T(64, 128, 8, 3, gluon=True), T(64, 128, 8, 2, gluon=True),
-        T(32, 128, 8, 3, gluon=True)) if (t.block_m, t.num_stages) != (g.dkdv.block_m, g.dkdv.num_stages)]
+        T(32, 128, 8, 3, gluon=True))) if (t.block_m, t.num_stages) != (g.dkdv.block_m, g.dkdv.num_stages)]
     return dict(order=order, bwd=bwd, fwd=[("table", cfg)] + [(f"fwd {_label(t)}", K(t, cfg.dkdv, cfg.dq))
                                                               for t in fwd], gluon_dkdv=gluon_dkdv)
 
@@ -573,7 +577,7 @@ def tiles_ab(out=None, rounds=3, rep=30, dry_run=False, parts=("order", "bwd", "
       causal or not (tile changes move the accumulation: diff reported, not required 0);
     - fwd: forward tiles at N = 1k (the small-N cells), causal or not;
     - gluon_dkdv: gluon_bwd's dK/dV query tile (32 or 64 rows, stages) under the Gluon engine's tiles, d = 128,
-      N 1k/4k/16k, causal or not.
+      N 1k/4k/16k, causal or not; gluon_dkdv64 the same at d = 64 (64 rows against the table's 128).
     Prints a row per candidate and writes tiles_ab.json after every cell (a time-limited run keeps what it got)."""
     import json
     from pathlib import Path
@@ -591,9 +595,9 @@ def tiles_ab(out=None, rounds=3, rep=30, dry_run=False, parts=("order", "bwd", "
         elif part == "bwd":
             cells += [(part, d, N, c, "bwd") for d in (64, 128) for N in ((96,) if dry_run else (4096, 16384))
                       for c in (False, True)]
-        elif part == "gluon_dkdv":  # d = 128, every N of issue 10's table
-            cells += [(part, 128, N, c, "bwd") for N in ((96,) if dry_run else (1024, 4096, 16384))
-                      for c in (False, True)]
+        elif part in ("gluon_dkdv", "gluon_dkdv64"):  # d = 128 (or 64), every N of issue 10's table
+            cells += [("gluon_dkdv", 64 if part.endswith("64") else 128, N, c, "bwd")
+                      for N in ((96,) if dry_run else (1024, 4096, 16384)) for c in (False, True)]
         else:
             cells += [(part, d, N, c, "fwd") for d in (64, 128) for N in ((96,) if dry_run else (1024,))
                       for c in (False, True)]
@@ -720,7 +724,7 @@ if __name__ == "__main__":
     ap.add_argument("--tiles-ab", action="store_true",
                     help="heavy_first order, backward tiles and small-N forward tiles against the table, interleaved")
     ap.add_argument("--parts", default="order,bwd,fwd",
-                    help="with --tiles-ab: which parts, in this order (order, bwd, fwd, gluon_dkdv)")
+                    help="with --tiles-ab: which parts, in this order (order, bwd, fwd, gluon_dkdv, gluon_dkdv64)")
     ap.add_argument("--dry-run", action="store_true",
                     help="with --pipeline-ab / --tiles-ab: the same path on the CPU (TRITON_INTERPRET=1), tiny shapes")
     ap.add_argument("--precision", default="default")
