@@ -90,7 +90,7 @@ def _tile(dk, dv, k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, keys, s
     queries = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
     # LSE from the ring's slice (no global latency), read before Sᵀ and dPᵀ are issued where its registers allow
     # (BLOCK_M = 64, d = 128: 16 a thread). Read after them, the load waited until the tensor core had taken all
-    # sixteen wgmma steps: the d = 128 dK/dV kernel stalled on it for 16 % of its consumer warps' samples (ncu, 16k)
+    # sixteen wgmma steps: the d = 128 dK/dV kernel stalled on it for a fifth of its tile loops' samples (ncu, 16k)
     # and ran 6.02 -> 5.14 ms with it first (bench/NOTES.md "Session 2026-11-30"). At BLOCK_M = 128 (d = 64) the 32
     # registers a thread spill (Triton 3.6: 14 -> 22 local instructions in the tile loops, 0.96x at 16k): read after
     LSE_FIRST: gl.constexpr = BLOCK_M <= 64
