@@ -6,6 +6,7 @@ FLASHCHECK_FORWARD_ENGINE says otherwise): cells that run no Gluon kernel time t
 
     git show REV:kernels/gluon_fwd.py > /tmp/base_fwd.py; git show REV:kernels/gluon_bwd.py > /tmp/base_bwd.py
     PYTHONPATH=. python3 bench/gluon_ab.py --base-fwd /tmp/base_fwd.py --base-bwd /tmp/base_bwd.py [--rounds 5]
+        [--base-fused /tmp/base_fused.py]
         [--cells 128:1024:1,64:4096:1] [--out DIR]
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--base-fwd", help="an earlier kernels/gluon_fwd.py")
     p.add_argument("--base-bwd", help="an earlier kernels/gluon_bwd.py")
+    p.add_argument("--base-fused", help="an earlier kernels/gluon_bwd_fused.py (d = 64, N >= 8k unmasked calls)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--cells", default=None, help="d:N:causal,... (e.g. 128:1024:1), default issue 10's table")
     p.add_argument("--out", default=None)
@@ -35,7 +37,7 @@ def main() -> int:
     import torch
     from triton.testing import do_bench
 
-    use = swapper(args.base_fwd, args.base_bwd)
+    use = swapper(args.base_fwd, args.base_bwd, args.base_fused)
     cells = parse_cells(args.cells)
     print(torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
     rows = []

@@ -47,22 +47,23 @@ def load(path: str, name: str):
 
 
 _KERNELS = {"fwd": ("gluon_fwd", ("attn_fwd_gluon_kernel", )),
-            "bwd": ("gluon_bwd", ("attn_bwd_dkdv_gluon_kernel", "attn_bwd_dq_gluon_kernel"))}
+            "bwd": ("gluon_bwd", ("attn_bwd_dkdv_gluon_kernel", "attn_bwd_dq_gluon_kernel")),
+            "fused": ("gluon_bwd_fused", ("attn_bwd_fused_gluon_kernel", ))}
 
 
-def swapper(base_fwd: str | None, base_bwd: str | None):
+def swapper(base_fwd: str | None, base_bwd: str | None, base_fused: str | None = None):
     """use(version): the product's launcher runs the Gluon kernels of `version`, "base" (those of the files
-    base_fwd / base_bwd: earlier kernels/gluon_fwd.py / gluon_bwd.py) or "kernel" (the modules' own), the launcher's
-    binary cache cleared (its records are keyed per launch, not per kernel)."""
+    base_fwd / base_bwd / base_fused: earlier kernels/gluon_fwd.py / gluon_bwd.py / gluon_bwd_fused.py) or "kernel"
+    (the modules' own), the launcher's binary cache cleared (its records are keyed per launch, not per kernel)."""
     ka = importlib.import_module("flashcheck.kernels.attention")  # the module (the package exports the function)
     swaps = {}  # (module, kernel name) -> {"base": kernel, "kernel": kernel}
-    for part, path in (("fwd", base_fwd), ("bwd", base_bwd)):
+    for part, path in (("fwd", base_fwd), ("bwd", base_bwd), ("fused", base_fused)):
         if path:
             stem, names = _KERNELS[part]
             mod, base = importlib.import_module(f"flashcheck.kernels.{stem}"), load(path, f"{stem}_base")
             swaps.update({(mod, n): {"base": getattr(base, n), "kernel": getattr(mod, n)} for n in names})
     if not swaps:
-        raise SystemExit("give --base-fwd and / or --base-bwd")
+        raise SystemExit("give --base-fwd, --base-bwd and / or --base-fused")
 
     def use(version: str) -> None:
         for (mod, n), k in swaps.items():
