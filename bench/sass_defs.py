@@ -166,6 +166,25 @@ def loop_local(sass: str) -> int:
                if body.startswith(("LDL", "STL")) and any(lo <= a <= hi for lo, hi in tile_loops))
 
 
+def loads_before_products(sass: str) -> list[int]:
+    """Shared-memory loads (LDS.64) a tile issues before its first product step, tile by tile in program order: those
+    between the previous tile's last wgmma wait (`WARPGROUP.DEPBAR.LE gsb0, 0x0`) and the next HGMMA that starts
+    an accumulator from zero (`RZ, !UPT`). Each partition's first tile (no such wait before it) is left out. The
+    dK/dV kernel reads its LSE slice there (gluon_bwd `_tile`'s LSE_FIRST, bench/NOTES.md "Session 2026-11-30"):
+    issued after Sᵀ's and dPᵀ's steps instead, the loads waited until the tensor core had taken them all."""
+    counts, since = [], None
+    for _, text in parse(sass):
+        body = _pred_and_body(text)[1]
+        if body.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"):
+            since = 0
+        elif since is not None and body.startswith("LDS.64"):
+            since += 1
+        elif since is not None and body.startswith("HGMMA") and body.endswith("RZ, !UPT"):
+            counts.append(since)
+            since = None
+    return counts
+
+
 def sass_of(ck) -> str:
     """A compiled kernel's SASS, disassembled by Triton's own cuobjdump."""
     import os

@@ -379,12 +379,13 @@ def test_launches_with_gluon_are_the_records_the_launcher_makes_on_sm90(d, nk, c
 _COMPILE_BWD = """
 import json, sys
 from bench.compile_forward import compile_gluon_dkdv, compile_gluon_dq, sass_counts
+from bench.sass_defs import loads_before_products, sass_of
 a = [int(x) for x in sys.argv[1:]]  # dQ's block_n, stages, then one (head dim, block_m, stages) per dK/dV tile
 out = {}
 for name, ck in [("dq", compile_gluon_dq("bfloat16", 128, True, 2, a[0], a[1]))] + [
         (f"dkdv{m}" + ("" if d == 128 else f"_d{d}"), compile_gluon_dkdv("bfloat16", d, True, 2, m, st))
         for d, m, st in zip(a[2::3], a[3::3], a[4::3])]:
-    out[name] = sass_counts(ck)
+    out[name] = dict(sass_counts(ck), loads_first=loads_before_products(sass_of(ck)))
 print(json.dumps(out))
 """
 
@@ -406,7 +407,8 @@ DKDV64_LOCAL = {"3.6.0": 256, "3.9.0": 303}
 def test_gluon_bwd_compiles_for_sm90_with_its_recorded_spills():
     """The dK/dV and dQ kernels build for sm_90 on the CPU (in a process of its own, as the forward's), GQA and
     banded: the dQ kernel keeps everything in registers (a local-memory load or store in the SASS is a spill); the
-    dK/dV kernel's 64-row tile spills no more than recorded for this Triton, its 32-row tile nothing."""
+    dK/dV kernel's 64-row tile spills no more than recorded for this Triton, its 32-row tile nothing; the 64-row
+    tile's LSE loads come before each tile's products."""
     import triton
 
     from tests.compiled_record import compiled
@@ -429,6 +431,11 @@ def test_gluon_bwd_compiles_for_sm90_with_its_recorded_spills():
             f"{DKDV64_LOCAL[triton.__version__]} for Triton {triton.__version__}")
     spill_free = got["dkdv32"]
     assert spill_free["hgmma"] > 0 and spill_free["local"] == 0, spill_free
+    # the d = 128 tile reads its LSE slice (64 values: 8 LDS.64 a thread) before issuing Sᵀ and dPᵀ, every tile
+    # (gluon_bwd LSE_FIRST: 6.02 -> 5.14 ms at 16k on the H200; main before it: 0 loads there)
+    first = got["dkdv64"]["loads_first"]
+    assert len(first) >= 2 and min(first) >= g.dkdv.block_m // 8, (
+        f"dK/dV kernel, d = 128: LDS.64 before each tile's first product {first}, want >= {g.dkdv.block_m // 8}")
 
 
 # ------------------------------------------------------------------------------------------------ GPU: the outputs

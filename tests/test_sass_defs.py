@@ -2,8 +2,9 @@
 uniform register some path leaves unwritten: ptxas 12.8's miscompile of a loop around the block, bench/NOTES.md
 "Session 2026-11-29i"), shown to catch what it is for on SASS written by hand in cuobjdump's form: under Triton 3.9
 no build has the fault, so the compile test alone could not fail. And its count of spills inside the tile loops
-(loop_local, in bench/compile_forward.sass_counts)."""
-from bench.sass_defs import loop_local, undefined_descriptor_reads
+(loop_local, in bench/compile_forward.sass_counts), and of the loads a tile issues before its first product
+(loads_before_products, held by the dK/dV compile test)."""
+from bench.sass_defs import loads_before_products, loop_local, undefined_descriptor_reads
 
 
 def _sass(*instructions: str) -> str:
@@ -74,3 +75,17 @@ def test_spills_are_counted_inside_the_tile_loops_only():
         "BRA 0x0",  # back to the dispatch
         "EXIT")
     assert loop_local(sass) == 2
+
+
+def test_loads_are_counted_from_the_last_wgmma_wait_to_the_first_product_step():
+    """bench/sass_defs.py loads_before_products: per tile, the LDS.64 between the previous tile's final wgmma wait
+    and the next product started from zero; loads after that step (the LSE read once Sᵀ is issued: main before
+    2026-11-30) and the first tile (no wait before it) are not counted."""
+    tile = ("LDS.64 R14, [R13+0x28000]", "HGMMA.64x64x16.F32.BF16 R184, gdesc[UR48], RZ, !UPT",
+            "HGMMA.64x64x16.F32.BF16 R184, gdesc[UR4], R184, gsb0", "LDS.64 R16, [R13+0x28020]",
+            "HGMMA.64x64x16.F32.BF16 R152, gdesc[UR20], RZ, !UPT", "WARPGROUP.DEPBAR.LE gsb0, 0x0")
+    no_loads = tuple(t for t in tile if not t.startswith("LDS"))
+    assert loads_before_products(_sass(*tile, *tile, *tile, "EXIT")) == [1, 1]  # R16's load: after the first step
+    assert loads_before_products(_sass(*tile, *no_loads, "EXIT")) == [0]
+    assert loads_before_products(_sass(*tile, "LDS.64 R18, [R13+0x28040]", "@P0 LDS.64 R20, [R13+0x28060]",
+                                       *tile, "EXIT")) == [3]
