@@ -955,8 +955,10 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     if gluon is not None and scale > 0 and _gluon_device(q.device):
         from flashcheck.kernels import gluon_fwd
 
-        # the SM count of q's device (a PERSISTENT grid's size), in the cache key: not the first device's
-        launch = _gluon_launch(lq, lk, band, off_lo, off_hi, save_res, gluon, sms=_sm_count(q.device.index))
+        # the SM count of q's device (a PERSISTENT grid's size), in the cache key: not the first device's (a CPU
+        # tensor, where a test stands in for sm_90: _gluon_launch's own default, as launches() predicts)
+        launch = _gluon_launch(lq, lk, band, off_lo, off_hi, save_res, gluon,
+                               sms=_sm_count(q.device.index) if q.is_cuda else None)
         half = gluon.block_m // 2
         o_desc = gluon_fwd.descriptor(o, half)
         _launch(gluon_fwd.attn_fwd_gluon_kernel, launch, gluon_fwd.descriptor(q, half),
