@@ -49,7 +49,7 @@ case "${1:-}" in
     [ -n "${PROF:-}" ] && prof "dkdv_${PROF}" dkdv 128 16384
     cp "$O/main_gluon_bwd.py" kernels/gluon_bwd.py ;;
   check)  # the working tree's kernels: bit for bit against bench/_scratch/base_bwd_main.py, then the Gluon GPU
-           # tests, then ncu on the d = 64 dK/dV kernel (16k)
+           # tests
     FLASHCHECK_FORWARD_ENGINE=gluon timeout 220 python3 bench/gluon_bitwise.py --base-fwd kernels/gluon_fwd.py \
       --base-bwd bench/_scratch/base_bwd_main.py 2>&1 | tee "$O/bitwise.log" | tail -8
     echo "bitwise done at $((SECONDS - t0)) s"
