@@ -81,22 +81,18 @@ def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v
 
 
 @gluon.jit
-def _tile(dk, dv, k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, keys, start_m, qk_scale2, Nq, Nk, off_lo,
-          off_hi, MASKED: gl.constexpr, BAND: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
-          s_layout: gl.constexpr, a_layout: gl.constexpr):
-    """triton_bwd `_dkdv_tile` for one warpgroup's 64 keys and one query tile: (dK, dV) updated."""
-    dtype: gl.constexpr = q_smem.dtype
+def _probabilities_t(k_smem, v_smem, q_smem, do_smem, lse_smem, qk_scale2, LSE_FIRST: gl.constexpr,
+                     BLOCK_M: gl.constexpr, s_layout: gl.constexpr):
+    """Sᵀ = K Qᵀ and dPᵀ = V dOᵀ issued together (both operands in shared memory), then Pᵀ from Sᵀ and the ring's LSE
+    slice, for one warpgroup's 64 keys and a query tile: (Pᵀ, dPᵀ still in flight).
+
+    LSE_FIRST: the LSE slice read before the two products are issued, else after them. Read after, the load waits
+    until the tensor core has taken all sixteen wgmma steps: the d = 128 dK/dV kernel stalled on it for a fifth of its
+    tile loops' samples (ncu, 16k) and ran 6.02 -> 5.14 ms with it first (bench/NOTES.md "Session 2026-11-30"); its
+    registers (BLOCK_M / 4 a thread) decide where it fits."""
     s_zero = gl.zeros([HALF_N, BLOCK_M], gl.float32, s_layout)
-    queries = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-    # LSE from the ring's slice (no global latency), read before Sᵀ and dPᵀ are issued where its registers allow
-    # (BLOCK_M = 64, d = 128: 16 a thread). Read after them, the load waited until the tensor core had taken all
-    # sixteen wgmma steps: the d = 128 dK/dV kernel stalled on it for a fifth of its tile loops' samples (ncu, 16k)
-    # and ran 6.02 -> 5.14 ms with it first (bench/NOTES.md "Session 2026-11-30"). At BLOCK_M = 128 (d = 64) the 32
-    # registers a thread spill (Triton 3.6: 14 -> 22 local instructions in the tile loops, 0.96x at 16k): read after
-    LSE_FIRST: gl.constexpr = BLOCK_M <= 64
     if LSE_FIRST:
         lse = lse_smem.reshape([BLOCK_M]).load(gl.SliceLayout(0, s_layout))
-    # Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: both operands in shared memory, issued together
     sT = warpgroup_mma(k_smem, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     dpT = warpgroup_mma(v_smem, do_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     if not LSE_FIRST:
@@ -106,6 +102,21 @@ def _tile(dk, dv, k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, keys, s
     s2T = sT * qk_scale2
     # Pᵀ = exp2(min(S2ᵀ − LSE2, 0))   /   p[i,j] = 2^min(s2[i,j] − lse[i]·log2 e, 0)  (P <= 1: triton_bwd's clamp)
     pT = gl.exp2(gl.minimum(s2T - (lse * LOG2E)[None, :], 0.0))
+    return pT, dpT
+
+
+@gluon.jit
+def _tile(dk, dv, k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, keys, start_m, qk_scale2, Nq, Nk, off_lo,
+          off_hi, MASKED: gl.constexpr, BAND: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+          s_layout: gl.constexpr, a_layout: gl.constexpr):
+    """triton_bwd `_dkdv_tile` for one warpgroup's 64 keys and one query tile: (dK, dV) updated."""
+    dtype: gl.constexpr = q_smem.dtype
+    queries = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+    # LSE first where its registers allow (BLOCK_M = 64, d = 128: 16 a thread); at BLOCK_M = 128 (d = 64) its 32
+    # spill (Triton 3.6: 14 -> 22 local instructions in the tile loops; not timed: the 0.96x of 2026-11-30's call 2
+    # at d = 64 16k ran the fused kernel, the same code both sides)
+    pT, dpT = _probabilities_t(k_smem, v_smem, q_smem, do_smem, lse_smem, qk_scale2, BLOCK_M <= 64, BLOCK_M,
+                               s_layout)
     if MASKED:
         # tiles.py `visible`, transposed (rows keys, columns queries): i < Nq, j < Nk, i + off_lo <= j <= i + off_hi
         if BAND:
