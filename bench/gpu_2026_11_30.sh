@@ -24,7 +24,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 t0=$SECONDS
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 prof() {  # prof NAME KERNEL(dkdv|dq|fused|fwd) D N [--causal]: ncu SourceCounters, the SASS page summed by
-          # bench/ncu_source.py (the producer's idle warps and its try_wait loop are in it: read the tile loops)
+          # bench/ncu_source.py --hot 0.5 (the tile loops apart from the producer's idle warps, by stall reason)
   local name=$1 k=$2 d=$3 n=$4 c=${5:-} re bwd=--backward
   if [ "$k" = fwd ]; then re=attn_fwd_gluon_kernel; bwd=; else re=attn_bwd_${k}_gluon_kernel; fi
   timeout 150 "$NCU" --clock-control none --kernel-name "regex:$re" --launch-skip 2 \
@@ -33,7 +33,7 @@ prof() {  # prof NAME KERNEL(dkdv|dq|fused|fwd) D N [--causal]: ncu SourceCounte
   "$NCU" --import "$O/$name.ncu-rep" --page details > "$O/${name}_details.txt" 2>&1
   "$NCU" --import "$O/$name.ncu-rep" --page source --csv --print-source sass > "$O/${name}_sass.csv" 2>&1
   echo "== $name"; grep -E "Duration|SM Frequency|Compute \(SM\)|Warp Cycles Per Issued" "$O/${name}_details.txt"
-  python3 bench/ncu_source.py "$O/${name}_sass.csv" --top 12 2>&1 | tee "$O/${name}_stalls.txt" | head -30
+  python3 bench/ncu_source.py "$O/${name}_sass.csv" --top 12 --hot 0.5 2>&1 | tee "$O/${name}_stalls.txt" | tail -22
   gzip -f "$O/${name}_sass.csv"; rm -f "$O/$name.ncu-rep"
 }
 case "${1:-}" in
