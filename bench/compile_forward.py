@@ -979,31 +979,27 @@ def compile_gluon_fused(dtype: str, group: int, d: int = 64, block_m: int = 128,
                           dict(GROUP=group, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=128, STAGES=stages))
 
 
-def sass_counts(ck, c7512: bool = False) -> dict:
-    """HGMMA and local-memory (LDL + STL: spills) instruction counts in a compiled kernel's SASS (Triton's own
-    cuobjdump), and the latter inside the tile loops (bench/sass_defs.py loop_local); with c7512, also whether
-    Triton's ptxas warns C7512 on its PTX (wgmma serialized for want of registers: Triton does not show that
-    warning)."""
+def sass_counts(ck, c7512: bool = False, sass: str | None = None) -> dict:
+    """HGMMA and local-memory (LDL + STL: spills) instruction counts in a compiled kernel's SASS (`sass`, where the
+    caller has it already, else bench/sass_defs.py sass_of: Triton's own cuobjdump), and the latter inside the tile
+    loops (bench/sass_defs.py loop_local); with c7512, also whether Triton's ptxas warns C7512 on its PTX (wgmma
+    serialized for want of registers: Triton does not show that warning)."""
     import subprocess
     import tempfile
 
-    from bench.sass_defs import loop_local
+    from bench.sass_defs import loop_local, sass_of
 
-    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin, ptx = os.path.join(tmp, "k.cubin"), os.path.join(tmp, "k.ptx")
-        with open(cubin, "wb") as f:
-            f.write(ck.asm["cubin"])
-        sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", cubin], capture_output=True,
-                              text=True).stdout
-        out = {"hgmma": sass.count("HGMMA"), "local": sass.count("LDL") + sass.count("STL"),
-               "loop_local": loop_local(sass)}
-        if c7512:
+    sass = sass_of(ck) if sass is None else sass
+    out = {"hgmma": sass.count("HGMMA"), "local": sass.count("LDL") + sass.count("STL"), "loop_local": loop_local(sass)}
+    if c7512:
+        tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+        with tempfile.TemporaryDirectory() as tmp:
+            ptx = os.path.join(tmp, "k.ptx")
             with open(ptx, "w") as f:
                 f.write(ck.asm["ptx"])
             warn = subprocess.run([os.path.join(tools, "ptxas"), "-arch=sm_90a", "-v", ptx, "-o",
                                    os.path.join(tmp, "o.cubin")], capture_output=True, text=True).stderr
-            out.update(c7512="C7512" in warn, smem=ck.metadata.shared)
+        out.update(c7512="C7512" in warn, smem=ck.metadata.shared)
     return out
 
 

@@ -272,10 +272,10 @@ for name, d, band, paired, block_m, persistent in (
         ("banded_persistent", 128, True, False, 128, True)):
     ck = compile_gluon("bfloat16", d, band, True, 2 if d == 128 else 3, paired=paired, block_m=block_m,
                        persistent=persistent)
-    ptx = ck.asm["ptx"]
+    ptx, sass = ck.asm["ptx"], sass_of(ck)
     out[name] = {"d": d, "wgmma": ptx.count("wgmma.mma_async"), "setmaxnreg": "setmaxnreg" in ptx,
-                 "rowsum": rowsum_depths(ptx), "stale": len(undefined_descriptor_reads(sass_of(ck))),
-                 **sass_counts(ck)}
+                 "rowsum": rowsum_depths(ptx), "stale": len(undefined_descriptor_reads(sass)),
+                 **sass_counts(ck, sass=sass)}
 print(json.dumps(out))
 """
 
@@ -385,7 +385,8 @@ out = {}
 for name, ck in [("dq", compile_gluon_dq("bfloat16", 128, True, 2, a[0], a[1]))] + [
         (f"dkdv{m}" + ("" if d == 128 else f"_d{d}"), compile_gluon_dkdv("bfloat16", d, True, 2, m, st))
         for d, m, st in zip(a[2::3], a[3::3], a[4::3])]:
-    out[name] = dict(sass_counts(ck), loads_first=loads_before_products(sass_of(ck)))
+    sass = sass_of(ck)
+    out[name] = dict(sass_counts(ck, sass=sass), loads_first=loads_before_products(sass))
 print(json.dumps(out))
 """
 
