@@ -7,19 +7,11 @@ the Precision states it (`Precision.band_forward` from `band_keys` keys) and the
 (tests/test_short_tile.py, tests/test_long_tile.py)."""
 from __future__ import annotations
 
-import importlib
-
 import pytest
 import torch
 
 from flashcheck.proofs.bounds import BandForward, Precision
-
-ka = importlib.import_module("flashcheck.kernels.attention")  # the module (the package exports the function)
-SHORT, LONG = ka.SHORT_KEYS, ka.LONG_KEYS
-
-
-def _cfg(d=64, dtype=torch.bfloat16, **kw):
-    return ka.kernel_config(d, dtype, interpret=False, **kw)
+from tests.test_short_tile import LONG, SHORT, _cfg, ka  # the short unbanded tile's: the same key counts, one config
 
 
 def test_auto_gives_gluon_fwds_tile_to_short_banded_unmasked_d64_calls_and_keeps_triton_bwds(monkeypatch):
