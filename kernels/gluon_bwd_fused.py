@@ -39,7 +39,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                              warpgroup_mma_wait)
 
-from flashcheck.kernels.gluon_bwd import HALF_N, _producer, _query_tiles, _write_dkdv
+from flashcheck.kernels.gluon_bwd import HALF_N, _probabilities_t, _producer, _query_tiles, _write_dkdv
 from flashcheck.kernels.gluon_fwd import CONSUMER_REGS, LOG2E, barriers, cached_descriptor, inner_start
 from flashcheck.kernels.tiles import full_start, partial_start
 
@@ -153,14 +153,10 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
     mbarrier.wait(do_ready.index(slot), phase)
     q_smem = q_ring.index(slot).reshape([BLOCK_M, HEAD_D])
     do_smem = do_ring.index(slot).reshape([BLOCK_M, HEAD_D])
-    s_zero = gl.zeros([HALF_N, BLOCK_M], gl.float32, s_layout)
-    # Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, issued together
-    sT = warpgroup_mma(k_smem, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    dpT = warpgroup_mma(v_smem, do_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    lse = lse_ring.index(slot).reshape([BLOCK_M]).load(gl.SliceLayout(0, s_layout))
-    sT = warpgroup_mma_wait(1, deps=(sT, ))
-    # Pᵀ = exp2(min(S2ᵀ − LSE2, 0))   /   p[i,j] = 2^min(s2[i,j] − lse[i]·log2 e, 0)
-    pT = gl.exp2(gl.minimum(sT * qk_scale2 - (lse * LOG2E)[None, :], 0.0))
+    # Sᵀ = K Qᵀ and dPᵀ = V dOᵀ issued together, the LSE slice read before them (its load not waiting behind the
+    # sixteen wgmma steps), Pᵀ = exp2(min(S2ᵀ − LSE2, 0))
+    pT, dpT = _probabilities_t(k_smem, v_smem, q_smem, do_smem, lse_ring.index(slot), qk_scale2, True, BLOCK_M,
+                               s_layout)
     if MASKED:  # unbanded: only the ragged tiles' rows past Nq and keys past Nk are invisible
         queries = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
         pT = gl.where((queries[None, :] < Nq) & (keys[:, None] < Nk), pT, 0.0)
