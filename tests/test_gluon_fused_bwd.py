@@ -159,8 +159,9 @@ print(json.dumps({f"g{g}": sass_counts(compile_gluon_fused("bfloat16", g)) for g
 # Local-memory instructions (LDL + STL) in the fused kernel's SASS, GQA 1 and 2, as compiled by each Triton version
 # when it landed (2026-11-28e; its dK/dV part alone spills 28 / 66 unbanded on 3.6 / 3.9: the partial's 32 registers
 # a thread and the stage's store come on top), timed then at 1.04-1.13x the two kernels (bench/fused_threshold.py).
-# A change that spills more is timed again before it lands.
-FUSED_LOCAL = {"3.6.0": {"g1": 59, "g2": 152}, "3.9.0": {"g1": 64, "g2": 345}}
+# A change that spills more is timed again before it lands. The LSE read first (2026-11-30b): 3.6 g2 152 -> 120; 3.9
+# g2 345 -> 357 (its tile loops 269 -> 281; the device's 3.6 timed it, GQA 1 16k 1.018x, 8k 0.999x).
+FUSED_LOCAL = {"3.6.0": {"g1": 59, "g2": 120}, "3.9.0": {"g1": 64, "g2": 357}}
 
 
 def test_the_fused_backward_compiles_for_sm90_with_its_recorded_spills():
