@@ -142,6 +142,7 @@ SHORT_KEYS = 1024
 # (each query tile's adds are a chain of N_k / 128 ordered waits: few query tiles leave nothing to run beside it).
 FUSED_QUERIES = 8192
 FUSED_KEYS = 8192
+FUSED_ROTATE_KEY_TILES = 128  # the fused backward's rotated order up to this many key tiles a head (and the SM count)
 # gluon_fwd's programs run two query blocks each (PAIRED) on calls with at most this many keys, measured on the H200
 # side by side (bench/fwd_variants.py --cells pair, bench/NOTES.md "Session 2026-11-29b"): d = 128 unmasked paired /
 # unpaired 1.11x at N = 512, 1.07x at 1k, 1.02x at 2k, 0.99x at 4k (d = 64: 1.06x at 1k). Banded, as one loop of each
@@ -1380,7 +1381,7 @@ def _fused_backward(q, k, v, do, lse, delta, scale, t: TileConfig, dq, dk, dv):
     dq, dk, dv = (x if _gluon_tensors(Layout.of(x)) else torch.empty(x.shape, dtype=x.dtype, device=x.device)
                   for x in (dq, dk, dv))
     B, Hq, nq, d = q.shape
-    launch = _gluon_fused_launch(Layout.of(q), Layout.of(k), t)
+    launch = _gluon_fused_launch(Layout.of(q), Layout.of(k), t, _sm_count(q.device.index) if q.is_cuda else None)
     acc = torch.zeros((B * Hq, nq, d), dtype=torch.float32, device=q.device)
     sem = torch.zeros(B * Hq * triton.cdiv(nq, t.block_m), dtype=torch.int32, device=q.device)
     half = t.block_n // 2
@@ -1389,20 +1390,26 @@ def _fused_backward(q, k, v, do, lse, delta, scale, t: TileConfig, dq, dk, dv):
             gluon_fwd.descriptor(dk, half), gluon_fwd.descriptor(dv, half),
             gluon_bwd.rows_descriptor(_per_row(lse), t.block_m), gluon_bwd.rows_descriptor(_per_row(delta), t.block_m),
             gluon_bwd_fused.dq_acc_descriptor(acc), sem, scale)
-    # dQ = scale · Σ_j T_j: one fp32 product (the kernels' fp32 sm_scale), then the rounding into the input format
-    torch.mul(acc, scale, out=acc)
-    dq.copy_(acc.view(B, Hq, nq, d))
+    # dQ = scale · Σ_j T_j: one fp32 product (the kernels' fp32 sm_scale), then the rounding into the input format,
+    # in one pass (torch computes in fp32, the common dtype, and rounds on the store into dq)
+    torch.mul(acc.view(B, Hq, nq, d), scale, out=dq)
     return dq, dk, dv
 
 
 @functools.lru_cache(maxsize=1024)
-def _gluon_fused_launch(q: Layout, k: Layout, t: TileConfig) -> Launch:
+def _gluon_fused_launch(q: Layout, k: Layout, t: TileConfig, sms: int | None = None) -> Launch:
     """gluon_bwd_fused's launch over the dK/dV tile t: eight TMA descriptors as gluon_bwd's dK/dV launch, the fp32
-    accumulator's, the counters (one int32 per head and query tile of t.block_m rows), then sm_scale."""
+    accumulator's, the counters (one int32 per head and query tile of t.block_m rows), then sm_scale, N_q, N_k, H_kv
+    and `rotate`: 1 where a head's key-tile programs are at most FUSED_ROTATE_KEY_TILES and `sms` (the device's
+    multiprocessors, one program each; None: the current device's), so that all of them run at once (the rotated
+    order waits on later programs)."""
     B, Hq, nq, d = q.shape
     Hkv, nk = k.shape[1], k.shape[2]
-    return Launch("attn_bwd_fused_gluon_kernel", (triton.cdiv(nk, t.block_n), B * Hkv),
-                  ((q.dtype, True),) * 6 + (("float32", True),) * 3 + (("int32", True),), (nq, nk, Hkv),
+    n_kt = triton.cdiv(nk, t.block_n)
+    sms = sms or (_sm_count(torch.cuda.current_device()) if torch.cuda.is_available() else SM90_MULTIPROCESSORS)
+    rotate = int(n_kt <= min(FUSED_ROTATE_KEY_TILES, sms))
+    return Launch("attn_bwd_fused_gluon_kernel", (n_kt, B * Hkv),
+                  ((q.dtype, True),) * 6 + (("float32", True),) * 3 + (("int32", True),), (nq, nk, Hkv, rotate),
                   (("GROUP", Hq // Hkv), ("HEAD_D", d), ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n),
                    ("STAGES", t.num_stages)), 4, None)
 

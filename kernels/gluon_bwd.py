@@ -49,12 +49,21 @@ def _query_tiles(off_hkv, g, GROUP: gl.constexpr, start_n, Nq, Nk, off_lo, off_h
 
 
 @gluon.jit
+def rotated_start(t, n_partial, n_tiles, lo, f_lo, f_hi, rot, BLOCK_M: gl.constexpr):
+    """inner_start with the full tiles taken cyclically from the rot-th on: gluon_bwd_fused's order, where key tile
+    program r takes them from r mod n_full on, so that no two programs add into one query tile's dQ at one step."""
+    n_full = gl.maximum(n_tiles - n_partial, 1)
+    u = gl.where(t < n_partial, t, n_partial + (t - n_partial + rot) % n_full)
+    return inner_start(u, n_partial, lo, f_lo, f_hi, BLOCK_M)
+
+
+@gluon.jit
 def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring, lse_ring,
               delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi,
-              GROUP: gl.constexpr, BAND: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-              STAGES: gl.constexpr):
+              rot, GROUP: gl.constexpr, BAND: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+              STAGES: gl.constexpr, ROTATE: gl.constexpr):
     # one warp: K and V's two halves once, then (Q, dO) of every query tile of every head of the group in the
-    # consumers' order into slot it % STAGES, once both consumers let go of it
+    # consumers' order (ROTATE: rotated_start's, by rot) into slot it % STAGES, once both consumers let go of it
     mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes + 2 * v_desc.block_type.nbytes)
     for w in gl.static_range(2):
         _tma_load(k_desc, [off_b, off_hkv, start_n + w * HALF_N, 0], kv_ready, k_halves.index(w))
@@ -65,7 +74,10 @@ def _producer(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v
                                                                  BAND, BLOCK_N, BLOCK_M)
         bh = off_b * Hq + off_h  # the head's row of LSE and Δ viewed as (B·Hq, Nq)
         for t in range(n_tiles):
-            start_m = inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M)
+            if ROTATE:
+                start_m = rotated_start(t, n_partial, n_tiles, lo, f_lo, f_hi, rot, BLOCK_M)
+            else:
+                start_m = inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M)
             slot = it % STAGES
             phase = (it // STAGES) & 1
             mbarrier.wait(tile_free.index(slot), phase ^ 1)  # fresh barrier: the first round never waits
@@ -263,7 +275,7 @@ def attn_bwd_dkdv_gluon_kernel(
                      HEAD_D, BLOCK_N, BLOCK_M, STAGES, BAND)),
         (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
                      lse_ring, delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
-                     off_lo, off_hi, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES)),
+                     off_lo, off_hi, 0, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES, False)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 

@@ -39,9 +39,10 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                              warpgroup_mma_wait)
 
-from flashcheck.kernels.gluon_bwd import HALF_N, _probabilities_t, _producer, _query_tiles, _write_dkdv
-from flashcheck.kernels.gluon_fwd import CONSUMER_REGS, LOG2E, barriers, cached_descriptor, inner_start
-from flashcheck.kernels.tiles import full_start, partial_start
+from flashcheck.kernels.gluon_bwd import (HALF_N, _probabilities_t, _producer, _query_tiles, _write_dkdv,
+                                          rotated_start)
+from flashcheck.kernels.gluon_fwd import CONSUMER_REGS, LOG2E, barriers, cached_descriptor
+from flashcheck.kernels.tiles import partial_start
 
 _thread_barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # renamed between Triton 3.6 and 3.9
 
@@ -95,6 +96,22 @@ def _release(counter):
 
 
 @gluon.jit
+def full_tile_turn(q, rank, n_full, n_kt):
+    """How many key tiles add into full query tile q before key tile `rank` (0 the highest) does, in the rotated
+    order: rank r visits the n_full full query tiles from r mod n_full on, cyclically (its step at q is
+    t = (q − r) mod n_full), and q takes the adds by (step, rank). The ranks at steps s < t are those r' = q − s
+    (mod n_full): a = n_kt // n_full of each residue, one more for the b = n_kt % n_full residues below b; the ranks
+    at step t before r are r − n_full, r − 2 n_full, ... (r // n_full of them). Plain integer arithmetic on
+    non-negative values (Python's ints or the kernel's: tests/test_gluon_fused_bwd.py checks it against the sort)."""
+    t = (q + n_full - rank % n_full) % n_full
+    a = n_kt // n_full
+    b = n_kt % n_full
+    lo = q - t + 1  # the residues q − s, s < t: the cyclic interval [lo, q] mod n_full (lo may be negative)
+    below_b = max(0, min(q, b - 1) - max(lo, 0) + 1) + max(0, b - lo - n_full)
+    return a * t + below_b + rank // n_full
+
+
+@gluon.jit
 def _bulk_complete(x):
     """Until this thread's bulk copies have completed, their writes performed (`cp.async.bulk.wait_group 0`, not the
     `.read` form `tma.store_wait` lowers to), then a proxy fence between them (async proxy) and the generic proxy's
@@ -111,25 +128,28 @@ def _proxy_fence(x):
 
 
 @gluon.jit
-def _writer(Sem, acc_desc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
-            GROUP: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr):
-    # one warp: each tile's two staged partials added by the TMA unit in the fixed order: its turn come (the n_kt − 1 −
-    # j higher key tiles have added), the reduce-adds issued, waited for until performed, then the counter released
+def _writer(Sem, acc_desc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq, start_n, Nq, Nk, rot,
+            rotate, GROUP: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr):
+    # one warp: each tile's two staged partials added by the TMA unit in the fixed order: its turn come (the partial
+    # tile: the higher key tiles have added; a full tile: full_tile_turn's count, or the same as the partial's
+    # without rotation), the reduce-adds issued, waited for until performed, then the counter released
     ROWS: gl.constexpr = BLOCK_M // 2
     n_kt = (Nk + BLOCK_N - 1) // BLOCK_N
     rank = n_kt - 1 - start_n // BLOCK_N
     n_qt = (Nq + BLOCK_M - 1) // BLOCK_M
+    n_full = gl.maximum(Nq // BLOCK_M, 1)  # (unbanded: the full query tiles are [0, Nq // BLOCK_M) of every head)
     it = 0
     for g in range(GROUP):
         off_h, n_partial, n_tiles, lo, f_lo, f_hi = _query_tiles(off_hkv, g, GROUP, start_n, Nq, Nk, 0, 0, False,
                                                                  BLOCK_N, BLOCK_M)
         bh = off_b * Hq + off_h
         for t in range(n_tiles):
-            start_m = inner_start(t, n_partial, lo, f_lo, f_hi, BLOCK_M)  # the consumers' order
+            start_m = rotated_start(t, n_partial, n_tiles, lo, f_lo, f_hi, rot, BLOCK_M)  # the consumers' order
             counter = Sem + bh * n_qt + start_m // BLOCK_M
+            turn = gl.where((t < n_partial) | (rotate == 0), rank, full_tile_turn(start_m // BLOCK_M, rank, n_full, n_kt))
             s = it % STAGE_SLOTS
             mbarrier.wait(stage_full.index(s), (it // STAGE_SLOTS) & 1)
-            _wait_turn(counter, rank)
+            _wait_turn(counter, turn)
             _proxy_fence(bh)
             for w in gl.static_range(2):
                 _tma_reduce_add(acc_desc, [bh, start_m + w * ROWS, 0], dq_stage.index(2 * s + w))
@@ -202,8 +222,8 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
 @gluon.jit
 def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
               kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, sm_scale,
-              off_b, off_hkv, start_n, Nq, Nk, GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
-              BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+              off_b, off_hkv, start_n, Nq, Nk, rot, GROUP: gl.constexpr, HEAD_D: gl.constexpr,
+              BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_M, 16])
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -234,11 +254,14 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
                            partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M), qk_scale2, Nq, Nk, WG, True,
                            BLOCK_M, HEAD_D, STAGES, s_layout, a_layout, acc_layout)
             it += 1
+        # the full tiles from the rot-th on, cyclically (gluon_bwd.rotated_start): f_lo = 0 unbanded
+        start_m = rot * BLOCK_M
+        end_m = (n_tiles - n_partial) * BLOCK_M
         for t in range(0, n_tiles - n_partial):
             dk, dv = _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready,
-                           do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, keys,
-                           full_start(t, None, f_lo, False, BLOCK_M), qk_scale2, Nq, Nk, WG, False, BLOCK_M, HEAD_D,
-                           STAGES, s_layout, a_layout, acc_layout)
+                           do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, keys, start_m,
+                           qk_scale2, Nq, Nk, WG, False, BLOCK_M, HEAD_D, STAGES, s_layout, a_layout, acc_layout)
+            start_m = gl.where(start_m + BLOCK_M == end_m, 0, start_m + BLOCK_M)
             it += 1
     # the other warpgroup's dQ products read both K halves until its last tile: wait for its last ds_free arrival
     # before this half is overwritten with dK
@@ -251,7 +274,7 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
 @gluon.jit
 def attn_bwd_fused_gluon_kernel(
     q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc, acc_desc, Sem,
-    sm_scale, Nq, Nk, Hkv,
+    sm_scale, Nq, Nk, Hkv, rotate,
     GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr,
 ):
@@ -259,7 +282,11 @@ def attn_bwd_fused_gluon_kernel(
     gl.static_assert(HEAD_D == 64, "head dim 64: two stage slots of fp32 partials fit in shared memory there only")
     gl.static_assert(BLOCK_M == 2 * HALF_N, "each warpgroup's dQ share is half of a 128-row query tile")
     n_kt = (Nk + BLOCK_N - 1) // BLOCK_N
-    start_n = (n_kt - 1 - gl.program_id(0)) * BLOCK_N  # the highest key tile first: waits go to earlier programs
+    rank = gl.program_id(0)
+    start_n = (n_kt - 1 - rank) * BLOCK_N  # the highest key tile first (rank 0)
+    # rotate (0 or 1, the launcher's): rank r takes the full query tiles from r mod n_full on (waits may then go to
+    # later programs: the launcher rotates only where all of a head's key-tile programs fit on the GPU at once)
+    rot = (rank % gl.maximum(Nq // BLOCK_M, 1)) * rotate
     pid_bh = gl.program_id(1)
     off_b = pid_bh // Hkv
     off_hkv = pid_bh % Hkv
@@ -289,13 +316,13 @@ def attn_bwd_fused_gluon_kernel(
     gl.warp_specialize([
         (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
                      kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free,
-                     sm_scale, off_b, off_hkv, start_n, Nq, Nk, GROUP, HEAD_D, BLOCK_N, BLOCK_M, STAGES)),
+                     sm_scale, off_b, off_hkv, start_n, Nq, Nk, rot, GROUP, HEAD_D, BLOCK_N, BLOCK_M, STAGES)),
         (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
                      kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free,
-                     sm_scale, off_b, off_hkv, start_n, Nq, Nk, GROUP, HEAD_D, BLOCK_N, BLOCK_M, STAGES)),
+                     sm_scale, off_b, off_hkv, start_n, Nq, Nk, rot, GROUP, HEAD_D, BLOCK_N, BLOCK_M, STAGES)),
         (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
                      lse_ring, delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
-                     0, 0, GROUP, False, BLOCK_N, BLOCK_M, STAGES)),
-        (_writer, (Sem, acc_desc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq, start_n, Nq, Nk, GROUP,
-                   BLOCK_N, BLOCK_M)),
+                     0, 0, rot, GROUP, False, BLOCK_N, BLOCK_M, STAGES, True)),
+        (_writer, (Sem, acc_desc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq, start_n, Nq, Nk, rot, rotate,
+                   GROUP, BLOCK_N, BLOCK_M)),
     ], [4, 1, 1], [CONSUMER_REGS, 24, 24])

@@ -107,6 +107,30 @@ def test_the_fused_launch_lists_the_kernel_arguments_in_order():
     assert launch.grid == (3, 4) and dict(launch.constexprs)["GROUP"] == 2, launch
 
 
+def test_full_tile_turn_counts_the_key_tiles_that_add_before_each_in_the_rotated_order():
+    """gluon_bwd_fused.full_tile_turn (the writer's wait target, plain integer arithmetic) against the order it states,
+    sorted out: key tile r visits full query tile q at step (q − r) mod n_full, q takes the adds by (step, r); every
+    count from 0 to n_kt − 1 once a query tile, so no two programs add at once and none waits for itself."""
+    from flashcheck.kernels.gluon_bwd_fused import full_tile_turn
+
+    turn = full_tile_turn.fn  # the jitted function's Python source, on Python ints
+    for n_full in range(1, 20):
+        for n_kt in range(1, 50):
+            for q in range(n_full):
+                by_order = sorted(range(n_kt), key=lambda r: ((q - r) % n_full, r))
+                got = [turn(q, r, n_full, n_kt) for r in by_order]
+                assert got == list(range(n_kt)), f"n_full {n_full}, n_kt {n_kt}, query tile {q}: turns {got}"
+
+
+def test_the_fused_launch_rotates_only_where_a_heads_key_tile_programs_all_fit():
+    q, kv = ka.Layout.dense("bfloat16", (1, 4, 4096, 64)), ka.Layout.dense("bfloat16", (1, 4, 4096, 64))
+    t = _fused_tiles().dkdv
+    assert ka._gluon_fused_launch(q, kv, t, 132).ints[-1] == 1  # 32 key tiles
+    assert ka._gluon_fused_launch(q, kv, t, 16).ints[-1] == 0  # more than the SMs
+    long = ka.Layout.dense("bfloat16", (1, 4, 128 * (ka.FUSED_ROTATE_KEY_TILES + 1), 64))
+    assert ka._gluon_fused_launch(q, long, t, 100000).ints[-1] == 0
+
+
 def test_a_fused_tile_runs_the_fused_kernel_on_unbanded_unmasked_calls_only(monkeypatch):
     """Simulated on the CPU (the device check says sm_90, nothing runs): the fused tiles' unbanded call launches the
     fused kernel alone after the preprocess; a banded call the two Gluon kernels with the same dQ tile (what the
