@@ -24,7 +24,7 @@ from bench.fwd_variants import save_rows, timed_row  # noqa: E402  (after the re
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--cells", default="1024,2048,4096,8192,16384", help="N,... (N_q = N_k)")
+    p.add_argument("--cells", default="1024,2048,4096,8192,16384", help="N or NQxNK, ... (N: N_q = N_k)")
     p.add_argument("--group", type=int, default=1, help="query heads a kv head (GQA)")
     p.add_argument("--out", default=None)
     args = p.parse_args()
@@ -48,11 +48,12 @@ def main() -> int:
             ka._gluon_fused_launch.cache_clear()
 
     rows = []
-    for n in (int(x) for x in args.cells.split(",")):
-        d, H, B = 64, 32, max(1, 16384 // n)
-        g = torch.Generator(device="cuda").manual_seed(n)
-        q, do = (torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
-        k, v = (torch.randn(B, H // args.group, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    for cell in args.cells.split(","):
+        nq, nk = (int(x) for x in (cell.split("x") if "x" in cell else (cell, cell)))
+        d, H, B = 64, 32, max(1, 16384 // max(nq, nk))
+        g = torch.Generator(device="cuda").manual_seed(nq + 3 * nk)
+        q, do = (torch.randn(B, H, nq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        k, v = (torch.randn(B, H // args.group, nk, d, device="cuda", dtype=torch.bfloat16, generator=g)
                 for _ in range(2))
         leaves = tuple(x.detach().requires_grad_() for x in (q, k, v))
 
@@ -68,10 +69,11 @@ def main() -> int:
         diff = {name: float((dq[name][0] - dq["kernel"][0]).abs().max()) for name in tiles}
         diff["rotated vs fused"] = float((dq["rotated"][0] - dq["fused"][0]).abs().max())
 
-        def tflops(d_, n_, causal, ms, B=B, n=n):  # forward + backward: 3.5 forwards
-            return 3.5 * 4 * B * H * n * n * 64 / ms / 1e9
-        row = timed_row(d, n, False, fns, args.rounds, diff, tflops, "dQ")
-        row.update(group=args.group, run_to_run_same=same)
+        def tflops(d_, n_, causal, ms, B=B, nq=nq, nk=nk):  # forward + backward: 3.5 forwards
+            return 3.5 * 4 * B * H * nq * nk * 64 / ms / 1e9
+        print(f"N_q {nq}, N_k {nk}, B {B}, H {H}, group {args.group}:", flush=True)
+        row = timed_row(d, nk, False, fns, args.rounds, diff, tflops, "dQ")
+        row.update(Nq=nq, Nk=nk, group=args.group, run_to_run_same=same)
         print(f"   dQ run to run bit for bit: {same}", flush=True)
         rows.append(row)
     order("kernel")

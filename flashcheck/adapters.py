@@ -438,11 +438,12 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                                                 n_queries=a.band_keys),
                       band_keys=a.band_keys,
                       # unbanded calls from this many queries and keys on: dQ summed in the dK/dV kernel (128-key
-                      # partials added in descending order: kernels/gluon_bwd_fused.py), for dv = d only (calls
-                      # with another dv run the dQ kernel: kernels/attention.py _fused_dkdv)
+                      # partials added in a fixed order, rotated up to fused_rotate_keys keys:
+                      # kernels/gluon_bwd_fused.py), for dv = d only (calls with another dv run the dQ kernel:
+                      # kernels/attention.py _fused_dkdv)
                       fused_dq=None if a.fused_dq_keys is None else FusedDq(
                           queries=a.fused_dq_queries, keys=a.fused_dq_keys, block_k=a.block_k_dq_fused,
-                          value_dim=head_dim or 64),
+                          value_dim=head_dim or 64, rotate_keys=a.fused_rotate_keys or 0),
                       accumulation="recursive", p_split=a.p_split, delta_from=a.delta_from, l_accumulate=a.l_accumulate,
                       tile_order="partial_first",  # kernels/tiles.py visits a ragged last key tile first
                       hardware=hw, ieee_fma_chain=fma_chain,

@@ -142,7 +142,10 @@ SHORT_KEYS = 1024
 # (each query tile's adds are a chain of N_k / 128 ordered waits: few query tiles leave nothing to run beside it).
 FUSED_QUERIES = 8192
 FUSED_KEYS = 8192
-FUSED_ROTATE_KEY_TILES = 128  # the fused backward's rotated order up to this many key tiles a head (and the SM count)
+# the fused backward's rotated order (gluon_bwd_fused) up to this many key tiles a head: its waits then go to later
+# programs too, so all of a head's must run at once (and the launcher checks the SM count: 64 is below every sm_90
+# part's, 78-132, which the Precision's order, FusedDq.rotate_keys, assumes)
+FUSED_ROTATE_KEY_TILES = 64
 # gluon_fwd's programs run two query blocks each (PAIRED) on calls with at most this many keys, measured on the H200
 # side by side (bench/fwd_variants.py --cells pair, bench/NOTES.md "Session 2026-11-29b"): d = 128 unmasked paired /
 # unpaired 1.11x at N = 512, 1.07x at 1k, 1.02x at 2k, 0.99x at 4k (d = 64: 1.06x at 1k). Banded, as one loop of each
@@ -340,7 +343,9 @@ class Arithmetic:
     keys run the fused backward (gluon_bwd_fused: dQ = scale · Σ_j T_j, each T_j one tensor-core chain from zero over
     a key tile of block_k_dq_fused keys, the T_j added in fp32 in descending tile order: `fused_tiles`), else None
     (FUSED_QUERIES x FUSED_KEYS under kernel_config's tiles; 1 x 1 under given fused tiles; never in the
-    interpreter). Those calls' dK/dV are the long calls' (block_k_dkdv_long, block_q_long)."""
+    interpreter). Those calls' dK/dV are the long calls' (block_k_dkdv_long, block_q_long);
+    fused_rotate_keys: those calls with at most this many keys take the rotated order (FUSED_ROTATE_KEY_TILES key
+    tiles: each key tile's full query tiles from its own rank on, dQ's adds by (step, rank)), else None."""
     input: str
     dot: str
     output: str
@@ -373,6 +378,7 @@ class Arithmetic:
     fused_dq_queries: int | None = None
     fused_dq_keys: int | None = None
     block_k_dq_fused: int | None = None
+    fused_rotate_keys: int | None = None
 
 
 def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None = None,
@@ -454,7 +460,8 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
                       block_q_short=None if short_bwd is None or short_bwd[2] == block_q else short_bwd[2],
                       fused_dq_queries=None if fused is None else fused[0],
                       fused_dq_keys=None if fused is None else fused[1],
-                      block_k_dq_fused=None if fused is None else fused_cfg.dq.block_n)
+                      block_k_dq_fused=None if fused is None else fused_cfg.dq.block_n,
+                      fused_rotate_keys=None if fused is None else FUSED_ROTATE_KEY_TILES * fused_cfg.dkdv.block_n)
 
 
 def _kind_tiles(kind: KernelConfig, cfg: KernelConfig, name: str) -> tuple[TileConfig | None, tuple | None]:

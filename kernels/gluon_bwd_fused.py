@@ -146,7 +146,8 @@ def _writer(Sem, acc_desc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq,
         for t in range(n_tiles):
             start_m = rotated_start(t, n_partial, n_tiles, lo, f_lo, f_hi, rot, BLOCK_M)  # the consumers' order
             counter = Sem + bh * n_qt + start_m // BLOCK_M
-            turn = gl.where((t < n_partial) | (rotate == 0), rank, full_tile_turn(start_m // BLOCK_M, rank, n_full, n_kt))
+            turn = gl.where((t < n_partial) | (rotate == 0), rank,
+                            full_tile_turn(start_m // BLOCK_M, rank, n_full, n_kt))
             s = it % STAGE_SLOTS
             mbarrier.wait(stage_full.index(s), (it // STAGE_SLOTS) & 1)
             _wait_turn(counter, turn)

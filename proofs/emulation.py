@@ -202,6 +202,15 @@ def _inner_visits(a0: int, a1: int, n_in: int, block: int, band: _Band, lists=No
     return tuple((s, True) for s in partial) + tuple((s, False) for s in range(f_lo, f_hi, block))
 
 
+def _rotated(visits: tuple, rank: int) -> tuple:
+    """_inner_visits' order as the fused backward's key block of rank `rank` (the last block rank 0) takes it where it
+    rotates (kernels/gluon_bwd_fused.py): the partial tiles first, then the n_full full ones from the (rank mod
+    n_full)-th on, cyclically."""
+    partial, full = [x for x in visits if x[1]], [x for x in visits if not x[1]]
+    r = rank % len(full) if full else 0
+    return tuple(partial + full[r:] + full[:r])
+
+
 def _sparse_lists(block_mask, which: str, b: int, h: int, m: int):
     """(partial, full) tile indices of outer block m of head (b, h) in a block-sparse mask's stored order (kernels/
     block_mask.py BlockSparseMask; which "kv": key tiles of a query block, "q": query tiles of a key block); batch and
@@ -214,21 +223,24 @@ def _sparse_lists(block_mask, which: str, b: int, h: int, m: int):
 
 
 def _outer_visits(n_out: int, block_out: int, n_in: int, block_in: int, band: _Band, block_mask=None,
-                  which: str = "kv", heads: tuple = (1, 1), group: int = 1) -> list:
+                  which: str = "kv", heads: tuple = (1, 1), group: int = 1, rotated: bool = False) -> list:
     """How our kernel walks one accumulation: [(b, h, rows, visits)], rows a LongTensor of outer indices whose blocks
     of block_out visit alike, visits one _inner_visits per query head of the GQA group (which "q", the dK/dV kernel:
     h is the kv head, its group's heads in turn; "kv": h is the query head, group 1). With a block-sparse mask the
     lists of head (b, h) (per head where they differ; which "q": the query heads h group + g), else the band (the same
-    for every head: b = h = None, all of them)."""
+    for every head: b = h = None, all of them). rotated: the fused backward's rotated order (_rotated)."""
     per_head = block_mask is not None and any(x > 1 for x in getattr(block_mask, f"{which}_num_blocks").shape[:2])
     hs = [(b, h) for b in range(heads[0]) for h in range(heads[1])] if per_head else [(None, None)]
     alike = {}
+    n_blocks = -(-n_out // block_out)
     for m, a0 in enumerate(range(0, n_out, block_out)):
         a1 = min(n_out, a0 + block_out)
         for b, h in hs:
             visits = tuple(_inner_visits(a0, a1, n_in, block_in, band, None if block_mask is None else
                                          _sparse_lists(block_mask, which, b or 0, (h or 0) * group + g, m))
                            for g in range(group))
+            if rotated:
+                visits = tuple(_rotated(x, n_blocks - 1 - m) for x in visits)
             alike.setdefault((b, h, visits), []).append(torch.arange(a0, a1))
     return [(b, h, torch.cat(rows), visits) for (b, h, visits), rows in alike.items()]
 
@@ -545,7 +557,7 @@ def _flush(x: torch.Tensor) -> torch.Tensor:
 
 
 def fused_over_keys(S: torch.Tensor, K: torch.Tensor, block: int, k_step: int = 1, mma=None,
-                    ftz: bool = False) -> torch.Tensor:
+                    ftz: bool = False, rotated_rows: int | None = None) -> torch.Tensor:
     """S @ K (S (B, H, Nq, Nk), K (B, H, Nk, d), every entry visible) as the fused backward sums dQ in its dK/dV kernel
     (Precision.fused_dq, dq_accumulation "blocked"; proofs/bounds.md sec. 8b): per key tile of `block` keys (the
     dK/dV program's; the last one ragged), T_j = ONE chain from a zero fp32 accumulator over the tile's keys in
@@ -555,13 +567,25 @@ def fused_over_keys(S: torch.Tensor, K: torch.Tensor, block: int, k_step: int = 
     query head's rows are their own sums (a GQA group's K is its kv head's, repeated). ftz: each add flushes its
     subnormal operands and result to zero, as PTX's fp32 reduction adds (red / atom .add.f32) are documented to; the
     TMA reduce-add was measured not to (HardwareConstants.tma_add "nearest"): what the bound charges where that is
-    not measured (precision._dq_tile_add_flush)."""
+    not measured (precision._dq_tile_add_flush). rotated_rows: the rotated order (kernels/gluon_bwd_fused.py
+    full_tile_turn) over query tiles of this many rows: key tile j (rank r = n_kt − 1 − j) visits full query tile q at
+    step (q − r) mod n_full, and q takes the adds by (step, rank); the ragged query tile by rank (descending)."""
     n = S.shape[-1]
     acc = torch.zeros(S.shape[:-1] + (K.shape[-1],), dtype=S.dtype)
-    for j0 in reversed(range(0, n, block)):
-        j1 = min(n, j0 + block)
-        part = _dot_acc(S[..., j0:j1], K[..., j0:j1, :], torch.zeros_like(acc), "recursive", k_step, mma)
-        acc = _flush(_flush(acc) + _flush(part)) if ftz else acc + part
+    starts = list(range(0, n, block))
+    parts = [_dot_acc(S[..., j0:min(n, j0 + block)], K[..., j0:min(n, j0 + block), :], torch.zeros_like(acc),
+                      "recursive", k_step, mma) for j0 in starts]
+    n_kt, n_q = len(starts), S.shape[-2]
+    rows = n_q if rotated_rows is None else rotated_rows
+    n_full = n_q // rows
+    for i0 in range(0, n_q, rows):
+        q, i1 = i0 // rows, min(n_q, i0 + rows)
+        ranks = sorted(range(n_kt), key=lambda r: ((q - r) % n_full, r)) if (
+            rotated_rows is not None and q < n_full) else range(n_kt)
+        for r in ranks:
+            part = parts[n_kt - 1 - r][..., i0:i1, :]
+            a = acc[..., i0:i1, :]
+            acc[..., i0:i1, :] = _flush(_flush(a) + _flush(part)) if ftz else a + part
     return acc
 
 
@@ -596,7 +620,7 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
                  k_step: int | None = None, delta_o=None, ieee_fma_chain: bool = False, block_k_dq: int = 64,
                  block_q: int = 64, ex2: str = "torch", block_q_dq: int = 64, block_k_dkdv: int = 64,
                  block_mask=None, delta_tree: tuple | None = None, dq_accumulation: str | None = None, mma=None,
-                 dq_ftz: bool = False):
+                 dq_ftz: bool = False, rotated: bool = False):
     """(dQ, dK, dV) as the FA2 backward kernel computes them from its own (O, LSE): Delta from the
     stored O (or from `delta_o`, the fp32 O of fa2_forward(..., return_fp32_o=True), for
     delta_from="fp32"), P recomputed from the stored LSE in base 2, P and dS rounded to the operand dtype
@@ -621,6 +645,9 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     per key tile of block_k_dq keys one chain from zero, the tiles' partials added into a zeroed fp32 accumulator from
     the last tile down, then the scale and the store. The fused kernel runs unbanded calls only: no causal, no window
     side, no mask, no block mask. dq_ftz (blocked only): those adds flush subnormals (fused_over_keys' ftz).
+    rotated (blocked only): the fused kernel's rotated order (Precision.dkdv_rotated): each key block of block_k_dkdv
+    (rank r: the last block 0) takes its full query tiles from r mod n_full on, cyclically (dK, dV), and each full
+    query tile of block_q rows takes the key tiles' dQ partials by (step, rank) (fused_over_keys' rotated_rows).
     mma: None (tensor-core steps summed exactly, rounded to nearest) or "h100" (every tensor-core product of the
     backward, the recomputed S = Q K^T, dP = dO V^T and the dV, dK, dQ chains, through the H100's measured truncating
     step model, as fa2_forward's)."""
@@ -632,6 +659,8 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
                          "ieee_fma_chain=True")
     if dq_accumulation not in (None, "recursive", "blocked"):
         raise ValueError(f"dq_accumulation must be None, 'recursive' or 'blocked', got {dq_accumulation!r}")
+    if rotated and dq_accumulation != "blocked":
+        raise ValueError("rotated is the fused kernel's order: it needs dq_accumulation='blocked'")
     if dq_accumulation == "blocked":
         from flashcheck.proofs.bounds.precision import is_band
 
@@ -685,10 +714,10 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     # dK, dV: each key block of block_k_dkdv (the dK/dV kernel's program) runs one accumulator through the query
     # heads of its GQA group in turn, each head's query tiles in that block's order (partial first, kernels/tiles.py)
     key_walks = _outer_visits(Nk, block_k_dkdv, Nq, block_q, pb.band.transposed(), pb.block_mask, "q", (B, Hkv),
-                              group)
+                              group, rotated)
     dv = over_rows(pr, dop, key_walks, group, block_q, accumulation, ks, mma)
     if dq_accumulation == "blocked":  # dQ summed in the dK/dV kernel (the fused backward): tiles' partials, last first
-        dq = fused_over_keys(dsr, kt, block_k_dq, ks, mma, ftz=dq_ftz)
+        dq = fused_over_keys(dsr, kt, block_k_dq, ks, mma, ftz=dq_ftz, rotated_rows=block_q if rotated else None)
     else:  # dQ: each query block of block_q_dq (the dQ kernel's program) over its own key tiles in its order
         walks = _outer_visits(Nq, block_q_dq, Nk, block_k_dq, pb.band, pb.block_mask, "kv", (B, Hq))
         dq = over_keys(dsr, kt, walks, block_k_dq, dq_accumulation or accumulation, ks, mma)

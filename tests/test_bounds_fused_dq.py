@@ -434,7 +434,7 @@ def _buggy_sum(bug: str):
     """fused_over_keys with one planted bug: "dropped" (the second tile added, key tiles 1..., loses its partial),
     "twice" (that partial added twice), "scale_twice" (the sum scaled here too: fa2_backward scales it again),
     "bf16_partials" (each partial rounded to bfloat16 before its add: staged through a bf16 buffer)."""
-    def fused(S, K, block, k_step=1, mma=None, ftz=False):  # ftz: not flushed (the calls here pass False)
+    def fused(S, K, block, k_step=1, mma=None, ftz=False, rotated_rows=None):  # ftz, rotated_rows: False, None here
         n = S.shape[-1]
         acc = torch.zeros(S.shape[:-1] + (K.shape[-1],), dtype=S.dtype)
         for i, j0 in enumerate(reversed(range(0, n, block))):
@@ -467,3 +467,34 @@ def test_a_planted_bug_in_the_fused_sum_exceeds_the_bound(dtype, bug, monkeypatc
     assert r["probabilistic"] > 1.0, (
         f"{dtype} planted bug {bug!r} went unnoticed: worst error / bound "
         + ", ".join(f"{kind} {x:.3g}" for kind, x in r.items()))
+
+
+# ---- the rotated order (kernels/gluon_bwd_fused.py where a head's key tiles all fit on the GPU) -------------------
+
+@pytest.mark.parametrize("family", ["random", "large_logits"])
+def test_the_emulated_rotated_backward_is_within_both_bounds(family):
+    """The fused backward in its rotated order (each 128-key block's full query tiles from its rank on, dQ's partials
+    added by (step, rank): fa2_backward(rotated=True)) within the worst-case and probabilistic bounds of the precision
+    that states it (Precision.dkdv_rotated via FusedDq.rotate_keys: the dK/dV chains in that order), dQ, dK and dV,
+    bf16, N_q = 300 (two full query tiles and a ragged one), N_k = 600 (five key blocks)."""
+    import dataclasses
+
+    xs = _inputs(family, "bfloat16", 300, 600, 1, 1, 3)
+    q, k, v, do = xs
+    o, lse = fa2_forward(q, k, v, dtype="bfloat16", dot="bf16", mma="h100")
+    got = fa2_backward(q, k, v, o, lse, do, dtype="bfloat16", dot="bf16", dq_accumulation="blocked", block_k_dq=TILE,
+                       block_q=TILE, block_k_dkdv=TILE, block_q_dq=TILE, mma="h100", rotated=True)
+    plain = fa2_backward(q, k, v, o, lse, do, dtype="bfloat16", dot="bf16", dq_accumulation="blocked",
+                         block_k_dq=TILE, block_q=TILE, block_k_dkdv=TILE, block_q_dq=TILE, mma="h100")
+    assert not all(np.array_equal(a, b) for a, b in zip(got[1:], plain[1:])), (
+        "the rotation changed no dK or dV bit: the case does not exercise it")
+    O, L = attention(q, k, v)
+    exact = attention_backward(q, k, v, O, L, do)
+    pr = Precision("bfloat16", "bf16", exp="libm", block_q=TILE, block_k_dkdv=TILE, block_q_dq=TILE,
+                   fused_dq=dataclasses.replace(FUSED, rotate_keys=600))
+    assert pr.for_call(False, None, 600, 300).dkdv_rotated
+    for kind in KINDS:
+        b = backward_bound(*xs, precision=pr, kind=kind)
+        for name, x, want, bound in zip(("dQ", "dK", "dV"), got, exact, (b.dq, b.dk, b.dv)):
+            r = worst_ratio(np.abs(x - want), bound)
+            assert r <= 1.0, f"{family} {kind}: rotated {name}'s error / bound {r:.3g}"

@@ -83,10 +83,17 @@ def test_ours_precision_states_the_fused_dq_sum_for_the_calls_that_run_it():
     from flashcheck.proofs.bounds import FusedDq
 
     p = ours_precision(torch.bfloat16, head_dim=64, interpret=False)
-    assert p.fused_dq == FusedDq(queries=ka.FUSED_QUERIES, keys=ka.FUSED_KEYS, block_k=128, value_dim=64), p.fused_dq
+    rotate = ka.FUSED_ROTATE_KEY_TILES * 128
+    assert p.fused_dq == FusedDq(queries=ka.FUSED_QUERIES, keys=ka.FUSED_KEYS, block_k=128, value_dim=64,
+                                 rotate_keys=rotate), p.fused_dq
     n = ka.FUSED_KEYS
     fused = p.for_call(False, None, n, n, 64)
     assert (fused.dq_accumulation, fused.dq_key_tile) == ("blocked", 128), fused
+    # the dK/dV query tiles in the rotated order up to the launcher's key-tile count, ascending beyond
+    assert fused.dkdv_rotated == (n <= rotate), fused
+    longer = max(n, rotate + 1)
+    assert (p.for_call(False, None, longer, longer, 64).dkdv_rotated, p.for_call(False, None, rotate, n, 64)
+            .dkdv_rotated) == (False, True)
     assert fused.block_k == 128 and fused.block_k_dkdv == 128  # the long calls' forward and dK/dV tiles
     # the kernel runs the fused form for dv = d only (_fused_dkdv): another dv, or none given, is the dQ kernel's sum
     for what, call in [("causal", p.for_call(True, None, n, n, 64)),
@@ -237,17 +244,27 @@ def _grads(q, k, v, do, tiles):
 
 @pytest.mark.gpu
 @needs_sm90
-def test_fused_dk_dv_are_the_two_kernels_and_dq_is_the_same_run_to_run():
+@pytest.mark.parametrize("rotated", [False, True], ids=["descending", "rotated"])
+def test_fused_gradients_are_the_same_run_to_run_and_unrotated_dk_dv_are_the_two_kernels(rotated, monkeypatch):
+    """dQ, dK, dV bit for bit run to run in both orders (GQA 2, ragged N_q = 700 over 5 full query tiles, N_k = 1000
+    over 8 key tiles: more key tiles than full query tiles); in the descending order (FUSED_ROTATE_KEY_TILES = 0) dK
+    and dV are the two kernels' bit for bit (the same query tiles in the same order); rotated, each key block's
+    query tiles come in another order (the Precision's dkdv_rotated), and dQ's adds too."""
+    monkeypatch.setattr(ka, "FUSED_ROTATE_KEY_TILES", ka.FUSED_ROTATE_KEY_TILES if rotated else 0)
+    ka._gluon_fused_launch.cache_clear()
     g = torch.Generator(device="cuda").manual_seed(0)
     q, do = (torch.randn(2, 4, 700, 64, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
     k, v = (torch.randn(2, 2, 1000, 64, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
     fused = _fused_tiles()
     plain = ka.KernelConfig(fused.fwd, fused.dkdv, replace(fused.dq, fused=False))
     a, b, c = _grads(q, k, v, do, fused), _grads(q, k, v, do, fused), _grads(q, k, v, do, plain)
+    ka._gluon_fused_launch.cache_clear()
     for name, x, y, z in zip(("dQ", "dK", "dV"), a, b, c):
         np.testing.assert_array_equal(to_numpy(x), to_numpy(y), err_msg=f"{name}: fused, run to run")
-        if name != "dQ":
+        if name != "dQ" and not rotated:
             np.testing.assert_array_equal(to_numpy(x), to_numpy(z), err_msg=f"{name}: fused against the two kernels")
+    if rotated:
+        assert not torch.equal(a[1], c[1]), "dK: the rotated order gave the two kernels' bits (not rotated?)"
 
 
 @pytest.mark.gpu

@@ -159,12 +159,13 @@ class Layout:
     dense: float | None = None  # a random dense mask keeping this share, per query head
     lists: bool = False  # as a block-sparse mask's lists (block_q 32, block_k 16)
     group: int = 1
+    rotated: bool = False  # the fused backward's rotated dK/dV order (Precision.dkdv_rotated; unbanded, unmasked)
 
     def tiles(self) -> dict:
         """Precision's tile fields: a block mask fixes them all (kernels/attention.py _tiles)."""
         if self.lists:
             return dict(block_k=16, block_k_dq=16, block_q=32, block_q_dq=32, block_k_dkdv=16, tile_lists="lists")
-        return dict(block_k=16, block_k_dq=16, block_q=16, block_q_dq=32, block_k_dkdv=32)
+        return dict(block_k=16, block_k_dq=16, block_q=16, block_q_dq=32, block_k_dkdv=32, dkdv_rotated=self.rotated)
 
 
 LAYOUTS = (
@@ -173,6 +174,9 @@ LAYOUTS = (
     Layout(70, 90, causal=True, dense=0.8), Layout(100, 100, causal=True, lists=True),
     Layout(70, 90, dense=0.7, lists=True), Layout(60, 80, causal=True, group=2),
     Layout(60, 80, dense=0.6, lists=True, group=2),
+    # the rotated order: a ragged query tile first, then 6 full ones from each key block's rank on (5 key blocks);
+    # 7 key blocks over 6 full tiles through a GQA group
+    Layout(100, 150, rotated=True), Layout(96, 200, group=2, rotated=True),
 )
 
 
@@ -219,7 +223,7 @@ def _walks(lay: Layout, precision, bm, which: str):
     if which == "kv":
         return em._outer_visits(lay.nq, precision.block_q_dq, lay.nk, precision.dq_key_tile, band, bm, "kv", (B, Hq))
     return em._outer_visits(lay.nk, precision.block_k_dkdv, lay.nq, precision.block_q, band.transposed(), bm, "q",
-                            (B, Hq // lay.group), lay.group)
+                            (B, Hq // lay.group), lay.group, lay.rotated)
 
 
 def _orders_agree(lay: Layout, seed: int = 0) -> list:
@@ -265,13 +269,25 @@ def test_a_stated_order_that_ignores_the_partial_tiles_is_caught(monkeypatch):
     """visits.kernel_orders planted as ascending (the unmasked order for every block): the emulation differs."""
     from flashcheck.proofs.bounds import visits
 
-    def ascending(cls, block_out, block_in, lists):
+    def ascending(cls, block_out, block_in, lists, rotated=False):
         return np.broadcast_to(orig(np.ones_like(cls), block_out, block_in, lists), orig(cls, block_out, block_in,
                                                                                            lists).shape)
     orig = visits.kernel_orders
     monkeypatch.setattr(visits, "kernel_orders", ascending)
     diffs = {name: diff for name, diff, _ in _orders_agree(Layout(100, 100, causal=True))}
     assert diffs["dQ"] > 0 and diffs["dK"] > 0, diffs
+
+
+def test_a_stated_order_that_ignores_the_rotation_is_caught(monkeypatch):
+    """visits.kernel_orders planted without the rotation (each key block's full tiles ascending) where the emulation
+    walks the fused backward's rotated order: dK differs."""
+    from flashcheck.proofs.bounds import visits
+
+    orig = visits.kernel_orders
+    monkeypatch.setattr(visits, "kernel_orders", lambda cls, block_out, block_in, lists, rotated=False:
+                        orig(cls, block_out, block_in, lists))
+    diffs = {name: diff for name, diff, _ in _orders_agree(Layout(100, 150, rotated=True))}
+    assert diffs["dK"] > 0, diffs
 
 
 # ---- the adversaries: coherent residues on heads with masked entries ---------------------------------------------

@@ -130,11 +130,17 @@ class FusedDq:
     queries, keys: the fused form runs for unbanded calls without a mask with N_q >= queries and N_k >= keys (the
     bounds give for_call N_q only where no dense mask is given: a masked call runs the dQ kernel); block_k: its key
     tile (the dK/dV program's keys); value_dim: the only V head dim it runs for (ours: dv = d, the Precision's head
-    dim: a call with another dv runs the dQ kernel), None: any (for_call then needs no dv)."""
+    dim: a call with another dv runs the dQ kernel), None: any (for_call then needs no dv). rotate_keys: the calls
+    with N_k <= rotate_keys take the kernel's rotated order (0: none; for_call then states Precision.dkdv_rotated):
+    its key tile of rank r (the last tile rank 0) visits the n_full full query tiles from r mod n_full on, cyclically,
+    so that no two key tiles add into one query tile at one step; each full query tile then takes the partials by
+    (step, rank) (kernels/gluon_bwd_fused.py full_tile_turn; the ragged one still descending): the dQ bound is
+    order-free, the dK/dV chains follow each key block's rotated order."""
     queries: int
     keys: int
     block_k: int
     value_dim: int | None = None
+    rotate_keys: int = 0
 
     def __post_init__(self):
         for name in ("queries", "keys", "block_k", "value_dim"):
@@ -142,6 +148,8 @@ class FusedDq:
             if (b is not None or name != "value_dim") and (not isinstance(b, int) or isinstance(b, bool) or b < 1):
                 raise ValueError(f"FusedDq.{name} must be a positive int{' or None' if name == 'value_dim' else ''}, "
                                  f"got {b!r}")
+        if not isinstance(self.rotate_keys, int) or isinstance(self.rotate_keys, bool) or self.rotate_keys < 0:
+            raise ValueError(f"FusedDq.rotate_keys must be a non-negative int, got {self.rotate_keys!r}")
 
 
 def is_band(causal, window) -> bool:
@@ -319,7 +327,12 @@ class Precision:
       with N_q >= fused_dq.queries and N_k >= fused_dq.keys, for_call states dq_accumulation "blocked" over key tiles
       of fused_dq.block_k (block_k_dq), after the long tile's substitution (the fused calls are long calls); never for
       banded calls, where N_q is not given (the bounds give it for calls without a dense mask only: the fused kernel
-      runs unmasked calls) or where the call's dv is not fused_dq.value_dim. Set by flashcheck.adapters.ours_precision (kernel_config's fused thresholds)."""
+      runs unmasked calls) or where the call's dv is not fused_dq.value_dim. Set by flashcheck.adapters.ours_precision
+      (kernel_config's fused thresholds).
+    dkdv_rotated: the dK/dV kernel's query tiles in the fused backward's rotated order (FusedDq.rotate_keys: each
+      key block of block_k_dkdv, rank r = the last block first, takes its full query tiles from r mod n_full on,
+      cyclically, partial tiles first; proofs/bounds/visits.py kernel_orders) instead of ascending; default False.
+      Set by for_call where it states the fused dQ of a call with N_k <= fused_dq.rotate_keys."""
 
     input: str
     dot: str
@@ -356,6 +369,7 @@ class Precision:
     short_keys: int | None = None
     dq_accumulation: str | None = None
     fused_dq: FusedDq | None = None
+    dkdv_rotated: bool = False
 
     def __post_init__(self):
         for name, value, allowed in (
@@ -378,6 +392,8 @@ class Precision:
                              f"got {self.dq_accumulation!r}")
         if self.fused_dq is not None and not isinstance(self.fused_dq, FusedDq):
             raise ValueError(f"Precision.fused_dq must be None or a FusedDq, got {self.fused_dq!r}")
+        if not isinstance(self.dkdv_rotated, bool):
+            raise ValueError(f"Precision.dkdv_rotated must be a bool, got {self.dkdv_rotated!r}")
         if self.output is not None and self.output not in INPUTS:
             raise ValueError(f"Precision.output must be None or one of {INPUTS}, got {self.output!r}")
         for name in ("block_k", "block_q"):
@@ -477,7 +493,8 @@ class Precision:
         window)` where no band_keys is stated or the call is unmasked with Nk >= band_keys (else itself). Then, with
         a fused_dq stated, Nq given, Nq >= fused_dq.queries, Nk >= fused_dq.keys, Dv = fused_dq.value_dim where that
         is stated, and the call not banded (`is_band`): dQ summed in the dK/dV kernel, dq_accumulation "blocked" over
-        key tiles of fused_dq.block_k (block_k_dq), fused_dq cleared. The bounds take it first, before `fitted`."""
+        key tiles of fused_dq.block_k (block_k_dq), fused_dq cleared, and dkdv_rotated where Nk <= fused_dq.rotate_keys.
+        The bounds take it first, before `fitted`."""
         b, s = self.long_forward, self.short_forward
         spent = dict(band_forward=None, band_keys=None, long_forward=None, long_keys=None, short_forward=None,
                      short_keys=None)
@@ -495,7 +512,8 @@ class Precision:
             return p
         if f.value_dim is not None and Dv != f.value_dim:  # not the fused kernel's dv (or none given)
             return p
-        return replace(p, dq_accumulation="blocked", block_k_dq=f.block_k, fused_dq=None)
+        return replace(p, dq_accumulation="blocked", block_k_dq=f.block_k, fused_dq=None,
+                       dkdv_rotated=Nk <= f.rotate_keys)
 
     def _with_forward(self, b: BandForward, **spent) -> "Precision":
         """This precision with b's forward tile fields (block_k, block_q_fwd, rowsum_depth; lg2_known only where b's

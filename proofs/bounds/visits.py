@@ -78,14 +78,23 @@ def _tile_columns(n: int, block: int) -> np.ndarray:
     return cols
 
 
-def kernel_orders(cls, block_out: int, block_in: int, lists: bool) -> np.ndarray:
+def kernel_orders(cls, block_out: int, block_in: int, lists: bool, rotated: bool = False) -> np.ndarray:
     """(..., M, T * block_in) visiting orders of the outer blocks (module docstring) from the classification mask cls
     (..., N_out, N_in) (True: visible as the kernel's tile split sees it): per outer block of block_out rows, its
     partial tiles ascending, then its full ones, then the empty ones. lists: the block is padded to block_out rows,
-    the padding invisible (a block-sparse mask's tiles); else the block ends at N_out (the kernel clips it)."""
+    the padding invisible (a block-sparse mask's tiles); else the block ends at N_out (the kernel clips it).
+    rotated: the fused backward's order (Precision.dkdv_rotated): outer block m of M (rank r = M − 1 − m) takes its
+    n_full full tiles from the (r mod n_full)-th on, cyclically."""
     n_in = cls.shape[-1]
     rank = tile_ranks(cls, block_out, block_in, lists)
-    order = np.argsort(rank, axis=-1, kind="stable")  # (..., M, T), ascending within each kind
+    key = rank * rank.shape[-1] + np.arange(rank.shape[-1])  # kinds in order, ascending within each
+    if rotated:
+        full = rank == FULL
+        n_full = np.maximum(full.sum(axis=-1, keepdims=True), 1)
+        M = rank.shape[-2]
+        rot = ((M - 1 - np.arange(M))[:, None]) % n_full
+        key = np.where(full, FULL * rank.shape[-1] + (np.cumsum(full, axis=-1) - 1 - rot) % n_full, key)
+    order = np.argsort(key, axis=-1, kind="stable")  # (..., M, T)
     return _tile_columns(n_in, block_in)[order].reshape(rank.shape[:-2] + (rank.shape[-2], -1))
 
 
@@ -144,19 +153,21 @@ def rows_visits(band_cls, vis, precision, recursive: bool, group: int) -> Visits
     def per_kv(x):  # (B|1, Hq|1, Nq, Nk) -> (B|1, Hkv|1, group|1, Nk, Nq): the dK/dV kernel's outer axis first
         g = group if x.shape[1] > 1 else 1
         return np.swapaxes(x.reshape(x.shape[0], x.shape[1] // g, g, *x.shape[2:]), -1, -2)
-    return _visits(per_kv(cls), per_kv(vis), precision, recursive, precision.block_q, precision.block_k_dkdv, group)
+    return _visits(per_kv(cls), per_kv(vis), precision, recursive, precision.block_q, precision.block_k_dkdv, group,
+                   precision.dkdv_rotated)
 
 
-def _visits(cls, vis, precision, recursive: bool, block: int, block_out, group: int) -> Visits:
+def _visits(cls, vis, precision, recursive: bool, block: int, block_out, group: int, rotated: bool = False) -> Visits:
     """Visits of an accumulation whose outer rows see, through the GQA group's heads in turn, the inner axis: cls and
-    vis (B|1, H|1, G|1, n_out, n_in), the classification mask (module docstring) and the visibility."""
+    vis (B|1, H|1, G|1, n_out, n_in), the classification mask (module docstring) and the visibility; rotated: the
+    outer blocks' full tiles in the fused backward's rotated order (kernel_orders)."""
     n_out, n_in = vis.shape[-2:]
     tile_order = precision.tile_order
     rows = vis.shape[:2] + (n_out,)
     if not recursive or tile_order == "any":  # blocked accumulations, or no order stated: order-free (as before)
         return Visits(None, np.zeros(n_out, dtype=np.int64), np.zeros(rows, dtype=bool), block)
     if tile_order == "partial_first" and block_out is not None:
-        orders = kernel_orders(cls, block_out, block, precision.tile_lists == "lists")  # (B|1, H|1, G|1, M, L)
+        orders = kernel_orders(cls, block_out, block, precision.tile_lists == "lists", rotated)  # (B|1, H|1, G|1, M, L)
         # head g's rows at g n_in: one accumulator through the group's heads in turn
         offs = (np.arange(group) * n_in)[:, None, None]
         orders = np.where(orders < 0, -1, orders + offs)
