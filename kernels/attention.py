@@ -136,12 +136,15 @@ SHORT_KEYS = 1024
 # dim 64 from SHORT_KEYS keys below LONG_KEYS: causal N = 1k 1.076x triton_fwd's 64 x 64 (bench/fwd_variants.py
 # --variants persistent, "product"; bench/NOTES.md "Session 2026-11-29j"), where the Gluon backward ran 0.94x
 # "auto" (and "gluon") give the fused backward (gluon_bwd_fused: dQ's products inside the dK/dV kernel) to unbanded,
-# unmasked calls at head dim 64 with at least this many queries and keys, measured on the H200 side by side with the
-# two Gluon kernels (bench/fused_threshold.py, bench/NOTES.md "Session 2026-11-28e"): 1.04x at N = 8k, 1.13x at 16k,
-# 1.09x at 32k, 1.02x at N_q = 16k, N_k = 2k; but 0.49x at N_q = 2k, N_k = 16k and 0.14x at N_q = 512, N_k = 32k
-# (each query tile's adds are a chain of N_k / 128 ordered waits: few query tiles leave nothing to run beside it).
-FUSED_QUERIES = 8192
-FUSED_KEYS = 8192
+# unmasked calls at head dim 64 with at least this many queries and keys, no more keys than queries, and no GQA,
+# measured on the H200 side by side with the two Gluon kernels, forward + backward (bench/fused_order.py,
+# bench/NOTES.md "Session 2026-11-30b"; its rotated order below FUSED_ROTATE_KEY_TILES): N = 1k 1.025x, 2k 1.064x,
+# 4k 1.082x, 8k 1.057x, 16k 1.069x; N_q / N_k = 4k / 1k 1.034x, 8k / 2k 1.084x; but N_q / N_k = 1k / 2k 0.87x, 1k / 4k
+# 0.59x, 1k / 8k 0.35x (each query tile takes N_k / 128 ordered adds: with fewer query tiles than key tiles the chains
+# outlast the work) and GQA 2 at 4k and 16k 0.83x (its tile loops spill: 157 local instructions on Triton 3.6).
+FUSED_QUERIES = 1024
+FUSED_KEYS = 1024
+GLUON_DQ = TileConfig(128, 64, 8, 3, heavy_first=True, gluon=True)  # gluon_bwd's dQ tile (kernel_config)
 # the fused backward's rotated order (gluon_bwd_fused) up to this many key tiles a head: its waits then go to later
 # programs too, so all of a head's must run at once (and the launcher checks the SM count: 64 is below every sm_90
 # part's, 78-132, which the Precision's order, FusedDq.rotate_keys, assumes)
@@ -212,10 +215,11 @@ def _interpreting() -> bool:
 
 def _fused_asked(head_dim: int, band: bool, n_queries: int | None, n_keys: int | None) -> bool:
     """Whether kernel_config gives the fused backward's dQ tile (TileConfig.fused) to a call in the Gluon kernels'
-    domain: head dim 64, unbanded, at least FUSED_QUERIES x FUSED_KEYS (n_queries None: a masked call, or unknown),
+    domain: head dim 64, unbanded, at least FUSED_QUERIES x FUSED_KEYS and no more keys than queries (n_queries None:
+    a masked call, or unknown),
     and a process whose CUDA device, if it has one, runs it (`_fused_device`)."""
     return (head_dim == 64 and not band and n_queries is not None and n_keys is not None
-            and n_queries >= FUSED_QUERIES and n_keys >= FUSED_KEYS and _fused_device())
+            and n_queries >= FUSED_QUERIES and n_keys >= FUSED_KEYS and n_keys <= n_queries and _fused_device())
 
 
 @functools.lru_cache(maxsize=None)
@@ -261,7 +265,7 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
         dkdv = TileConfig(128, 128, 8, 2, gluon=True) if bd == 64 else TileConfig(64, 128, 8, 3, gluon=True)
         # gluon_bwd's dQ: 128 query rows (two warpgroups of 64) x 64 keys, triton_bwd's d = 128 tiles; or dQ inside
         # the dK/dV kernel (gluon_bwd_fused: 128 query rows a tile, partials of the program's 128 keys)
-        dq = TileConfig(128, 64, 8, 3, heavy_first=True, gluon=True)
+        dq = GLUON_DQ
         if _fused_asked(head_dim, band, n_queries, n_keys):
             dq = TileConfig(128, 128, 8, 2, gluon=True, fused=True)
         return KernelConfig(fwd, dkdv, dq)
@@ -345,7 +349,9 @@ class Arithmetic:
     (FUSED_QUERIES x FUSED_KEYS under kernel_config's tiles; 1 x 1 under given fused tiles; never in the
     interpreter). Those calls' dK/dV are the long calls' (block_k_dkdv_long, block_q_long);
     fused_rotate_keys: those calls with at most this many keys take the rotated order (FUSED_ROTATE_KEY_TILES key
-    tiles: each key tile's full query tiles from its own rank on, dQ's adds by (step, rank)), else None."""
+    tiles: each key tile's full query tiles from its own rank on, dQ's adds by (step, rank)), else None;
+    fused_dq_group, fused_dq_keys_at_most_queries: under kernel_config's tiles the fused calls have no GQA (1) and no
+    more keys than queries (True); under given fused tiles any (None, False)."""
     input: str
     dot: str
     output: str
@@ -379,6 +385,8 @@ class Arithmetic:
     fused_dq_keys: int | None = None
     block_k_dq_fused: int | None = None
     fused_rotate_keys: int | None = None
+    fused_dq_group: int | None = None
+    fused_dq_keys_at_most_queries: bool = False
 
 
 def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None = None,
@@ -461,7 +469,9 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
                       fused_dq_queries=None if fused is None else fused[0],
                       fused_dq_keys=None if fused is None else fused[1],
                       block_k_dq_fused=None if fused is None else fused_cfg.dq.block_n,
-                      fused_rotate_keys=None if fused is None else FUSED_ROTATE_KEY_TILES * fused_cfg.dkdv.block_n)
+                      fused_rotate_keys=None if fused is None else FUSED_ROTATE_KEY_TILES * fused_cfg.dkdv.block_n,
+                      fused_dq_group=None if fused is None or tiles else 1,
+                      fused_dq_keys_at_most_queries=fused is not None and not tiles)
 
 
 def _kind_tiles(kind: KernelConfig, cfg: KernelConfig, name: str) -> tuple[TileConfig | None, tuple | None]:
@@ -473,6 +483,9 @@ def _kind_tiles(kind: KernelConfig, cfg: KernelConfig, name: str) -> tuple[TileC
     f, d = kind.fwd, cfg.fwd
     if (f.block_m, f.block_n, f.num_warps, f.gluon) == (d.block_m, d.block_n, d.num_warps, d.gluon):
         return None, None
+    if kind.dq.fused:  # its calls of the kind that run a dQ kernel (GQA, more keys than queries) run gluon_bwd's; the
+        # fused calls' dQ is FusedDq's (Precision.for_call substitutes it)
+        kind = replace(kind, dq=GLUON_DQ)
     if kind.dq.block_n != cfg.dq.block_n:
         raise RuntimeError(f"kernel_config's {name} tiles change the dQ kernel's key tile, which no Precision field "
                            "states per call")
@@ -920,7 +933,7 @@ def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask
     if grad and B * Hq * nq * d and k.shape[0] * k.shape[1] * nk * d:
         grads = (q.like(), k.like(), v.like())
         pre, dkdv, dq = backward_launches(q, k, v, o, o, grads, save_res, dense, None, **kw)
-        fused = asked and dense is None and not band and _fused_dkdv(d, dv, dtype, nq, nk, (), engine)
+        fused = asked and dense is None and not band and _fused_dkdv(d, dv, dtype, nq, nk, (), engine, Hq // k.shape[1])
         if fused:
             # the fused backward (on TMA-readable copies where these layouts are not: `_fused_backward`)
             return out + (pre, _gluon_fused_launch(Layout.dense(q.dtype, q.shape), Layout.dense(k.dtype, k.shape),
@@ -1357,7 +1370,7 @@ def _fused_call(q, k, v, dense, sparse, band: bool, tiles: tuple, engine: str) -
     another sum than the one they state."""
     if band or dense is not None or sparse or _interpreting():
         return None
-    t = _fused_dkdv(q.shape[3], v.shape[3], q.dtype, q.shape[2], k.shape[2], tiles, engine)
+    t = _fused_dkdv(q.shape[3], v.shape[3], q.dtype, q.shape[2], k.shape[2], tiles, engine, q.shape[1] // k.shape[1])
     if t is None:
         return None
     if not _gluon_device(q.device):
@@ -1367,9 +1380,12 @@ def _fused_call(q, k, v, dense, sparse, band: bool, tiles: tuple, engine: str) -
 
 
 @functools.lru_cache(maxsize=1024)
-def _fused_dkdv(d: int, dv: int, dtype, nq: int, nk: int, tiles: tuple, engine: str) -> TileConfig | None:
+def _fused_dkdv(d: int, dv: int, dtype, nq: int, nk: int, tiles: tuple, engine: str,
+                group: int = 1) -> TileConfig | None:
     """The dK/dV tile of the tiles an unbanded, unmasked call of this shape runs (given, or kernel_config's) where they
-    are `fused_tiles`, else None."""
+    are `fused_tiles`, else None; kernel_config's only for a GQA group of 1 (FUSED_QUERIES), given ones for any."""
+    if group != 1 and not tiles:
+        return None
     cfg, _, _ = _tiles(d, dv, dtype, 0, 0, list(tiles), interpret=False, engine=engine, n_keys=nk, n_queries=nq)
     return cfg.dkdv if dv == d and fused_tiles(cfg, d, dtype) else None
 

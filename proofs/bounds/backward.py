@@ -695,7 +695,7 @@ def _backward_impl(q, k, v, do, scale, causal, window, mask, bias, precision, ki
     pr = check_attention_args(q, k, v, scale=scale, causal=causal, window=window, mask=mask, bias=bias)
     # the forward's tile of this call (long N, band), and dQ summed in the dK/dV kernel (Precision.fused_dq: unmasked
     # calls only, so N_q is given without a mask; a dense mask runs the dQ kernel; and V's head dim, which it reads)
-    precision = _for_call(precision, causal, window, pr.Nk, pr.Nq if mask is None else None, pr.dv)
+    precision = _for_call(precision, causal, window, pr.Nk, pr.Nq if mask is None else None, pr.dv, pr.group)
     M = _model(precision)  # after for_call: the tree depth of the call's forward tile (rowsum_depth, lg2_known)
     # dQ's accumulation (Precision.dq_accumulation: the fused dQ's blocked sum) has its own model; the rest keeps M
     M_dq = _dq_model(M, precision)

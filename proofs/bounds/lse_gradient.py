@@ -38,8 +38,9 @@ def _lse_gradient_impl(q, k, scale, causal, window, mask, bias, dlse, precision,
     # the call's tiles (long N, band) and its dQ sum (Precision.fused_dq, unmasked calls of the fused dv: the dK/dV
     # kernel's blocked dQ)
     nq = qa.shape[-2] if mask is None else None
-    precision = _for_call(precision, causal, window, ka.shape[-2], nq,
-                          qa.shape[-1] if dv is None else int(dv)).fitted(qa.shape[-2], ka.shape[-2])
+    precision = _for_call(precision, causal, window, ka.shape[-2], nq, qa.shape[-1] if dv is None else int(dv),
+                          qa.shape[1] // ka.shape[1] if qa.ndim == ka.ndim == 4 else None
+                          ).fitted(qa.shape[-2], ka.shape[-2])
     M = _model(precision)  # after for_call: the tree depth of the call's forward tile (rowsum_depth, lg2_known)
     M_dq = _dq_model(M, precision)  # dQ's accumulation (Precision.dq_accumulation); the rest keeps M
     v = np.zeros((*ka.shape[:-1], 1))  # the LSE bound does not depend on v

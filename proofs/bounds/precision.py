@@ -135,19 +135,25 @@ class FusedDq:
     its key tile of rank r (the last tile rank 0) visits the n_full full query tiles from r mod n_full on, cyclically,
     so that no two key tiles add into one query tile at one step; each full query tile then takes the partials by
     (step, rank) (kernels/gluon_bwd_fused.py full_tile_turn; the ragged one still descending): the dQ bound is
-    order-free, the dK/dV chains follow each key block's rotated order."""
+    order-free, the dK/dV chains follow each key block's rotated order. group: the only GQA group size it runs for
+    (ours under kernel_config's tiles: 1, a GQA call runs the two kernels), None: any (for_call then needs no group);
+    keys_at_most_queries: only calls with N_k <= N_q (ours under kernel_config's tiles: with more keys than queries
+    each query tile's chain of adds is longer than its programs' work)."""
     queries: int
     keys: int
     block_k: int
     value_dim: int | None = None
     rotate_keys: int = 0
+    group: int | None = None
+    keys_at_most_queries: bool = False
 
     def __post_init__(self):
-        for name in ("queries", "keys", "block_k", "value_dim"):
-            b = getattr(self, name)
-            if (b is not None or name != "value_dim") and (not isinstance(b, int) or isinstance(b, bool) or b < 1):
-                raise ValueError(f"FusedDq.{name} must be a positive int{' or None' if name == 'value_dim' else ''}, "
-                                 f"got {b!r}")
+        for name in ("queries", "keys", "block_k", "value_dim", "group"):
+            b, optional = getattr(self, name), name in ("value_dim", "group")
+            if (b is not None or not optional) and (not isinstance(b, int) or isinstance(b, bool) or b < 1):
+                raise ValueError(f"FusedDq.{name} must be a positive int{' or None' if optional else ''}, got {b!r}")
+        if not isinstance(self.keys_at_most_queries, bool):
+            raise ValueError(f"FusedDq.keys_at_most_queries must be a bool, got {self.keys_at_most_queries!r}")
         if not isinstance(self.rotate_keys, int) or isinstance(self.rotate_keys, bool) or self.rotate_keys < 0:
             raise ValueError(f"FusedDq.rotate_keys must be a non-negative int, got {self.rotate_keys!r}")
 
@@ -483,16 +489,18 @@ class Precision:
             return self
         return self._with_forward(b, band_forward=None, band_keys=None)
 
-    def for_call(self, causal, window, Nk: int, Nq: int | None = None, Dv: int | None = None) -> "Precision":
+    def for_call(self, causal, window, Nk: int, Nq: int | None = None, Dv: int | None = None,
+                 group: int | None = None) -> "Precision":
         """This precision for a call with these causal / window arguments, Nk keys, Nq queries (None: a call with a
-        dense mask) and V head dim Dv: with a long_forward stated, the call unmasked (Nq given) and Nk >= long_keys,
+        dense mask), V head dim Dv and GQA group size `group` (query heads a kv head): with a long_forward stated, the call unmasked (Nq given) and Nk >= long_keys,
         the forward's tile fields are the long tile's, and the backward's outer blocks where it states them (as
         `banded` substitutes the band's; the band tile then no longer applies); otherwise, with a short_forward
         stated, the call unbanded (`is_band`) and unmasked (Nq given) and Nk >= short_keys, the forward's tile fields
         are the short tile's, and the backward's outer blocks where it states them; otherwise `banded(causal,
         window)` where no band_keys is stated or the call is unmasked with Nk >= band_keys (else itself). Then, with
-        a fused_dq stated, Nq given, Nq >= fused_dq.queries, Nk >= fused_dq.keys, Dv = fused_dq.value_dim where that
-        is stated, and the call not banded (`is_band`): dQ summed in the dK/dV kernel, dq_accumulation "blocked" over
+        a fused_dq stated, Nq given, Nq >= fused_dq.queries, Nk >= fused_dq.keys, Dv = fused_dq.value_dim and
+        group = fused_dq.group where those are stated, Nk <= Nq where fused_dq.keys_at_most_queries, and the call not
+        banded (`is_band`): dQ summed in the dK/dV kernel, dq_accumulation "blocked" over
         key tiles of fused_dq.block_k (block_k_dq), fused_dq cleared, and dkdv_rotated where Nk <= fused_dq.rotate_keys.
         The bounds take it first, before `fitted`."""
         b, s = self.long_forward, self.short_forward
@@ -511,6 +519,8 @@ class Precision:
         if f is None or Nq is None or Nq < f.queries or Nk < f.keys or is_band(causal, window):
             return p
         if f.value_dim is not None and Dv != f.value_dim:  # not the fused kernel's dv (or none given)
+            return p
+        if (f.group is not None and group != f.group) or (f.keys_at_most_queries and Nk > Nq):
             return p
         return replace(p, dq_accumulation="blocked", block_k_dq=f.block_k, fused_dq=None,
                        dkdv_rotated=Nk <= f.rotate_keys)
@@ -612,9 +622,10 @@ def _checked(precision) -> Precision:
     return precision
 
 
-def _for_call(precision, causal, window, Nk: int, Nq: int | None = None, Dv: int | None = None) -> Precision:
+def _for_call(precision, causal, window, Nk: int, Nq: int | None = None, Dv: int | None = None,
+              group: int | None = None) -> Precision:
     """`Precision.for_call` of a bound's `precision` argument, checked to be a Precision first."""
-    return _checked(precision).for_call(causal, window, Nk, Nq, Dv)
+    return _checked(precision).for_call(causal, window, Nk, Nq, Dv, group)
 
 
 def _model(precision: Precision) -> _Model:
