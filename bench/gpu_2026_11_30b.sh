@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Session 2026-11-30b's device calls (bench/NOTES.md "Session 2026-11-30b"): the fused backward's rotated order. Each
+# writes under $OUT and packs it into $OUT/call.tgz (the device tool returns few files).
+#   bash bench/gpu_2026_11_30b.sh order CELLS [GROUP]  # bench/fused_order.py: two kernels, fused descending, rotated
+#   bash bench/gpu_2026_11_30b.sh tests                # tests/test_gluon_forward.py + test_gluon_fused_bwd.py on the GPU
+#   bash bench/gpu_2026_11_30b.sh table                # issue 10's table (ours, cuDNN, SDPA flash), then the tests
+#   bash bench/gpu_2026_11_30b.sh suite                # the other GPU tests that run d = 64 backwards (structured
+#                                                      # bounds, kernel, validate, audit), as long as the call allows
+set -uf  # (no globbing)
+export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
+O=${OUT:-/tmp/gpu_2026_11_30b}
+mkdir -p "$O"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$O/device.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$O/device.txt"
+t0=$SECONDS
+tests() {  # tests LIMIT FILES...
+  local limit=$1; shift
+  timeout "$limit" python3 -m pytest -q -n 15 -p no:cacheprovider -m "gpu and not slow" "$@" 2>&1 \
+    | grep -E "passed|failed|^E  |^FAILED|Timeout" | head -30 | tee -a "$O/tests.log"
+  echo "tests done at $((SECONDS - t0)) s"
+}
+case "${1:-}" in
+  order)
+    timeout 400 python3 bench/fused_order.py --rounds 3 --cells "$2" --group "${3:-1}" --out "$O/order" 2>&1 \
+      | tee "$O/order.log" ;;
+  tests) tests 400 tests/test_gluon_forward.py tests/test_gluon_fused_bwd.py ;;
+  table)
+    timeout 220 python3 bench/run.py --grid table --dtype bfloat16 --backends ours,torch-sdpa-cudnn,torch-sdpa-flash \
+      --rounds 2 --no-memory --out "$O/table" 2>&1 | grep -v "^bench:" | tail -40 | tee "$O/table.log"
+    echo "table done at $((SECONDS - t0)) s"
+    tests $((570 - (SECONDS - t0))) tests/test_gluon_forward.py tests/test_gluon_fused_bwd.py ;;
+  suite) tests $((${LIMIT:-560} - (SECONDS - t0))) tests/test_bounds_structured.py tests/test_kernel_gpu.py \
+           tests/test_validate_gpu.py tests/test_audit.py tests/test_rowsum_depth.py ;;
+  *) echo "usage: $0 order CELLS [GROUP] | tests | table | suite"; exit 2 ;;
+esac
+echo "done at $((SECONDS - t0)) s"
+(cd "$O" && tar czf /tmp/call.tgz --exclude call.tgz . && mv /tmp/call.tgz call.tgz)
