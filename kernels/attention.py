@@ -1405,7 +1405,8 @@ def _fused_backward(q, k, v, do, lse, delta, scale, t: TileConfig, dq, dk, dv):
                   for x in (dq, dk, dv))
     B, Hq, nq, d = q.shape
     launch = _gluon_fused_launch(Layout.of(q), Layout.of(k), t, _sm_count(q.device.index) if q.is_cuda else None)
-    acc = torch.zeros((B * Hq, nq, d), dtype=torch.float32, device=q.device)
+    # not zeroed: each query tile's first add is a store (gluon_bwd_fused _writer)
+    acc = torch.empty((B * Hq, nq, d), dtype=torch.float32, device=q.device)
     sem = torch.zeros(B * Hq * triton.cdiv(nq, t.block_m), dtype=torch.int32, device=q.device)
     half = t.block_n // 2
     _launch(gluon_bwd_fused.attn_bwd_fused_gluon_kernel, launch, gluon_fwd.descriptor(q, t.block_m),

@@ -41,7 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from flashcheck.kernels.gluon_bwd import (HALF_N, _probabilities_t, _producer, _query_tiles, _write_dkdv,
                                           rotated_start)
-from flashcheck.kernels.gluon_fwd import CONSUMER_REGS, LOG2E, barriers, cached_descriptor
+from flashcheck.kernels.gluon_fwd import CONSUMER_REGS, LOG2E, _tma_store, barriers, cached_descriptor
 from flashcheck.kernels.tiles import partial_start
 
 _thread_barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # renamed between Triton 3.6 and 3.9
@@ -153,7 +153,10 @@ def _writer(Sem, acc_desc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq,
             _wait_turn(counter, turn)
             _proxy_fence(bh)
             for w in gl.static_range(2):
-                _tma_reduce_add(acc_desc, [bh, start_m + w * ROWS, 0], dq_stage.index(2 * s + w))
+                if turn == 0:  # the tile's first add: a store (the accumulator is not zeroed: 0 + T = T)
+                    _tma_store(acc_desc, [bh, start_m + w * ROWS, 0], dq_stage.index(2 * s + w))
+                else:
+                    _tma_reduce_add(acc_desc, [bh, start_m + w * ROWS, 0], dq_stage.index(2 * s + w))
             _bulk_complete(bh)
             mbarrier.arrive(stage_free.index(s))
             _release(counter)
