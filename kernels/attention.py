@@ -55,7 +55,7 @@ class TileConfig:
     `gluon_fwd` (Hopper: TMA producer warp, two consumer warpgroups, asynchronous wgmma; block_m = block_n = 128,
     d in {64, 128}) where the call is in its domain (`_gluon_forward`), else `triton_fwd` with the same tiles: the
     same arithmetic either way (gluon_fwd's docstring). fused (the dQ kernel's TileConfig only): dQ's products inside
-    the dK/dV kernel (`gluon_bwd_fused`, Hopper: 128-key partials added in descending key-tile order, another
+    the dK/dV kernel (`gluon_bwd_fused`, Hopper: 128-key partials added in a fixed key-tile order, another
     arithmetic than the dQ kernel's: flashcheck.proofs.bounds.FusedDq) for unbanded, unmasked fp16 / bf16 calls at
     head dim 64 on an sm_90 device (`_fused_call`); other calls run the dQ kernel with block_m x block_n."""
     block_m: int
@@ -345,7 +345,7 @@ class Arithmetic:
     the long calls'), else None;
     fused_dq_queries, fused_dq_keys, block_k_dq_fused: unbanded, unmasked calls with at least this many queries and
     keys run the fused backward (gluon_bwd_fused: dQ = scale · Σ_j T_j, each T_j one tensor-core chain from zero over
-    a key tile of block_k_dq_fused keys, the T_j added in fp32 in descending tile order: `fused_tiles`), else None
+    a key tile of block_k_dq_fused keys, the T_j added in fp32 in a fixed tile order: `fused_tiles`), else None
     (FUSED_QUERIES x FUSED_KEYS under kernel_config's tiles; 1 x 1 under given fused tiles; never in the
     interpreter). Those calls' dK/dV are the long calls' (block_k_dkdv_long, block_q_long);
     fused_rotate_keys: those calls with at most this many keys take the rotated order (FUSED_ROTATE_KEY_TILES key
@@ -1394,7 +1394,8 @@ def _fused_backward(q, k, v, do, lse, delta, scale, t: TileConfig, dq, dk, dv):
     """(dQ, dK, dV) of the fused backward (kernels/gluon_bwd_fused.py) over dK/dV tile t (`_fused_call`) into dq, dk,
     dv where TMA can write them (else new contiguous tensors), from TMA-readable copies of q, k, v, do where a stride
     or base is not: dK, dV from its
-    dK/dV part, dQ summed in a zeroed fp32 accumulator by TMA reduce-adds in descending key-tile order under
+    dK/dV part, dQ summed in an fp32 accumulator (each tile's first partial stored, the others TMA reduce-adds) in
+    the kernel's fixed key-tile order (descending, or rotated: gluon_bwd_fused) under
     per-(head, query tile) counters, then dQ = fl32(acc · scale) rounded into the input format."""
     from flashcheck.kernels import gluon_bwd, gluon_bwd_fused, gluon_fwd
 

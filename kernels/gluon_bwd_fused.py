@@ -1,28 +1,38 @@
 """The FlashAttention-2 backward in one Gluon kernel for Hopper (sm_90), head dim 64, unbanded calls: gluon_bwd's dK/dV
 kernel with dQ's products inside it, five tensor-core products a tile pair where the two kernels do seven (the
-default for long unbanded d = 64 calls: kernel_config's "auto" engine, `FUSED_QUERIES` x `FUSED_KEYS`).
+default for unbanded d = 64 calls without GQA from 1k x 1k with N_k <= N_q: kernel_config's "auto" engine,
+`FUSED_QUERIES`, `FUSED_KEYS`).
 
 Why (bench/NOTES.md, "Session 2026-11-28d" and after): at d = 64 the backward is limited by its elementwise work, and
 the dQ kernel recomputes S, P, dP and dS for every tile pair. Here the dK/dV kernel's dSᵀ (already rounded into the
 input format as dK's operand) is also the A operand of dQ's partial over the program's 128 keys. Measured on an H200
-side by side with the two kernels (bench/fused_threshold.py): 1.04x at N = 8k, 1.13x at 16k, 1.09x at 32k; but 0.49x
-at N_q = 2k, N_k = 16k and 0.14x at N_q = 512, N_k = 32k (below).
+side by side with the two kernels, forward + backward (bench/fused_order.py, "Session 2026-11-30b"): N = 1k 1.045x,
+2k 1.089x, 4k 1.106x, 8k 1.06x, 16k 1.07x; but N_q / N_k = 1k / 4k 0.59x and 1k / 8k 0.35x, and GQA 2 0.83x (below).
 
-What it computes. dK and dV: gluon_bwd's dK/dV kernel's arithmetic, the same instructions in the same order (bit for
-bit its outputs). dQ, for each query row i and column c:
+What it computes. dK and dV: gluon_bwd's dK/dV kernel's arithmetic (bit for bit its outputs in the descending order
+below; rotated, the same chains over the query tiles in another order: Precision.dkdv_rotated). dQ, for each query row
+i and column c:
 - per key tile j of the program's 128 keys, T_j[i, c] = Σ_{key in tile j} dS[i, key] K[key, c]: ONE wgmma chain from
-  zero over the 128 keys (eight k16 steps; keys past N_k are TMA's zeros with P = 0, so exact zeros);
-- the T_j added into a zeroed fp32 accumulator in global memory in DESCENDING key-tile order (the last tile first:
-  that first add is exact), one fp32 addition each, by the TMA unit's reduce-add (`cp.reduce.async.bulk.tensor .add`,
-  done in L2);
+  zero over the 128 keys (eight k16 steps; keys past N_k are TMA's zeros, so exact zeros);
+- the T_j summed in an fp32 accumulator in global memory in a fixed order, the first one stored (a TMA store: the
+  accumulator is not zeroed), each later one added by one fp32 addition, the TMA unit's reduce-add
+  (`cp.reduce.async.bulk.tensor .add`, done in L2);
 - dQ = fl32(acc · scale), rounded into the input format (the launcher: kernels/attention.py).
 The order is fixed whatever the timing (deterministic, run to run bit for bit): a counter per (head, query tile) in
-global memory says how many key tiles have added; the writer warp of key tile j waits (acquire) until the n_kt − 1 − j
-higher tiles have, issues its two reduce-adds, waits until they are performed and releases the counter. Programs take
-the key tiles from the highest one (program 0 runs tile n_kt − 1), so a program waits only on programs launched
-before it: no deadlock on a grid larger than the GPU. Each query tile's adds are a chain of n_kt waits: with few
-query tiles and many key tiles nothing runs beside the chain (the 0.14x above), hence the launcher's threshold on
-both N_q and N_k. The Precision states this sum (flashcheck.proofs.bounds.FusedDq: 128-key partials, blocked).
+global memory says how many key tiles have added; the writer warp of a key tile waits (acquire) until its turn, issues
+its two adds (or stores), waits until they are performed and releases the counter. Programs take the key tiles from
+the highest one (rank r: program r runs key tile n_kt − 1 − r). Two orders:
+- descending (rank order at every query tile): a program waits only on programs launched before it, so no deadlock
+  on a grid larger than the GPU; but every query tile's adds form one chain of n_kt waits, and program r starts its
+  adds r links behind program 0;
+- rotated (the launcher's `rotate` = 1: a head's key tiles at most FUSED_ROTATE_KEY_TILES and the SM count): program
+  r visits the n_full full query tiles from r mod n_full on, cyclically, and query tile q takes the adds by (step,
+  rank) (full_tile_turn): no two programs add into one query tile at one step, so none waits in the steady state
+  (1.03-1.12x the descending order at N = 8k-1k); a program may then wait on a later one, so all of a head's key
+  tiles must run at once. The ragged query tile (partial: masked) comes first, by rank.
+With fewer query tiles than key tiles each query tile's chain of adds outlasts the work beside it (the 0.35x above),
+hence the launcher's N_k <= N_q. The Precision states this sum (flashcheck.proofs.bounds.FusedDq: 128-key partials,
+blocked, order-free; the rotated dK/dV chains).
 
 Partitions (gl.warp_specialize):
 - two consumer warpgroups (gluon_bwd's), 64 keys each: Sᵀ, dPᵀ, Pᵀ, dV += Pᵀ dO, dSᵀ, dK += dSᵀ Q; each writes its 64

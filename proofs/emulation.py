@@ -12,7 +12,8 @@ partial tiles first (any entry of block x tile masked: the ragged tile, a band's
 list), then its full ones ascending, tiles with nothing visible skipped (_outer_visits, ported from kernels/tiles.py;
 an unmasked head: the ragged tile first, then ascending, for every block); "blocked" sums each tile's product on its
 own, then adds it. fa2_backward(dq_accumulation="blocked") sums dQ as the fused backward does in its dK/dV kernel
-(fused_over_keys: per key tile one chain from zero, the partials added from the last tile down; Precision.fused_dq);
+(fused_over_keys: per key tile one chain from zero, the partials added from the last tile down, or in the rotated
+order; Precision.fused_dq);
 mma="h100" puts the tensor-core products through the H100's measured truncating steps. What it cannot reproduce:
 the GPU's ex2.approx / div.full approximation errors (torch uses correctly rounded-ish libm) and, without mma,
 tensor-core truncation (torch's fp32 matmul rounds to nearest); so it is compared against bounds computed with
@@ -562,9 +563,10 @@ def fused_over_keys(S: torch.Tensor, K: torch.Tensor, block: int, k_step: int = 
     (Precision.fused_dq, dq_accumulation "blocked"; proofs/bounds.md sec. 8b): per key tile of `block` keys (the
     dK/dV program's; the last one ragged), T_j = ONE chain from a zero fp32 accumulator over the tile's keys in
     ascending k-steps (_dot_acc "recursive": one rounding per k_step products, or the tensor core's step model
-    with `mma`); then the T_j added into a zeroed fp32 accumulator from the LAST tile down to the first (the first
-    add 0 + T exact), each add ONE fp32 round-to-nearest addition (the TMA reduce-add; torch's float32 add). Each
-    query head's rows are their own sums (a GQA group's K is its kv head's, repeated). ftz: each add flushes its
+    with `mma`); then the T_j summed from the LAST tile down to the first (the first stored: the kernel's TMA store,
+    0 + T without the add, a -0 kept), each later add ONE fp32 round-to-nearest addition (the TMA reduce-add;
+    torch's float32 add). Each query head's rows are their own sums (a GQA group's K is its kv head's, repeated).
+    ftz: each add flushes its
     subnormal operands and result to zero, as PTX's fp32 reduction adds (red / atom .add.f32) are documented to; the
     TMA reduce-add was measured not to (HardwareConstants.tma_add "nearest"): what the bound charges where that is
     not measured (precision._dq_tile_add_flush). rotated_rows: the rotated order (kernels/gluon_bwd_fused.py
@@ -582,10 +584,10 @@ def fused_over_keys(S: torch.Tensor, K: torch.Tensor, block: int, k_step: int = 
         q, i1 = i0 // rows, min(n_q, i0 + rows)
         ranks = sorted(range(n_kt), key=lambda r: ((q - r) % n_full, r)) if (
             rotated_rows is not None and q < n_full) else range(n_kt)
-        for r in ranks:
+        for i, r in enumerate(ranks):
             part = parts[n_kt - 1 - r][..., i0:i1, :]
             a = acc[..., i0:i1, :]
-            acc[..., i0:i1, :] = _flush(_flush(a) + _flush(part)) if ftz else a + part
+            acc[..., i0:i1, :] = part if i == 0 else _flush(_flush(a) + _flush(part)) if ftz else a + part
     return acc
 
 
@@ -642,9 +644,9 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     delta_trees); None: torch's sum.
     dq_accumulation: dQ's accumulation where it differs from `accumulation` (Precision.dq_accumulation; None: the
     same). "blocked": dQ summed in the dK/dV kernel as the fused backward does (Precision.fused_dq, fused_over_keys):
-    per key tile of block_k_dq keys one chain from zero, the tiles' partials added into a zeroed fp32 accumulator from
-    the last tile down, then the scale and the store. The fused kernel runs unbanded calls only: no causal, no window
-    side, no mask, no block mask. dq_ftz (blocked only): those adds flush subnormals (fused_over_keys' ftz).
+    per key tile of block_k_dq keys one chain from zero, the tiles' partials summed in fp32 from the last tile down
+    (the first stored), or in the rotated order (`rotated`), then the scale and the store. The fused kernel runs
+    unbanded calls only: no causal, no window side, no mask, no block mask. dq_ftz (blocked only): those adds flush subnormals (fused_over_keys' ftz).
     rotated (blocked only): the fused kernel's rotated order (Precision.dkdv_rotated): each key block of block_k_dkdv
     (rank r: the last block 0) takes its full query tiles from r mod n_full on, cyclically (dK, dV), and each full
     query tile of block_q rows takes the key tiles' dQ partials by (step, rank) (fused_over_keys' rotated_rows).

@@ -121,7 +121,7 @@ class FusedDq:
     bf16: the Gluon backward's fused form, flashcheck.kernels.attention FUSED_QUERIES, FUSED_KEYS), where it replaces
     the dQ kernel's chain (Precision.fused_dq; the bounds substitute it in Precision.for_call). Per element,
         dQ[i, c] = fl_out(fl32(acc[i, c] scale)),  acc = the fp32 sum of T_j[i, c] over the key tiles j, DESCENDING
-        (tile n_kt - 1 first, into a zeroed fp32 accumulator: the first add exact, each later one ONE fp32 round-to-
+        or rotated (rotate_keys, below) (the first partial stored, 0 + T exact, each later add ONE fp32 round-to-
         nearest addition, the TMA reduce-add in L2), T_j[i, c] = sum over tile j's keys of dS[i, key] K[key, c]:
         ONE tensor-core MMA chain FROM ZERO over the tile's keys in ascending k-steps (the measured step model);
         the last tile ragged where block_k does not divide N_k (keys past N_k add exact zeros),
