@@ -138,8 +138,8 @@ SHORT_KEYS = 1024
 # "auto" (and "gluon") give the fused backward (gluon_bwd_fused: dQ's products inside the dK/dV kernel) to unbanded,
 # unmasked calls at head dim 64 with at least this many queries and keys, no more keys than queries, and no GQA,
 # measured on the H200 side by side with the two Gluon kernels, forward + backward (bench/fused_order.py,
-# bench/NOTES.md "Session 2026-11-30b"; its rotated order below FUSED_ROTATE_KEY_TILES): N = 1k 1.025x, 2k 1.064x,
-# 4k 1.082x, 8k 1.057x, 16k 1.069x; N_q / N_k = 4k / 1k 1.034x, 8k / 2k 1.084x; but N_q / N_k = 1k / 2k 0.87x, 1k / 4k
+# bench/NOTES.md "Session 2026-11-30b"; its rotated order below FUSED_ROTATE_KEY_TILES): N = 1k 1.045x, 2k 1.089x,
+# 4k 1.106x, 8k 1.057x, 16k 1.069x; N_q / N_k = 4k / 1k 1.034x, 8k / 2k 1.084x; but N_q / N_k = 1k / 2k 0.87x, 1k / 4k
 # 0.59x, 1k / 8k 0.35x (each query tile takes N_k / 128 ordered adds: with fewer query tiles than key tiles the chains
 # outlast the work) and GQA 2 at 4k and 16k 0.83x (its tile loops spill: 157 local instructions on Triton 3.6).
 FUSED_QUERIES = 1024
@@ -216,8 +216,8 @@ def _interpreting() -> bool:
 def _fused_asked(head_dim: int, band: bool, n_queries: int | None, n_keys: int | None) -> bool:
     """Whether kernel_config gives the fused backward's dQ tile (TileConfig.fused) to a call in the Gluon kernels'
     domain: head dim 64, unbanded, at least FUSED_QUERIES x FUSED_KEYS and no more keys than queries (n_queries None:
-    a masked call, or unknown),
-    and a process whose CUDA device, if it has one, runs it (`_fused_device`)."""
+    a masked call, or unknown), and a process whose CUDA device, if it has one, runs it (`_fused_device`). GQA calls
+    are kept out by the launcher (`_fused_dkdv`: kernel_config does not see the heads)."""
     return (head_dim == 64 and not band and n_queries is not None and n_keys is not None
             and n_queries >= FUSED_QUERIES and n_keys >= FUSED_KEYS and n_keys <= n_queries and _fused_device())
 
@@ -240,10 +240,11 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     `forward_engine()`.
     n_keys: the call's key count (None: fewer than SHORT_KEYS); n_queries: its query count where the call has no dense
     or block-sparse mask (None: masked): the head-dim-64 Gluon tiles need it (a dense mask keeps the Gluon kernels
-    out); with both at least FUSED_QUERIES x FUSED_KEYS, an unbanded head-dim-64 call in the Gluon domain gets the
-    fused backward's dQ tile (TileConfig.fused). The Gluon tiles are given whatever the device: on one that is not sm_90
-    (and for calls outside the Gluon kernels' domain) triton_fwd / triton_bwd run them; the fused dQ tile only where
-    no CUDA device or an sm_90 one (`_fused_device`)."""
+    out); with both at least FUSED_QUERIES x FUSED_KEYS and n_keys <= n_queries, an unbanded head-dim-64 call in the
+    Gluon domain gets the fused backward's dQ tile (TileConfig.fused; the launcher keeps it from GQA calls). The
+    Gluon tiles are given whatever the device: on one that is not sm_90 (and for calls outside the Gluon kernels'
+    domain) triton_fwd / triton_bwd run them; the fused dQ tile only where no CUDA device or an sm_90 one
+    (`_fused_device`)."""
     if interpret is None:
         interpret = _interpreting()
     if interpret:
@@ -933,7 +934,8 @@ def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask
     if grad and B * Hq * nq * d and k.shape[0] * k.shape[1] * nk * d:
         grads = (q.like(), k.like(), v.like())
         pre, dkdv, dq = backward_launches(q, k, v, o, o, grads, save_res, dense, None, **kw)
-        fused = asked and dense is None and not band and _fused_dkdv(d, dv, dtype, nq, nk, (), engine, Hq // k.shape[1])
+        group = Hq // k.shape[1]
+        fused = asked and dense is None and not band and _fused_dkdv(d, dv, dtype, nq, nk, (), engine, group)
         if fused:
             # the fused backward (on TMA-readable copies where these layouts are not: `_fused_backward`)
             return out + (pre, _gluon_fused_launch(Layout.dense(q.dtype, q.shape), Layout.dense(k.dtype, k.shape),
@@ -1383,7 +1385,8 @@ def _fused_call(q, k, v, dense, sparse, band: bool, tiles: tuple, engine: str) -
 def _fused_dkdv(d: int, dv: int, dtype, nq: int, nk: int, tiles: tuple, engine: str,
                 group: int = 1) -> TileConfig | None:
     """The dK/dV tile of the tiles an unbanded, unmasked call of this shape runs (given, or kernel_config's) where they
-    are `fused_tiles`, else None; kernel_config's only for a GQA group of 1 (FUSED_QUERIES), given ones for any."""
+    are `fused_tiles`, else None: kernel_config's for a GQA group of 1 only (0.83x the two kernels at 2: bench/NOTES.md
+    "Session 2026-11-30b"), given ones for any group."""
     if group != 1 and not tiles:
         return None
     cfg, _, _ = _tiles(d, dv, dtype, 0, 0, list(tiles), interpret=False, engine=engine, n_keys=nk, n_queries=nq)
