@@ -443,7 +443,8 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       # kernels/attention.py _fused_dkdv)
                       fused_dq=None if a.fused_dq_keys is None else FusedDq(
                           queries=a.fused_dq_queries, keys=a.fused_dq_keys, block_k=a.block_k_dq_fused,
-                          value_dim=head_dim or 64, rotate_keys=a.fused_rotate_keys or 0, group=a.fused_dq_group,
+                          value_dim=head_dim or 64, rotate_keys=a.fused_rotate_keys or 0,
+                          max_group=a.fused_dq_max_group,
                           keys_at_most_queries=a.fused_dq_keys_at_most_queries),
                       accumulation="recursive", p_split=a.p_split, delta_from=a.delta_from, l_accumulate=a.l_accumulate,
                       tile_order="partial_first",  # kernels/tiles.py visits a ragged last key tile first

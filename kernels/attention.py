@@ -141,9 +141,11 @@ SHORT_KEYS = 1024
 # bench/NOTES.md "Session 2026-11-30b"; its rotated order below FUSED_ROTATE_KEY_TILES): N = 1k 1.045x, 2k 1.089x,
 # 4k 1.106x, 8k 1.057x, 16k 1.069x; N_q / N_k = 4k / 1k 1.034x, 8k / 2k 1.084x; but N_q / N_k = 1k / 2k 0.87x, 1k / 4k
 # 0.59x, 1k / 8k 0.35x (each query tile takes N_k / 128 ordered adds: with fewer query tiles than key tiles the chains
-# outlast the work) and GQA 2 at 4k and 16k 0.83x (its tile loops spill: 157 local instructions on Triton 3.6).
+# outlast the work). GQA 2: 1.046x at 1k, 1.073x at 4k (its head loop unrolled); larger groups not measured (the
+# unrolled kernel grows with the group): the two kernels run them.
 FUSED_QUERIES = 1024
 FUSED_KEYS = 1024
+FUSED_MAX_GROUP = 2
 GLUON_DQ = TileConfig(128, 64, 8, 3, heavy_first=True, gluon=True)  # gluon_bwd's dQ tile (kernel_config)
 # the fused backward's rotated order (gluon_bwd_fused) up to this many key tiles a head: its waits then go to later
 # programs too, so all of a head's must run at once (and the launcher checks the SM count: 64 is below every sm_90
@@ -216,8 +218,8 @@ def _interpreting() -> bool:
 def _fused_asked(head_dim: int, band: bool, n_queries: int | None, n_keys: int | None) -> bool:
     """Whether kernel_config gives the fused backward's dQ tile (TileConfig.fused) to a call in the Gluon kernels'
     domain: head dim 64, unbanded, at least FUSED_QUERIES x FUSED_KEYS and no more keys than queries (n_queries None:
-    a masked call, or unknown), and a process whose CUDA device, if it has one, runs it (`_fused_device`). GQA calls
-    are kept out by the launcher (`_fused_dkdv`: kernel_config does not see the heads)."""
+    a masked call, or unknown), and a process whose CUDA device, if it has one, runs it (`_fused_device`). GQA groups
+    above FUSED_MAX_GROUP are kept out by the launcher (`_fused_dkdv`: kernel_config does not see the heads)."""
     return (head_dim == 64 and not band and n_queries is not None and n_keys is not None
             and n_queries >= FUSED_QUERIES and n_keys >= FUSED_KEYS and n_keys <= n_queries and _fused_device())
 
@@ -241,7 +243,7 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     n_keys: the call's key count (None: fewer than SHORT_KEYS); n_queries: its query count where the call has no dense
     or block-sparse mask (None: masked): the head-dim-64 Gluon tiles need it (a dense mask keeps the Gluon kernels
     out); with both at least FUSED_QUERIES x FUSED_KEYS and n_keys <= n_queries, an unbanded head-dim-64 call in the
-    Gluon domain gets the fused backward's dQ tile (TileConfig.fused; the launcher keeps it from GQA calls). The
+    Gluon domain gets the fused backward's dQ tile (TileConfig.fused; the launcher keeps it from larger GQA groups). The
     Gluon tiles are given whatever the device: on one that is not sm_90 (and for calls outside the Gluon kernels'
     domain) triton_fwd / triton_bwd run them; the fused dQ tile only where no CUDA device or an sm_90 one
     (`_fused_device`)."""
@@ -351,8 +353,8 @@ class Arithmetic:
     interpreter). Those calls' dK/dV are the long calls' (block_k_dkdv_long, block_q_long);
     fused_rotate_keys: those calls with at most this many keys take the rotated order (FUSED_ROTATE_KEY_TILES key
     tiles: each key tile's full query tiles from its own rank on, dQ's adds by (step, rank)), else None;
-    fused_dq_group, fused_dq_keys_at_most_queries: under kernel_config's tiles the fused calls have no GQA (1) and no
-    more keys than queries (True); under given fused tiles any (None, False)."""
+    fused_dq_max_group, fused_dq_keys_at_most_queries: under kernel_config's tiles the fused calls have GQA groups of
+    at most FUSED_MAX_GROUP and no more keys than queries (True); under given fused tiles any (None, False)."""
     input: str
     dot: str
     output: str
@@ -386,7 +388,7 @@ class Arithmetic:
     fused_dq_keys: int | None = None
     block_k_dq_fused: int | None = None
     fused_rotate_keys: int | None = None
-    fused_dq_group: int | None = None
+    fused_dq_max_group: int | None = None
     fused_dq_keys_at_most_queries: bool = False
 
 
@@ -471,7 +473,7 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
                       fused_dq_keys=None if fused is None else fused[1],
                       block_k_dq_fused=None if fused is None else fused_cfg.dq.block_n,
                       fused_rotate_keys=None if fused is None else FUSED_ROTATE_KEY_TILES * fused_cfg.dkdv.block_n,
-                      fused_dq_group=None if fused is None or tiles else 1,
+                      fused_dq_max_group=None if fused is None or tiles else FUSED_MAX_GROUP,
                       fused_dq_keys_at_most_queries=fused is not None and not tiles)
 
 
@@ -1385,9 +1387,9 @@ def _fused_call(q, k, v, dense, sparse, band: bool, tiles: tuple, engine: str) -
 def _fused_dkdv(d: int, dv: int, dtype, nq: int, nk: int, tiles: tuple, engine: str,
                 group: int = 1) -> TileConfig | None:
     """The dK/dV tile of the tiles an unbanded, unmasked call of this shape runs (given, or kernel_config's) where they
-    are `fused_tiles`, else None: kernel_config's for a GQA group of 1 only (0.83x the two kernels at 2: bench/NOTES.md
-    "Session 2026-11-30b"), given ones for any group."""
-    if group != 1 and not tiles:
+    are `fused_tiles`, else None: kernel_config's for GQA groups up to FUSED_MAX_GROUP only (kernel_config does not
+    see the heads), given ones for any group."""
+    if group > FUSED_MAX_GROUP and not tiles:
         return None
     cfg, _, _ = _tiles(d, dv, dtype, 0, 0, list(tiles), interpret=False, engine=engine, n_keys=nk, n_queries=nq)
     return cfg.dkdv if dv == d and fused_tiles(cfg, d, dtype) else None

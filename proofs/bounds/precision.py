@@ -135,8 +135,8 @@ class FusedDq:
     its key tile of rank r (the last tile rank 0) visits the n_full full query tiles from r mod n_full on, cyclically,
     so that no two key tiles add into one query tile at one step; each full query tile then takes the partials by
     (step, rank) (kernels/gluon_bwd_fused.py full_tile_turn; the ragged one still descending): the dQ bound is
-    order-free, the dK/dV chains follow each key block's rotated order. group: the only GQA group size it runs for
-    (ours under kernel_config's tiles: 1, a GQA call runs the two kernels), None: any (for_call then needs no group);
+    order-free, the dK/dV chains follow each key block's rotated order. max_group: the largest GQA group it runs for
+    (ours under kernel_config's tiles: 2, larger groups run the two kernels), None: any (for_call then needs no group);
     keys_at_most_queries: only calls with N_k <= N_q (ours under kernel_config's tiles: with more keys than queries
     each query tile's chain of adds is longer than its programs' work)."""
     queries: int
@@ -144,12 +144,12 @@ class FusedDq:
     block_k: int
     value_dim: int | None = None
     rotate_keys: int = 0
-    group: int | None = None
+    max_group: int | None = None
     keys_at_most_queries: bool = False
 
     def __post_init__(self):
-        for name in ("queries", "keys", "block_k", "value_dim", "group"):
-            b, optional = getattr(self, name), name in ("value_dim", "group")
+        for name in ("queries", "keys", "block_k", "value_dim", "max_group"):
+            b, optional = getattr(self, name), name in ("value_dim", "max_group")
             if (b is not None or not optional) and (not isinstance(b, int) or isinstance(b, bool) or b < 1):
                 raise ValueError(f"FusedDq.{name} must be a positive int{' or None' if optional else ''}, got {b!r}")
         if not isinstance(self.keys_at_most_queries, bool):
@@ -499,10 +499,10 @@ class Precision:
         are the short tile's, and the backward's outer blocks where it states them; otherwise `banded(causal,
         window)` where no band_keys is stated or the call is unmasked with Nk >= band_keys (else itself). Then, with
         a fused_dq stated, Nq given, Nq >= fused_dq.queries, Nk >= fused_dq.keys, Dv = fused_dq.value_dim and
-        group = fused_dq.group where those are stated, Nk <= Nq where fused_dq.keys_at_most_queries, and the call not
-        banded (`is_band`): dQ summed in the dK/dV kernel, dq_accumulation "blocked" over
-        key tiles of fused_dq.block_k (block_k_dq), fused_dq cleared, and dkdv_rotated where Nk <= fused_dq.rotate_keys.
-        The bounds take it first, before `fitted`."""
+        group <= fused_dq.max_group where those are stated, Nk <= Nq where fused_dq.keys_at_most_queries, and the
+        call not banded (`is_band`): dQ summed in the dK/dV kernel, dq_accumulation "blocked" over key tiles of
+        fused_dq.block_k (block_k_dq), fused_dq cleared, and dkdv_rotated where Nk <= fused_dq.rotate_keys. The bounds
+        take it first, before `fitted`."""
         b, s = self.long_forward, self.short_forward
         spent = dict(band_forward=None, band_keys=None, long_forward=None, long_keys=None, short_forward=None,
                      short_keys=None)
@@ -520,7 +520,9 @@ class Precision:
             return p
         if f.value_dim is not None and Dv != f.value_dim:  # not the fused kernel's dv (or none given)
             return p
-        if (f.group is not None and group != f.group) or (f.keys_at_most_queries and Nk > Nq):
+        if f.max_group is not None and (group is None or group > f.max_group):  # a larger GQA group, or none given
+            return p
+        if f.keys_at_most_queries and Nk > Nq:
             return p
         return replace(p, dq_accumulation="blocked", block_k_dq=f.block_k, fused_dq=None,
                        dkdv_rotated=Nk <= f.rotate_keys)
