@@ -19,13 +19,7 @@
 #   bash bench/gpu_2026_11_29i.sh i   # the banded PERSISTENT build timed against the banded pairs
 #   bash bench/gpu_2026_11_29i.sh b   # the PERSISTENT build timed beside the kernel as launched today (paired at
 #                                     # N <= PAIR_KEYS) and cuDNN: bench/fwd_variants.py
-set -uf  # (no globbing: the node ids hold [brackets])
-export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
-O=${OUT:-/tmp/gpu_2026_11_29i}
-mkdir -p "$O"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$O/device.txt"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$O/device.txt"
-t0=$SECONDS
+source "$(dirname "$0")/gpu_session.sh"  # set -uf, the environment, $O, device.txt, t0, pack
 probe() {  # variant source, ptxas ("" Triton's own), then the probe's arguments: one line a case
   v=$1; px=$2; shift 2
   # (a cache of its own under another ptxas: Triton's cache key need not hold the ptxas version)

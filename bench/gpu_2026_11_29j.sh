@@ -14,13 +14,7 @@
 #   bash bench/gpu_2026_11_29j.sh k   # (branch bwd-ring-slot) the dK/dV ring slot through a select: bit for bit,
 #                                     # then timed against the kernel without it
 #   bash bench/gpu_2026_11_29j.sh m   # (branch d64-band-short) its GPU tests, then issue 10's table
-set -uf  # (no globbing: the node ids hold [brackets])
-export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
-O=${OUT:-/tmp/gpu_2026_11_29j}
-mkdir -p "$O"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$O/device.txt"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$O/device.txt"
-t0=$SECONDS
+source "$(dirname "$0")/gpu_session.sh"  # set -uf, the environment, $O, device.txt, t0, pack
 case "${1:-}" in
   a)
     timeout 150 python3 -m pytest -q -n 15 -p no:cacheprovider -m "gpu and not slow" tests/test_gluon_forward.py \

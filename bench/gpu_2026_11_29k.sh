@@ -6,12 +6,7 @@
 #                                       # SourceCounters on the Gluon dK/dV and dQ kernels (d = 128 N = 16k; dK/dV also
 #                                       # 4k causal), each report's SASS page summed by bench/ncu_source.py (~5 min)
 #   bash bench/gpu_2026_11_29f.sh p32   # the three float32 backward properties (9 min), not run since 29g
-set -uf  # (no globbing)
-export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
-O=${OUT:-/tmp/gpu_2026_11_29k}
-mkdir -p "$O"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$O/device.txt"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$O/device.txt"
+source "$(dirname "$0")/gpu_session.sh"  # set -uf, the environment, $O, device.txt, t0, pack
 case "${1:-}" in
   prof)
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)

@@ -15,13 +15,7 @@
 #                                             # kernel against bench/_scratch/base_fused_main.py (main's
 #                                             # kernels/gluon_bwd_fused.py): gluon_ab at 16k / 8k, its GPU tests; then
 #                                             # ncu of the fused kernel (16k) and of the forward at d = 64 1k causal
-set -uf  # (no globbing)
-export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
-O=${OUT:-/tmp/gpu_2026_11_30}
-mkdir -p "$O"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$O/device.txt"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$O/device.txt"
-t0=$SECONDS
+source "$(dirname "$0")/gpu_session.sh"  # set -uf, the environment, $O, device.txt, t0, pack
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 prof() {  # prof NAME KERNEL(dkdv|dq|fused|fwd) D N [--causal]: ncu SourceCounters, the SASS page summed by
           # bench/ncu_source.py --hot 0.5 (the tile loops apart from the producer's idle warps, by stall reason)
@@ -80,4 +74,4 @@ main:kernels/gluon_bwd_fused.py > bench/_scratch/base_fused_main.py (and carry b
   *) echo "usage: $0 ab VARIANTS | check | table | fused"; exit 2 ;;
 esac
 echo "done at $((SECONDS - t0)) s"
-(cd "$O" && tar czf /tmp/call.tgz --exclude call.tgz . && mv /tmp/call.tgz call.tgz)
+pack

@@ -6,13 +6,7 @@
 #   bash bench/gpu_2026_11_30b.sh table                # issue 10's table (ours, cuDNN, SDPA flash), then the tests
 #   bash bench/gpu_2026_11_30b.sh suite                # the other GPU tests that run d = 64 backwards (structured
 #                                                      # bounds, kernel, validate, audit), as long as the call allows
-set -uf  # (no globbing)
-export PYTHONPATH=. PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
-O=${OUT:-/tmp/gpu_2026_11_30b}
-mkdir -p "$O"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$O/device.txt"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$O/device.txt"
-t0=$SECONDS
+source "$(dirname "$0")/gpu_session.sh"  # set -uf, the environment, $O, device.txt, t0, pack
 tests() {  # tests LIMIT FILES...
   local limit=$1; shift
   timeout "$limit" python3 -m pytest -q -n 15 -p no:cacheprovider -m "gpu and not slow" "$@" 2>&1 \
@@ -34,4 +28,4 @@ case "${1:-}" in
   *) echo "usage: $0 order CELLS [GROUP] | tests | table | suite"; exit 2 ;;
 esac
 echo "done at $((SECONDS - t0)) s"
-(cd "$O" && tar czf /tmp/call.tgz --exclude call.tgz . && mv /tmp/call.tgz call.tgz)
+pack
