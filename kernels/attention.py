@@ -980,10 +980,8 @@ def _fwd_impl(q, k, v, dense, sparse, scale, band, off_lo, off_hi, block_q, bloc
     if gluon is not None and scale > 0 and _gluon_device(q.device):
         from flashcheck.kernels import gluon_fwd
 
-        # the SM count of q's device (a PERSISTENT grid's size), in the cache key: not the first device's (a CPU
-        # tensor, where a test stands in for sm_90: _gluon_launch's own default, as launches() predicts)
-        launch = _gluon_launch(lq, lk, band, off_lo, off_hi, save_res, gluon,
-                               sms=_sm_count(q.device.index) if q.is_cuda else None)
+        # the SM count of q's device (a PERSISTENT grid's size), in the cache key
+        launch = _gluon_launch(lq, lk, band, off_lo, off_hi, save_res, gluon, sms=_tensor_sms(q))
         half = gluon.block_m // 2
         o_desc = gluon_fwd.descriptor(o, half)
         _launch(gluon_fwd.attn_fwd_gluon_kernel, launch, gluon_fwd.descriptor(q, half),
@@ -1102,7 +1100,7 @@ def _gluon_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, sa
     n_blocks = triton.cdiv(nq, t.block_m)
     # PERSISTENT programs hold one block of the tile's rows at a time: neither paired nor wide
     if persistent is None or persistent:
-        sms = sms or (_sm_count(torch.cuda.current_device()) if torch.cuda.is_available() else SM90_MULTIPROCESSORS)
+        sms = _launch_sms(sms)
     if persistent is None:
         persistent = _gluon_persistent(nq, k.shape[2], band, off_lo, off_hi, B * Hq, sms)
     paired = not persistent and (_gluon_paired(n_blocks, k.shape[2]) if paired is None else paired)
@@ -1165,6 +1163,17 @@ def _key_tiles(a0: int, a1: int, n_keys: int, off_lo: int, off_hi: int, block_n:
 def _sm_count(device: int) -> int:
     """The multiprocessors of CUDA device `device` (a PERSISTENT launch's most programs)."""
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _tensor_sms(x: torch.Tensor) -> int | None:
+    """The SM count of x's device for a launch record's key (not the first device's); None for a CPU tensor (a test
+    standing in for sm_90: the launch's own default, `_launch_sms`, as launches() predicts)."""
+    return _sm_count(x.device.index) if x.is_cuda else None
+
+
+def _launch_sms(sms: int | None) -> int:
+    """sms, or the current CUDA device's multiprocessors, or (no CUDA) an sm_90 part's."""
+    return sms or (_sm_count(torch.cuda.current_device()) if torch.cuda.is_available() else SM90_MULTIPROCESSORS)
 
 
 def _gluon_paired(n_blocks: int, n_keys: int) -> bool:
@@ -1410,7 +1419,7 @@ def _fused_backward(q, k, v, do, lse, delta, scale, t: TileConfig, dq, dk, dv):
     dq, dk, dv = (x if _gluon_tensors(Layout.of(x)) else torch.empty(x.shape, dtype=x.dtype, device=x.device)
                   for x in (dq, dk, dv))
     B, Hq, nq, d = q.shape
-    launch = _gluon_fused_launch(Layout.of(q), Layout.of(k), t, _sm_count(q.device.index) if q.is_cuda else None)
+    launch = _gluon_fused_launch(Layout.of(q), Layout.of(k), t, _tensor_sms(q))
     # not zeroed: each query tile's first add is a store (gluon_bwd_fused _writer)
     acc = torch.empty((B * Hq, nq, d), dtype=torch.float32, device=q.device)
     sem = torch.zeros(B * Hq * triton.cdiv(nq, t.block_m), dtype=torch.int32, device=q.device)
@@ -1436,8 +1445,7 @@ def _gluon_fused_launch(q: Layout, k: Layout, t: TileConfig, sms: int | None = N
     B, Hq, nq, d = q.shape
     Hkv, nk = k.shape[1], k.shape[2]
     n_kt = triton.cdiv(nk, t.block_n)
-    sms = sms or (_sm_count(torch.cuda.current_device()) if torch.cuda.is_available() else SM90_MULTIPROCESSORS)
-    rotate = int(n_kt <= min(FUSED_ROTATE_KEY_TILES, sms))
+    rotate = int(n_kt <= min(FUSED_ROTATE_KEY_TILES, _launch_sms(sms)))
     return Launch("attn_bwd_fused_gluon_kernel", (n_kt, B * Hkv),
                   ((q.dtype, True),) * 6 + (("float32", True),) * 3 + (("int32", True),), (nq, nk, Hkv, rotate),
                   (("GROUP", Hq // Hkv), ("HEAD_D", d), ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n),
