@@ -557,6 +557,13 @@ def _flush(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x.abs() < 2.0**-126, x * 0.0, x)
 
 
+def rotated_add_ranks(q: int, n_kt: int, n_full: int) -> list:
+    """The key-tile ranks (rank r: key tile n_kt − 1 − r) in the order they add into full query tile q under the fused
+    backward's rotated order: rank r visits q at step (q − r) mod n_full, and q takes the adds by (step, rank)
+    (kernels/gluon_bwd_fused.py full_tile_turn counts them)."""
+    return sorted(range(n_kt), key=lambda r: ((q - r) % n_full, r))
+
+
 def fused_over_keys(S: torch.Tensor, K: torch.Tensor, block: int, k_step: int = 1, mma=None,
                     ftz: bool = False, rotated_rows: int | None = None) -> torch.Tensor:
     """S @ K (S (B, H, Nq, Nk), K (B, H, Nk, d), every entry visible) as the fused backward sums dQ in its dK/dV kernel
@@ -566,12 +573,10 @@ def fused_over_keys(S: torch.Tensor, K: torch.Tensor, block: int, k_step: int = 
     with `mma`); then the T_j summed from the LAST tile down to the first (the first stored: the kernel's TMA store,
     0 + T without the add, a -0 kept), each later add ONE fp32 round-to-nearest addition (the TMA reduce-add;
     torch's float32 add). Each query head's rows are their own sums (a GQA group's K is its kv head's, repeated).
-    ftz: each add flushes its
-    subnormal operands and result to zero, as PTX's fp32 reduction adds (red / atom .add.f32) are documented to; the
-    TMA reduce-add was measured not to (HardwareConstants.tma_add "nearest"): what the bound charges where that is
-    not measured (precision._dq_tile_add_flush). rotated_rows: the rotated order (kernels/gluon_bwd_fused.py
-    full_tile_turn) over query tiles of this many rows: key tile j (rank r = n_kt − 1 − j) visits full query tile q at
-    step (q − r) mod n_full, and q takes the adds by (step, rank); the ragged query tile by rank (descending)."""
+    ftz: each add flushes its subnormal operands and result to zero, as PTX's fp32 reduction adds (red / atom
+    .add.f32) are documented to; the TMA reduce-add was measured not to (HardwareConstants.tma_add "nearest"): what
+    the bound charges where that is not measured (precision._dq_tile_add_flush). rotated_rows: the rotated order over
+    query tiles of this many rows (rotated_add_ranks at each full one; the ragged query tile by rank, descending)."""
     n = S.shape[-1]
     acc = torch.zeros(S.shape[:-1] + (K.shape[-1],), dtype=S.dtype)
     starts = list(range(0, n, block))
@@ -582,12 +587,13 @@ def fused_over_keys(S: torch.Tensor, K: torch.Tensor, block: int, k_step: int = 
     n_full = n_q // rows
     for i0 in range(0, n_q, rows):
         q, i1 = i0 // rows, min(n_q, i0 + rows)
-        ranks = sorted(range(n_kt), key=lambda r: ((q - r) % n_full, r)) if (
-            rotated_rows is not None and q < n_full) else range(n_kt)
+        ranks = rotated_add_ranks(q, n_kt, n_full) if rotated_rows is not None and q < n_full else range(n_kt)
         for i, r in enumerate(ranks):
             part = parts[n_kt - 1 - r][..., i0:i1, :]
-            a = acc[..., i0:i1, :]
-            acc[..., i0:i1, :] = part if i == 0 else _flush(_flush(a) + _flush(part)) if ftz else a + part
+            if i > 0:  # the first partial stored, each later one added
+                a = acc[..., i0:i1, :]
+                part = _flush(_flush(a) + _flush(part)) if ftz else a + part
+            acc[..., i0:i1, :] = part
     return acc
 
 

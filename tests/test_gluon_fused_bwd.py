@@ -135,16 +135,18 @@ def test_the_fused_launch_lists_the_kernel_arguments_in_order():
 
 
 def test_full_tile_turn_counts_the_key_tiles_that_add_before_each_in_the_rotated_order():
-    """gluon_bwd_fused.full_tile_turn (the writer's wait target, plain integer arithmetic) against the order it states,
-    sorted out: key tile r visits full query tile q at step (q − r) mod n_full, q takes the adds by (step, r); every
-    count from 0 to n_kt − 1 once a query tile, so no two programs add at once and none waits for itself."""
+    """gluon_bwd_fused.full_tile_turn (the writer's wait target, plain integer arithmetic) against the order it states
+    (the emulation's rotated_add_ranks: key tile r visits full query tile q at step (q − r) mod n_full, q takes the
+    adds by (step, r)); every count from 0 to n_kt − 1 once a query tile, so no two programs add at once and none
+    waits for itself."""
     from flashcheck.kernels.gluon_bwd_fused import full_tile_turn
+    from flashcheck.proofs.emulation import rotated_add_ranks
 
     turn = full_tile_turn.fn  # the jitted function's Python source, on Python ints
     for n_full in range(1, 20):
         for n_kt in range(1, 50):
             for q in range(n_full):
-                by_order = sorted(range(n_kt), key=lambda r: ((q - r) % n_full, r))
+                by_order = rotated_add_ranks(q, n_kt, n_full)
                 got = [turn(q, r, n_full, n_kt) for r in by_order]
                 assert got == list(range(n_kt)), f"n_full {n_full}, n_kt {n_kt}, query tile {q}: turns {got}"
 
