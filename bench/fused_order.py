@@ -10,6 +10,7 @@ run bit for bit per order, and the two fused orders' max |dQ difference| (two su
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -29,8 +30,6 @@ def main() -> int:
     p.add_argument("--out", default=None)
     args = p.parse_args()
     import torch
-
-    import importlib
 
     from flashcheck.kernels import attention
 
