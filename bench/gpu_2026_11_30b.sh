@@ -6,13 +6,7 @@
 #   bash bench/gpu_2026_11_30b.sh table                # issue 10's table (ours, cuDNN, SDPA flash), then the tests
 #   bash bench/gpu_2026_11_30b.sh suite                # the other GPU tests that run d = 64 backwards (structured
 #                                                      # bounds, kernel, validate, audit), as long as the call allows
-source "$(dirname "$0")/gpu_session.sh"  # set -uf, the environment, $O, device.txt, t0, pack
-tests() {  # tests LIMIT FILES...
-  local limit=$1; shift
-  timeout "$limit" python3 -m pytest -q -n 15 -p no:cacheprovider -m "gpu and not slow" "$@" 2>&1 \
-    | grep -E "passed|failed|^E  |^FAILED|Timeout" | head -30 | tee -a "$O/tests.log"
-  echo "tests done at $((SECONDS - t0)) s"
-}
+source "$(dirname "$0")/gpu_session.sh"  # set -uf, the environment, $O, device.txt, t0, pack, tests
 case "${1:-}" in
   order)
     timeout 400 python3 bench/fused_order.py --rounds 3 --cells "$2" --group "${3:-1}" --out "$O/order" 2>&1 \

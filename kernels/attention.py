@@ -136,16 +136,17 @@ SHORT_KEYS = 1024
 # dim 64 from SHORT_KEYS keys below LONG_KEYS: causal N = 1k 1.076x triton_fwd's 64 x 64 (bench/fwd_variants.py
 # --variants persistent, "product"; bench/NOTES.md "Session 2026-11-29j"), where the Gluon backward ran 0.94x
 # "auto" (and "gluon") give the fused backward (gluon_bwd_fused: dQ's products inside the dK/dV kernel) to unbanded,
-# unmasked calls at head dim 64 with at least this many queries and keys, no more keys than queries, and no GQA,
-# measured on the H200 side by side with the two Gluon kernels, forward + backward (bench/fused_order.py,
-# bench/NOTES.md "Session 2026-11-30b"; its rotated order below FUSED_ROTATE_KEY_TILES): N = 1k 1.045x, 2k 1.089x,
+# unmasked calls at head dim 64 with at least this many queries and keys, no more keys than queries, and GQA groups up
+# to FUSED_MAX_GROUP, measured on the H200 side by side with the two Gluon kernels, forward + backward
+# (bench/fused_order.py, bench/NOTES.md "Session 2026-11-30b"; its rotated order below FUSED_ROTATE_KEY_TILES): N = 1k 1.045x, 2k 1.089x,
 # 4k 1.106x, 8k 1.057x, 16k 1.069x; N_q / N_k = 4k / 1k 1.034x, 8k / 2k 1.084x; but N_q / N_k = 1k / 2k 0.87x, 1k / 4k
 # 0.59x, 1k / 8k 0.35x (each query tile takes N_k / 128 ordered adds: with fewer query tiles than key tiles the chains
-# outlast the work). GQA 2: 1.046x at 1k, 1.073x at 4k (its head loop unrolled); larger groups not measured (the
-# unrolled kernel grows with the group): the two kernels run them.
+# outlast the work). GQA 2: 1.046x at 1k, 1.073x at 4k (its head loop unrolled); GQA 4: 1.033x / 1.057x; GQA 8:
+# 1.005x / 1.087x ("Session 2026-11-30c"); larger groups not measured (the unrolled kernel grows with the group: 27 s
+# to compile at GQA 8): the two kernels run them.
 FUSED_QUERIES = 1024
 FUSED_KEYS = 1024
-FUSED_MAX_GROUP = 2
+FUSED_MAX_GROUP = 8
 GLUON_DQ = TileConfig(128, 64, 8, 3, heavy_first=True, gluon=True)  # gluon_bwd's dQ tile (kernel_config)
 # the fused backward's rotated order (gluon_bwd_fused) up to this many key tiles a head: its waits then go to later
 # programs too, so all of a head's must run at once (and the launcher checks the SM count: 64 is below every sm_90

@@ -1,13 +1,13 @@
 """The FlashAttention-2 backward in one Gluon kernel for Hopper (sm_90), head dim 64, unbanded calls: gluon_bwd's dK/dV
 kernel with dQ's products inside it, five tensor-core products a tile pair where the two kernels do seven (the
-default for unbanded d = 64 calls with GQA groups up to 2 from 1k x 1k with N_k <= N_q: kernel_config's "auto" engine,
+default for unbanded d = 64 calls with GQA groups up to 8 from 1k x 1k with N_k <= N_q: kernel_config's "auto" engine,
 `FUSED_QUERIES`, `FUSED_KEYS`).
 
 Why (bench/NOTES.md, "Session 2026-11-28d" and after): at d = 64 the backward is limited by its elementwise work, and
 the dQ kernel recomputes S, P, dP and dS for every tile pair. Here the dK/dV kernel's dSᵀ (already rounded into the
 input format as dK's operand) is also the A operand of dQ's partial over the program's 128 keys. Measured on an H200
 side by side with the two kernels, forward + backward (bench/fused_order.py, "Session 2026-11-30b"): N = 1k 1.045x,
-2k 1.089x, 4k 1.106x, 8k 1.06x, 16k 1.07x, GQA 2 1.05-1.07x; but N_q / N_k = 1k / 4k 0.59x and 1k / 8k 0.35x (below).
+2k 1.089x, 4k 1.106x, 8k 1.06x, 16k 1.07x, GQA 2-8 1.005-1.09x; but N_q / N_k = 1k / 4k 0.59x and 1k / 8k 0.35x (below).
 
 What it computes. dK and dV: gluon_bwd's dK/dV kernel's arithmetic (bit for bit its outputs in the descending order
 below; rotated, the same chains over the query tiles in another order: Precision.dkdv_rotated). dQ, for each query row

@@ -58,7 +58,7 @@ def test_kernel_config_gives_the_fused_tile_to_long_unbanded_d64_calls_only(engi
 
 def test_gqa_groups_above_the_measured_run_the_fused_backward_under_given_fused_tiles_only():
     """kernel_config does not see the heads: the launcher's _fused_dkdv keeps its fused tile from GQA groups above
-    FUSED_MAX_GROUP (the ones measured, bench/NOTES.md "Session 2026-11-30b"), as FusedDq.max_group states; given
+    FUSED_MAX_GROUP (the ones measured, bench/NOTES.md "Session 2026-11-30b" and "30c"), as FusedDq.max_group states; given
     fused tiles run it at any group."""
     n, big = max(ka.FUSED_QUERIES, ka.FUSED_KEYS), ka.FUSED_MAX_GROUP + 1
     for group in range(1, ka.FUSED_MAX_GROUP + 1):

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Session 2026-11-30c's device calls (bench/NOTES.md "Session 2026-11-30c"). Each writes under $OUT and packs it into
+# $OUT/call.tgz (the device tool returns few files).
+#   bash bench/gpu_2026_11_30c.sh groups   # bench/fused_order.py at GQA 4 and 8, then test_gluon_forward + fused tests
+#   bash bench/gpu_2026_11_30c.sh tests    # tests/test_gluon_forward.py + test_gluon_fused_bwd.py on the GPU
+source "$(dirname "$0")/gpu_session.sh"  # set -uf, the environment, $O, device.txt, t0, pack, tests
+order() {  # order NAME CELLS GROUP LIMIT
+  timeout "$4" python3 bench/fused_order.py --rounds 3 --cells "$2" --group "$3" --out "$O/$1" 2>&1 | tee "$O/$1.log"
+  echo "$1 done at $((SECONDS - t0)) s"
+}
+case "${1:-}" in
+  groups)
+    order g4 4096,1024 4 150
+    order g8 4096,1024 8 150
+    tests $((570 - (SECONDS - t0))) tests/test_gluon_forward.py tests/test_gluon_fused_bwd.py ;;
+  tests) tests 500 tests/test_gluon_forward.py tests/test_gluon_fused_bwd.py ;;
+  *) echo "usage: $0 groups | tests"; exit 2 ;;
+esac
+echo "done at $((SECONDS - t0)) s"
+pack
