@@ -964,7 +964,7 @@ def compile_gluon_dkdv(dtype: str, d: int, band: bool, group: int, block_m: int,
                           dict(GROUP=group, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=128, STAGES=stages, BAND=band))
 
 
-def compile_gluon_fused(dtype: str, group: int, d: int = 64, block_m: int = 128, stages: int = 2):
+def compile_gluon_fused(dtype: str, group: int, d: int = 64, block_m: int = 128, stages: int = 2, band: bool = False):
     """Compile kernels/gluon_bwd_fused.py's backward for sm_90 as the launcher specializes it: gluon_dkdv_signature's
     eight descriptors without the band's offsets, the fp32 accumulator's descriptor (boxes of 64 rows) and the
     counters' pointer after them, `rotate` a runtime value (the launch passes 0 or 1: Triton specializes a 1)."""
@@ -974,9 +974,9 @@ def compile_gluon_fused(dtype: str, group: int, d: int = 64, block_m: int = 128,
     for name in ("off_lo", "off_hi", "sm_scale", "Nq", "Nk", "Hkv"):
         del sig[name]
     sig.update(acc_desc=f"tensordesc<fp32[1, {block_m // 2}, {d}],{gluon_bwd_fused.dq_stage_layout()!r}>",
-               Sem="*i32", sm_scale="fp32", Nq="i32", Nk="i32", Hkv="i32", rotate="i32")
+               Sem="*i32", sm_scale="fp32", Nq="i32", Nk="i32", Hkv="i32", rotate="i32", off_lo="i32", off_hi="i32")
     return _compile_gluon(gluon_bwd_fused.attn_bwd_fused_gluon_kernel, sig,
-                          dict(GROUP=group, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=128, STAGES=stages))
+                          dict(GROUP=group, HEAD_D=d, BLOCK_M=block_m, BLOCK_N=128, STAGES=stages, BAND=band))
 
 
 def sass_counts(ck, c7512: bool = False, sass: str | None = None) -> dict:

@@ -118,6 +118,24 @@ def _probabilities_t(k_smem, v_smem, q_smem, do_smem, lse_smem, qk_scale2, LSE_F
 
 
 @gluon.jit
+def _masked_t(pT, keys, queries, start_m, Nq, Nk, off_lo, off_hi, BAND: gl.constexpr, BLOCK_M: gl.constexpr,
+              s_layout: gl.constexpr):
+    """Pᵀ of a partial tile with its invisible entries 0: tiles.py `visible`, transposed (rows keys, columns queries
+    start_m + [0, BLOCK_M), `queries`: unbanded only, where the caller computes them): i < Nq, j < Nk,
+    i + off_lo <= j <= i + off_hi."""
+    if BAND:
+        # per key j an interval of queries, [j − off_hi, min(j − off_lo + 1, Nq)), empty for j >= Nk, taken relative
+        # to start_m (two comparisons an entry instead of four, and no register a column for the query index)
+        cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+        first = keys - off_hi - start_m
+        end = gl.where(keys < Nk, gl.minimum(keys - off_lo + 1, Nq) - start_m, first)
+        vis = (cols[None, :] >= first[:, None]) & (cols[None, :] < end[:, None])
+    else:
+        vis = (queries[None, :] < Nq) & (keys[:, None] < Nk)
+    return gl.where(vis, pT, 0.0)
+
+
+@gluon.jit
 def _tile(dk, dv, k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, keys, start_m, qk_scale2, Nq, Nk, off_lo,
           off_hi, MASKED: gl.constexpr, BAND: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
           s_layout: gl.constexpr, a_layout: gl.constexpr):
@@ -130,18 +148,7 @@ def _tile(dk, dv, k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, keys, s
     pT, dpT = _probabilities_t(k_smem, v_smem, q_smem, do_smem, lse_smem, qk_scale2, BLOCK_M <= 64, BLOCK_M,
                                s_layout)
     if MASKED:
-        # tiles.py `visible`, transposed (rows keys, columns queries): i < Nq, j < Nk, i + off_lo <= j <= i + off_hi
-        if BAND:
-            # per key j an interval of queries, [j − off_hi, min(j − off_lo + 1, Nq)), empty for j >= Nk, taken
-            # relative to start_m (two comparisons an entry instead of four, and no register a column for the
-            # query index)
-            cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-            first = keys - off_hi - start_m
-            end = gl.where(keys < Nk, gl.minimum(keys - off_lo + 1, Nq) - start_m, first)
-            vis = (cols[None, :] >= first[:, None]) & (cols[None, :] < end[:, None])
-        else:
-            vis = (queries[None, :] < Nq) & (keys[:, None] < Nk)
-        pT = gl.where(vis, pT, 0.0)
+        pT = _masked_t(pT, keys, queries, start_m, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M, s_layout)
     # dV = Pᵀ dO   /   dv[j,c] += Σ_i p[i,j] dO[i,c]
     p_op = gl.convert_layout(pT.to(dtype), a_layout)
     dv = warpgroup_mma(p_op, do_smem, dv, is_async=True)

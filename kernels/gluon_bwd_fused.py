@@ -49,8 +49,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                              warpgroup_mma_wait)
 
-from flashcheck.kernels.gluon_bwd import (HALF_N, _probabilities_t, _producer, _query_tiles, _write_dkdv,
-                                          rotated_start)
+from flashcheck.kernels.gluon_bwd import (HALF_N, _masked_t, _probabilities_t, _producer, _query_tiles,
+                                          _write_dkdv, rotated_start)
 from flashcheck.kernels.gluon_fwd import CONSUMER_REGS, LOG2E, _tma_store, barriers, cached_descriptor
 from flashcheck.kernels.tiles import partial_start
 
@@ -138,11 +138,11 @@ def _proxy_fence(x):
 
 
 @gluon.jit
-def _writer(Sem, acc_desc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq, start_n, Nq, Nk, rot,
-            rotate, GROUP: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr):
+def _writer(Sem, acc_desc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo, off_hi,
+            rot, rotate, GROUP: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, BAND: gl.constexpr):
     # one warp: each tile's two staged partials added by the TMA unit in the fixed order: its turn come (the partial
-    # tile: the higher key tiles have added; a full tile: full_tile_turn's count, or the same as the partial's
-    # without rotation), the reduce-adds issued, waited for until performed, then the counter released
+    # tile, or any without rotation: the higher key tiles that see it have added; a full tile rotated:
+    # full_tile_turn's count), the reduce-adds issued, waited for until performed, then the counter released
     ROWS: gl.constexpr = BLOCK_M // 2
     n_kt = (Nk + BLOCK_N - 1) // BLOCK_N
     rank = n_kt - 1 - start_n // BLOCK_N
@@ -150,14 +150,18 @@ def _writer(Sem, acc_desc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq,
     n_full = gl.maximum(Nq // BLOCK_M, 1)  # (unbanded: the full query tiles are [0, Nq // BLOCK_M) of every head)
     it = 0
     for g in range(GROUP):
-        off_h, n_partial, n_tiles, lo, f_lo, f_hi = _query_tiles(off_hkv, g, GROUP, start_n, Nq, Nk, 0, 0, False,
-                                                                 BLOCK_N, BLOCK_M)
+        off_h, n_partial, n_tiles, lo, f_lo, f_hi = _query_tiles(off_hkv, g, GROUP, start_n, Nq, Nk, off_lo, off_hi,
+                                                                 BAND, BLOCK_N, BLOCK_M)
         bh = off_b * Hq + off_h
         for t in range(n_tiles):
             start_m = rotated_start(t, n_partial, n_tiles, lo, f_lo, f_hi, rot, BLOCK_M)  # the consumers' order
             counter = Sem + bh * n_qt + start_m // BLOCK_M
-            turn = gl.where((t < n_partial) | (rotate == 0), rank,
-                            full_tile_turn(start_m // BLOCK_M, rank, n_full, n_kt))
+            if BAND:  # the key tiles that see query tile q are contiguous, up to the one that sees its last row
+                above = gl.minimum(n_kt - 1, (gl.minimum(start_m + BLOCK_M, Nq) - 1 + off_hi) // BLOCK_N)
+                turn = above - start_n // BLOCK_N
+            else:
+                turn = gl.where((t < n_partial) | (rotate == 0), rank,
+                                full_tile_turn(start_m // BLOCK_M, rank, n_full, n_kt))
             s = it % STAGE_SLOTS
             mbarrier.wait(stage_full.index(s), (it // STAGE_SLOTS) & 1)
             _wait_turn(counter, turn)
@@ -175,9 +179,10 @@ def _writer(Sem, acc_desc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq,
 
 @gluon.jit
 def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready, do_ready,
-          tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, keys, start_m, qk_scale2, Nq, Nk,
-          WG: gl.constexpr, MASKED: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
-          STAGES: gl.constexpr, s_layout: gl.constexpr, a_layout: gl.constexpr, dq_layout: gl.constexpr):
+          tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, keys, start_m, qk_scale2, Nq, Nk, off_lo,
+          off_hi, WG: gl.constexpr, MASKED: gl.constexpr, BAND: gl.constexpr, BLOCK_M: gl.constexpr,
+          HEAD_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr, a_layout: gl.constexpr,
+          dq_layout: gl.constexpr):
     """gluon_bwd `_ring_tile` (the same dK, dV arithmetic) plus this warpgroup's half of dQ's partial over the
     program's keys, staged for the writer."""
     dtype: gl.constexpr = q_ring.dtype
@@ -191,9 +196,9 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
     # sixteen wgmma steps), Pᵀ = exp2(min(S2ᵀ − LSE2, 0))
     pT, dpT = _probabilities_t(k_smem, v_smem, q_smem, do_smem, lse_ring.index(slot), qk_scale2, True, BLOCK_M,
                                s_layout)
-    if MASKED:  # unbanded: only the ragged tiles' rows past Nq and keys past Nk are invisible
+    if MASKED:  # unbanded: only the ragged tiles' rows past Nq and keys past Nk are invisible; banded: the band too
         queries = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-        pT = gl.where((queries[None, :] < Nq) & (keys[:, None] < Nk), pT, 0.0)
+        pT = _masked_t(pT, keys, queries, start_m, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M, s_layout)
     # dV = Pᵀ dO   /   dv[j,c] += Σ_i p[i,j] dO[i,c]
     p_op = gl.convert_layout(pT.to(dtype), a_layout)
     dv = warpgroup_mma(p_op, do_smem, dv, is_async=True)
@@ -236,8 +241,8 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
 @gluon.jit
 def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
               kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, sm_scale,
-              off_b, off_hkv, start_n, Nq, Nk, rot, GROUP: gl.constexpr, HEAD_D: gl.constexpr,
-              BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+              off_b, off_hkv, start_n, Nq, Nk, off_lo, off_hi, rot, GROUP: gl.constexpr, HEAD_D: gl.constexpr,
+              BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, BAND: gl.constexpr):
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_M, 16])
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -262,23 +267,24 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
     # loops its scalars spilled, 129 local instructions in the tile loops at GQA 2 (Triton 3.6; 88 unrolled, 34 at
     # GQA 1), and it ran 0.83x the two kernels (1.05-1.07x unrolled: bench/NOTES.md "Session 2026-11-30b")
     for g in gl.static_range(GROUP):
-        off_h, n_partial, n_tiles, lo, f_lo, f_hi = _query_tiles(off_hkv, g, GROUP, start_n, Nq, Nk, 0, 0, False,
-                                                                 BLOCK_N, BLOCK_M)
+        off_h, n_partial, n_tiles, lo, f_lo, f_hi = _query_tiles(off_hkv, g, GROUP, start_n, Nq, Nk, off_lo, off_hi,
+                                                                 BAND, BLOCK_N, BLOCK_M)
         # the partial tiles (masked), then the full ones: gluon_bwd's two loops
         for t in range(0, n_partial):
             dk, dv = _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready,
                            do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, keys,
-                           partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M), qk_scale2, Nq, Nk, WG, True,
-                           BLOCK_M, HEAD_D, STAGES, s_layout, a_layout, acc_layout)
+                           partial_start(t, None, lo, f_lo, f_hi, False, BLOCK_M), qk_scale2, Nq, Nk, off_lo, off_hi,
+                           WG, True, BAND, BLOCK_M, HEAD_D, STAGES, s_layout, a_layout, acc_layout)
             it += 1
         # the full tiles from the rot-th on, cyclically (gluon_bwd.rotated_start): f_lo = 0 unbanded
-        start_m = rot * BLOCK_M
-        end_m = (n_tiles - n_partial) * BLOCK_M
+        start_m = f_lo + rot * BLOCK_M
+        end_m = f_lo + (n_tiles - n_partial) * BLOCK_M  # f_hi
         for t in range(0, n_tiles - n_partial):
             dk, dv = _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ring, ds_smem, q_ready,
                            do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free, keys, start_m,
-                           qk_scale2, Nq, Nk, WG, False, BLOCK_M, HEAD_D, STAGES, s_layout, a_layout, acc_layout)
-            start_m = gl.where(start_m + BLOCK_M == end_m, 0, start_m + BLOCK_M)
+                           qk_scale2, Nq, Nk, off_lo, off_hi, WG, False, BAND, BLOCK_M, HEAD_D, STAGES, s_layout,
+                           a_layout, acc_layout)
+            start_m = gl.where(start_m + BLOCK_M == end_m, f_lo, start_m + BLOCK_M)
             it += 1
     # the other warpgroup's dQ products read both K halves until its last tile: wait for its last ds_free arrival
     # before this half is overwritten with dK
@@ -291,9 +297,9 @@ def _consumer(WG: gl.constexpr, dk_desc, dv_desc, k_halves, v_halves, q_ring, do
 @gluon.jit
 def attn_bwd_fused_gluon_kernel(
     q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc, acc_desc, Sem,
-    sm_scale, Nq, Nk, Hkv, rotate,
+    sm_scale, Nq, Nk, Hkv, rotate, off_lo, off_hi,
     GROUP: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr,
+    STAGES: gl.constexpr, BAND: gl.constexpr,
 ):
     gl.static_assert(BLOCK_N == 2 * HALF_N, "two consumer warpgroups of HALF_N keys each")
     gl.static_assert(HEAD_D == 64, "head dim 64: two stage slots of fp32 partials fit in shared memory there only")
@@ -333,13 +339,15 @@ def attn_bwd_fused_gluon_kernel(
     gl.warp_specialize([
         (_consumer, (0, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
                      kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free,
-                     sm_scale, off_b, off_hkv, start_n, Nq, Nk, rot, GROUP, HEAD_D, BLOCK_N, BLOCK_M, STAGES)),
+                     sm_scale, off_b, off_hkv, start_n, Nq, Nk, off_lo, off_hi, rot, GROUP, HEAD_D, BLOCK_N, BLOCK_M,
+                     STAGES, BAND)),
         (_consumer, (1, dk_desc, dv_desc, k_halves, v_halves, q_ring, do_ring, lse_ring, delta_ring, ds_smem,
                      kv_ready, q_ready, do_ready, tile_free, ds_full, ds_free, dq_stage, stage_full, stage_free,
-                     sm_scale, off_b, off_hkv, start_n, Nq, Nk, rot, GROUP, HEAD_D, BLOCK_N, BLOCK_M, STAGES)),
+                     sm_scale, off_b, off_hkv, start_n, Nq, Nk, off_lo, off_hi, rot, GROUP, HEAD_D, BLOCK_N, BLOCK_M,
+                     STAGES, BAND)),
         (_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, k_halves, v_halves, q_ring, do_ring,
                      lse_ring, delta_ring, kv_ready, q_ready, do_ready, tile_free, off_b, off_hkv, Hq, start_n, Nq, Nk,
-                     0, 0, rot, GROUP, False, BLOCK_N, BLOCK_M, STAGES, True)),
-        (_writer, (Sem, acc_desc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq, start_n, Nq, Nk, rot, rotate,
-                   GROUP, BLOCK_N, BLOCK_M)),
+                     off_lo, off_hi, rot, GROUP, BAND, BLOCK_N, BLOCK_M, STAGES, True)),
+        (_writer, (Sem, acc_desc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq, start_n, Nq, Nk, off_lo,
+                   off_hi, rot, rotate, GROUP, BLOCK_N, BLOCK_M, BAND)),
     ], [4, 1, 1], [CONSUMER_REGS, 24, 24])
