@@ -3,9 +3,10 @@
 # $OUT/call.tgz (the device tool returns few files).
 #   bash bench/gpu_2026_11_30c.sh groups   # bench/fused_order.py at GQA 4 and 8, then test_gluon_forward + fused tests
 #   bash bench/gpu_2026_11_30c.sh tests    # tests/test_gluon_forward.py + test_gluon_fused_bwd.py on the GPU
+#   bash bench/gpu_2026_11_30c.sh band     # branch fused-band: the banded fused kernel against the two kernels, causal
 source "$(dirname "$0")/gpu_session.sh"  # set -uf, the environment, $O, device.txt, t0, pack, tests
-order() {  # order NAME CELLS GROUP LIMIT
-  timeout "$4" python3 bench/fused_order.py --rounds 3 --cells "$2" --group "$3" --out "$O/$1" 2>&1 | tee "$O/$1.log"
+order() {  # order NAME CELLS 'GROUP [--causal]' LIMIT
+  timeout "$4" python3 bench/fused_order.py --rounds 3 --cells "$2" --group $3 --out "$O/$1" 2>&1 | tee "$O/$1.log"
   echo "$1 done at $((SECONDS - t0)) s"
 }
 case "${1:-}" in
@@ -13,8 +14,11 @@ case "${1:-}" in
     order g4 4096,1024 4 150
     order g8 4096,1024 8 150
     tests $((570 - (SECONDS - t0))) tests/test_gluon_forward.py tests/test_gluon_fused_bwd.py ;;
+  band)
+    order g1c 1024,2048,4096,8192,16384 "1 --causal" 330
+    order g2c 4096,1024 "2 --causal" 200 ;;
   tests) tests 500 tests/test_gluon_forward.py tests/test_gluon_fused_bwd.py ;;
-  *) echo "usage: $0 groups | tests"; exit 2 ;;
+  *) echo "usage: $0 groups | tests | band"; exit 2 ;;
 esac
 echo "done at $((SECONDS - t0)) s"
 pack

@@ -938,11 +938,11 @@ def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask
         grads = (q.like(), k.like(), v.like())
         pre, dkdv, dq = backward_launches(q, k, v, o, o, grads, save_res, dense, None, **kw)
         group = Hq // k.shape[1]
-        fused = asked and dense is None and not band and _fused_dkdv(d, dv, dtype, nq, nk, (), engine, group)
+        fused = asked and dense is None and _fused_dkdv(d, dv, dtype, nq, nk, (), engine, group, band)
         if fused:
             # the fused backward (on TMA-readable copies where these layouts are not: `_fused_backward`)
             return out + (pre, _gluon_fused_launch(Layout.dense(q.dtype, q.shape), Layout.dense(k.dtype, k.shape),
-                                                   fused))
+                                                   band, off_lo, off_hi, fused))
         if asked:
             g_dkdv, g_dq = _gluon_backward(q, k, v, o, *grads, dense is not None, False, band, (), False, engine)
             dkdv = dkdv if g_dkdv is None else _gluon_dkdv_launch(q, k, band, off_lo, off_hi, g_dkdv)
@@ -1348,7 +1348,7 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
     if fused:
         # the fused backward's sum is what the Precision states for this call: it runs, on TMA-readable copies of
         # the inputs where a stride or base is not (never triton_bwd's dQ loop, another sum)
-        return _fused_backward(q, k, v, do, lse, delta, scale, fused, dq, dk, dv_)
+        return _fused_backward(q, k, v, do, lse, delta, scale, band, off_lo, off_hi, fused, dq, dk, dv_)
     if asked and _gluon_device(q.device):
         lays = tuple(Layout.of(t) for t in (q, k, v, do, dq, dk, dv_))
         g_dkdv, g_dq = _gluon_backward(*lays, dense is not None, bool(sparse), band, tuple(tiles), _interpreting(),
@@ -1382,9 +1382,10 @@ def _fused_call(q, k, v, dense, sparse, band: bool, tiles: tuple, engine: str) -
     or kernel_config's for this call) fused (`fused_tiles`), unbanded, no dense or block-sparse mask, not in the
     interpreter; on a device that is not sm_90 such tiles are refused (ValueError), since triton_bwd's dQ loop is
     another sum than the one they state."""
-    if band or dense is not None or sparse or _interpreting():
+    if dense is not None or sparse or _interpreting():
         return None
-    t = _fused_dkdv(q.shape[3], v.shape[3], q.dtype, q.shape[2], k.shape[2], tiles, engine, q.shape[1] // k.shape[1])
+    t = _fused_dkdv(q.shape[3], v.shape[3], q.dtype, q.shape[2], k.shape[2], tiles, engine, q.shape[1] // k.shape[1],
+                    band)
     if t is None:
         return None
     if not _gluon_device(q.device):
@@ -1395,17 +1396,17 @@ def _fused_call(q, k, v, dense, sparse, band: bool, tiles: tuple, engine: str) -
 
 @functools.lru_cache(maxsize=1024)
 def _fused_dkdv(d: int, dv: int, dtype, nq: int, nk: int, tiles: tuple, engine: str,
-                group: int = 1) -> TileConfig | None:
+                group: int = 1, band: bool = False) -> TileConfig | None:
     """The dK/dV tile of the tiles an unbanded, unmasked call of this shape runs (given, or kernel_config's) where they
     are `fused_tiles`, else None: kernel_config's for GQA groups up to FUSED_MAX_GROUP only (kernel_config does not
     see the heads), given ones for any group."""
-    if group > FUSED_MAX_GROUP and not tiles:
+    if (group > FUSED_MAX_GROUP or band) and not tiles:
         return None
     cfg, _, _ = _tiles(d, dv, dtype, 0, 0, list(tiles), interpret=False, engine=engine, n_keys=nk, n_queries=nq)
     return cfg.dkdv if dv == d and fused_tiles(cfg, d, dtype) else None
 
 
-def _fused_backward(q, k, v, do, lse, delta, scale, t: TileConfig, dq, dk, dv):
+def _fused_backward(q, k, v, do, lse, delta, scale, band: bool, off_lo: int, off_hi: int, t: TileConfig, dq, dk, dv):
     """(dQ, dK, dV) of the fused backward (kernels/gluon_bwd_fused.py) over dK/dV tile t (`_fused_call`) into dq, dk,
     dv where TMA can write them (else new contiguous tensors), from TMA-readable copies of q, k, v, do where a stride
     or base is not: dK, dV from its
@@ -1420,9 +1421,10 @@ def _fused_backward(q, k, v, do, lse, delta, scale, t: TileConfig, dq, dk, dv):
     dq, dk, dv = (x if _gluon_tensors(Layout.of(x)) else torch.empty(x.shape, dtype=x.dtype, device=x.device)
                   for x in (dq, dk, dv))
     B, Hq, nq, d = q.shape
-    launch = _gluon_fused_launch(Layout.of(q), Layout.of(k), t, _tensor_sms(q))
-    # not zeroed: each query tile's first add is a store (gluon_bwd_fused _writer)
-    acc = torch.empty((B * Hq, nq, d), dtype=torch.float32, device=q.device)
+    launch = _gluon_fused_launch(Layout.of(q), Layout.of(k), band, off_lo, off_hi, t, _tensor_sms(q))
+    # unbanded, not zeroed: each query tile's first add is a store (gluon_bwd_fused _writer); under a band a query
+    # tile may be seen by no key tile (its rows' dQ 0)
+    acc = (torch.zeros if band else torch.empty)((B * Hq, nq, d), dtype=torch.float32, device=q.device)
     sem = torch.zeros(B * Hq * triton.cdiv(nq, t.block_m), dtype=torch.int32, device=q.device)
     half = t.block_n // 2
     _launch(gluon_bwd_fused.attn_bwd_fused_gluon_kernel, launch, gluon_fwd.descriptor(q, t.block_m),
@@ -1437,7 +1439,8 @@ def _fused_backward(q, k, v, do, lse, delta, scale, t: TileConfig, dq, dk, dv):
 
 
 @functools.lru_cache(maxsize=1024)
-def _gluon_fused_launch(q: Layout, k: Layout, t: TileConfig, sms: int | None = None) -> Launch:
+def _gluon_fused_launch(q: Layout, k: Layout, band: bool, off_lo: int, off_hi: int, t: TileConfig,
+                        sms: int | None = None) -> Launch:
     """gluon_bwd_fused's launch over the dK/dV tile t: eight TMA descriptors as gluon_bwd's dK/dV launch, the fp32
     accumulator's, the counters (one int32 per head and query tile of t.block_m rows), then sm_scale, N_q, N_k, H_kv
     and `rotate`: 1 where a head's key-tile programs are at most FUSED_ROTATE_KEY_TILES and `sms` (the device's
@@ -1446,11 +1449,12 @@ def _gluon_fused_launch(q: Layout, k: Layout, t: TileConfig, sms: int | None = N
     B, Hq, nq, d = q.shape
     Hkv, nk = k.shape[1], k.shape[2]
     n_kt = triton.cdiv(nk, t.block_n)
-    rotate = int(n_kt <= min(FUSED_ROTATE_KEY_TILES, _launch_sms(sms)))
+    rotate = int(not band and n_kt <= min(FUSED_ROTATE_KEY_TILES, _launch_sms(sms)))
     return Launch("attn_bwd_fused_gluon_kernel", (n_kt, B * Hkv),
-                  ((q.dtype, True),) * 6 + (("float32", True),) * 3 + (("int32", True),), (nq, nk, Hkv, rotate),
+                  ((q.dtype, True),) * 6 + (("float32", True),) * 3 + (("int32", True),),
+                  (nq, nk, Hkv, rotate, off_lo, off_hi),
                   (("GROUP", Hq // Hkv), ("HEAD_D", d), ("BLOCK_M", t.block_m), ("BLOCK_N", t.block_n),
-                   ("STAGES", t.num_stages)), 4, None)
+                   ("STAGES", t.num_stages), ("BAND", band)), 4, None)
 
 
 # --------------------------------------------------------------------------- custom ops

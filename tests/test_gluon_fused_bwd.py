@@ -129,7 +129,7 @@ def test_the_fused_launch_lists_the_kernel_arguments_in_order():
 
     q, kv = ka.Layout.dense("bfloat16", (2, 4, 300, 64)), ka.Layout.dense("bfloat16", (2, 2, 257, 64))
     g = _fused_tiles()
-    launch = ka._gluon_fused_launch(q, kv, g.dkdv)
+    launch = ka._gluon_fused_launch(q, kv, False, 0, 0, g.dkdv)
     assert ka._arguments_in_order(gluon_bwd_fused.attn_bwd_fused_gluon_kernel, launch, 11)
     assert launch.grid == (3, 4) and dict(launch.constexprs)["GROUP"] == 2, launch
 
@@ -154,10 +154,10 @@ def test_full_tile_turn_counts_the_key_tiles_that_add_before_each_in_the_rotated
 def test_the_fused_launch_rotates_only_where_a_heads_key_tile_programs_all_fit():
     q, kv = ka.Layout.dense("bfloat16", (1, 4, 4096, 64)), ka.Layout.dense("bfloat16", (1, 4, 4096, 64))
     t = _fused_tiles().dkdv
-    assert ka._gluon_fused_launch(q, kv, t, 132).ints[-1] == 1  # 32 key tiles
-    assert ka._gluon_fused_launch(q, kv, t, 16).ints[-1] == 0  # more than the SMs
+    assert ka._gluon_fused_launch(q, kv, False, 0, 0, t, 132).ints[3] == 1  # 32 key tiles
+    assert ka._gluon_fused_launch(q, kv, False, 0, 0, t, 16).ints[3] == 0  # more than the SMs
     long = ka.Layout.dense("bfloat16", (1, 4, 128 * (ka.FUSED_ROTATE_KEY_TILES + 1), 64))
-    assert ka._gluon_fused_launch(q, long, t, 100000).ints[-1] == 0
+    assert ka._gluon_fused_launch(q, long, False, 0, 0, t, 100000).ints[3] == 0
 
 
 def test_a_fused_tile_runs_the_fused_kernel_on_unbanded_unmasked_calls_only(monkeypatch):
