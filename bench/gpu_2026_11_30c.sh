@@ -4,6 +4,7 @@
 #   bash bench/gpu_2026_11_30c.sh groups   # bench/fused_order.py at GQA 4 and 8, then test_gluon_forward + fused tests
 #   bash bench/gpu_2026_11_30c.sh tests    # tests/test_gluon_forward.py + test_gluon_fused_bwd.py on the GPU
 #   bash bench/gpu_2026_11_30c.sh band     # branch fused-band: the banded fused kernel against the two kernels, causal
+#   bash bench/gpu_2026_11_30c.sh band2    # the same, and unbanded, after the reorder (dV issued after dS)
 source "$(dirname "$0")/gpu_session.sh"  # set -uf, the environment, $O, device.txt, t0, pack, tests
 order() {  # order NAME CELLS 'GROUP [--causal]' LIMIT
   timeout "$4" python3 bench/fused_order.py --rounds 3 --cells "$2" --group $3 --out "$O/$1" 2>&1 | tee "$O/$1.log"
@@ -17,8 +18,12 @@ case "${1:-}" in
   band)
     order g1c 1024,2048,4096,8192,16384 "1 --causal" 330
     order g2c 4096,1024 "2 --causal" 200 ;;
+  band2)
+    order g1 1024,4096,16384 1 150
+    order g1c 1024,4096,16384 "1 --causal" 150
+    order g2c 4096,1024 "2 --causal" 150 ;;
   tests) tests 500 tests/test_gluon_forward.py tests/test_gluon_fused_bwd.py ;;
-  *) echo "usage: $0 groups | tests | band"; exit 2 ;;
+  *) echo "usage: $0 groups | tests | band | band2"; exit 2 ;;
 esac
 echo "done at $((SECONDS - t0)) s"
 pack

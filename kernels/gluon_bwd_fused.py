@@ -199,14 +199,14 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
     if MASKED:  # unbanded: only the ragged tiles' rows past Nq and keys past Nk are invisible; banded: the band too
         queries = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
         pT = _masked_t(pT, keys, queries, start_m, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M, s_layout)
-    # dV = Pᵀ dO   /   dv[j,c] += Σ_i p[i,j] dO[i,c]
-    p_op = gl.convert_layout(pT.to(dtype), a_layout)
-    dv = warpgroup_mma(p_op, do_smem, dv, is_async=True)
-    dpT = warpgroup_mma_wait(1, deps=(dpT, ))
+    dpT = warpgroup_mma_wait(0, deps=(dpT, ))
     delta = delta_ring.index(slot).reshape([BLOCK_M]).load(gl.SliceLayout(0, s_layout))
     # dS = P ∘ (dP − Δ)   /   dS[i,j] = P[i,j] * (dP[i,j] − Δ[i]), rounded into the input format (dK's and dQ's
     # operand)
     ds16 = (pT * (dpT - delta[None, :])).to(dtype)
+    # dV = Pᵀ dO   /   dv[j,c] += Σ_i p[i,j] dO[i,c]
+    p_op = gl.convert_layout(pT.to(dtype), a_layout)
+    dv = warpgroup_mma(p_op, do_smem, dv, is_async=True)
     # dSᵀ's 64 rows of this warpgroup into the shared slot (its previous use's dQ products done with it)
     b = it % DS_SLOTS
     b_phase = (it // DS_SLOTS) & 1
