@@ -437,15 +437,16 @@ def ours_precision(dtype, dot_precision=None, *, head_dim=None, interpret=None, 
                       band_forward=forward_tile(a.block_k_band, a.block_q_fwd_band, band=True, n_keys=a.band_keys,
                                                 n_queries=a.band_keys),
                       band_keys=a.band_keys,
-                      # unbanded calls from this many queries and keys on: dQ summed in the dK/dV kernel (128-key
-                      # partials added in a fixed order, rotated up to fused_rotate_keys keys:
-                      # kernels/gluon_bwd_fused.py), for dv = d only (calls with another dv run the dQ kernel:
-                      # kernels/attention.py _fused_dkdv)
+                      # unbanded calls from this many queries and keys on (banded ones without a left edge from
+                      # fused_band_keys keys): dQ summed in the dK/dV kernel (128-key partials added in a fixed order,
+                      # rotated up to fused_rotate_keys keys when unbanded: kernels/gluon_bwd_fused.py), for dv = d
+                      # only (calls with another dv run the dQ kernel: kernels/attention.py _fused_dkdv)
                       fused_dq=None if a.fused_dq_keys is None else FusedDq(
                           queries=a.fused_dq_queries, keys=a.fused_dq_keys, block_k=a.block_k_dq_fused,
                           value_dim=head_dim or 64, rotate_keys=a.fused_rotate_keys or 0,
                           max_group=a.fused_dq_max_group,
-                          keys_at_most_queries=a.fused_dq_keys_at_most_queries),
+                          keys_at_most_queries=a.fused_dq_keys_at_most_queries,
+                          band_keys=a.fused_band_keys, band_max_group=a.fused_band_max_group),
                       accumulation="recursive", p_split=a.p_split, delta_from=a.delta_from, l_accumulate=a.l_accumulate,
                       tile_order="partial_first",  # kernels/tiles.py visits a ragged last key tile first
                       hardware=hw, ieee_fma_chain=fma_chain,

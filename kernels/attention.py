@@ -147,6 +147,12 @@ SHORT_KEYS = 1024
 FUSED_QUERIES = 1024
 FUSED_KEYS = 1024
 FUSED_MAX_GROUP = 8
+# ... and banded calls whose band has no left edge and reaches every key (`_fused_band`: causal; gluon_bwd_fused's
+# descending order needs no rotation there) from this many keys, N_k <= N_q, GQA groups up
+# to FUSED_BAND_MAX_GROUP, measured the same way ("Session 2026-11-30c"): causal N = 1k 0.975x, 4k 1.041x, 16k
+# 1.054x; GQA 2 4k 0.946x, 1k 0.83x (its banded loops spill)
+FUSED_BAND_KEYS = 2048
+FUSED_BAND_MAX_GROUP = 1
 GLUON_DQ = TileConfig(128, 64, 8, 3, heavy_first=True, gluon=True)  # gluon_bwd's dQ tile (kernel_config)
 # the fused backward's rotated order (gluon_bwd_fused) up to this many key tiles a head: its waits then go to later
 # programs too, so all of a head's must run at once (and the launcher checks the SM count: 64 is below every sm_90
@@ -218,11 +224,13 @@ def _interpreting() -> bool:
 
 def _fused_asked(head_dim: int, band: bool, n_queries: int | None, n_keys: int | None) -> bool:
     """Whether kernel_config gives the fused backward's dQ tile (TileConfig.fused) to a call in the Gluon kernels'
-    domain: head dim 64, unbanded, at least FUSED_QUERIES x FUSED_KEYS and no more keys than queries (n_queries None:
-    a masked call, or unknown), and a process whose CUDA device, if it has one, runs it (`_fused_device`). GQA groups
-    above FUSED_MAX_GROUP are kept out by the launcher (`_fused_dkdv`: kernel_config does not see the heads)."""
-    return (head_dim == 64 and not band and n_queries is not None and n_keys is not None
-            and n_queries >= FUSED_QUERIES and n_keys >= FUSED_KEYS and n_keys <= n_queries and _fused_device())
+    domain: head dim 64, at least FUSED_QUERIES x FUSED_KEYS (banded: FUSED_BAND_KEYS keys) and no more keys than
+    queries (n_queries None: a masked call, or unknown), and a process whose CUDA device, if it has one, runs it
+    (`_fused_device`). GQA groups above FUSED_MAX_GROUP (banded: FUSED_BAND_MAX_GROUP) and bands it does not take are
+    kept out by the launcher (`_fused_dkdv`: kernel_config sees neither the heads nor the band's offsets)."""
+    return (head_dim == 64 and n_queries is not None and n_keys is not None
+            and n_queries >= FUSED_QUERIES and n_keys >= (FUSED_BAND_KEYS if band else FUSED_KEYS)
+            and n_keys <= n_queries and _fused_device())
 
 
 @functools.lru_cache(maxsize=None)
@@ -355,7 +363,10 @@ class Arithmetic:
     fused_rotate_keys: those calls with at most this many keys take the rotated order (FUSED_ROTATE_KEY_TILES key
     tiles: each key tile's full query tiles from its own rank on, dQ's adds by (step, rank)), else None;
     fused_dq_max_group, fused_dq_keys_at_most_queries: under kernel_config's tiles the fused calls have GQA groups of
-    at most FUSED_MAX_GROUP and no more keys than queries (True); under given fused tiles any (None, False)."""
+    at most FUSED_MAX_GROUP and no more keys than queries (True); under given fused tiles any (None, False);
+    fused_band_keys, fused_band_max_group: banded calls whose band it takes (`_fused_band`) run it too from
+    this many keys (FUSED_BAND_KEYS; given fused tiles: 1) with GQA groups up to fused_band_max_group
+    (FUSED_BAND_MAX_GROUP; given: None, any), in the descending order (no rotation); None: no banded call."""
     input: str
     dot: str
     output: str
@@ -391,6 +402,8 @@ class Arithmetic:
     fused_rotate_keys: int | None = None
     fused_dq_max_group: int | None = None
     fused_dq_keys_at_most_queries: bool = False
+    fused_band_keys: int | None = None
+    fused_band_max_group: int | None = None
 
 
 def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None = None,
@@ -439,17 +452,22 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
     fused_cfg = tiles or (None if interpret else kernel_config(head_dim or 64, dtype, interpret=False,
                                                                precision=precision, n_keys=FUSED_KEYS,
                                                                n_queries=FUSED_QUERIES))
-    fused = None
+    fused = fused_band = None
     if not interpret and fused_cfg is not None and fused_tiles(fused_cfg, head_dim or 64, dtype):
         fused = (1, 1) if tiles else (FUSED_QUERIES, FUSED_KEYS)
         if (fused_cfg.dkdv.block_n, fused_cfg.dkdv.block_m) != ((long_bwd or (0, block_k_dkdv, block_q))[1:]):
             raise RuntimeError("the fused backward's dK/dV tile is not the long calls' (or the only) one, which no "
                                "Precision field states per call")
+        # banded calls (the bands `_fused_band` takes) from FUSED_BAND_KEYS keys, on the same dK/dV tile
+        band_cfg = tiles or kernel_config(head_dim or 64, dtype, interpret=False, precision=precision, band=True,
+                                          n_keys=FUSED_BAND_KEYS, n_queries=FUSED_BAND_KEYS)
+        if fused_tiles(band_cfg, head_dim or 64, dtype) and band_cfg.dkdv == fused_cfg.dkdv:
+            fused_band = (1, None) if tiles else (FUSED_BAND_KEYS, FUSED_BAND_MAX_GROUP)
     if block_mask is not None:  # its tile grid is every kernel's (_tiles: dq's block_n is its block_k too)
         block_k, block_q, block_k_dq = block_mask.block_k, block_mask.block_q, block_mask.block_k
         block_q_dq, block_k_dkdv = block_mask.block_q, block_mask.block_k
         block_q_fwd = block_mask.block_q
-        band = long = long_bwd = fused = short = short_bwd = band_keys = None
+        band = long = long_bwd = fused = fused_band = short = short_bwd = band_keys = None
     return Arithmetic(input=name, dot=dot, output=name, exp="libm" if interpret else "ex2.approx",
                       block_k=block_k, block_q=block_q, block_k_dq=block_k_dq, block_q_dq=block_q_dq,
                       block_k_dkdv=block_k_dkdv, block_q_fwd=block_q_fwd,
@@ -475,7 +493,9 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
                       block_k_dq_fused=None if fused is None else fused_cfg.dq.block_n,
                       fused_rotate_keys=None if fused is None else FUSED_ROTATE_KEY_TILES * fused_cfg.dkdv.block_n,
                       fused_dq_max_group=None if fused is None or tiles else FUSED_MAX_GROUP,
-                      fused_dq_keys_at_most_queries=fused is not None and not tiles)
+                      fused_dq_keys_at_most_queries=fused is not None and not tiles,
+                      fused_band_keys=None if fused_band is None else fused_band[0],
+                      fused_band_max_group=None if fused_band is None else fused_band[1])
 
 
 def _kind_tiles(kind: KernelConfig, cfg: KernelConfig, name: str) -> tuple[TileConfig | None, tuple | None]:
@@ -938,7 +958,8 @@ def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask
         grads = (q.like(), k.like(), v.like())
         pre, dkdv, dq = backward_launches(q, k, v, o, o, grads, save_res, dense, None, **kw)
         group = Hq // k.shape[1]
-        fused = asked and dense is None and _fused_dkdv(d, dv, dtype, nq, nk, (), engine, group, band)
+        fused = asked and dense is None and _fused_dkdv(d, dv, dtype, nq, nk, (), engine, group, band,
+                                                        _fused_band(band, off_lo, off_hi, nq, nk))
         if fused:
             # the fused backward (on TMA-readable copies where these layouts are not: `_fused_backward`)
             return out + (pre, _gluon_fused_launch(Layout.dense(q.dtype, q.shape), Layout.dense(k.dtype, k.shape),
@@ -1344,7 +1365,7 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
              else _gluon_asked(engine, max(q.shape[3], v.shape[3]), k.shape[2], band,
                                _query_count(q.shape[2], dense, sparse)))
     g_dkdv, g_dq = None, None
-    fused = asked and _fused_call(q, k, v, dense, sparse, band, tuple(tiles), engine)
+    fused = asked and _fused_call(q, k, v, dense, sparse, band, off_lo, off_hi, tuple(tiles), engine)
     if fused:
         # the fused backward's sum is what the Precision states for this call: it runs, on TMA-readable copies of
         # the inputs where a stride or base is not (never triton_bwd's dQ loop, another sum)
@@ -1377,15 +1398,15 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
     return dq, dk, dv_
 
 
-def _fused_call(q, k, v, dense, sparse, band: bool, tiles: tuple, engine: str) -> TileConfig | None:
+def _fused_call(q, k, v, dense, sparse, band: bool, off_lo: int, off_hi: int, tiles: tuple, engine: str) -> TileConfig | None:
     """The dK/dV tile of the fused kernel (gluon_bwd_fused) where this backward runs it, else None: its tiles (given,
-    or kernel_config's for this call) fused (`fused_tiles`), unbanded, no dense or block-sparse mask, not in the
-    interpreter; on a device that is not sm_90 such tiles are refused (ValueError), since triton_bwd's dQ loop is
-    another sum than the one they state."""
+    or kernel_config's for this call) fused (`fused_tiles`), unbanded or a band it takes (`_fused_band`),
+    no dense or block-sparse mask, not in the interpreter; on a device that is not sm_90 such tiles are refused
+    (ValueError), since triton_bwd's dQ loop is another sum than the one they state."""
     if dense is not None or sparse or _interpreting():
         return None
     t = _fused_dkdv(q.shape[3], v.shape[3], q.dtype, q.shape[2], k.shape[2], tiles, engine, q.shape[1] // k.shape[1],
-                    band)
+                    band, _fused_band(band, off_lo, off_hi, q.shape[2], k.shape[2]))
     if t is None:
         return None
     if not _gluon_device(q.device):
@@ -1394,15 +1415,28 @@ def _fused_call(q, k, v, dense, sparse, band: bool, tiles: tuple, engine: str) -
     return t
 
 
+def _fused_band(band: bool, off_lo: int, off_hi: int, nq: int, nk: int) -> bool:
+    """Whether a band (`_band`'s offsets) is one the fused backward takes: no left edge inside the problem (every query
+    row i sees key 0 or no key: i + off_lo <= 0 for i <= N_q − 1; the descending order's waits then follow the band)
+    and every key seen by some row (the last row sees the last key; a key tile that sees no row would visit a rounded
+    query tile without a turn in its order: band_tile_turn). Causal calls with N_k <= N_q, windows without a left
+    side whose right one reaches the last key. proofs' Precision.for_call decides by the same (precision.fused_band)."""
+    return band and off_lo <= 1 - nq and nq - 1 + off_hi >= nk - 1
+
+
 @functools.lru_cache(maxsize=1024)
 def _fused_dkdv(d: int, dv: int, dtype, nq: int, nk: int, tiles: tuple, engine: str,
-                group: int = 1, band: bool = False) -> TileConfig | None:
-    """The dK/dV tile of the tiles an unbanded, unmasked call of this shape runs (given, or kernel_config's) where they
-    are `fused_tiles`, else None: kernel_config's for GQA groups up to FUSED_MAX_GROUP only (kernel_config does not
-    see the heads), given ones for any group."""
-    if (group > FUSED_MAX_GROUP or band) and not tiles:
+                group: int = 1, band: bool = False, band_taken: bool = False) -> TileConfig | None:
+    """The dK/dV tile of the tiles an unmasked call of this shape runs (given, or kernel_config's) where they are
+    `fused_tiles`, else None; banded calls only with a band it takes (`band_taken`: `_fused_band`; the descending order's
+    waits then go along the band); kernel_config's for GQA groups up to FUSED_MAX_GROUP (banded: FUSED_BAND_MAX_GROUP)
+    only (kernel_config does not see the heads), given ones for any group."""
+    if band and not band_taken:
         return None
-    cfg, _, _ = _tiles(d, dv, dtype, 0, 0, list(tiles), interpret=False, engine=engine, n_keys=nk, n_queries=nq)
+    if group > (FUSED_BAND_MAX_GROUP if band else FUSED_MAX_GROUP) and not tiles:
+        return None
+    cfg, _, _ = _tiles(d, dv, dtype, 0, 0, list(tiles), interpret=False, band=band, engine=engine, n_keys=nk,
+                       n_queries=nq)
     return cfg.dkdv if dv == d and fused_tiles(cfg, d, dtype) else None
 
 

@@ -122,6 +122,18 @@ def full_tile_turn(q, rank, n_full, n_kt):
 
 
 @gluon.jit
+def band_tile_turn(start_m, start_n, Nq, n_kt, off_hi, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """How many key tiles add into the query tile at row start_m before the key tile at start_n does, under a band
+    (descending order: the highest first). The key tiles that see a query tile are contiguous (each row's visible
+    keys are an interval and consecutive rows' intervals touch), up to the one holding the tile's last row's last
+    visible key (clipped to the last key tile); so the turn is that tile's index minus this one's. Plain integer
+    arithmetic on non-negative values for a tile the key tile visits (tests/test_gluon_fused_bwd.py checks it against
+    the emulation's band ranges)."""
+    above = min(n_kt - 1, (min(start_m + BLOCK_M, Nq) - 1 + off_hi) // BLOCK_N)
+    return above - start_n // BLOCK_N
+
+
+@gluon.jit
 def _bulk_complete(x):
     """Until this thread's bulk copies have completed, their writes performed (`cp.async.bulk.wait_group 0`, not the
     `.read` form `tma.store_wait` lowers to), then a proxy fence between them (async proxy) and the generic proxy's
@@ -156,9 +168,8 @@ def _writer(Sem, acc_desc, dq_stage, stage_full, stage_free, off_b, off_hkv, Hq,
         for t in range(n_tiles):
             start_m = rotated_start(t, n_partial, n_tiles, lo, f_lo, f_hi, rot, BLOCK_M)  # the consumers' order
             counter = Sem + bh * n_qt + start_m // BLOCK_M
-            if BAND:  # the key tiles that see query tile q are contiguous, up to the one that sees its last row
-                above = gl.minimum(n_kt - 1, (gl.minimum(start_m + BLOCK_M, Nq) - 1 + off_hi) // BLOCK_N)
-                turn = above - start_n // BLOCK_N
+            if BAND:  # the higher key tiles that see the query tile
+                turn = band_tile_turn(start_m, start_n, Nq, n_kt, off_hi, BLOCK_M, BLOCK_N)
             else:
                 turn = gl.where((t < n_partial) | (rotate == 0), rank,
                                 full_tile_turn(start_m // BLOCK_M, rank, n_full, n_kt))

@@ -565,7 +565,8 @@ def rotated_add_ranks(q: int, n_kt: int, n_full: int) -> list:
 
 
 def fused_over_keys(S: torch.Tensor, K: torch.Tensor, block: int, k_step: int = 1, mma=None,
-                    ftz: bool = False, rotated_rows: int | None = None) -> torch.Tensor:
+                    ftz: bool = False, rotated_rows: int | None = None, band_rows: int | None = None,
+                    visible: torch.Tensor | None = None) -> torch.Tensor:
     """S @ K (S (B, H, Nq, Nk), K (B, H, Nk, d), every entry visible) as the fused backward sums dQ in its dK/dV kernel
     (Precision.fused_dq, dq_accumulation "blocked"; proofs/bounds.md sec. 8b): per key tile of `block` keys (the
     dK/dV program's; the last one ragged), T_j = ONE chain from a zero fp32 accumulator over the tile's keys in
@@ -576,18 +577,26 @@ def fused_over_keys(S: torch.Tensor, K: torch.Tensor, block: int, k_step: int = 
     ftz: each add flushes its subnormal operands and result to zero, as PTX's fp32 reduction adds (red / atom
     .add.f32) are documented to; the TMA reduce-add was measured not to (HardwareConstants.tma_add "nearest"): what
     the bound charges where that is not measured (precision._dq_tile_add_flush). rotated_rows: the rotated order over
-    query tiles of this many rows (rotated_add_ranks at each full one; the ragged query tile by rank, descending)."""
+    query tiles of this many rows (rotated_add_ranks at each full one; the ragged query tile by rank, descending).
+    band_rows, visible (a banded call, descending; visible broadcastable to S's shape): each query tile of band_rows
+    rows takes the partials of the key tiles with a visible entry in it only (the kernel's key tiles visit just those
+    query tiles), the first of them stored; a tile none sees keeps its zeros (the launcher's zeroed accumulator)."""
     n = S.shape[-1]
     acc = torch.zeros(S.shape[:-1] + (K.shape[-1],), dtype=S.dtype)
     starts = list(range(0, n, block))
     parts = [_dot_acc(S[..., j0:min(n, j0 + block)], K[..., j0:min(n, j0 + block), :], torch.zeros_like(acc),
                       "recursive", k_step, mma) for j0 in starts]
     n_kt, n_q = len(starts), S.shape[-2]
-    rows = n_q if rotated_rows is None else rotated_rows
+    if rotated_rows is not None and band_rows is not None:
+        raise ValueError("the fused kernel rotates unbanded calls only: rotated_rows or band_rows, not both")
+    rows = rotated_rows or band_rows or n_q
     n_full = n_q // rows
     for i0 in range(0, n_q, rows):
         q, i1 = i0 // rows, min(n_q, i0 + rows)
         ranks = rotated_add_ranks(q, n_kt, n_full) if rotated_rows is not None and q < n_full else range(n_kt)
+        if band_rows is not None:  # the key tiles that see this query tile, descending
+            ranks = [r for r in ranks if bool(visible[..., i0:i1, starts[n_kt - 1 - r]:starts[n_kt - 1 - r] + block]
+                                               .any())]
         for i, r in enumerate(ranks):
             part = parts[n_kt - 1 - r][..., i0:i1, :]
             if i > 0:  # the first partial stored, each later one added
@@ -652,7 +661,9 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     same). "blocked": dQ summed in the dK/dV kernel as the fused backward does (Precision.fused_dq, fused_over_keys):
     per key tile of block_k_dq keys one chain from zero, the tiles' partials summed in fp32 from the last tile down
     (the first stored), or in the rotated order (`rotated`), then the scale and the store. The fused kernel runs
-    unbanded calls only: no causal, no window side, no mask, no block mask. dq_ftz (blocked only): those adds flush subnormals (fused_over_keys' ftz).
+    unbanded calls and bands without a left edge that reach every key (precision.fused_band: causal; each
+    query tile of block_q rows then takes the partials of the key tiles that see it, descending), no mask, no block
+    mask. dq_ftz (blocked only): those adds flush subnormals (fused_over_keys' ftz).
     rotated (blocked only): the fused kernel's rotated order (Precision.dkdv_rotated): each key block of block_k_dkdv
     (rank r: the last block 0) takes its full query tiles from r mod n_full on, cyclically (dK, dV), and each full
     query tile of block_q rows takes the key tiles' dQ partials by (step, rank) (fused_over_keys' rotated_rows).
@@ -670,13 +681,17 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
     if rotated and dq_accumulation != "blocked":
         raise ValueError("rotated is the fused kernel's order: it needs dq_accumulation='blocked'")
     if dq_accumulation == "blocked":
-        from flashcheck.proofs.bounds.precision import is_band
+        from flashcheck.proofs.bounds.precision import fused_band, is_band
 
-        if is_band(causal, window) or mask is not None or block_mask is not None:
-            raise ValueError("dq_accumulation='blocked' is the fused kernel's dQ, which runs unbanded calls without "
-                             f"masks only (got causal={causal!r}, window={window!r}, "
+        if ((is_band(causal, window) and not fused_band(causal, window, q.shape[-2], k.shape[-2]))
+                or mask is not None or block_mask is not None):
+            raise ValueError("dq_accumulation='blocked' is the fused kernel's dQ, which runs unbanded calls and bands "
+                             "the fused kernel takes (precision.fused_band), without masks only (got "
+                             f"causal={causal!r}, window={window!r}, "
                              f"mask={'given' if mask is not None else None}, "
                              f"block_mask={'given' if block_mask is not None else None})")
+        if rotated and is_band(causal, window):
+            raise ValueError("rotated is the fused kernel's order on unbanded calls (a band's is descending)")
     pb = _problem(q, k, v, dtype, dot, scale, causal, window, mask, block_mask)
     _check_blocks(pb, block_q=block_q, block_q_dq=block_q_dq, block_k_dq=block_k_dq, block_k_dkdv=block_k_dkdv)
     tdt, acc_t, qk_scale, vis, sc = pb.tdt, pb.acc_t, pb.qk_scale, pb.vis, pb.sc
@@ -725,7 +740,9 @@ def fa2_backward(q, k, v, o, lse, do, *, dtype: str = "float16", dot: str = "fp1
                               group, rotated)
     dv = over_rows(pr, dop, key_walks, group, block_q, accumulation, ks, mma)
     if dq_accumulation == "blocked":  # dQ summed in the dK/dV kernel (the fused backward): tiles' partials, last first
-        dq = fused_over_keys(dsr, kt, block_k_dq, ks, mma, ftz=dq_ftz, rotated_rows=block_q if rotated else None)
+        banded = pb.band.on
+        dq = fused_over_keys(dsr, kt, block_k_dq, ks, mma, ftz=dq_ftz, rotated_rows=block_q if rotated else None,
+                             band_rows=block_q if banded else None, visible=vis if banded else None)
     else:  # dQ: each query block of block_q_dq (the dQ kernel's program) over its own key tiles in its order
         walks = _outer_visits(Nq, block_q_dq, Nk, block_k_dq, pb.band, pb.block_mask, "kv", (B, Hq))
         dq = over_keys(dsr, kt, walks, block_k_dq, dq_accumulation or accumulation, ks, mma)

@@ -274,13 +274,21 @@ def test_the_emulated_fused_sum_adds_the_tiles_from_the_last():
                 f"partials ({first}, 1, {last}), mma={m}: {got.item()!r}, want {want!r} (the last tile first)")
 
 
-def test_the_emulated_fused_dq_runs_unbanded_unmasked_calls_only():
-    q, k, v, do = _problem(nq=8, nk=40)
-    o, lse = fa2_forward(q, k, v, dtype="bfloat16", dot="bf16")
-    for kw in (dict(causal=True), dict(causal="bottom_right"), dict(window=(8, None)),
-               dict(mask=np.ones((1, 2, 8, 40), dtype=bool))):
-        with pytest.raises(ValueError, match="dq_accumulation"):
-            fa2_backward(q, k, v, o, lse, do, dtype="bfloat16", dot="bf16", dq_accumulation="blocked", **kw)
+def test_the_emulated_fused_dq_runs_unbanded_calls_and_the_bands_the_kernel_takes_only():
+    """As the kernel (kernels/attention.py _fused_band, precision.fused_band): unbanded calls, causal ones with N_k <=
+    N_q and windows whose left side reaches key 0 from every row and whose right one the last key run; a left edge
+    inside the problem, keys no row sees (top-left causal with N_k > N_q) or a mask are refused, and so is the rotated
+    order under a band (the kernel's is descending there)."""
+    for (nq, nk), kws in [((8, 40), (dict(causal=True), dict(window=(None, 3)))),
+                          ((40, 24), (dict(window=(6, None)), dict(causal=True, window=(2, 0)),
+                                      dict(mask=np.ones((1, 2, 40, 24), dtype=bool)), dict(causal=True, rotated=True)))]:
+        q, k, v, do = _problem(nq=nq, nk=nk)
+        o, lse = fa2_forward(q, k, v, dtype="bfloat16", dot="bf16")
+        for kw in kws:
+            with pytest.raises(ValueError, match="dq_accumulation|rotated"):
+                fa2_backward(q, k, v, o, lse, do, dtype="bfloat16", dot="bf16", dq_accumulation="blocked", **kw)
+    for kw in (dict(causal=True), dict(causal="bottom_right"), dict(window=(39, None)), dict(window=(None, 3))):
+        fa2_backward(q, k, v, o, lse, do, dtype="bfloat16", dot="bf16", dq_accumulation="blocked", **kw)
     with pytest.raises(ValueError, match="dq_accumulation"):
         fa2_backward(q, k, v, o, lse, do, dtype="bfloat16", dot="bf16", dq_accumulation="tree")
     with pytest.raises(ValueError, match="mma"):
@@ -434,7 +442,8 @@ def _buggy_sum(bug: str):
     """fused_over_keys with one planted bug: "dropped" (the second tile added, key tiles 1..., loses its partial),
     "twice" (that partial added twice), "scale_twice" (the sum scaled here too: fa2_backward scales it again),
     "bf16_partials" (each partial rounded to bfloat16 before its add: staged through a bf16 buffer)."""
-    def fused(S, K, block, k_step=1, mma=None, ftz=False, rotated_rows=None):  # ftz, rotated_rows: False, None here
+    def fused(S, K, block, k_step=1, mma=None, ftz=False, rotated_rows=None, band_rows=None,
+              visible=None):  # unbanded, descending here: ftz, rotated_rows, band_rows, visible unused
         n = S.shape[-1]
         acc = torch.zeros(S.shape[:-1] + (K.shape[-1],), dtype=S.dtype)
         for i, j0 in enumerate(reversed(range(0, n, block))):
@@ -498,3 +507,51 @@ def test_the_emulated_rotated_backward_is_within_both_bounds(family):
         for name, x, want, bound in zip(("dQ", "dK", "dV"), got, exact, (b.dq, b.dk, b.dv)):
             r = worst_ratio(np.abs(x - want), bound)
             assert r <= 1.0, f"{family} {kind}: rotated {name}'s error / bound {r:.3g}"
+
+
+# ---- banded calls (causal: a band without a left edge; kernels/gluon_bwd_fused.py in the descending order) --------
+
+@pytest.mark.parametrize("causal", [True, "bottom_right"])
+def test_the_emulated_banded_fused_backward_is_within_both_bounds(causal):
+    """The fused backward under a causal band (each query tile of 128 rows takes the partials of the key tiles that see
+    it, from the last down, the first stored; dK, dV in the dK/dV kernel's order: fa2_backward with the band) within
+    the worst-case and probabilistic bounds of the precision that states it (FusedDq.band_keys), dQ, dK and dV, bf16,
+    large logits, N_q = 400 (a ragged query tile), N_k = 300 (bottom-right: the first 100 rows see no key, their
+    query tile none of the key tiles: dQ exactly 0 there)."""
+    import dataclasses
+
+    xs = _inputs("large_logits", "bfloat16", 400, 300, 1, 1, 4)
+    q, k, v, do = xs
+    o, lse = fa2_forward(q, k, v, dtype="bfloat16", dot="bf16", mma="h100", causal=causal)
+    got = fa2_backward(q, k, v, o, lse, do, dtype="bfloat16", dot="bf16", dq_accumulation="blocked", block_k_dq=TILE,
+                       block_q=TILE, block_k_dkdv=TILE, block_q_dq=TILE, mma="h100", causal=causal)
+    two = fa2_backward(q, k, v, o, lse, do, dtype="bfloat16", dot="bf16", block_k_dq=TILE, block_q=TILE,
+                       block_k_dkdv=TILE, block_q_dq=TILE, mma="h100", causal=causal)
+    assert all(np.array_equal(a, b) for a, b in zip(got[1:], two[1:])), "dK, dV are not the dK/dV kernel's"
+    if causal == "bottom_right":
+        assert not np.any(got[0][..., :100, :]), "rows that see no key: dQ not 0"
+    O, L = attention(q, k, v, causal=causal)
+    exact = attention_backward(q, k, v, O, L, do, causal=causal)
+    pr = Precision("bfloat16", "bf16", exp="libm", block_q=TILE, block_k_dkdv=TILE, block_q_dq=TILE,
+                   fused_dq=dataclasses.replace(FUSED, band_keys=1))
+    assert pr.for_call(causal, None, 300, 400).dq_accumulation == "blocked"
+    for kind in KINDS:
+        b = backward_bound(*xs, precision=pr, kind=kind, causal=causal)
+        for name, x, want, bound in zip(("dQ", "dK", "dV"), got, exact, (b.dq, b.dk, b.dv)):
+            r = worst_ratio(np.abs(x - want), bound)
+            assert r <= 1.0, f"{causal} {kind}: banded fused {name}'s error / bound {r:.3g}"
+
+
+def test_the_emulated_banded_fused_sum_adds_only_the_key_tiles_that_see_a_query_tile():
+    """fused_over_keys under a band takes a query tile's partials from the key tiles with a visible entry in it only
+    (the kernel's key tiles visit no other query tile): entries of S where `visible` says no key tile sees the query
+    tile leave no trace, a query tile none sees keeps its zeros. Query tiles of 2 rows, key tiles of 2 keys (4 x 4),
+    S all ones (the caller's dS is zero where invisible; ones here show what is read), K = 1, 2, 4, 8."""
+    S = torch.ones((1, 1, 4, 4))
+    K = torch.tensor([1.0, 2.0, 4.0, 8.0]).reshape(1, 1, 4, 1)
+    causal = torch.tril(torch.ones(4, 4, dtype=torch.bool))  # query tile 0 sees key tile 0; tile 1 both
+    got = emulation.fused_over_keys(S, K, 2, band_rows=2, visible=causal)[..., 0]
+    assert got.tolist() == [[[3.0, 3.0, 15.0, 15.0]]], got
+    none = torch.zeros(4, 4, dtype=torch.bool)
+    assert not emulation.fused_over_keys(S, K, 2, band_rows=2, visible=none).any()
+    assert emulation.fused_over_keys(S, K, 2)[..., 0].tolist() == [[[15.0] * 4]]  # unbanded: every tile

@@ -101,8 +101,8 @@ def test_ours_precision_states_the_fused_dq_sum_for_the_calls_that_run_it():
     p = ours_precision(torch.bfloat16, head_dim=64, interpret=False)
     rotate = ka.FUSED_ROTATE_KEY_TILES * 128
     assert p.fused_dq == FusedDq(queries=ka.FUSED_QUERIES, keys=ka.FUSED_KEYS, block_k=128, value_dim=64,
-                                 rotate_keys=rotate, max_group=ka.FUSED_MAX_GROUP, keys_at_most_queries=True), (
-        p.fused_dq)
+                                 rotate_keys=rotate, max_group=ka.FUSED_MAX_GROUP, keys_at_most_queries=True,
+                                 band_keys=ka.FUSED_BAND_KEYS, band_max_group=ka.FUSED_BAND_MAX_GROUP), p.fused_dq
     n = ka.FUSED_KEYS
     fused = p.for_call(False, None, n, n, 64, 1)
     assert (fused.dq_accumulation, fused.dq_key_tile) == ("blocked", 128), fused
@@ -112,8 +112,19 @@ def test_ours_precision_states_the_fused_dq_sum_for_the_calls_that_run_it():
     assert (p.for_call(False, None, longer, longer, 64, 1).dkdv_rotated,
             p.for_call(False, None, rotate, rotate, 64, 1).dkdv_rotated) == (False, True)
     assert fused.block_k == 128 and fused.block_k_dkdv == 128  # the long calls' forward and dK/dV tiles
+    # causal calls (bands without a left edge) from FUSED_BAND_KEYS keys, GQA groups up to FUSED_BAND_MAX_GROUP, in the
+    # descending order (the dK/dV kernel's chains)
+    nb = ka.FUSED_BAND_KEYS
+    for causal, window in [(True, None), ("bottom_right", None), (False, (None, 0)), (True, (nb, None))]:
+        banded = p.for_call(causal, window, nb, nb, 64, ka.FUSED_BAND_MAX_GROUP)
+        assert (banded.dq_accumulation, banded.dq_key_tile, banded.dkdv_rotated) == ("blocked", 128, False), (
+            causal, window, banded)
     # the kernel runs the fused form for dv = d only (_fused_dkdv): another dv, or none given, is the dQ kernel's sum
-    for what, call in [("causal", p.for_call(True, None, n, n, 64)),
+    for what, call in [("causal, no group", p.for_call(True, None, nb, nb, 64)),
+                       ("causal, fewer keys", p.for_call(True, None, nb - 1, nb, 64, 1)),
+                       ("causal, larger GQA", p.for_call(True, None, nb, nb, 64, ka.FUSED_BAND_MAX_GROUP + 1)),
+                       ("a left window edge", p.for_call(True, (nb - 2, None), nb, nb, 64, 1)),
+                       ("causal, more keys than queries", p.for_call("bottom_right", None, nb + 1, nb, 64, 1)),
                        ("fewer queries", p.for_call(False, None, n, n - 1, 64)),
                        ("no query count", p.for_call(False, None, n)), ("dv 32", p.for_call(False, None, n, n, 32)),
                        ("no dv", p.for_call(False, None, n, n)),
@@ -151,6 +162,57 @@ def test_full_tile_turn_counts_the_key_tiles_that_add_before_each_in_the_rotated
                 assert got == list(range(n_kt)), f"n_full {n_full}, n_kt {n_kt}, query tile {q}: turns {got}"
 
 
+BAND_SHAPES = [(9, 9), (16, 7), (13, 10), (5, 17), (12, 12)]
+BANDS = [(True, None), ("bottom_right", None), (False, (None, 2)), (False, (3, 1)), ("bottom_right", (5, None)),
+         (False, (0, 0)), (True, (None, 3)), (False, (None, 30))]
+
+
+def test_the_launcher_and_the_precision_take_the_same_bands():
+    """attention._fused_band (on the kernel's offsets) and precision.fused_band (on the call's arguments) agree on
+    every band and shape here, and each takes and refuses some."""
+    from flashcheck.proofs.bounds.precision import fused_band
+
+    seen = set()
+    for nq, nk in BAND_SHAPES:
+        for causal, window in BANDS:
+            want = fused_band(causal, window, nq, nk)
+            got = ka._fused_band(*ka._band(causal, window, nq, nk), nq, nk)
+            assert got == want, f"N_q {nq}, N_k {nk}, causal {causal}, window {window}: launcher {got}, Precision {want}"
+            seen.add(got)
+    assert seen == {True, False}
+
+
+def test_band_tile_turn_counts_the_higher_key_tiles_that_see_each_query_tile():
+    """gluon_bwd_fused.band_tile_turn (the writer's wait target under a band, plain integer arithmetic) against the
+    order it states, on every band the launcher gives the kernel (attention._fused_band): each query tile takes the
+    partials of the key tiles that visit it (the emulation's port of kernels/tiles.py band ranges, the dK/dV kernel's)
+    from the highest down; every count from 0 on once a query tile. Causal both alignments, windows without a left
+    edge, ragged N_q and N_k, tiles of 4 x 4. (Where a key tile sees no row, its rounded range still visits a query
+    tile, with a turn of -1: those bands are not taken.)"""
+    from flashcheck.kernels.gluon_bwd_fused import band_tile_turn
+    from flashcheck.proofs.emulation import _Band, _band_range
+
+    turn, bm, bn = band_tile_turn.fn, 4, 4
+    taken = 0
+    for nq, nk in BAND_SHAPES:
+        for causal, window in BANDS:
+            if not ka._fused_band(*ka._band(causal, window, nq, nk), nq, nk):
+                continue
+            taken += 1
+            band = _Band.of(causal, window, nq, nk)
+            n_kt = -(-nk // bn)
+            seen = {}  # query tile start -> key tile starts that visit it
+            for j0 in range(0, nk, bn):
+                lo, _, _, hi = _band_range(j0, min(j0 + bn, nk), nq, band.transposed(), bm)
+                for m0 in range(lo, hi, bm):
+                    seen.setdefault(m0, []).append(j0)
+            for m0, starts in seen.items():
+                got = [turn(m0, j0, nq, n_kt, band.off_hi, bm, bn) for j0 in sorted(starts, reverse=True)]
+                assert got == list(range(len(starts))), (
+                    f"N_q {nq}, N_k {nk}, causal {causal}, window {window}, query tile {m0}: turns {got}")
+    assert taken >= 10, taken
+
+
 def test_the_fused_launch_rotates_only_where_a_heads_key_tile_programs_all_fit():
     q, kv = ka.Layout.dense("bfloat16", (1, 4, 4096, 64)), ka.Layout.dense("bfloat16", (1, 4, 4096, 64))
     t = _fused_tiles().dkdv
@@ -160,9 +222,10 @@ def test_the_fused_launch_rotates_only_where_a_heads_key_tile_programs_all_fit()
     assert ka._gluon_fused_launch(q, long, False, 0, 0, t, 100000).ints[3] == 0
 
 
-def test_a_fused_tile_runs_the_fused_kernel_on_unbanded_unmasked_calls_only(monkeypatch):
+def test_a_fused_tile_runs_the_fused_kernel_on_unmasked_calls_unbanded_or_with_a_band_it_takes_only(monkeypatch):
     """Simulated on the CPU (the device check says sm_90, nothing runs): the fused tiles' unbanded call launches the
-    fused kernel alone after the preprocess; a banded call the two Gluon kernels with the same dQ tile (what the
+    fused kernel alone after the preprocess, and so does a causal one (a band without a left edge: BAND, the
+    descending order, rotate 0); a window with a left edge the two Gluon kernels with the same dQ tile (what the
     Precision's for_call states there: the dQ kernel's chain over 128-key tiles); another device is refused."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setattr(ka, "_gluon_device", lambda device: True)
@@ -172,13 +235,17 @@ def test_a_fused_tile_runs_the_fused_kernel_on_unbanded_unmasked_calls_only(monk
     k, v = (torch.randn(1, 2, 200, 64, dtype=torch.bfloat16) for _ in range(2))
     lse = torch.zeros(1, 4, 130)
     tiles = _fused_tiles().flat()
-    for causal, want in [(False, ["attn_bwd_preprocess_kernel", "attn_bwd_fused_gluon_kernel"]),
-                         ("bottom_right", ["attn_bwd_preprocess_kernel", "attn_bwd_dkdv_gluon_kernel",
-                                           "attn_bwd_dq_gluon_kernel"])]:
+    fused = ["attn_bwd_preprocess_kernel", "attn_bwd_fused_gluon_kernel"]
+    for causal, window, want in [(False, None, fused), ("bottom_right", None, fused),
+                                 ("bottom_right", (100, None), ["attn_bwd_preprocess_kernel",
+                                                                "attn_bwd_dkdv_gluon_kernel",
+                                                                "attn_bwd_dq_gluon_kernel"])]:
         made.clear()
-        band = ka._band(causal, None, 130, 200)
+        band = ka._band(causal, window, 130, 200)
         ka._bwd_impl(q, k, v, q, None, lse, do, None, None, [], 0.125, *band, 0, 0, "bf16", tiles)
-        assert [x.kernel for x in made] == want, (causal, made)
+        assert [x.kernel for x in made] == want, (causal, window, made)
+        if want == fused:
+            assert dict(made[-1].constexprs)["BAND"] == bool(causal) and made[-1].ints[3] == int(not causal), made
     assert dict(made[-1].constexprs)["BLOCK_N"] == 128  # the dQ kernel over 128-key tiles
     monkeypatch.setattr(ka, "_gluon_device", lambda device: False)
     with pytest.raises(ValueError, match="tiles: a fused dQ tile"):

@@ -136,9 +136,14 @@ class FusedDq:
     so that no two key tiles add into one query tile at one step; each full query tile then takes the partials by
     (step, rank) (kernels/gluon_bwd_fused.py full_tile_turn; the ragged one still descending): the dQ bound is
     order-free, the dK/dV chains follow each key block's rotated order. max_group: the largest GQA group it runs for
-    (ours under kernel_config's tiles: 2, larger groups run the two kernels), None: any (for_call then needs no group);
+    (ours under kernel_config's tiles: 8, larger groups run the two kernels), None: any (for_call then needs no group);
     keys_at_most_queries: only calls with N_k <= N_q (ours under kernel_config's tiles: with more keys than queries
-    each query tile's chain of adds is longer than its programs' work)."""
+    each query tile's chain of adds is longer than its programs' work).
+    band_keys: banded calls whose band the kernel takes (fused_band: causal, or a window without a left side) run
+    it too from this many keys (with the same queries, value_dim and keys_at_most_queries conditions), in the
+    descending order (never rotated: the dK/dV chains are the dK/dV kernel's), each query tile's partials from the
+    key tiles that see it only (the first of them stored: a tile no key tile sees keeps dQ = 0); None: no banded
+    call. band_max_group: those calls' largest GQA group (ours: 1), None: any."""
     queries: int
     keys: int
     block_k: int
@@ -146,10 +151,12 @@ class FusedDq:
     rotate_keys: int = 0
     max_group: int | None = None
     keys_at_most_queries: bool = False
+    band_keys: int | None = None
+    band_max_group: int | None = None
 
     def __post_init__(self):
-        for name in ("queries", "keys", "block_k", "value_dim", "max_group"):
-            b, optional = getattr(self, name), name in ("value_dim", "max_group")
+        for name in ("queries", "keys", "block_k", "value_dim", "max_group", "band_keys", "band_max_group"):
+            b, optional = getattr(self, name), name in ("value_dim", "max_group", "band_keys", "band_max_group")
             if (b is not None or not optional) and (not isinstance(b, int) or isinstance(b, bool) or b < 1):
                 raise ValueError(f"FusedDq.{name} must be a positive int{' or None' if optional else ''}, got {b!r}")
         if not isinstance(self.keys_at_most_queries, bool):
@@ -163,6 +170,24 @@ def is_band(causal, window) -> bool:
     causal given (True, "top_left", "bottom_right"; numpy bools by their value, as check_causal admits them), or a
     window with a side given. The emulation's band (proofs/emulation.py _Band.of) decides by it too."""
     return bool(causal) or (window is not None and any(side is not None for side in window))
+
+
+def fused_band(causal, window, Nq: int, Nk: int) -> bool:
+    """Whether a banded call's band (is_band) is one the fused backward takes: with the kernels' offsets
+    (flashcheck.kernels.attention._band; proofs/emulation.py _Band.of), no left edge inside the problem (i + off_lo <=
+    0 for every query row i < Nq: each row sees key 0 or no key) and every key seen by some row (the last row sees the
+    last key: Nq − 1 + off_hi >= Nk − 1; a key tile that sees no row would take no turn in its order). Causal calls
+    with Nk <= Nq (either alignment; bottom-right any), windows without a left side (or one past key 0 from the last
+    row) whose right side reaches the last key. The launcher decides by the same (attention._fused_band)."""
+    if not is_band(causal, window):
+        return False
+    left, right = (None, None) if window is None else window
+    if causal:
+        right = 0 if right is None else min(right, 0)
+    off, big = (Nk - Nq if causal == "bottom_right" else 0), Nq + Nk + 1
+    off_lo = off - (big if left is None else min(left, big))
+    off_hi = off + (big if right is None else min(right, big))
+    return off_lo <= 1 - Nq and Nq - 1 + off_hi >= Nk - 1
 
 
 @dataclass(frozen=True)
@@ -492,7 +517,8 @@ class Precision:
     def for_call(self, causal, window, Nk: int, Nq: int | None = None, Dv: int | None = None,
                  group: int | None = None) -> "Precision":
         """This precision for a call with these causal / window arguments, Nk keys, Nq queries (None: a call with a
-        dense mask), V head dim Dv and GQA group size `group` (query heads a kv head): with a long_forward stated, the call unmasked (Nq given) and Nk >= long_keys,
+        dense mask), V head dim Dv and GQA group size `group` (query heads a kv head): with a long_forward stated,
+        the call unmasked (Nq given) and Nk >= long_keys,
         the forward's tile fields are the long tile's, and the backward's outer blocks where it states them (as
         `banded` substitutes the band's; the band tile then no longer applies); otherwise, with a short_forward
         stated, the call unbanded (`is_band`) and unmasked (Nq given) and Nk >= short_keys, the forward's tile fields
@@ -500,9 +526,10 @@ class Precision:
         window)` where no band_keys is stated or the call is unmasked with Nk >= band_keys (else itself). Then, with
         a fused_dq stated, Nq given, Nq >= fused_dq.queries, Nk >= fused_dq.keys, Dv = fused_dq.value_dim and
         group <= fused_dq.max_group where those are stated, Nk <= Nq where fused_dq.keys_at_most_queries, and the
-        call not banded (`is_band`): dQ summed in the dK/dV kernel, dq_accumulation "blocked" over key tiles of
-        fused_dq.block_k (block_k_dq), fused_dq cleared, and dkdv_rotated where Nk <= fused_dq.rotate_keys. The bounds
-        take it first, before `fitted`."""
+        call not banded (`is_band`), or banded with fused_dq.band_keys stated, the band one it takes
+        (`fused_band`), Nk >= band_keys and group <= band_max_group where stated: dQ summed in the dK/dV kernel,
+        dq_accumulation "blocked" over key tiles of fused_dq.block_k (block_k_dq), fused_dq cleared, and dkdv_rotated
+        where the call is unbanded and Nk <= fused_dq.rotate_keys. The bounds take it first, before `fitted`."""
         b, s = self.long_forward, self.short_forward
         spent = dict(band_forward=None, band_keys=None, long_forward=None, long_keys=None, short_forward=None,
                      short_keys=None)
@@ -516,16 +543,20 @@ class Precision:
         else:
             p = self
         f = self.fused_dq
-        if f is None or Nq is None or Nq < f.queries or Nk < f.keys or is_band(causal, window):
+        if f is None or Nq is None or Nq < f.queries or Nk < f.keys:
+            return p
+        band = is_band(causal, window)
+        if band and (f.band_keys is None or Nk < f.band_keys or not fused_band(causal, window, Nq, Nk)):
             return p
         if f.value_dim is not None and Dv != f.value_dim:  # not the fused kernel's dv (or none given)
             return p
-        if f.max_group is not None and (group is None or group > f.max_group):  # a larger GQA group, or none given
+        most = f.band_max_group if band else f.max_group
+        if most is not None and (group is None or group > most):  # a larger GQA group, or none given
             return p
         if f.keys_at_most_queries and Nk > Nq:
             return p
         return replace(p, dq_accumulation="blocked", block_k_dq=f.block_k, fused_dq=None,
-                       dkdv_rotated=Nk <= f.rotate_keys)
+                       dkdv_rotated=not band and Nk <= f.rotate_keys)
 
     def _with_forward(self, b: BandForward, **spent) -> "Precision":
         """This precision with b's forward tile fields (block_k, block_q_fwd, rowsum_depth; lg2_known only where b's
