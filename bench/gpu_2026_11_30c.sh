@@ -5,6 +5,9 @@
 #   bash bench/gpu_2026_11_30c.sh tests    # tests/test_gluon_forward.py + test_gluon_fused_bwd.py on the GPU
 #   bash bench/gpu_2026_11_30c.sh band     # branch fused-band: the banded fused kernel against the two kernels, causal
 #   bash bench/gpu_2026_11_30c.sh band2    # the same, and unbanded, after the reorder (dV issued after dS)
+#   bash bench/gpu_2026_11_30c.sh check    # causal fused_order 1k-8k, then the fused and Gluon GPU tests
+#   bash bench/gpu_2026_11_30c.sh suite    # the other GPU tests that run d = 64 backwards, as long as the call allows
+#   bash bench/gpu_2026_11_30c.sh table    # issue 10's table (ours, cuDNN, SDPA flash)
 source "$(dirname "$0")/gpu_session.sh"  # set -uf, the environment, $O, device.txt, t0, pack, tests
 order() {  # order NAME CELLS 'GROUP [--causal]' LIMIT
   timeout "$4" python3 bench/fused_order.py --rounds 3 --cells "$2" --group $3 --out "$O/$1" 2>&1 | tee "$O/$1.log"
@@ -22,8 +25,16 @@ case "${1:-}" in
     order g1 1024,4096,16384 1 150
     order g1c 1024,4096,16384 "1 --causal" 150
     order g2c 4096,1024 "2 --causal" 150 ;;
+  check)
+    order g1c 1024,2048,4096,8192 "1 --causal" 120
+    tests $((560 - (SECONDS - t0))) tests/test_gluon_fused_bwd.py tests/test_gluon_forward.py ;;
+  suite) tests $((${LIMIT:-560} - (SECONDS - t0))) tests/test_bounds_structured.py tests/test_kernel_gpu.py \
+           tests/test_validate_gpu.py tests/test_audit.py tests/test_rowsum_depth.py ;;
+  table)
+    timeout 220 python3 bench/run.py --grid table --dtype bfloat16 --backends ours,torch-sdpa-cudnn,torch-sdpa-flash \
+      --rounds 2 --no-memory --out "$O/table" 2>&1 | grep -v "^bench:" | tail -40 | tee "$O/table.log" ;;
   tests) tests 500 tests/test_gluon_forward.py tests/test_gluon_fused_bwd.py ;;
-  *) echo "usage: $0 groups | tests | band | band2"; exit 2 ;;
+  *) echo "usage: $0 groups | tests | band | band2 | check | suite | table"; exit 2 ;;
 esac
 echo "done at $((SECONDS - t0)) s"
 pack
