@@ -8,6 +8,7 @@
 #   bash bench/gpu_2026_11_30c.sh check    # causal fused_order 1k-8k, then the fused and Gluon GPU tests
 #   bash bench/gpu_2026_11_30c.sh suite    # the other GPU tests that run d = 64 backwards, as long as the call allows
 #   bash bench/gpu_2026_11_30c.sh table    # issue 10's table (ours, cuDNN, SDPA flash)
+#   bash bench/gpu_2026_11_30c.sh attack   # bench/bounds_attack.py on the banded fused kernel, causal N = 2048
 source "$(dirname "$0")/gpu_session.sh"  # set -uf, the environment, $O, device.txt, t0, pack, tests
 order() {  # order NAME CELLS 'GROUP [--causal]' LIMIT
   timeout "$4" python3 bench/fused_order.py --rounds 3 --cells "$2" --group $3 --out "$O/$1" 2>&1 | tee "$O/$1.log"
@@ -33,8 +34,12 @@ case "${1:-}" in
   table)
     timeout 220 python3 bench/run.py --grid table --dtype bfloat16 --backends ours,torch-sdpa-cudnn,torch-sdpa-flash \
       --rounds 2 --no-memory --out "$O/table" 2>&1 | grep -v "^bench:" | tail -40 | tee "$O/table.log" ;;
+  attack)  # the banded fused kernel (given fused tiles) against the bounds, causal, 7 families x bf16 / fp16
+    timeout 430 python3 bench/bounds_attack.py --source kernel --device cuda --workers 14 --seeds 0 --d 64 --nk 2048 \
+      --nq 2048 --fused-dq --causal top_left --precisions bfloat16:bf16 float16:fp16 --out "$O/attack/attack.jsonl" \
+      --table "$O/attack/table.md" 2>&1 | tail -5 ;;
   tests) tests 500 tests/test_gluon_forward.py tests/test_gluon_fused_bwd.py ;;
-  *) echo "usage: $0 groups | tests | band | band2 | check | suite | table"; exit 2 ;;
+  *) echo "usage: $0 groups | tests | band | band2 | check | suite | table | attack"; exit 2 ;;
 esac
 echo "done at $((SECONDS - t0)) s"
 pack
