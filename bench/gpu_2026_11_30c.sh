@@ -35,6 +35,7 @@ case "${1:-}" in
     timeout 220 python3 bench/run.py --grid table --dtype bfloat16 --backends ours,torch-sdpa-cudnn,torch-sdpa-flash \
       --rounds 2 --no-memory --out "$O/table" 2>&1 | grep -v "^bench:" | tail -40 | tee "$O/table.log" ;;
   attack)  # the banded fused kernel (given fused tiles) against the bounds, causal, 7 families x bf16 / fp16
+    mkdir -p "$O/attack"
     timeout 430 python3 bench/bounds_attack.py --source kernel --device cuda --workers 14 --seeds 0 --d 64 --nk 2048 \
       --nq 2048 --fused-dq --causal top_left --precisions bfloat16:bf16 float16:fp16 --out "$O/attack/attack.jsonl" \
       --table "$O/attack/table.md" 2>&1 | tail -5 ;;
