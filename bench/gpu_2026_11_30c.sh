@@ -9,6 +9,7 @@
 #   bash bench/gpu_2026_11_30c.sh suite    # the other GPU tests that run d = 64 backwards, as long as the call allows
 #   bash bench/gpu_2026_11_30c.sh table    # issue 10's table (ours, cuDNN, SDPA flash)
 #   bash bench/gpu_2026_11_30c.sh attack   # bench/bounds_attack.py on the banded fused kernel, causal N = 2048
+#   bash bench/gpu_2026_11_30c.sh dsfirst  # gluon_bwd with dS before dV's issue against main's (carry bench/_scratch)
 source "$(dirname "$0")/gpu_session.sh"  # set -uf, the environment, $O, device.txt, t0, pack, tests
 order() {  # order NAME CELLS 'GROUP [--causal]' LIMIT
   timeout "$4" python3 bench/fused_order.py --rounds 3 --cells "$2" --group $3 --out "$O/$1" 2>&1 | tee "$O/$1.log"
@@ -39,8 +40,14 @@ case "${1:-}" in
     timeout 430 python3 bench/bounds_attack.py --source kernel --device cuda --workers 14 --seeds 0 --d 64 --nk 2048 \
       --nq 2048 --fused-dq --causal top_left --precisions bfloat16:bf16 float16:fp16 --out "$O/attack/attack.jsonl" \
       --table "$O/attack/table.md" 2>&1 | tail -5 ;;
+  dsfirst)  # the working tree's gluon_bwd (dS before dV's issue) against bench/_scratch/base_bwd_main.py: timed, then
+            # bit for bit
+    timeout 200 python3 bench/gluon_ab.py --base-fwd kernels/gluon_fwd.py --base-bwd bench/_scratch/base_bwd_main.py \
+      --rounds 3 --cells 128:4096:0,128:16384:0,128:4096:1 --out "$O/ab" 2>&1 | grep -v "^round" | tee "$O/ab.log"
+    FLASHCHECK_FORWARD_ENGINE=gluon timeout 150 python3 bench/gluon_bitwise.py --base-fwd kernels/gluon_fwd.py \
+      --base-bwd bench/_scratch/base_bwd_main.py 2>&1 | tee "$O/bitwise.log" | tail -8 ;;
   tests) tests 500 tests/test_gluon_forward.py tests/test_gluon_fused_bwd.py ;;
-  *) echo "usage: $0 groups | tests | band | band2 | check | suite | table | attack"; exit 2 ;;
+  *) echo "usage: $0 groups | tests | band | band2 | check | suite | table | attack | dsfirst"; exit 2 ;;
 esac
 echo "done at $((SECONDS - t0)) s"
 pack
