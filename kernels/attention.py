@@ -138,12 +138,13 @@ SHORT_KEYS = 1024
 # "auto" (and "gluon") give the fused backward (gluon_bwd_fused: dQ's products inside the dK/dV kernel) to unbanded,
 # unmasked calls at head dim 64 with at least this many queries and keys, no more keys than queries, and GQA groups up
 # to FUSED_MAX_GROUP, measured on the H200 side by side with the two Gluon kernels, forward + backward
-# (bench/fused_order.py, bench/NOTES.md "Session 2026-11-30b"; its rotated order below FUSED_ROTATE_KEY_TILES): N = 1k 1.045x, 2k 1.089x,
-# 4k 1.106x, 8k 1.057x, 16k 1.069x; N_q / N_k = 4k / 1k 1.034x, 8k / 2k 1.084x; but N_q / N_k = 1k / 2k 0.87x, 1k / 4k
-# 0.59x, 1k / 8k 0.35x (each query tile takes N_k / 128 ordered adds: with fewer query tiles than key tiles the chains
-# outlast the work). GQA 2: 1.046x at 1k, 1.073x at 4k (its head loop unrolled); GQA 4: 1.033x / 1.057x; GQA 8:
-# 1.005x / 1.087x ("Session 2026-11-30c"); larger groups not measured (the unrolled kernel grows with the group: 27 s
-# to compile at GQA 8): the two kernels run them.
+# (bench/fused_order.py, bench/NOTES.md "Session 2026-11-30b"; its rotated order below FUSED_ROTATE_KEY_TILES): N = 1k
+# 1.045x, 2k 1.089x, 4k 1.106x, 8k 1.057x, 16k 1.069x (1.08x, 1.17x at 1k, 4k with dS before dV: "Session
+# 2026-11-30c"); N_q / N_k = 4k / 1k 1.034x, 8k / 2k 1.084x; but N_q / N_k = 1k / 2k 0.87x, 1k / 4k 0.59x, 1k / 8k
+# 0.35x (each query tile takes N_k / 128 ordered adds: with fewer query tiles than key tiles the chains outlast the
+# work). GQA 2: 1.046x at 1k, 1.073x at 4k (its head loop unrolled); GQA 4: 1.033x / 1.057x; GQA 8: 1.005x / 1.087x
+# ("Session 2026-11-30c"); larger groups not measured (the unrolled kernel grows with the group: 27 s to compile at
+# GQA 8): the two kernels run them.
 FUSED_QUERIES = 1024
 FUSED_KEYS = 1024
 FUSED_MAX_GROUP = 8
@@ -1398,7 +1399,8 @@ def _bwd_impl(q, k, v, o, o_res, lse, do, dlse, dense, sparse, scale, band, off_
     return dq, dk, dv_
 
 
-def _fused_call(q, k, v, dense, sparse, band: bool, off_lo: int, off_hi: int, tiles: tuple, engine: str) -> TileConfig | None:
+def _fused_call(q, k, v, dense, sparse, band: bool, off_lo: int, off_hi: int, tiles: tuple,
+                engine: str) -> TileConfig | None:
     """The dK/dV tile of the fused kernel (gluon_bwd_fused) where this backward runs it, else None: its tiles (given,
     or kernel_config's for this call) fused (`fused_tiles`), unbanded or a band it takes (`_fused_band`),
     no dense or block-sparse mask, not in the interpreter; on a device that is not sm_90 such tiles are refused
@@ -1428,9 +1430,9 @@ def _fused_band(band: bool, off_lo: int, off_hi: int, nq: int, nk: int) -> bool:
 def _fused_dkdv(d: int, dv: int, dtype, nq: int, nk: int, tiles: tuple, engine: str,
                 group: int = 1, band: bool = False, band_taken: bool = False) -> TileConfig | None:
     """The dK/dV tile of the tiles an unmasked call of this shape runs (given, or kernel_config's) where they are
-    `fused_tiles`, else None; banded calls only with a band it takes (`band_taken`: `_fused_band`; the descending order's
-    waits then go along the band); kernel_config's for GQA groups up to FUSED_MAX_GROUP (banded: FUSED_BAND_MAX_GROUP)
-    only (kernel_config does not see the heads), given ones for any group."""
+    `fused_tiles`, else None; banded calls only with a band it takes (`band_taken`: `_fused_band`; the descending
+    order's waits then go along the band); kernel_config's for GQA groups up to FUSED_MAX_GROUP (banded:
+    FUSED_BAND_MAX_GROUP) only (kernel_config does not see the heads), given ones for any group."""
     if band and not band_taken:
         return None
     if group > (FUSED_BAND_MAX_GROUP if band else FUSED_MAX_GROUP) and not tiles:

@@ -1,13 +1,16 @@
-"""The FlashAttention-2 backward in one Gluon kernel for Hopper (sm_90), head dim 64, unbanded calls: gluon_bwd's dK/dV
-kernel with dQ's products inside it, five tensor-core products a tile pair where the two kernels do seven (the
-default for unbanded d = 64 calls with GQA groups up to 8 from 1k x 1k with N_k <= N_q: kernel_config's "auto" engine,
-`FUSED_QUERIES`, `FUSED_KEYS`).
+"""The FlashAttention-2 backward in one Gluon kernel for Hopper (sm_90), head dim 64: gluon_bwd's dK/dV kernel with dQ's
+products inside it, five tensor-core products a tile pair where the two kernels do seven (the default for unbanded
+d = 64 calls with GQA groups up to 8 from 1k x 1k, and causal ones without GQA from 2k x 2k, N_k <= N_q:
+kernel_config's "auto" engine, `FUSED_QUERIES`, `FUSED_KEYS`, `FUSED_BAND_KEYS`).
 
 Why (bench/NOTES.md, "Session 2026-11-28d" and after): at d = 64 the backward is limited by its elementwise work, and
 the dQ kernel recomputes S, P, dP and dS for every tile pair. Here the dK/dV kernel's dSᵀ (already rounded into the
 input format as dK's operand) is also the A operand of dQ's partial over the program's 128 keys. Measured on an H200
 side by side with the two kernels, forward + backward (bench/fused_order.py, "Session 2026-11-30b"): N = 1k 1.045x,
 2k 1.089x, 4k 1.106x, 8k 1.06x, 16k 1.07x, GQA 2-8 1.005-1.09x; but N_q / N_k = 1k / 4k 0.59x and 1k / 8k 0.35x (below).
+With dS computed before dV's product is issued ("Session 2026-11-30c": its tile loops then spill 12 local instructions
+on Triton 3.6, were 34; 0 on 3.9): 1k 1.08x, 4k 1.17x, 16k 1.12-1.15x; causal 2k 1.01-1.03x, 4k 1.04-1.06x, 8k 1.06x,
+16k 1.05x (1k 0.98x; GQA 2 causal 0.83-0.95x: its banded loops spill).
 
 What it computes. dK and dV: gluon_bwd's dK/dV kernel's arithmetic (bit for bit its outputs in the descending order
 below; rotated, the same chains over the query tiles in another order: Precision.dkdv_rotated). dQ, for each query row
@@ -31,8 +34,13 @@ the highest one (rank r: program r runs key tile n_kt − 1 − r). Two orders:
   (1.03-1.12x the descending order at N = 8k-1k); a program may then wait on a later one, so all of a head's key
   tiles must run at once. The ragged query tile (partial: masked) comes first, by rank.
 With fewer query tiles than key tiles each query tile's chain of adds outlasts the work beside it (the 0.35x above),
-hence the launcher's N_k <= N_q. The Precision states this sum (flashcheck.proofs.bounds.FusedDq: 128-key partials,
-blocked, order-free; the rotated dK/dV chains).
+hence the launcher's N_k <= N_q. Under a band (BAND: causal, or a window without a left side whose right side reaches
+the last key: attention._fused_band) the order is the descending one, which needs no rotation there: key tile j
+visits its partial (diagonal) query tiles first, then the full ones ascending, so query tile q takes its adds from key
+tiles q, q − 1, ... at steps 0, 1, ..., each after the earlier program's (band_tile_turn: the key tiles that see a
+query tile are contiguous); the accumulator is zeroed (a query tile no key tile sees gets no add), and dK, dV are the
+dK/dV kernel's bit for bit. The Precision states this sum (flashcheck.proofs.bounds.FusedDq: 128-key partials,
+blocked, order-free; the rotated dK/dV chains; band_keys).
 
 Partitions (gl.warp_specialize):
 - two consumer warpgroups (gluon_bwd's), 64 keys each: Sᵀ, dPᵀ, Pᵀ, dV += Pᵀ dO, dSᵀ, dK += dSᵀ Q; each writes its 64
@@ -42,7 +50,8 @@ Partitions (gl.warp_specialize):
 - gluon_bwd's producer warp (K, V once; then the (Q, dO) ring with LSE's and Δ's slices);
 - the writer warp: the fixed order's waits and the TMA reduce-adds (no data in its registers).
 
-Domain: fp16 / bf16, d = dv = 64, no band, no dense or block-sparse mask, TMA-readable strides (gluon_bwd's).
+Domain: fp16 / bf16, d = dv = 64, unbanded or a band the launcher gives it, no dense or block-sparse mask,
+TMA-readable strides (gluon_bwd's).
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -210,6 +219,11 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
     if MASKED:  # unbanded: only the ragged tiles' rows past Nq and keys past Nk are invisible; banded: the band too
         queries = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
         pT = _masked_t(pT, keys, queries, start_m, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M, s_layout)
+    # dS before dV's product is issued (gluon_bwd's order the other way round): Pᵀ's operand copy (32 registers a
+    # thread) is then made after dPᵀ's fp32 values are spent, below the 240-register edge: Triton 3.6's tile loops
+    # spill 12 local instructions (34 issuing dV first; banded 85, was 260) and the kernel ran 1.04-1.06x
+    # (bench/NOTES.md "Session 2026-11-30c"; the same arithmetic). gluon_bwd's d = 128 kernel, without that pressure,
+    # lost 2-3 % so.
     dpT = warpgroup_mma_wait(0, deps=(dpT, ))
     delta = delta_ring.index(slot).reshape([BLOCK_M]).load(gl.SliceLayout(0, s_layout))
     # dS = P ∘ (dP − Δ)   /   dS[i,j] = P[i,j] * (dP[i,j] − Δ[i]), rounded into the input format (dK's and dQ's

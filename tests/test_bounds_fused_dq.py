@@ -281,7 +281,8 @@ def test_the_emulated_fused_dq_runs_unbanded_calls_and_the_bands_the_kernel_take
     order under a band (the kernel's is descending there)."""
     for (nq, nk), kws in [((8, 40), (dict(causal=True), dict(window=(None, 3)))),
                           ((40, 24), (dict(window=(6, None)), dict(causal=True, window=(2, 0)),
-                                      dict(mask=np.ones((1, 2, 40, 24), dtype=bool)), dict(causal=True, rotated=True)))]:
+                                      dict(mask=np.ones((1, 2, 40, 24), dtype=bool)),
+                                      dict(causal=True, rotated=True)))]:
         q, k, v, do = _problem(nq=nq, nk=nk)
         o, lse = fa2_forward(q, k, v, dtype="bfloat16", dot="bf16")
         for kw in kws:

@@ -36,14 +36,16 @@ def _fused_tiles(dtype=torch.bfloat16):
 # ------------------------------------------------------------------------------------------------ CPU: the dispatch
 
 @pytest.mark.parametrize("engine", ["auto", "gluon"])
-def test_kernel_config_gives_the_fused_tile_to_long_unbanded_d64_calls_only(engine):
+def test_kernel_config_gives_the_fused_tile_to_long_d64_calls_only(engine):
     long = dict(n_queries=ka.FUSED_QUERIES, n_keys=ka.FUSED_KEYS, engine=engine)
     dq = _config(**long).dq
     assert (dq.block_m, dq.block_n, dq.gluon, dq.fused) == (128, 128, True, True), dq
     assert ka.fused_tiles(_config(**long), 64, torch.bfloat16)
     assert ka.fused_tiles(_config(64, torch.float16, **long), 64, torch.float16)
+    nb = ka.FUSED_BAND_KEYS
+    assert ka.fused_tiles(_config(band=True, n_queries=nb, n_keys=nb, engine=engine), 64, torch.bfloat16)
     for what, cfg in [
-            ("banded", _config(band=True, **long)),
+            ("banded, fewer keys than FUSED_BAND_KEYS", _config(band=True, n_queries=nb, n_keys=nb - 1, engine=engine)),
             ("fewer queries", _config(**{**long, "n_queries": ka.FUSED_QUERIES - 1})),
             ("fewer keys", _config(**{**long, "n_keys": ka.FUSED_KEYS - 1})),
             ("more keys than queries", _config(**{**long, "n_keys": ka.FUSED_QUERIES + 128})),
@@ -58,12 +60,19 @@ def test_kernel_config_gives_the_fused_tile_to_long_unbanded_d64_calls_only(engi
 
 def test_gqa_groups_above_the_measured_run_the_fused_backward_under_given_fused_tiles_only():
     """kernel_config does not see the heads: the launcher's _fused_dkdv keeps its fused tile from GQA groups above
-    FUSED_MAX_GROUP (the ones measured, bench/NOTES.md "Session 2026-11-30b" and "30c"), as FusedDq.max_group states; given
-    fused tiles run it at any group."""
+    FUSED_MAX_GROUP (the ones measured, bench/NOTES.md "Session 2026-11-30b" and "30c"), as FusedDq.max_group
+    states; given fused tiles run it at any group."""
     n, big = max(ka.FUSED_QUERIES, ka.FUSED_KEYS), ka.FUSED_MAX_GROUP + 1
     for group in range(1, ka.FUSED_MAX_GROUP + 1):
         assert ka._fused_dkdv(64, 64, torch.bfloat16, n, n, (), "auto", group) is not None, group
     assert ka._fused_dkdv(64, 64, torch.bfloat16, n, n, (), "auto", big) is None
+    # banded (a band the kernel takes): GQA groups up to FUSED_BAND_MAX_GROUP; a band it does not take: none
+    nb, band_big = ka.FUSED_BAND_KEYS, ka.FUSED_BAND_MAX_GROUP + 1
+    assert ka._fused_dkdv(64, 64, torch.bfloat16, nb, nb, (), "auto", ka.FUSED_BAND_MAX_GROUP, True, True) is not None
+    assert ka._fused_dkdv(64, 64, torch.bfloat16, nb, nb, (), "auto", band_big, True, True) is None
+    assert ka._fused_dkdv(64, 64, torch.bfloat16, nb, nb, (), "auto", 1, True, False) is None
+    assert ka._fused_dkdv(64, 64, torch.bfloat16, nb, nb, tuple(_fused_tiles().flat()), "auto", band_big, True,
+                          True) is not None
     assert ka._fused_dkdv(64, 64, torch.bfloat16, n, n, tuple(_fused_tiles().flat()), "auto", big) is not None
 
 
@@ -177,7 +186,8 @@ def test_the_launcher_and_the_precision_take_the_same_bands():
         for causal, window in BANDS:
             want = fused_band(causal, window, nq, nk)
             got = ka._fused_band(*ka._band(causal, window, nq, nk), nq, nk)
-            assert got == want, f"N_q {nq}, N_k {nk}, causal {causal}, window {window}: launcher {got}, Precision {want}"
+            assert got == want, (f"N_q {nq}, N_k {nk}, causal {causal}, window {window}: launcher {got}, "
+                                 f"Precision {want}")
             seen.add(got)
     assert seen == {True, False}
 
