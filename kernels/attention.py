@@ -56,8 +56,9 @@ class TileConfig:
     d in {64, 128}) where the call is in its domain (`_gluon_forward`), else `triton_fwd` with the same tiles: the
     same arithmetic either way (gluon_fwd's docstring). fused (the dQ kernel's TileConfig only): dQ's products inside
     the dK/dV kernel (`gluon_bwd_fused`, Hopper: 128-key partials added in a fixed key-tile order, another
-    arithmetic than the dQ kernel's: flashcheck.proofs.bounds.FusedDq) for unbanded, unmasked fp16 / bf16 calls at
-    head dim 64 on an sm_90 device (`_fused_call`); other calls run the dQ kernel with block_m x block_n."""
+    arithmetic than the dQ kernel's: flashcheck.proofs.bounds.FusedDq) for unmasked fp16 / bf16 calls at head dim 64,
+    unbanded or under a band it takes (`_fused_band`), on an sm_90 device (`_fused_call`); other calls run the dQ
+    kernel with block_m x block_n."""
     block_m: int
     block_n: int
     num_warps: int = 4
@@ -252,8 +253,9 @@ def kernel_config(head_dim: int, dtype: torch.dtype, *, interpret: bool | None =
     `forward_engine()`.
     n_keys: the call's key count (None: fewer than SHORT_KEYS); n_queries: its query count where the call has no dense
     or block-sparse mask (None: masked): the head-dim-64 Gluon tiles need it (a dense mask keeps the Gluon kernels
-    out); with both at least FUSED_QUERIES x FUSED_KEYS and n_keys <= n_queries, an unbanded head-dim-64 call in the
-    Gluon domain gets the fused backward's dQ tile (TileConfig.fused; the launcher keeps it from larger GQA groups). The
+    out); with both at least FUSED_QUERIES x FUSED_KEYS (banded: FUSED_BAND_KEYS keys) and n_keys <= n_queries, a
+    head-dim-64 call in the Gluon domain gets the fused backward's dQ tile (TileConfig.fused; the launcher keeps it
+    from larger GQA groups and from bands it does not take). The
     Gluon tiles are given whatever the device: on one that is not sm_90 (and for calls outside the Gluon kernels'
     domain) triton_fwd / triton_bwd run them; the fused dQ tile only where no CUDA device or an sm_90 one
     (`_fused_device`)."""
@@ -448,8 +450,9 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
     short, short_bwd = (None, None) if tiles else _kind_tiles(
         kernel_config(head_dim or 64, dtype, interpret=interpret, precision=precision, n_keys=SHORT_KEYS,
                       n_queries=SHORT_KEYS), cfg, "short unbanded")
-    # the fused backward (unbanded, unmasked calls): given fused tiles run it on every such call, kernel_config's
-    # from FUSED_QUERIES x FUSED_KEYS on; its dK/dV tile is then the one of those tiles
+    # the fused backward (unmasked calls, unbanded or under a band it takes): given fused tiles run it on every such
+    # call, kernel_config's from FUSED_QUERIES x FUSED_KEYS on (banded: FUSED_BAND_KEYS); its dK/dV tile is then the
+    # one of those tiles
     fused_cfg = tiles or (None if interpret else kernel_config(head_dim or 64, dtype, interpret=False,
                                                                precision=precision, n_keys=FUSED_KEYS,
                                                                n_queries=FUSED_QUERIES))
@@ -1071,9 +1074,10 @@ def _gluon_backward(q: Layout, k: Layout, v: Layout, do: Layout, dq: Layout, dk:
 
 
 def fused_tiles(cfg: KernelConfig, head_dim: int, dtype) -> bool:
-    """Whether tiles `cfg` run the fused backward (gluon_bwd_fused) on the unbanded, unmasked calls of this head dim
-    and dtype (fp16 / bf16 names or torch dtypes): a fused dQ tile of 128 x 128 over gluon_bwd's d = 64 dK/dV tile
-    (128 x 128, two warpgroups), at head dim 64. `arithmetic` states the same (Arithmetic.fused_dq_keys)."""
+    """Whether tiles `cfg` run the fused backward (gluon_bwd_fused) on the unmasked calls of this head dim (unbanded,
+    or under a band it takes) and dtype (fp16 / bf16 names or torch dtypes): a fused dQ tile of 128 x 128 over
+    gluon_bwd's d = 64 dK/dV tile (128 x 128, two warpgroups), at head dim 64. `arithmetic` states the same
+    (Arithmetic.fused_dq_keys)."""
     name = _DTYPES.get(dtype, dtype)
     return (cfg.dq.fused and (cfg.dq.block_m, cfg.dq.block_n) == (128, 128) and cfg.dkdv.gluon
             and (cfg.dkdv.block_m, cfg.dkdv.block_n) == (128, 128) and head_dim == 64

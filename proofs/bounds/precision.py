@@ -117,9 +117,10 @@ class BandForward:
 
 @dataclass(frozen=True)
 class FusedDq:
-    """The calls whose dQ is summed inside the dK/dV kernel (our "auto" engine's long unbanded calls at d = 64 fp16 /
-    bf16: the Gluon backward's fused form, flashcheck.kernels.attention FUSED_QUERIES, FUSED_KEYS), where it replaces
-    the dQ kernel's chain (Precision.fused_dq; the bounds substitute it in Precision.for_call). Per element,
+    """The calls whose dQ is summed inside the dK/dV kernel (our "auto" engine's long unbanded and causal calls at
+    d = 64 fp16 / bf16: the Gluon backward's fused form, flashcheck.kernels.attention FUSED_QUERIES, FUSED_KEYS,
+    FUSED_BAND_KEYS), where it replaces the dQ kernel's chain (Precision.fused_dq; the bounds substitute it in
+    Precision.for_call). Per element,
         dQ[i, c] = fl_out(fl32(acc[i, c] scale)),  acc = the fp32 sum of T_j[i, c] over the key tiles j, DESCENDING
         or rotated (rotate_keys, below) (the first partial stored, 0 + T exact, each later add ONE fp32 round-to-
         nearest addition, the TMA reduce-add in L2), T_j[i, c] = sum over tile j's keys of dS[i, key] K[key, c]:
@@ -127,7 +128,8 @@ class FusedDq:
         the last tile ragged where block_k does not divide N_k (keys past N_k add exact zeros),
     with dS the dK/dV kernel's own (the same dS, rounded into the operand format, its dK product reads). The bounds
     analyse it as a "blocked" dQ over tiles of block_k (Precision.dq_accumulation; proofs/bounds.md sec. 8b).
-    queries, keys: the fused form runs for unbanded calls without a mask with N_q >= queries and N_k >= keys (the
+    queries, keys: the fused form runs for calls without a mask with N_q >= queries and N_k >= keys, unbanded (or
+    under a band as band_keys states) (the
     bounds give for_call N_q only where no dense mask is given: a masked call runs the dQ kernel); block_k: its key
     tile (the dK/dV program's keys); value_dim: the only V head dim it runs for (ours: dv = d, the Precision's head
     dim: a call with another dv runs the dQ kernel), None: any (for_call then needs no dv). rotate_keys: the calls
@@ -356,10 +358,10 @@ class Precision:
       dQ's one chain through every tile, the other passes blocked.
     fused_dq: the calls whose dQ is summed inside the dK/dV kernel (FusedDq; default None: none): for an unbanded call
       with N_q >= fused_dq.queries and N_k >= fused_dq.keys, for_call states dq_accumulation "blocked" over key tiles
-      of fused_dq.block_k (block_k_dq), after the long tile's substitution (the fused calls are long calls); never for
-      banded calls, where N_q is not given (the bounds give it for calls without a dense mask only: the fused kernel
-      runs unmasked calls) or where the call's dv is not fused_dq.value_dim. Set by flashcheck.adapters.ours_precision
-      (kernel_config's fused thresholds).
+      of fused_dq.block_k (block_k_dq), after the long tile's substitution (the fused calls are long calls); banded
+      calls only where fused_dq.band_keys states them (fused_band); never where N_q is not given (the bounds give it
+      for calls without a dense mask only: the fused kernel runs unmasked calls) or where the call's dv is not
+      fused_dq.value_dim. Set by flashcheck.adapters.ours_precision (kernel_config's fused thresholds).
     dkdv_rotated: the dK/dV kernel's query tiles in the fused backward's rotated order (FusedDq.rotate_keys: each
       key block of block_k_dkdv, rank r = the last block first, takes its full query tiles from r mod n_full on,
       cyclically, partial tiles first; proofs/bounds/visits.py kernel_orders) instead of ascending; default False.
