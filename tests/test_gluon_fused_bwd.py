@@ -262,23 +262,26 @@ def test_a_fused_tile_runs_the_fused_kernel_on_unmasked_calls_unbanded_or_with_a
         ka._bwd_impl(q, k, v, q, None, lse, do, None, None, [], 0.125, False, 0, 0, 0, 0, "bf16", tiles)
 
 
-def test_launches_with_gluon_predict_the_fused_records_on_sm90(monkeypatch):
+@pytest.mark.parametrize("causal", [False, True])
+def test_launches_with_gluon_predict_the_fused_records_on_sm90(causal, monkeypatch):
     """launches(gluon=True) (what validate's warm-up compiles) lists the fused launch for a call kernel_config gives
-    it, the record attention()'s backward makes on an sm_90 device (simulated on the CPU, nothing runs)."""
+    it, unbanded (FUSED_KEYS) or causal (FUSED_BAND_KEYS: BAND, rotate 0), the record attention()'s backward makes on
+    an sm_90 device (simulated on the CPU, nothing runs)."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.delenv("FLASHCHECK_FORWARD_ENGINE", raising=False)
     monkeypatch.setattr(ka, "_gluon_device", lambda device: True)
     made = []
     monkeypatch.setattr(ka, "_launch", lambda kernel, launch, *leading, fitting=False: made.append(launch))
-    n = ka.FUSED_KEYS
+    n = ka.FUSED_BAND_KEYS if causal else ka.FUSED_KEYS
     q, k, v = (torch.randn(1, 2, n, 64, dtype=torch.bfloat16) for _ in range(3))
     dot, p_split, save_res = ka._modes(torch.bfloat16, None, "default", "fp32", True)
-    o, lse, o_res = ka._fwd_impl(q, k, v, None, [], 0.125, False, 0, 0, 0, 0, dot, p_split, save_res, [])
-    ka._bwd_impl(q, k, v, o, o_res, lse, torch.randn_like(o), None, None, [], 0.125, False, 0, 0, 0, 0, dot, [])
-    want = ka.launches(*(ka.Layout.of(x) for x in (q, k, v)), grad=True, interpret=False, gluon=True)
+    band = ka._band(causal, None, n, n)
+    o, lse, o_res = ka._fwd_impl(q, k, v, None, [], 0.125, *band, 0, 0, dot, p_split, save_res, [])
+    ka._bwd_impl(q, k, v, o, o_res, lse, torch.randn_like(o), None, None, [], 0.125, *band, 0, 0, dot, [])
+    want = ka.launches(*(ka.Layout.of(x) for x in (q, k, v)), causal=causal, grad=True, interpret=False, gluon=True)
     assert tuple(made) == want
-    assert [x.kernel for x in want] == ["attn_fwd_gluon_kernel", "attn_bwd_preprocess_kernel",
-                                        "attn_bwd_fused_gluon_kernel"], want
+    assert [x.kernel for x in want][-2:] == ["attn_bwd_preprocess_kernel", "attn_bwd_fused_gluon_kernel"], want
+    assert dict(want[-1].constexprs)["BAND"] == causal and want[-1].ints[3] == int(not causal), want[-1]
 
 
 _COMPILE_FUSED = """
