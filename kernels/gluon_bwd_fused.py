@@ -221,9 +221,9 @@ def _tile(dk, dv, it, k_smem, v_smem, k_all, q_ring, do_ring, lse_ring, delta_ri
         pT = _masked_t(pT, keys, queries, start_m, Nq, Nk, off_lo, off_hi, BAND, BLOCK_M, s_layout)
     # dS before dV's product is issued (gluon_bwd's order the other way round): Pᵀ's operand copy (32 registers a
     # thread) is then made after dPᵀ's fp32 values are spent, below the 240-register edge: Triton 3.6's tile loops
-    # spill 12 local instructions (34 issuing dV first; banded 85, was 260) and the kernel ran 1.04-1.06x
-    # (bench/NOTES.md "Session 2026-11-30c"; the same arithmetic). gluon_bwd's d = 128 kernel, without that pressure,
-    # lost 2-3 % so.
+    # spill 12 local instructions (34 issuing dV first; banded 85, was 260), and against the two kernels the fused one
+    # went 1.05-1.11x -> 1.08-1.17x unbanded, 0.83-0.85x -> 0.98-1.06x banded (bench/NOTES.md "Session 2026-11-30c";
+    # the same arithmetic). gluon_bwd's d = 128 kernel, without that pressure, lost 2-3 % so.
     dpT = warpgroup_mma_wait(0, deps=(dpT, ))
     delta = delta_ring.index(slot).reshape([BLOCK_M]).load(gl.SliceLayout(0, s_layout))
     # dS = P ∘ (dP − Δ)   /   dS[i,j] = P[i,j] * (dP[i,j] − Δ[i]), rounded into the input format (dK's and dQ's
