@@ -962,8 +962,7 @@ def launches(q: Layout, k: Layout, v: Layout, *, causal=False, window=None, mask
         grads = (q.like(), k.like(), v.like())
         pre, dkdv, dq = backward_launches(q, k, v, o, o, grads, save_res, dense, None, **kw)
         group = Hq // k.shape[1]
-        fused = asked and dense is None and _fused_dkdv(d, dv, dtype, nq, nk, (), engine, group, band,
-                                                        _fused_band(band, off_lo, off_hi, nq, nk))
+        fused = asked and dense is None and _fused_dkdv(d, dv, dtype, nq, nk, (), engine, group, band, off_lo, off_hi)
         if fused:
             # the fused backward (on TMA-readable copies where these layouts are not: `_fused_backward`)
             return out + (pre, _gluon_fused_launch(Layout.dense(q.dtype, q.shape), Layout.dense(k.dtype, k.shape),
@@ -1412,7 +1411,7 @@ def _fused_call(q, k, v, dense, sparse, band: bool, off_lo: int, off_hi: int, ti
     if dense is not None or sparse or _interpreting():
         return None
     t = _fused_dkdv(q.shape[3], v.shape[3], q.dtype, q.shape[2], k.shape[2], tiles, engine, q.shape[1] // k.shape[1],
-                    band, _fused_band(band, off_lo, off_hi, q.shape[2], k.shape[2]))
+                    band, off_lo, off_hi)
     if t is None:
         return None
     if not _gluon_device(q.device):
@@ -1432,12 +1431,12 @@ def _fused_band(band: bool, off_lo: int, off_hi: int, nq: int, nk: int) -> bool:
 
 @functools.lru_cache(maxsize=1024)
 def _fused_dkdv(d: int, dv: int, dtype, nq: int, nk: int, tiles: tuple, engine: str,
-                group: int = 1, band: bool = False, band_taken: bool = False) -> TileConfig | None:
+                group: int = 1, band: bool = False, off_lo: int = 0, off_hi: int = 0) -> TileConfig | None:
     """The dK/dV tile of the tiles an unmasked call of this shape runs (given, or kernel_config's) where they are
-    `fused_tiles`, else None; banded calls only with a band it takes (`band_taken`: `_fused_band`; the descending
-    order's waits then go along the band); kernel_config's for GQA groups up to FUSED_MAX_GROUP (banded:
+    `fused_tiles`, else None; banded calls (`_band`'s offsets) only with a band it takes (`_fused_band`: the
+    descending order's waits then go along the band); kernel_config's for GQA groups up to FUSED_MAX_GROUP (banded:
     FUSED_BAND_MAX_GROUP) only (kernel_config does not see the heads), given ones for any group."""
-    if band and not band_taken:
+    if band and not _fused_band(band, off_lo, off_hi, nq, nk):
         return None
     if group > (FUSED_BAND_MAX_GROUP if band else FUSED_MAX_GROUP) and not tiles:
         return None

@@ -66,13 +66,15 @@ def test_gqa_groups_above_the_measured_run_the_fused_backward_under_given_fused_
     for group in range(1, ka.FUSED_MAX_GROUP + 1):
         assert ka._fused_dkdv(64, 64, torch.bfloat16, n, n, (), "auto", group) is not None, group
     assert ka._fused_dkdv(64, 64, torch.bfloat16, n, n, (), "auto", big) is None
-    # banded (a band the kernel takes): GQA groups up to FUSED_BAND_MAX_GROUP; a band it does not take: none
+    # banded (a band the kernel takes: causal): GQA groups up to FUSED_BAND_MAX_GROUP; a band it does not take (a
+    # left window edge): none
     nb, band_big = ka.FUSED_BAND_KEYS, ka.FUSED_BAND_MAX_GROUP + 1
-    assert ka._fused_dkdv(64, 64, torch.bfloat16, nb, nb, (), "auto", ka.FUSED_BAND_MAX_GROUP, True, True) is not None
-    assert ka._fused_dkdv(64, 64, torch.bfloat16, nb, nb, (), "auto", band_big, True, True) is None
-    assert ka._fused_dkdv(64, 64, torch.bfloat16, nb, nb, (), "auto", 1, True, False) is None
-    assert ka._fused_dkdv(64, 64, torch.bfloat16, nb, nb, tuple(_fused_tiles().flat()), "auto", band_big, True,
-                          True) is not None
+    causal, left = ka._band(True, None, nb, nb), ka._band(True, (nb - 2, None), nb, nb)
+    assert ka._fused_dkdv(64, 64, torch.bfloat16, nb, nb, (), "auto", ka.FUSED_BAND_MAX_GROUP, *causal) is not None
+    assert ka._fused_dkdv(64, 64, torch.bfloat16, nb, nb, (), "auto", band_big, *causal) is None
+    assert ka._fused_dkdv(64, 64, torch.bfloat16, nb, nb, (), "auto", 1, *left) is None
+    assert ka._fused_dkdv(64, 64, torch.bfloat16, nb, nb, tuple(_fused_tiles().flat()), "auto", band_big,
+                          *causal) is not None
     assert ka._fused_dkdv(64, 64, torch.bfloat16, n, n, tuple(_fused_tiles().flat()), "auto", big) is not None
 
 
