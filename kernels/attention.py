@@ -465,7 +465,10 @@ def arithmetic(dtype, dot_precision: str | None = None, *, head_dim: int | None 
         # banded calls (the bands `_fused_band` takes) from FUSED_BAND_KEYS keys, on the same dK/dV tile
         band_cfg = tiles or kernel_config(head_dim or 64, dtype, interpret=False, precision=precision, band=True,
                                           n_keys=FUSED_BAND_KEYS, n_queries=FUSED_BAND_KEYS)
-        if fused_tiles(band_cfg, head_dim or 64, dtype) and band_cfg.dkdv == fused_cfg.dkdv:
+        if fused_tiles(band_cfg, head_dim or 64, dtype):
+            if band_cfg.dkdv != fused_cfg.dkdv:
+                raise RuntimeError("the banded fused backward's dK/dV tile is not the unbanded one's, which no "
+                                   "Precision field states per call")
             fused_band = (1, None) if tiles else (FUSED_BAND_KEYS, FUSED_BAND_MAX_GROUP)
     if block_mask is not None:  # its tile grid is every kernel's (_tiles: dq's block_n is its block_k too)
         block_k, block_q, block_k_dq = block_mask.block_k, block_mask.block_q, block_mask.block_k
