@@ -158,18 +158,12 @@ class _Band:
 
     @staticmethod
     def of(causal, window, nq: int, nk: int) -> "_Band":
-        """The offsets our kernel launches with for these options (ported, not imported: proofs/ reads no kernel)."""
-        from flashcheck.proofs.bounds.precision import is_band
+        """The offsets our kernel launches with for these options (precision.band_offsets)."""
+        from flashcheck.proofs.bounds.precision import band_offsets, is_band
 
         if not is_band(causal, window):
             return _Band(False, 0, 0)
-        off = nk - nq if causal == "bottom_right" else 0
-        left, right = (None, None) if window is None else window
-        if causal:
-            right = 0 if right is None else min(right, 0)
-        big = nq + nk + 1
-        lo = off - (big if left is None else min(left, big))
-        return _Band(True, lo, off + (big if right is None else min(right, big)))
+        return _Band(True, *band_offsets(causal, window, nq, nk))
 
     def transposed(self) -> "_Band":
         """The dK/dV kernel's band (outer = keys): query i sees key j iff j - off_hi <= i <= j - off_lo."""

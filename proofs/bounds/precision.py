@@ -174,21 +174,28 @@ def is_band(causal, window) -> bool:
     return bool(causal) or (window is not None and any(side is not None for side in window))
 
 
-def fused_band(causal, window, Nq: int, Nk: int) -> bool:
-    """Whether a banded call's band (is_band) is one the fused backward takes: with the kernels' offsets
-    (flashcheck.kernels.attention._band; proofs/emulation.py _Band.of), no left edge inside the problem (i + off_lo <=
-    0 for every query row i < Nq: each row sees key 0 or no key) and every key seen by some row (the last row sees the
-    last key: Nq − 1 + off_hi >= Nk − 1; a key tile that sees no row would take no turn in its order). Causal calls
-    with Nk <= Nq (either alignment; bottom-right any), windows without a left side (or one past key 0 from the last
-    row) whose right side reaches the last key. The launcher decides by the same (attention._fused_band)."""
-    if not is_band(causal, window):
-        return False
+def band_offsets(causal, window, Nq: int, Nk: int) -> tuple[int, int]:
+    """(off_lo, off_hi) of a banded call (is_band) as our kernel launches it (flashcheck.kernels.attention._band;
+    ported, not imported: proofs/ reads no kernel): key j visible from query i iff i + off_lo <= j <= i + off_hi, an
+    open side as a distance past any (i, j) pair's."""
+    off = Nk - Nq if causal == "bottom_right" else 0
     left, right = (None, None) if window is None else window
     if causal:
         right = 0 if right is None else min(right, 0)
-    off, big = (Nk - Nq if causal == "bottom_right" else 0), Nq + Nk + 1
-    off_lo = off - (big if left is None else min(left, big))
-    off_hi = off + (big if right is None else min(right, big))
+    big = Nq + Nk + 1
+    return off - (big if left is None else min(left, big)), off + (big if right is None else min(right, big))
+
+
+def fused_band(causal, window, Nq: int, Nk: int) -> bool:
+    """Whether a banded call's band (is_band) is one the fused backward takes: with the kernels' offsets
+    (band_offsets), no left edge inside the problem (i + off_lo <= 0 for every query row i < Nq: each row sees key 0
+    or no key) and every key seen by some row (the last row sees the last key: Nq − 1 + off_hi >= Nk − 1; a key tile
+    that sees no row would take no turn in its order). Causal calls with Nk <= Nq (either alignment; bottom-right
+    any), windows without a left side (or one past key 0 from the last row) whose right side reaches the last key.
+    The launcher decides by the same (attention._fused_band)."""
+    if not is_band(causal, window):
+        return False
+    off_lo, off_hi = band_offsets(causal, window, Nq, Nk)
     return off_lo <= 1 - Nq and Nq - 1 + off_hi >= Nk - 1
 
 
